@@ -1,0 +1,134 @@
+"""Producer, batching consumer and dead letters against the real embedded broker."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Sequence
+
+import pytest
+
+from vigil.contract import Event, StepTiming
+from vigil.kafka.consumer import BatchingConsumer
+from vigil.kafka.deadletter import KafkaDeadLetters
+from vigil.kafka.producer import EventProducer
+from vigil.kafka.reader import read_topics
+from vigil.settings import VigilSettings
+
+pytestmark = pytest.mark.kafka
+
+
+class ListWriter:
+    def __init__(self, fail_times: int = 0) -> None:
+        self.events: list[Event] = []
+        self.fail_times = fail_times
+        self.calls = 0
+
+    def write(self, events: Sequence[Event]) -> None:
+        self.calls += 1
+        if self.fail_times > 0:
+            self.fail_times -= 1
+            raise ConnectionError("store down")
+        self.events.extend(events)
+
+
+def steps(n: int, hosts: int = 3) -> list[StepTiming]:
+    return [
+        StepTiming(job_id="j", host=f"h{i % hosts}", rank=i % hosts, world_size=hosts, step=i // hosts,
+                   step_ms=100.0 + i, phases={"forward": 40.0, "backward": 60.0})
+        for i in range(n)
+    ]
+
+
+def consume_until(consumer: BatchingConsumer, predicate: object, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        consumer.poll(timeout=0.2)
+        if predicate():  # type: ignore[operator]
+            return
+    raise AssertionError("consumer did not reach the expected state in time")
+
+
+def make_consumer(settings: VigilSettings, writer: ListWriter, producer: EventProducer, **kw: object) -> BatchingConsumer:
+    return BatchingConsumer(
+        settings=settings, bootstrap=str(settings.kafka_bootstrap), group_id="g-" + settings.topic_prefix,
+        topics=["steps"], writer=writer, dead_letters=KafkaDeadLetters(producer), max_batch_s=0.3, **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_batched_round_trip_keeps_every_event(topics: VigilSettings) -> None:
+    producer = EventProducer(settings=topics, bootstrap=str(topics.kafka_bootstrap), batch_events=100)
+    sent = steps(1000)
+    records = producer.send(sent)
+    producer.flush()
+    assert records == 12  # 3 hosts x ceil(334/100): batching, not one record per event
+    writer = ListWriter()
+    consumer = make_consumer(topics, writer, producer)
+    consume_until(consumer, lambda: len(writer.events) >= 1000)
+    consumer.close()
+    assert sorted(e.event_id for e in writer.events) == sorted(e.event_id for e in sent)
+    per_host = [e.step for e in writer.events if e.host == "h1"]  # type: ignore[attr-defined]
+    assert per_host == sorted(per_host), "one host's events stay ordered"
+
+
+def test_bad_records_go_to_dead_letters_and_consumption_continues(topics: VigilSettings) -> None:
+    bootstrap = str(topics.kafka_bootstrap)
+    producer = EventProducer(settings=topics, bootstrap=bootstrap)
+    topic = topics.topic("steps")
+    producer.produce_raw(topic, b"\x00not json")
+    good, bad = steps(2)[0].model_dump(mode="json"), {"job_id": "j", "host": "h", "rank": 0}
+    producer.produce_raw(topic, json.dumps({"kind": "step", "schema_version": 1, "events": [good, bad]}).encode())
+    producer.produce_raw(topic, json.dumps({"kind": "nope", "schema_version": 1, "events": []}).encode())
+    producer.send(steps(5))
+    producer.flush()
+    writer = ListWriter()
+    consumer = make_consumer(topics, writer, producer)
+    consume_until(consumer, lambda: len(writer.events) >= 6 and consumer.stats.rejected >= 3)
+    consumer.close()
+
+    letters = [json.loads(r.value or b"") for r in read_topics(topics, bootstrap, [topics.topic("deadletter")])]
+    reasons = sorted(str(item["reason"]) for item in letters)
+    assert len(letters) == 3
+    assert any(r.startswith("not JSON") for r in reasons)
+    assert any("unknown event kind" in r for r in reasons)
+    missing = next(r for r in reasons if r.startswith("invalid step"))
+    assert "world_size: Field required" in missing and "step_ms: Field required" in missing
+    assert all(item["topic"] == topic and isinstance(item["offset"], int) for item in letters)
+
+
+def test_failed_write_is_retried_and_not_committed_before(topics: VigilSettings) -> None:
+    producer = EventProducer(settings=topics, bootstrap=str(topics.kafka_bootstrap))
+    producer.send(steps(30))
+    producer.flush()
+    writer = ListWriter(fail_times=2)
+    consumer = make_consumer(topics, writer, producer, retry_backoff_s=0.1)
+    consume_until(consumer, lambda: len(writer.events) >= 30)
+    assert consumer.stats.write_errors == 2
+    assert len(writer.events) == 30
+    consumer.close()
+
+
+def test_run_stops_and_commits_pending_batch(topics: VigilSettings) -> None:
+    producer = EventProducer(settings=topics, bootstrap=str(topics.kafka_bootstrap))
+    producer.send(steps(10))
+    producer.flush()
+    writer = ListWriter()
+    consumer = make_consumer(topics, writer, producer)
+    stop = threading.Event()
+    t = threading.Thread(target=consumer.run, args=(stop,))
+    t.start()
+    deadline = time.monotonic() + 20
+    while len(writer.events) < 10 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    stop.set()
+    t.join(10)
+    assert not t.is_alive()
+    # a second consumer of the same group finds nothing left: offsets were committed
+    again = ListWriter()
+    second = make_consumer(topics, again, producer)
+    end = time.monotonic() + 4
+    while time.monotonic() < end:
+        second.poll(0.2)
+    second.close()
+    assert len(writer.events) == 10 and again.events == []

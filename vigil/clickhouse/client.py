@@ -1,0 +1,77 @@
+"""One ClickHouse client factory for both the embedded engine and a server.
+
+`chdb:///abs/path` runs the real ClickHouse engine in this process (one engine per
+process, so clients for one path are shared); `http(s)://[user:pass@]host:port`
+talks to a server. The same SQL runs on both.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+from urllib.parse import urlparse
+
+import clickhouse_connect
+from clickhouse_connect.driver.client import Client
+
+from vigil.errors import Unreachable
+
+DATABASE = "vigil"
+_shared: dict[tuple[str, str], Client] = {}
+_lock = threading.Lock()
+
+
+def _source(dsn: str, explicit: bool) -> str:
+    return f"VIGIL_CLICKHOUSE_DSN={dsn}" if explicit else f"embedded ClickHouse {dsn}"
+
+
+def connect(dsn: str, *, database: str = DATABASE, explicit: bool = True, create: bool = True) -> Client:
+    """A client with `database` selected (created when missing and `create`)."""
+    scheme = urlparse(dsn).scheme
+    if scheme not in ("chdb", "http", "https"):
+        raise ValueError(f"VIGIL_CLICKHOUSE_DSN={dsn}: expected chdb:///path or http(s)://host:port")
+    key = (dsn, database)
+    with _lock:
+        if key in _shared:
+            return _shared[key]
+        try:
+            if scheme == "chdb":
+                path = dsn[len("chdb://"):]
+                if not path.startswith("/"):
+                    raise ValueError(f"VIGIL_CLICKHOUSE_DSN={dsn}: chdb path must be absolute (chdb:///abs/path)")
+                client = _chdb_client(dsn, path, database, create)
+            else:
+                client = _http_client(dsn, database, create)
+        except ValueError:
+            raise
+        except Exception as exc:
+            raise Unreachable(f"{_source(dsn, explicit)}: ClickHouse not reachable ({_first_line(exc)})") from None
+        _shared[key] = client
+        return client
+
+
+def _chdb_client(dsn: str, path: str, database: str, create: bool) -> Client:
+    import os
+
+    os.makedirs(path, exist_ok=True)
+    boot = clickhouse_connect.get_client(dsn=f"chdb://{path}")
+    if create:
+        boot.command(f"CREATE DATABASE IF NOT EXISTS {database}")
+    return clickhouse_connect.get_client(dsn=f"chdb://{path}", database=database)
+
+
+def _http_client(dsn: str, database: str, create: bool) -> Client:
+    kwargs: dict[str, Any] = {"dsn": dsn, "autogenerate_session_id": False, "connect_timeout": 5}
+    if create:
+        clickhouse_connect.get_client(**kwargs).command(f"CREATE DATABASE IF NOT EXISTS {database}")
+    return clickhouse_connect.get_client(database=database, **kwargs)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__
+
+
+def check(client: Client) -> str:
+    """The server version; raises on a dead connection."""
+    return str(client.query("SELECT version()").result_rows[0][0])

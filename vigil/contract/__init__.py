@@ -1,0 +1,34 @@
+"""The event contract: pydantic models of every fact and decision, their registry and wire format."""
+
+from vigil.contract.base import Event, RankScoped, new_event_id, utcnow
+from vigil.contract.decisions import Alert, Checkpoint, JobRegistered, RankPlacement, RecoveryAction
+from vigil.contract.registry import (
+    DEAD_LETTER_TOPIC,
+    SPECS,
+    TELEMETRY_TOPICS,
+    TOPICS,
+    EventSpec,
+    spec_for,
+    topic_of,
+)
+from vigil.contract.telemetry import (
+    CollectiveEntry,
+    CollectiveTrace,
+    GpuState,
+    Heartbeat,
+    LogLine,
+    NicCounters,
+    ParallelCoords,
+    ProcessExit,
+    ProcessState,
+    StepTiming,
+)
+from vigil.contract.wire import Decoded, Rejected, decode_batch, encode_batch, validate_event
+
+__all__ = [
+    "DEAD_LETTER_TOPIC", "SPECS", "TELEMETRY_TOPICS", "TOPICS", "Alert", "Checkpoint",
+    "CollectiveEntry", "CollectiveTrace", "Decoded", "Event", "EventSpec", "GpuState", "Heartbeat",
+    "JobRegistered", "LogLine", "NicCounters", "ParallelCoords", "ProcessExit", "ProcessState",
+    "RankPlacement", "RankScoped", "RecoveryAction", "Rejected", "StepTiming", "decode_batch",
+    "encode_batch", "new_event_id", "spec_for", "topic_of", "utcnow", "validate_event",
+]

@@ -1,0 +1,94 @@
+"""Jobs and decisions: topology registration, alerts, recovery actions, checkpoints.
+
+The analyzer publishes alerts, the recovery controller publishes its actions and
+the checkpoints it relies on; each is an event like any fact, so history replays.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from vigil.contract.base import Event, Name, UtcDatetime
+from vigil.contract.telemetry import ParallelCoords, Severity
+
+
+class RankPlacement(BaseModel):
+    """Where one global rank runs and its 3D-parallel coordinates."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rank: int = Field(ge=0)
+    host: Name
+    local_rank: int = Field(ge=0)
+    coords: ParallelCoords = ParallelCoords()
+
+
+class JobRegistered(Event):
+    """A job's topology and model facts, sent once at start (and again on restart)."""
+
+    kind: Literal["job"] = "job"
+    schema_version: Literal[1] = 1
+    name: str = ""
+    world_size: int = Field(ge=1)
+    tp: int = Field(default=1, ge=1)
+    pp: int = Field(default=1, ge=1)
+    dp: int = Field(default=1, ge=1)
+    gpus_per_host: int = Field(default=1, ge=1)
+    gpu_model: str = ""
+    gpu_peak_tflops: float | None = Field(default=None, gt=0)
+    model_flops_per_step: float | None = Field(default=None, gt=0)
+    ranks: list[RankPlacement] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _sizes_agree(self) -> JobRegistered:
+        if self.tp * self.pp * self.dp != self.world_size:
+            raise ValueError(
+                f"tp*pp*dp = {self.tp}*{self.pp}*{self.dp} does not equal world_size {self.world_size}"
+            )
+        if self.ranks and len({r.rank for r in self.ranks}) != len(self.ranks):
+            raise ValueError("ranks: duplicate global rank")
+        return self
+
+
+class Alert(Event):
+    """A detector's finding. One fingerprint = one incident across firing -> resolved."""
+
+    kind: Literal["alert"] = "alert"
+    schema_version: Literal[1] = 1
+    fingerprint: Name = Field(description="stable id of (job, alert kind, subject)")
+    alert: Name = Field(description="detector: straggler, traffic_stall, mfu_drift, ...")
+    subject: Name = Field(description="what it is about, e.g. host/phase or host/nic")
+    status: Literal["firing", "resolved"]
+    severity: Severity
+    summary: str = Field(max_length=2048)
+    first_seen: UtcDatetime
+    last_seen: UtcDatetime
+    evidence: dict[str, Any] = Field(default_factory=dict)
+
+
+class RecoveryAction(Event):
+    """Something the recovery controller did, or decided to do, and how it went."""
+
+    kind: Literal["recovery"] = "recovery"
+    schema_version: Literal[1] = 1
+    action: Literal["diagnose", "cordon", "uncordon", "evict", "restart", "notify"]
+    target: Name
+    status: Literal["planned", "started", "succeeded", "failed", "skipped"]
+    reason: str = Field(default="", max_length=4096)
+    alert_fingerprint: str = ""
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class Checkpoint(Event):
+    """A checkpoint of a job: staged to host memory, then persisted to storage."""
+
+    kind: Literal["checkpoint"] = "checkpoint"
+    schema_version: Literal[1] = 1
+    step: int = Field(ge=0)
+    phase: Literal["staged", "persisted", "failed"]
+    path: str = ""
+    blocked_ms: float = Field(default=0, ge=0, description="time training was blocked")
+    duration_ms: float = Field(default=0, ge=0)
+    bytes: int = Field(default=0, ge=0)

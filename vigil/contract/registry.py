@@ -1,0 +1,103 @@
+"""One table of what travels where: event kind <-> schema version <-> model <-> topic.
+
+Topics are logical names (`steps`, `alerts`, ...); `vigil.kafka.topics` adds the
+configured prefix. Each (kind, version) carries an example payload that the test
+suite validates, so the registry doubles as the contract's documentation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from vigil.contract.base import Event
+from vigil.contract.decisions import Alert, Checkpoint, JobRegistered, RecoveryAction
+from vigil.contract.telemetry import (
+    CollectiveTrace,
+    Heartbeat,
+    LogLine,
+    NicCounters,
+    ProcessExit,
+    StepTiming,
+)
+
+DEAD_LETTER_TOPIC = "deadletter"
+
+_TS = "2026-11-01T12:00:00Z"
+_ORIGIN = {"job_id": "llama-70b", "host": "node-0007", "ts": _TS, "event_id": "0f3c2a9e5d7b4c1a"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class EventSpec:
+    kind: str
+    version: int
+    model: type[Event]
+    topic: str
+    example: dict[str, Any]
+
+
+SPECS: tuple[EventSpec, ...] = (
+    EventSpec(kind="job", version=1, model=JobRegistered, topic="jobs", example={
+        **_ORIGIN, "name": "llama-70b pretrain", "world_size": 4, "tp": 2, "pp": 1, "dp": 2,
+        "gpus_per_host": 2, "gpu_model": "NVIDIA H100 80GB HBM3", "gpu_peak_tflops": 989.0,
+        "model_flops_per_step": 3.2e15,
+        "ranks": [{"rank": r, "host": f"node-000{r // 2}", "local_rank": r % 2,
+                   "coords": {"tp": r % 2, "dp": r // 2, "pp": 0}} for r in range(4)]}),
+    EventSpec(kind="step", version=1, model=StepTiming, topic="steps", example={
+        **_ORIGIN, "rank": 3, "local_rank": 1, "world_size": 4,
+        "coords": {"dp": 1, "tp": 1, "pp": 0}, "step": 1200, "step_ms": 812.5,
+        "phases": {"forward": 301.2, "backward": 402.9, "optimizer": 88.1},
+        "tokens": 524288, "tflops": 402.1, "mfu": 0.41}),
+    EventSpec(kind="heartbeat", version=1, model=Heartbeat, topic="heartbeats", example={
+        **_ORIGIN, "ip": "10.0.3.7", "pod": "llama-70b-worker-7", "node": "node-0007",
+        "agent_version": "0.1.0", "uptime_s": 3600.5, "interval_s": 2.0,
+        "processes": [{"pid": 4242, "status": "running", "local_rank": 0, "cpu_pct": 98.0}],
+        "gpus": [{"index": 0, "name": "NVIDIA H100 80GB HBM3", "util_pct": 97.0, "temp_c": 61.0,
+                  "sm_clock_mhz": 1980.0, "throttle_reasons": [], "ecc_uncorrected": 0}]}),
+    EventSpec(kind="nic", version=1, model=NicCounters, topic="nic", example={
+        **_ORIGIN, "device": "mlx5_0", "port": 1, "link": "rdma", "tx_bytes": 9_800_000_000,
+        "rx_bytes": 9_700_000_000, "tx_bps": 2.4e10, "rx_bps": 2.3e10, "interval_s": 1.0}),
+    EventSpec(kind="log", version=1, model=LogLine, topic="logs", example={
+        **_ORIGIN, "rank": 5, "local_rank": 5, "stream": "stderr", "category": "xid",
+        "severity": "critical", "xid": 79,
+        "message": "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus."}),
+    EventSpec(kind="exit", version=1, model=ProcessExit, topic="logs", example={
+        **_ORIGIN, "rank": 5, "local_rank": 5, "pid": 4242, "exit_code": 1,
+        "summary": "RuntimeError: CUDA error: uncorrectable NVLink error detected",
+        "traceback": "Traceback (most recent call last):\n  ...\nRuntimeError: CUDA error"}),
+    EventSpec(kind="collective", version=1, model=CollectiveTrace, topic="collectives", example={
+        **_ORIGIN, "rank": 3, "local_rank": 1, "process_groups": {"0": "default_pg"},
+        "entries": [{"record_id": 17, "pg_id": 0, "collective_seq_id": 17,
+                     "profiling_name": "nccl:all_reduce", "state": "started",
+                     "time_created_ns": 1_700_000_000_000_000_000, "timeout_ms": 600000}],
+        "last_started_seq": {"0": 17}, "last_completed_seq": {"0": 16}}),
+    EventSpec(kind="alert", version=1, model=Alert, topic="alerts", example={
+        **_ORIGIN, "fingerprint": "llama-70b/straggler/node-0007/forward", "alert": "straggler",
+        "subject": "node-0007/forward", "status": "firing", "severity": "warning",
+        "summary": "node-0007 forward is 9.8% slower than the fleet median",
+        "first_seen": _TS, "last_seen": _TS, "evidence": {"slowdown_pct": 9.8, "windows": "4/5"}}),
+    EventSpec(kind="recovery", version=1, model=RecoveryAction, topic="recovery", example={
+        **_ORIGIN, "action": "cordon", "target": "node-0007", "status": "succeeded",
+        "reason": "traffic stopped for 30 s", "alert_fingerprint": "llama-70b/traffic_stall/node-0007"}),
+    EventSpec(kind="checkpoint", version=1, model=Checkpoint, topic="recovery", example={
+        **_ORIGIN, "step": 1200, "phase": "persisted", "path": "/ckpt/llama-70b/step-1200",
+        "blocked_ms": 17.0, "duration_ms": 4200.0, "bytes": 524_288_000}),
+)
+
+BY_KIND: dict[tuple[str, int], EventSpec] = {(s.kind, s.version): s for s in SPECS}
+LATEST: dict[str, EventSpec] = {s.kind: s for s in sorted(SPECS, key=lambda s: s.version)}
+TOPICS: tuple[str, ...] = tuple(dict.fromkeys(s.topic for s in SPECS)) + (DEAD_LETTER_TOPIC,)
+TELEMETRY_TOPICS: tuple[str, ...] = ("jobs", "steps", "heartbeats", "nic", "logs", "collectives")
+
+
+def spec_for(kind: str, version: int | None = None) -> EventSpec:
+    """The spec of `kind` at `version` (latest when None); ValueError when unknown."""
+    spec = LATEST.get(kind) if version is None else BY_KIND.get((kind, version))
+    if spec is None:
+        known = ", ".join(sorted(LATEST))
+        raise ValueError(f"unknown event kind/version {kind!r}/{version}; known kinds: {known}")
+    return spec
+
+
+def topic_of(event: Event) -> str:
+    return spec_for(str(getattr(event, "kind")), int(getattr(event, "schema_version"))).topic

@@ -1,0 +1,166 @@
+"""Facts observed on the nodes: step timings, heartbeats, NIC counters, logs, exits, traces.
+
+These are what the timer and the node agent produce and what the analyzer ingests.
+Durations are milliseconds, byte counters are bytes (RDMA's 4-byte units are
+converted at the source), rates are per second.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from vigil.contract.base import Event, Name, RankScoped, UtcDatetime
+
+Severity = Literal["info", "warning", "error", "critical"]
+
+
+class ParallelCoords(BaseModel):
+    """A rank's place in the 3D-parallel layout."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dp: int = Field(default=0, ge=0)
+    tp: int = Field(default=0, ge=0)
+    pp: int = Field(default=0, ge=0)
+
+
+class StepTiming(RankScoped):
+    """One training step of one rank, with per-phase durations from the step timer."""
+
+    kind: Literal["step"] = "step"
+    schema_version: Literal[1] = 1
+    world_size: int = Field(ge=1)
+    coords: ParallelCoords = ParallelCoords()
+    step: int = Field(ge=0)
+    step_ms: float = Field(ge=0)
+    phases: dict[Name, float] = Field(default_factory=dict)
+    tokens: int | None = Field(default=None, ge=0)
+    samples: int | None = Field(default=None, ge=0)
+    tflops: float | None = Field(default=None, ge=0)
+    mfu: float | None = Field(default=None, ge=0, le=1.5)
+    failed: bool = False
+    dropped: int = Field(default=0, ge=0, description="records the timer dropped since the last one")
+
+
+class GpuState(BaseModel):
+    """NVML readings for one GPU; absent fields were not available."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    index: int = Field(ge=0)
+    name: str = ""
+    uuid: str = ""
+    util_pct: float | None = None
+    mem_used_mib: float | None = None
+    mem_total_mib: float | None = None
+    temp_c: float | None = None
+    power_w: float | None = None
+    sm_clock_mhz: float | None = None
+    throttle_reasons: list[str] = Field(default_factory=list)
+    ecc_uncorrected: int | None = None
+    retired_pages: int | None = None
+
+
+class ProcessState(BaseModel):
+    """A training process the agent tracks."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    pid: int = Field(ge=0)
+    status: str
+    local_rank: int | None = None
+    cpu_pct: float | None = None
+    rss_mib: float | None = None
+
+
+class Heartbeat(Event):
+    """The node agent's periodic liveness and state report."""
+
+    kind: Literal["heartbeat"] = "heartbeat"
+    schema_version: Literal[1] = 1
+    ip: str = ""
+    pod: str = ""
+    node: str = ""
+    agent_version: str = ""
+    uptime_s: float = Field(default=0, ge=0)
+    interval_s: float = Field(default=2, gt=0)
+    processes: list[ProcessState] = Field(default_factory=list)
+    gpus: list[GpuState] = Field(default_factory=list)
+    dropped_events: int = Field(default=0, ge=0)
+    spooled_events: int = Field(default=0, ge=0)
+
+
+class NicCounters(Event):
+    """Throughput of one NIC port over the last sampling interval."""
+
+    kind: Literal["nic"] = "nic"
+    schema_version: Literal[1] = 1
+    device: Name
+    port: int = Field(default=1, ge=0)
+    link: Literal["rdma", "ethernet"]
+    tx_bytes: int = Field(ge=0, description="cumulative")
+    rx_bytes: int = Field(ge=0, description="cumulative")
+    tx_bps: float = Field(ge=0, description="bytes per second over interval_s")
+    rx_bps: float = Field(ge=0)
+    interval_s: float = Field(gt=0)
+    extra: dict[str, int] = Field(default_factory=dict, description="hw_counters when present")
+
+
+class LogLine(Event):
+    """A classified stdout/stderr line (or a summary of a rate-limited flood)."""
+
+    kind: Literal["log"] = "log"
+    schema_version: Literal[1] = 1
+    rank: int | None = Field(default=None, ge=0)
+    local_rank: int | None = Field(default=None, ge=0)
+    stream: Literal["stdout", "stderr"] = "stderr"
+    category: Name
+    severity: Severity
+    message: str = Field(max_length=8192)
+    xid: int | None = None
+    repeats: int = Field(default=1, ge=1, description=">1 when this line summarises a flood")
+
+
+class ProcessExit(Event):
+    """A training process ended; the summary is the failing output's last error."""
+
+    kind: Literal["exit"] = "exit"
+    schema_version: Literal[1] = 1
+    rank: int | None = Field(default=None, ge=0)
+    local_rank: int | None = Field(default=None, ge=0)
+    pid: int = Field(ge=0)
+    exit_code: int | None = None
+    signal: str | None = None
+    summary: str = Field(default="", max_length=8192)
+    traceback: str = Field(default="", max_length=65536)
+
+
+class CollectiveEntry(BaseModel):
+    """One PyTorch Flight Recorder entry."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    record_id: int
+    pg_id: int | str
+    collective_seq_id: int = 0
+    p2p_seq_id: int = 0
+    profiling_name: str = ""
+    state: str = ""
+    retired: bool = False
+    time_created_ns: int = 0
+    timeout_ms: int | None = None
+    input_sizes: list[list[int]] = Field(default_factory=list)
+
+
+class CollectiveTrace(RankScoped):
+    """A Flight Recorder dump of one rank: what it was doing when a collective hung."""
+
+    kind: Literal["collective"] = "collective"
+    schema_version: Literal[1] = 1
+    process_groups: dict[str, str] = Field(default_factory=dict, description="pg_id -> name")
+    entries: list[CollectiveEntry] = Field(default_factory=list)
+    last_started_seq: dict[str, int] = Field(default_factory=dict)
+    last_completed_seq: dict[str, int] = Field(default_factory=dict)
+    dumped_at: UtcDatetime | None = None

@@ -1,0 +1,95 @@
+"""Wire format: one Kafka record carries a JSON batch of events of one kind.
+
+    {"kind": "step", "schema_version": 1, "events": [{...}, {...}]}
+
+Batching is what makes the log fast (a broker serves records, not events, per
+second). Decoding is per event: one bad event in a batch is reported on its own
+and its neighbours still go through.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from vigil.contract.base import Event
+from vigil.contract.registry import spec_for
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rejected:
+    """An event (or a whole record) that could not be accepted, and why."""
+
+    reason: str
+    payload: Any
+
+
+@dataclass(frozen=True, kw_only=True)
+class Decoded:
+    events: list[Event]
+    rejected: list[Rejected]
+
+
+def encode_batch(events: Sequence[Event]) -> bytes:
+    """Serialise events of one kind and version into one record value."""
+    if not events:
+        raise ValueError("encode_batch needs at least one event")
+    first = events[0]
+    kind, version = getattr(first, "kind"), getattr(first, "schema_version")
+    for e in events:
+        if (getattr(e, "kind"), getattr(e, "schema_version")) != (kind, version):
+            raise ValueError("a record carries events of one kind and version only")
+    body = ",".join(e.model_dump_json() for e in events)
+    return f'{{"kind":"{kind}","schema_version":{version},"events":[{body}]}}'.encode()
+
+
+def describe(error: ValidationError) -> str:
+    """One line naming each failing field, e.g. `step_ms: Input should be >= 0`."""
+    parts = []
+    for err in error.errors(include_url=False):
+        loc = ".".join(str(p) for p in err["loc"]) or "(root)"
+        parts.append(f"{loc}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def validate_event(kind: str, payload: Any, version: int | None = None) -> Event:
+    """Validate one event payload; ValueError naming the field when it is bad."""
+    spec = spec_for(kind, version)
+    try:
+        return spec.model.model_validate(payload)
+    except ValidationError as exc:
+        raise ValueError(f"invalid {kind} v{spec.version} event: {describe(exc)}") from None
+
+
+def decode_batch(value: bytes | None) -> Decoded:
+    """Decode one record value; never raises, bad parts come back in `rejected`."""
+    if value is None:
+        return Decoded(events=[], rejected=[Rejected(reason="empty record (no value)", payload=None)])
+    try:
+        doc = json.loads(value)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        text = value[:2048].decode("utf-8", "replace")
+        return Decoded(events=[], rejected=[Rejected(reason=f"not JSON: {exc}", payload=text)])
+    if not isinstance(doc, dict) or not isinstance(doc.get("events"), list):
+        return Decoded(events=[], rejected=[Rejected(reason="record must be an object with an 'events' list", payload=doc)])
+    kind, version = doc.get("kind"), doc.get("schema_version")
+    if not isinstance(kind, str) or not isinstance(version, int):
+        return Decoded(events=[], rejected=[Rejected(reason="record needs string 'kind' and integer 'schema_version'", payload=doc)])
+    try:
+        spec_for(kind, version)
+    except ValueError as exc:
+        return Decoded(events=[], rejected=[Rejected(reason=str(exc), payload=doc)])
+    events: list[Event] = []
+    rejected: list[Rejected] = []
+    for item in doc["events"]:
+        if isinstance(item, dict):
+            item = {"kind": kind, "schema_version": version, **item}
+        try:
+            events.append(validate_event(kind, item, version))
+        except ValueError as exc:
+            rejected.append(Rejected(reason=str(exc), payload=item))
+    return Decoded(events=events, rejected=rejected)

@@ -1,0 +1,77 @@
+"""Reading a topic without joining a consumer group: for `vigil tail`, alerts views and tests.
+
+Assigns every partition directly (no group rebalance, no committed offsets), from
+the beginning or the end, and yields decoded events until `max_events`, the
+timeout, or the end of the log when `until_end` is set.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, TopicPartition
+
+from vigil.kafka.admin import client_config
+from vigil.settings import VigilSettings
+
+
+@dataclass(frozen=True, kw_only=True)
+class RawRecord:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int
+
+
+def read_topics(
+    settings: VigilSettings,
+    bootstrap: str,
+    topics: list[str],
+    *,
+    from_beginning: bool = True,
+    timeout: float = 5.0,
+    until_end: bool = True,
+    max_records: int | None = None,
+) -> Iterator[RawRecord]:
+    """Yield raw records of the physical `topics`; stops at the end of the log when `until_end`."""
+    conf: dict[str, Any] = {
+        **client_config(settings, bootstrap),
+        "group.id": f"vigil-reader-{uuid.uuid4().hex[:8]}",
+        "enable.auto.commit": False,
+        "enable.partition.eof": True,
+    }
+    consumer = Consumer(conf)
+    try:
+        meta = consumer.list_topics(timeout=timeout)
+        parts = [
+            TopicPartition(t, p, OFFSET_BEGINNING if from_beginning else OFFSET_END)
+            for t in topics if t in meta.topics for p in meta.topics[t].partitions
+        ]
+        if not parts:
+            return
+        consumer.assign(parts)
+        remaining = {(tp.topic, tp.partition) for tp in parts}
+        deadline = time.monotonic() + timeout
+        seen = 0
+        while time.monotonic() < deadline:
+            for msg in consumer.consume(num_messages=500, timeout=0.2):
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        remaining.discard((msg.topic(), msg.partition()))
+                    continue
+                yield RawRecord(topic=msg.topic(), partition=msg.partition(), offset=msg.offset(),
+                                key=msg.key(), value=msg.value(), timestamp_ms=msg.timestamp()[1])
+                seen += 1
+                if max_records is not None and seen >= max_records:
+                    return
+            if until_end and not remaining:
+                return
+    finally:
+        consumer.close()

@@ -1,0 +1,130 @@
+"""Settings shared by every vigil service: where state lives and how to reach Kafka and ClickHouse.
+
+Environment variables use the prefix `VIGIL_` (fixed names other tooling relies on:
+`VIGIL_HOME`, `VIGIL_KAFKA_BOOTSTRAP`, `VIGIL_CLICKHOUSE_DSN`). An optional TOML file
+named by `VIGIL_CONFIG` supplies defaults; the environment wins over it. Each
+service defines its own class from `section_settings(...)` with its own prefix
+(`VIGIL_ANALYZER_...`) and reads the matching `[analyzer]` table of the file.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from vigil.errors import VigilError
+
+
+class SettingsError(VigilError, ValueError):
+    """A setting has a bad value; the message names the setting."""
+
+
+def _config_file_values(section: str | None) -> dict[str, Any]:
+    path = os.environ.get("VIGIL_CONFIG")
+    if not path:
+        return {}
+    try:
+        with open(path, "rb") as fh:
+            doc = tomllib.load(fh)
+    except OSError as exc:
+        raise SettingsError(f"VIGIL_CONFIG={path}: cannot read ({exc.strerror})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SettingsError(f"VIGIL_CONFIG={path}: not valid TOML ({exc})") from None
+    values = doc.get(section, {}) if section else {k: v for k, v in doc.items() if not isinstance(v, dict)}
+    return dict(values) if isinstance(values, dict) else {}
+
+
+class _FileSource(PydanticBaseSettingsSource):
+    def __init__(self, settings_cls: type[BaseSettings], section: str | None) -> None:
+        super().__init__(settings_cls)
+        self._values = _config_file_values(section)
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return self._values.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return {k: v for k, v in self._values.items() if k in self.settings_cls.model_fields}
+
+
+class VigilBaseSettings(BaseSettings):
+    """Base of every settings class: env first, then the `VIGIL_CONFIG` file, then defaults."""
+
+    config_section: ClassVar[str | None] = None
+    model_config = SettingsConfigDict(env_prefix="VIGIL_", extra="ignore")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, _FileSource(settings_cls, cls.config_section))
+
+    @classmethod
+    def load(cls, **overrides: Any) -> Any:
+        """Build the settings, turning validation errors into one readable SettingsError."""
+        try:
+            return cls(**overrides)
+        except ValidationError as exc:
+            prefix = str(cls.model_config.get("env_prefix", "VIGIL_"))
+            parts = [f"{prefix}{str(e['loc'][0]).upper()}: {e['msg']}" for e in exc.errors(include_url=False)]
+            raise SettingsError("bad setting: " + "; ".join(parts)) from None
+
+
+class VigilSettings(VigilBaseSettings):
+    """Core settings: state directory, Kafka, ClickHouse, topics."""
+
+    home: Path = Field(default=Path("~/.vigil"), description="state and data of the embedded stack")
+    kafka_bootstrap: str | None = Field(default=None, description="host:port[,host:port]; unset = embedded broker")
+    kafka_extra: dict[str, str] = Field(default_factory=dict, description="extra librdkafka settings (SASL, TLS)")
+    clickhouse_dsn: str | None = Field(default=None, description="chdb:///path or http(s)://host:port; unset = chdb under home")
+    topic_prefix: str = "vigil."
+    topic_partitions: int = Field(default=4, ge=1)
+    topic_replication: int = Field(default=1, ge=1)
+    topic_retention_ms: int = Field(default=7 * 24 * 3600 * 1000, ge=60_000)
+    broker_port: int = Field(default=0, ge=0, le=65535, description="embedded broker port; 0 = a free one")
+    control_port: int = Field(default=0, ge=0, le=65535, description="`vigil up` control port; 0 = a free one")
+
+    @field_validator("home")
+    @classmethod
+    def _expand(cls, v: Path) -> Path:
+        return v.expanduser().absolute()
+
+    @field_validator("kafka_bootstrap")
+    @classmethod
+    def _bootstrap(cls, v: str | None) -> str | None:
+        if v is None or not v.strip():
+            return None
+        for part in v.split(","):
+            host, sep, port = part.strip().rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ValueError(f"expected host:port[,host:port], got {v!r}")
+        return v.strip()
+
+    @field_validator("clickhouse_dsn")
+    @classmethod
+    def _dsn(cls, v: str | None) -> str | None:
+        if v is None or not v.strip():
+            return None
+        if not v.startswith(("chdb://", "http://", "https://")):
+            raise ValueError(f"expected chdb:///path or http(s)://host:port, got {v!r}")
+        return v
+
+    @property
+    def embedded_kafka(self) -> bool:
+        return self.kafka_bootstrap is None
+
+    @property
+    def effective_clickhouse_dsn(self) -> str:
+        return self.clickhouse_dsn or f"chdb://{self.home / 'clickhouse'}"
+
+    def topic(self, logical: str) -> str:
+        return f"{self.topic_prefix}{logical}"
