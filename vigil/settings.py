@@ -90,6 +90,7 @@ class VigilSettings(VigilBaseSettings):
     topic_partitions: int = Field(default=4, ge=1)
     topic_replication: int = Field(default=1, ge=1)
     topic_retention_ms: int = Field(default=7 * 24 * 3600 * 1000, ge=60_000)
+    retention_days: int = Field(default=30, ge=1, description="ClickHouse TTL of telemetry rows")
     broker_port: int = Field(default=0, ge=0, le=65535, description="embedded broker port; 0 = a free one")
     control_port: int = Field(default=0, ge=0, le=65535, description="`vigil up` control port; 0 = a free one")
 

@@ -73,7 +73,9 @@ def migrate(client: Client, params: dict[str, object] | None = None, directory: 
     """Apply every migration not yet recorded; safe to run any number of times."""
     client.command(LEDGER)
     done = {int(r[0]): str(r[1]) for r in client.query("SELECT id, checksum FROM vigil_migrations FINAL").result_rows}
-    applied, already, changed = [], [], []
+    applied: list[str] = []
+    already: list[str] = []
+    changed: list[str] = []
     for mig in discover(directory):
         label = f"{mig.id:04d}_{mig.name}"
         if mig.id in done:

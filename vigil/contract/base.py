@@ -38,6 +38,8 @@ class Event(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    kind: str
+    schema_version: int
     event_id: str = Field(default_factory=new_event_id, min_length=8, max_length=64)
     job_id: Name
     host: Name

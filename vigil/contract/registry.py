@@ -86,7 +86,7 @@ SPECS: tuple[EventSpec, ...] = (
 
 BY_KIND: dict[tuple[str, int], EventSpec] = {(s.kind, s.version): s for s in SPECS}
 LATEST: dict[str, EventSpec] = {s.kind: s for s in sorted(SPECS, key=lambda s: s.version)}
-TOPICS: tuple[str, ...] = tuple(dict.fromkeys(s.topic for s in SPECS)) + (DEAD_LETTER_TOPIC,)
+TOPICS: tuple[str, ...] = (*tuple(dict.fromkeys(s.topic for s in SPECS)), DEAD_LETTER_TOPIC)
 TELEMETRY_TOPICS: tuple[str, ...] = ("jobs", "steps", "heartbeats", "nic", "logs", "collectives")
 
 
@@ -100,4 +100,4 @@ def spec_for(kind: str, version: int | None = None) -> EventSpec:
 
 
 def topic_of(event: Event) -> str:
-    return spec_for(str(getattr(event, "kind")), int(getattr(event, "schema_version"))).topic
+    return spec_for(str(event.kind), int(event.schema_version)).topic

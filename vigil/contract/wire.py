@@ -39,9 +39,9 @@ def encode_batch(events: Sequence[Event]) -> bytes:
     if not events:
         raise ValueError("encode_batch needs at least one event")
     first = events[0]
-    kind, version = getattr(first, "kind"), getattr(first, "schema_version")
+    kind, version = first.kind, first.schema_version
     for e in events:
-        if (getattr(e, "kind"), getattr(e, "schema_version")) != (kind, version):
+        if (e.kind, e.schema_version) != (kind, version):
             raise ValueError("a record carries events of one kind and version only")
     body = ",".join(e.model_dump_json() for e in events)
     return f'{{"kind":"{kind}","schema_version":{version},"events":[{body}]}}'.encode()

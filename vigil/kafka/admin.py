@@ -7,12 +7,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 from vigil.contract.registry import TOPICS
 from vigil.errors import Unreachable
 from vigil.settings import VigilSettings
-
 
 # librdkafka logs every refused connection; failures reach callers as exceptions instead.
 RDKAFKA_LOG = logging.getLogger("vigil.kafka.rdkafka")

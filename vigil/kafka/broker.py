@@ -16,6 +16,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from vigil.errors import StackError
 
@@ -71,7 +72,7 @@ class EmbeddedBroker:
         elif port_open("127.0.0.1", self.port):
             raise StackError(f"VIGIL_BROKER_PORT={self.port}: port already in use on 127.0.0.1")
         url = f"tcp://127.0.0.1:{self.port}"
-        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
+        out: Any = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
         try:
             self._proc = subprocess.Popen(
                 [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,

@@ -101,7 +101,7 @@ class BatchingConsumer:
                 if err.code() != KafkaError._PARTITION_EOF:
                     self.stats.last_error = err.str()
                 continue
-            self._add(msg.topic(), msg.partition(), msg.offset(), msg.value())
+            self._add(str(msg.topic()), int(msg.partition() or 0), int(msg.offset() or 0), msg.value())
         batch = self._batch
         if len(batch) >= self.max_batch_events or (len(batch) and time.monotonic() - batch.started >= self.max_batch_s):
             self._flush_with_retry(stop)

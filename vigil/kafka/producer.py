@@ -59,7 +59,7 @@ class EventProducer:
         """Queue events for delivery; returns the number of records produced."""
         groups: dict[tuple[str, str, int, str], list[Event]] = defaultdict(list)
         for e in events:
-            groups[(topic_of(e), str(getattr(e, "kind")), int(getattr(e, "schema_version")), e.host)].append(e)
+            groups[(topic_of(e), str(e.kind), int(e.schema_version), e.host)].append(e)
         records = 0
         for (logical, _kind, _v, host), group in groups.items():
             for i in range(0, len(group), self.batch_events):

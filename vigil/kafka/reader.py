@@ -13,8 +13,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
+from vigil.errors import Unreachable
 from vigil.kafka.admin import client_config
 from vigil.settings import VigilSettings
 
@@ -47,12 +48,19 @@ def read_topics(
         "enable.partition.eof": True,
     }
     consumer = Consumer(conf)
+    call_timeout = min(timeout, 10.0)  # librdkafka takes int32 milliseconds
     try:
-        meta = consumer.list_topics(timeout=timeout)
-        parts = [
-            TopicPartition(t, p, OFFSET_BEGINNING if from_beginning else OFFSET_END)
-            for t in topics if t in meta.topics for p in meta.topics[t].partitions
-        ]
+        try:
+            meta = consumer.list_topics(timeout=call_timeout)
+        except KafkaException as exc:
+            raise Unreachable(f"Kafka {bootstrap}: {exc.args[0].str()}") from None
+        parts = [TopicPartition(t, p, OFFSET_BEGINNING) for t in topics if t in meta.topics for p in meta.topics[t].partitions]
+        started_ms = int(time.time() * 1000)
+        if not from_beginning:
+            # The embedded broker under-reports high watermarks (and ignores OFFSET_END), so records
+            # created before this call are also skipped by timestamp below.
+            for tp in parts:
+                tp.offset = consumer.get_watermark_offsets(tp, timeout=call_timeout, cached=False)[1]
         if not parts:
             return
         consumer.assign(parts)
@@ -66,7 +74,9 @@ def read_topics(
                     if err.code() == KafkaError._PARTITION_EOF:
                         remaining.discard((msg.topic(), msg.partition()))
                     continue
-                yield RawRecord(topic=msg.topic(), partition=msg.partition(), offset=msg.offset(),
+                if not from_beginning and msg.timestamp()[1] < started_ms:
+                    continue
+                yield RawRecord(topic=str(msg.topic()), partition=int(msg.partition() or 0), offset=int(msg.offset() or 0),
                                 key=msg.key(), value=msg.value(), timestamp_ms=msg.timestamp()[1])
                 seen += 1
                 if max_records is not None and seen >= max_records:

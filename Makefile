@@ -1,0 +1,45 @@
+# Two entry points: `make demo` (the main job on embedded defaults) and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+PYTEST_ARGS ?=
+
+.PHONY: install demo test lint typecheck browser bench clean
+
+# torch first, pinned: the CPU build is served here; an unpinned torch pulls GBs of CUDA wheels.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[timer,platform,embedded,dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# Headless Chromium for the dashboard's browser tests (Debian packages; needs root to install).
+browser:
+	@if ! command -v chromedriver >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) \
+	      || echo "warning: could not install chromium; browser tests will be skipped"; \
+	  else echo "note: chromium-driver missing and not root; browser tests will be skipped"; fi; \
+	fi
+
+demo: install
+	$(VENV)/bin/vigil demo
+
+lint: install
+	$(VENV)/bin/ruff check .
+
+typecheck: install
+	$(VENV)/bin/mypy
+
+test: install browser lint typecheck
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: install
+	for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

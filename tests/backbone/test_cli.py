@@ -1,0 +1,100 @@
+"""`vigil up --detach | status | tail | migrate | down` as real subprocesses with a temporary VIGIL_HOME."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from vigil.contract import SPECS
+from vigil.kafka.producer import EventProducer
+from vigil.settings import VigilSettings
+
+pytestmark = [pytest.mark.kafka, pytest.mark.clickhouse, pytest.mark.slow]
+
+
+def vigil(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "vigil", *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    home = tmp_path_factory.mktemp("vigil-home")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VIGIL_")}
+    env["VIGIL_HOME"] = str(home)
+    up = vigil(env, "up", "--detach", "--no-dashboard", "--no-recovery")
+    assert up.returncode == 0, up.stderr + up.stdout
+    yield env
+    vigil(env, "down")
+
+
+def test_status_reports_every_part_healthy(stack: dict[str, str]) -> None:
+    res = vigil(stack, "status", "--json")
+    assert res.returncode == 0, res.stdout + res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["ok"] is True
+    assert {"broker", "clickhouse"} <= set(doc["parts"])
+    assert all(part["ok"] for part in doc["parts"].values())
+
+
+def test_tail_prints_what_was_produced(stack: dict[str, str]) -> None:
+    settings = VigilSettings(home=Path(stack["VIGIL_HOME"]))
+    state = json.loads((settings.home / "stack.json").read_text())
+    producer = EventProducer(settings=settings, bootstrap=state["bootstrap"])
+    producer.send([s.model.model_validate(s.example) for s in SPECS])
+    producer.flush()
+    res = vigil(stack, "tail", "--from-beginning", "--kind", "alert", "--kind", "step", "--json")
+    assert res.returncode == 0, res.stderr
+    kinds = sorted(json.loads(line)["kind"] for line in res.stdout.splitlines())
+    assert kinds == ["alert", "step"]
+    human = vigil(stack, "tail", "--from-beginning", "--max", "3")
+    assert len(human.stdout.splitlines()) == 3
+    quiet = vigil(stack, "tail", "--timeout", "2")  # only new events: there are none
+    assert quiet.stdout == ""
+
+
+def test_migrate_through_running_stack_is_idempotent(stack: dict[str, str]) -> None:
+    res = vigil(stack, "migrate")
+    assert res.returncode == 0, res.stderr
+    assert "applied" not in res.stdout and "ok        0001_dead_letters" in res.stdout
+
+
+def test_second_up_is_refused_with_one_line(stack: dict[str, str]) -> None:
+    res = vigil(stack, "up", "--detach")
+    assert res.returncode == 2
+    assert "already running" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_down_leaves_nothing_and_status_fails(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VIGIL_")}
+    env["VIGIL_HOME"] = str(tmp_path)
+    assert vigil(env, "up", "--detach", "--no-analyzer", "--no-dashboard", "--no-recovery").returncode == 0
+    state = json.loads((tmp_path / "stack.json").read_text())
+    assert vigil(env, "down").returncode == 0
+    for pid in (state["pid"], state["broker_pid"]):
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    res = vigil(env, "status")
+    assert res.returncode == 1 and "no stack running" in res.stdout
+
+
+def test_bad_setting_is_one_clear_line(tmp_path: Path) -> None:
+    env = {**os.environ, "VIGIL_HOME": str(tmp_path), "VIGIL_KAFKA_BOOTSTRAP": "no-port-here"}
+    res = vigil(env, "status")
+    assert res.returncode == 2
+    assert res.stderr.strip().count("\n") == 0 and "VIGIL_KAFKA_BOOTSTRAP" in res.stderr
+
+
+def test_unreachable_cluster_names_the_address(tmp_path: Path) -> None:
+    env = {**os.environ, "VIGIL_HOME": str(tmp_path), "VIGIL_KAFKA_BOOTSTRAP": "127.0.0.1:1",
+           "VIGIL_CLICKHOUSE_DSN": "http://127.0.0.1:1"}
+    res = vigil(env, "status", "--json")
+    assert res.returncode == 1
+    doc = json.loads(res.stdout)
+    assert "127.0.0.1:1" in doc["parts"]["kafka"]["error"] and "VIGIL_KAFKA_BOOTSTRAP" in doc["parts"]["kafka"]["error"]
+    assert "VIGIL_CLICKHOUSE_DSN" in doc["parts"]["clickhouse"]["error"]

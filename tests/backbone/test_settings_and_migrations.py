@@ -1,0 +1,73 @@
+"""Settings precedence and errors; ClickHouse migrations are recorded and idempotent."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vigil.clickhouse import connect, migrate
+from vigil.clickhouse.migrations import discover
+from vigil.errors import MigrationError
+from vigil.settings import SettingsError, VigilSettings
+
+
+@pytest.mark.pure
+def test_env_beats_config_file_and_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = tmp_path / "vigil.toml"
+    cfg.write_text('topic_prefix = "file."\ntopic_partitions = 8\n[analyzer]\nx = 1\n')
+    monkeypatch.setenv("VIGIL_CONFIG", str(cfg))
+    monkeypatch.setenv("VIGIL_TOPIC_PARTITIONS", "3")
+    monkeypatch.setenv("VIGIL_HOME", str(tmp_path / "h"))
+    s = VigilSettings.load()
+    assert s.topic_prefix == "file." and s.topic_partitions == 3
+    assert s.effective_clickhouse_dsn == f"chdb://{tmp_path / 'h' / 'clickhouse'}"
+    assert s.embedded_kafka
+
+
+@pytest.mark.pure
+@pytest.mark.parametrize(
+    ("env", "value", "message"),
+    [
+        ("VIGIL_KAFKA_BOOTSTRAP", "localhost", "VIGIL_KAFKA_BOOTSTRAP"),
+        ("VIGIL_CLICKHOUSE_DSN", "mysql://x", "VIGIL_CLICKHOUSE_DSN"),
+        ("VIGIL_TOPIC_PARTITIONS", "0", "VIGIL_TOPIC_PARTITIONS"),
+    ],
+)
+def test_bad_settings_name_the_variable(monkeypatch: pytest.MonkeyPatch, env: str, value: str, message: str) -> None:
+    monkeypatch.setenv(env, value)
+    with pytest.raises(SettingsError, match=message):
+        VigilSettings.load()
+
+
+@pytest.mark.pure
+def test_unreadable_config_file_is_a_settings_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("this is = = not toml")
+    monkeypatch.setenv("VIGIL_CONFIG", str(bad))
+    with pytest.raises(SettingsError, match="not valid TOML"):
+        VigilSettings.load()
+
+
+@pytest.mark.clickhouse
+def test_migrations_run_twice_without_change(clickhouse_dsn: str) -> None:
+    client = connect(clickhouse_dsn, database="t_migrate_twice")
+    first = migrate(client, {"ttl_days": 7})
+    tables = sorted(r[0] for r in client.query("SHOW TABLES").result_rows)
+    second = migrate(client, {"ttl_days": 7})
+    assert first.applied and not first.already
+    assert second.applied == [] and second.already == first.applied and second.changed == []
+    assert sorted(r[0] for r in client.query("SHOW TABLES").result_rows) == tables
+    ledger = client.query("SELECT count() FROM vigil_migrations FINAL").result_rows[0][0]
+    assert ledger == len(discover())
+
+
+@pytest.mark.clickhouse
+def test_failed_migration_names_itself_and_is_not_recorded(clickhouse_dsn: str, tmp_path: Path) -> None:
+    (tmp_path / "0001_ok.sql").write_text("CREATE TABLE IF NOT EXISTS ok_t (x UInt8) ENGINE = MergeTree ORDER BY x;")
+    (tmp_path / "0002_broken.sql").write_text("CREATE TABLE nonsense (;")
+    client = connect(clickhouse_dsn, database="t_migrate_broken")
+    with pytest.raises(MigrationError, match="0002_broken"):
+        migrate(client, directory=tmp_path)
+    recorded = [r[0] for r in client.query("SELECT name FROM vigil_migrations FINAL").result_rows]
+    assert recorded == ["ok"]

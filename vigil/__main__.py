@@ -1,0 +1,5 @@
+import sys
+
+from vigil.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,55 @@
+"""The `vigil` command: one entry point, subcommands registered by each package.
+
+Each package with commands has a `cli.py` exposing `register(subparsers)`; its
+handlers import heavy modules lazily so `vigil --help` stays fast. A handler
+returns the exit code. VigilError (and ValueError from bad input) print one line
+on stderr and exit 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from vigil.errors import VigilError
+
+COMMAND_MODULES = ("vigil.cli.stack", "collector.cli", "analyzer.cli", "recovery.cli", "dashboard.cli")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="vigil", description="Fault diagnosis and recovery for large training jobs.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug output")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:  # that package has no commands yet
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    try:
+        return int(args.handler(args))
+    except (VigilError, ValueError) as exc:
+        print(f"vigil {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

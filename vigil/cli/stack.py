@@ -1,0 +1,202 @@
+"""`vigil up | status | down | migrate`: the embedded stack's lifecycle and health."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+from vigil.errors import StackError, Unreachable, VigilError
+from vigil.settings import VigilSettings
+
+
+def register(sub: Any) -> None:
+    up = sub.add_parser("up", help="start the embedded stack (broker, ClickHouse, analyzer, dashboard)")
+    up.add_argument("--detach", action="store_true", help="return once everything is ready; stop with `vigil down`")
+    up.add_argument("--no-analyzer", action="store_true", help="do not host the analyzer")
+    up.add_argument("--no-dashboard", action="store_true", help="do not host the dashboard")
+    up.add_argument("--no-recovery", action="store_true", help="do not host the recovery controller")
+    up.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for readiness with --detach")
+    up.set_defaults(handler=cmd_up)
+
+    st = sub.add_parser("status", help="health of each part; non-zero exit when something is down")
+    st.add_argument("--json", action="store_true", help="machine-readable output")
+    st.set_defaults(handler=cmd_status)
+
+    down = sub.add_parser("down", help="stop the embedded stack and everything it started")
+    down.add_argument("--timeout", type=float, default=30.0)
+    down.set_defaults(handler=cmd_down)
+
+    mig = sub.add_parser("migrate", help="apply pending ClickHouse migrations (idempotent)")
+    mig.set_defaults(handler=cmd_migrate)
+
+    from vigil.cli import tail
+
+    tail.register(sub)
+
+
+def _services(args: argparse.Namespace) -> list[str]:
+    return [
+        name for name, off in (("analyzer", args.no_analyzer), ("recovery", args.no_recovery),
+                               ("dashboard", args.no_dashboard)) if not off
+    ]
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    settings = VigilSettings.load()
+    if args.detach:
+        return _up_detached(settings, args)
+    from vigil.stack.runner import Stack
+
+    stack = Stack(settings=settings, services=_services(args))
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    state = stack.start()
+    _print_ready(settings, state.bootstrap, state.clickhouse_dsn, state.control_url, state.urls)
+    print("Ctrl-C or `vigil down` stops it.", flush=True)
+    try:
+        stack.wait(stop)
+    finally:
+        stack.stop()
+        print("vigil stack stopped.", flush=True)
+    return 0
+
+
+def _up_detached(settings: VigilSettings, args: argparse.Namespace) -> int:
+    from vigil.stack.runner import wait_for_state
+    from vigil.stack.state import read_state
+
+    if (running := read_state(settings)) is not None:
+        raise StackError(f"a stack is already running under VIGIL_HOME={settings.home} (pid {running.pid})")
+    settings.home.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "vigil", "up"]
+    argv += [f"--no-{n}" for n in ("analyzer", "recovery", "dashboard") if getattr(args, f"no_{n}")]
+    with open(settings.home / "up.log", "ab") as logf:
+        child = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 start_new_session=True, env=os.environ.copy())
+    try:
+        state = wait_for_state(settings, child.pid, args.timeout, lambda: child.poll() is None)
+    except StackError:
+        if child.poll() is None:
+            child.terminate()
+        tail = (settings.home / "up.log").read_text(errors="replace").strip().splitlines()[-5:]
+        raise StackError("the stack did not come up: " + (" | ".join(tail) or "no output")) from None
+    _print_ready(settings, state.bootstrap, state.clickhouse_dsn, state.control_url, state.urls)
+    print(f"running in the background (pid {state.pid}); `vigil down` stops it.")
+    return 0
+
+
+def _print_ready(settings: VigilSettings, bootstrap: str, dsn: str, control: str, urls: dict[str, str]) -> None:
+    print(f"vigil stack is up (VIGIL_HOME={settings.home})")
+    print(f"  kafka       {bootstrap}   (export VIGIL_KAFKA_BOOTSTRAP={bootstrap} to reach it from elsewhere)")
+    print(f"  clickhouse  {dsn}")
+    print(f"  control     {control}")
+    for name, url in urls.items():
+        print(f"  {name:<11} {url}")
+    sys.stdout.flush()
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    settings = VigilSettings.load()
+    report = stack_health(settings)
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+    else:
+        print(f"vigil: {'OK' if report['ok'] else 'DOWN'}  ({report.get('mode')})")
+        for name, part in report.get("parts", {}).items():
+            detail = ", ".join(f"{k}={v}" for k, v in part.items() if k != "ok")
+            print(f"  {'ok ' if part.get('ok') else 'BAD'} {name:<11} {detail}")
+        if report.get("error"):
+            print(f"  {report['error']}")
+    return 0 if report["ok"] else 1
+
+
+def stack_health(settings: VigilSettings) -> dict[str, Any]:
+    import httpx
+
+    from vigil.stack.state import read_state
+
+    state = read_state(settings)
+    if state is not None:
+        try:
+            doc: dict[str, Any] = httpx.get(f"{state.control_url}/health", timeout=10).json()
+        except httpx.HTTPError as exc:
+            return {"ok": False, "mode": "embedded", "error": f"control port {state.control_url}: {exc}"}
+        doc["mode"] = f"stack pid {state.pid}"
+        return doc
+    if settings.kafka_bootstrap is None:
+        return {"ok": False, "mode": "embedded", "parts": {},
+                "error": f"no stack running under VIGIL_HOME={settings.home}; `vigil up --detach` starts one"}
+    return _direct_health(settings)
+
+
+def _direct_health(settings: VigilSettings) -> dict[str, Any]:
+    from vigil.clickhouse import check, connect
+    from vigil.kafka.admin import check_reachable
+
+    parts: dict[str, dict[str, Any]] = {}
+    bootstrap = str(settings.kafka_bootstrap)
+    try:
+        parts["kafka"] = {"ok": True, "bootstrap": bootstrap, "topics": len(check_reachable(settings, bootstrap))}
+    except Unreachable as exc:
+        parts["kafka"] = {"ok": False, "error": str(exc)}
+    dsn = settings.effective_clickhouse_dsn
+    try:
+        parts["clickhouse"] = {"ok": True, "dsn": dsn, "version": check(connect(dsn, explicit=True))}
+    except VigilError as exc:
+        parts["clickhouse"] = {"ok": False, "error": str(exc)}
+    return {"ok": all(p["ok"] for p in parts.values()), "mode": "external", "parts": parts}
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    from vigil.stack.state import clear_state, pid_alive, read_state
+
+    settings = VigilSettings.load()
+    state = read_state(settings)
+    if state is None:
+        print(f"no stack running under VIGIL_HOME={settings.home}")
+        clear_state(settings)
+        return 0
+    os.kill(state.pid, signal.SIGTERM)
+    deadline = time.monotonic() + args.timeout
+    while pid_alive(state.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if pid_alive(state.pid):
+        os.kill(state.pid, signal.SIGKILL)
+    if state.broker_pid and pid_alive(state.broker_pid):
+        os.kill(state.broker_pid, signal.SIGKILL)
+    clear_state(settings)
+    print(f"vigil stack (pid {state.pid}) stopped.")
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    import httpx
+
+    from vigil.clickhouse import connect, migrate
+    from vigil.stack.state import read_state
+
+    settings = VigilSettings.load()
+    dsn = settings.effective_clickhouse_dsn
+    state = read_state(settings)
+    if dsn.startswith("chdb://") and state is not None:
+        report = httpx.post(f"{state.control_url}/migrate", timeout=120).json()
+    else:
+        from dataclasses import asdict
+
+        report = asdict(migrate(connect(dsn, explicit=settings.clickhouse_dsn is not None),
+                                {"ttl_days": settings.retention_days}))
+    for label in report["applied"]:
+        print(f"applied   {label}")
+    for label in report["already"]:
+        print(f"ok        {label}")
+    for label in report["changed"]:
+        print(f"CHANGED   {label} (applied earlier with different content; not re-run)")
+    return 0

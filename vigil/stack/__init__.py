@@ -1,0 +1,1 @@
+"""The embedded stack: broker + ClickHouse + hosted services in one `vigil up` process."""

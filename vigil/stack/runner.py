@@ -1,0 +1,156 @@
+"""The body of `vigil up`: broker, ClickHouse, topics, migrations, hosted services, control port.
+
+Parts come up in dependency order and go down in reverse. Hosted services are
+found by name (`analyzer.service.AnalyzerService`, `dashboard.service.DashboardService`,
+...) so the backbone runs on its own before those packages exist.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from vigil.clickhouse import check, connect, migrate
+from vigil.errors import StackError
+from vigil.kafka.admin import check_reachable, ensure_topics
+from vigil.kafka.broker import EmbeddedBroker, port_open
+from vigil.settings import VigilSettings
+from vigil.stack.control import ControlServer
+from vigil.stack.service import Service, StackContext
+from vigil.stack.state import StackState, clear_state, read_state, write_state
+
+log = logging.getLogger(__name__)
+
+HOSTED: dict[str, str] = {
+    "analyzer": "analyzer.service:AnalyzerService",
+    "recovery": "recovery.service:RecoveryService",
+    "dashboard": "dashboard.service:DashboardService",
+}
+
+
+def load_service(spec: str, ctx: StackContext) -> Service | None:
+    module_name, _, cls_name = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            return None
+        raise
+    factory: Callable[[StackContext], Service] = getattr(module, cls_name)
+    return factory(ctx)
+
+
+@dataclass(kw_only=True)
+class Stack:
+    settings: VigilSettings
+    services: Sequence[str] = tuple(HOSTED)
+    broker: EmbeddedBroker | None = None
+    hosted: list[Service] = field(default_factory=list)
+    control: ControlServer | None = None
+    ctx: StackContext | None = None
+
+    def start(self) -> StackState:
+        s = self.settings
+        if (running := read_state(s)) is not None:
+            raise StackError(f"a stack is already running under VIGIL_HOME={s.home} (pid {running.pid}); `vigil down` first")
+        s.home.mkdir(parents=True, exist_ok=True)
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> StackState:
+        s = self.settings
+        if s.embedded_kafka:
+            self.broker = EmbeddedBroker(port=s.broker_port, log_path=s.home / "broker.log")
+            bootstrap = self.broker.start()
+        else:
+            bootstrap = str(s.kafka_bootstrap)
+        check_reachable(s, bootstrap)
+        ensure_topics(s, bootstrap)
+        dsn = s.effective_clickhouse_dsn
+        client = connect(dsn, explicit=s.clickhouse_dsn is not None)
+        migrate(client, {"ttl_days": s.retention_days})
+        self.ctx = StackContext(settings=s, bootstrap=bootstrap, clickhouse=client, clickhouse_dsn=dsn)
+        for name in self.services:
+            svc = load_service(HOSTED[name], self.ctx)
+            if svc is not None:
+                svc.start()
+                self.hosted.append(svc)
+        self.control = ControlServer(port=s.control_port, client=client, health=self.health, migrate=self._migrate)
+        self.control.start()
+        urls = {str(k): str(v) for svc in self.hosted for k, v in self._health_of(svc).get("urls", {}).items()}
+        state = StackState(
+            pid=os.getpid(), bootstrap=bootstrap, clickhouse_dsn=dsn, control_url=self.control.url,
+            broker_pid=self.broker.pid if self.broker else None, urls=urls,
+        )
+        write_state(s, state)
+        return state
+
+    def _migrate(self) -> dict[str, Any]:
+        assert self.ctx is not None
+        return asdict(migrate(self.ctx.clickhouse, {"ttl_days": self.settings.retention_days}))
+
+    @staticmethod
+    def _health_of(svc: Service) -> dict[str, Any]:
+        try:
+            return svc.health()
+        except Exception as exc:
+            return {"ok": False, "error": str(exc)}
+
+    def health(self) -> dict[str, Any]:
+        parts: dict[str, dict[str, Any]] = {}
+        if self.ctx is not None:
+            host, _, port = self.ctx.bootstrap.rpartition(":")
+            broker_ok = port_open(host, int(port)) if self.broker is None else self.broker.alive()
+            parts["broker"] = {"ok": broker_ok, "bootstrap": self.ctx.bootstrap, "embedded": self.broker is not None}
+            try:
+                parts["clickhouse"] = {"ok": True, "dsn": self.ctx.clickhouse_dsn, "version": check(self.ctx.clickhouse)}
+            except Exception as exc:
+                parts["clickhouse"] = {"ok": False, "dsn": self.ctx.clickhouse_dsn, "error": str(exc)[:300]}
+        for svc in self.hosted:
+            parts[svc.name] = self._health_of(svc)
+        return {"ok": all(p.get("ok") for p in parts.values()), "pid": os.getpid(), "parts": parts}
+
+    def stop(self) -> None:
+        if self.control is not None:
+            self.control.stop()
+            self.control = None
+        for svc in reversed(self.hosted):
+            try:
+                svc.stop()
+            except Exception as exc:
+                log.error("stopping %s failed: %s", svc.name, exc)
+        self.hosted.clear()
+        if self.broker is not None:
+            self.broker.stop()
+            self.broker = None
+        state = read_state(self.settings)
+        if state is None or state.pid == os.getpid():
+            clear_state(self.settings)
+
+    def wait(self, stop: threading.Event) -> None:
+        """Block until `stop` is set or the embedded broker dies."""
+        while not stop.wait(1.0):
+            if self.broker is not None and not self.broker.alive():
+                log.error("embedded broker exited; stopping the stack")
+                return
+
+
+def wait_for_state(settings: VigilSettings, pid: int, timeout: float, alive: Callable[[], bool]) -> StackState:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = read_state(settings)
+        if state is not None and state.pid == pid:
+            return state
+        if not alive():
+            break
+        time.sleep(0.1)
+    raise StackError(f"the stack did not come up (see {settings.home / 'up.log'})")

@@ -1,0 +1,76 @@
+"""Where a running embedded stack can be reached: `$VIGIL_HOME/stack.json`.
+
+`vigil up` writes it once every part is ready and removes it on exit. Commands
+resolve the broker and the control port from it unless `VIGIL_KAFKA_BOOTSTRAP`
+points at a production cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from vigil.errors import StackError
+from vigil.settings import VigilSettings
+
+
+@dataclass(frozen=True, kw_only=True)
+class StackState:
+    pid: int
+    bootstrap: str
+    clickhouse_dsn: str
+    control_url: str
+    broker_pid: int | None = None
+    urls: dict[str, str] = field(default_factory=dict)
+
+
+def state_path(settings: VigilSettings) -> Path:
+    return settings.home / "stack.json"
+
+
+def write_state(settings: VigilSettings, state: StackState) -> None:
+    path = state_path(settings)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(asdict(state), indent=2))
+    tmp.replace(path)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def read_state(settings: VigilSettings) -> StackState | None:
+    """The running stack's state, or None (a file left by a dead process is ignored)."""
+    path = state_path(settings)
+    try:
+        doc = json.loads(path.read_text())
+        state = StackState(**doc)
+    except (OSError, ValueError, TypeError):
+        return None
+    return state if pid_alive(state.pid) else None
+
+
+def clear_state(settings: VigilSettings) -> None:
+    state_path(settings).unlink(missing_ok=True)
+
+
+def resolve_bootstrap(settings: VigilSettings) -> str:
+    """The Kafka bootstrap to use: the configured cluster, else the running embedded broker."""
+    if settings.kafka_bootstrap:
+        return settings.kafka_bootstrap
+    state = read_state(settings)
+    if state is None:
+        raise StackError(
+            f"no embedded stack is running under VIGIL_HOME={settings.home}: "
+            "start one with `vigil up --detach`, or set VIGIL_KAFKA_BOOTSTRAP"
+        )
+    return state.bootstrap
