@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from vigil.errors import VigilError
 
-COMMAND_MODULES = ("vigil.cli.stack", "collector.cli", "analyzer.cli", "recovery.cli", "dashboard.cli")
+COMMAND_MODULES = ("vigil.cli.stack", "vigil.cli.demo", "collector.cli", "analyzer.cli", "recovery.cli", "dashboard.cli")
 
 
 def build_parser() -> argparse.ArgumentParser:

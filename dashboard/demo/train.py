@@ -1,0 +1,103 @@
+"""A small transformer trained with DDP on CPU (gloo), instrumented with `StepTimer`.
+
+Launched by torchrun under `vigil run` (which sets VIGIL_JOB_ID / VIGIL_HOST /
+VIGIL_SPOOL_DIR). For the demo one rank is slowed part-way through (its forward
+pass takes longer, so its host stands out on the heatmap, as a fail-slow GPU would)
+and another prints an Xid-style driver error line once.
+
+    python -m torch.distributed.run --nproc-per-node 2 dashboard/demo/train.py --steps 50
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from timer import StepTimer
+
+
+class TinyLM(nn.Module):
+    def __init__(self, vocab: int, dim: int, layers: int, heads: int, seq: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.pos = nn.Parameter(torch.zeros(seq, dim))
+        block = nn.TransformerEncoderLayer(dim, heads, dim * 4, dropout=0.0, batch_first=True)
+        self.blocks = nn.TransformerEncoder(block, layers)
+        self.head = nn.Linear(dim, vocab)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens) + self.pos[: tokens.shape[1]]
+        return self.head(self.blocks(x))
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--steps", type=int, default=0, help="0 = until stopped")
+    p.add_argument("--dim", type=int, default=128)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--seq", type=int, default=64)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--vocab", type=int, default=1024)
+    p.add_argument("--slow-rank", type=int, default=-1, help="global rank to slow down")
+    p.add_argument("--slow-from", type=int, default=30, help="step from which it is slow")
+    p.add_argument("--slow-ms", type=float, default=60.0, help="extra forward time of the slow rank")
+    p.add_argument("--xid-rank", type=int, default=-1, help="global rank that prints an Xid line")
+    p.add_argument("--xid-at", type=int, default=20, help="step at which it prints it")
+    p.add_argument("--peak-tflops", type=float, default=0.05, help="the 'GPU' peak used for MFU on CPU")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    model = TinyLM(args.vocab, args.dim, args.layers, 4, args.seq)
+    ddp = DistributedDataParallel(model)
+    opt = torch.optim.AdamW(ddp.parameters(), lr=1e-3)
+    params = sum(p.numel() for p in model.parameters())
+    tokens_per_step = args.batch * args.seq
+    timer = StepTimer(flops_per_step=6.0 * params * tokens_per_step, gpu_peak_tflops=args.peak_tflops,
+                      coords={"dp": rank, "tp": 0, "pp": 0})
+    gen = torch.Generator().manual_seed(rank)
+    step = 0
+    try:
+        while args.steps == 0 or step < args.steps:
+            with timer.step(tokens=tokens_per_step, samples=args.batch):
+                with timer.phase("data"):
+                    batch = torch.randint(0, args.vocab, (args.batch, args.seq + 1), generator=gen)
+                with timer.phase("forward"):
+                    logits = ddp(batch[:, :-1])
+                    loss = nn.functional.cross_entropy(logits.reshape(-1, args.vocab), batch[:, 1:].reshape(-1))
+                    if rank == args.slow_rank and step >= args.slow_from:
+                        time.sleep(args.slow_ms / 1000)
+                with timer.phase("backward"):
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                with timer.phase("optimizer"):
+                    opt.step()
+            if rank == args.xid_rank and step == args.xid_at:
+                print(f"NVRM: Xid (PCI:0000:3b:00): 79, pid={os.getpid()}, GPU has fallen off the bus.",
+                      file=sys.stderr, flush=True)
+            if rank == 0 and step % 20 == 0:
+                print(f"step {step} loss {loss.item():.3f}", flush=True)
+            step += 1
+    except KeyboardInterrupt:
+        pass
+    finally:
+        timer.close()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
