@@ -1,0 +1,196 @@
+"""The agent: sources -> outbox -> shipper -> sink, on two threads.
+
+The collector thread runs the periodic work: heartbeats, NIC rates, Flight Recorder
+scans, log-directory tailing and flood summaries of live streams; everything it makes
+goes into the durable outbox. The shipper thread delivers the outbox and the step
+timer's spool files, committing offsets after delivery. `emit()` is how the launcher's
+output readers add events. `stop()` drains what it can within the drain timeout;
+the rest stays on disk for the next agent with the same state directory.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from collector.flightrec import FlightRecorderWatcher
+from collector.gpu import NvmlProbe
+from collector.heartbeat import HeartbeatBuilder, Identity
+from collector.logstream import LogStream
+from collector.nic import RateTracker, read_ethernet, read_rdma
+from collector.offsets import OffsetStore
+from collector.outbox import Outbox
+from collector.procs import ProcessTracker
+from collector.rules import Rule, load_rules
+from collector.settings import AgentPaths, CollectorSettings
+from collector.shipper import LineDecoder, OutboxSource, Shipper, SpoolSource
+from collector.sink import Sink
+from collector.tailer import Tailer
+from vigil.contract import Event, NicCounters
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(kw_only=True)
+class Agent:
+    settings: CollectorSettings
+    paths: AgentPaths
+    sink: Sink
+    spool_roots: list[Path]
+    fr_dirs: list[tuple[Path, str]] = field(default_factory=list)
+    log_dirs: list[Path] = field(default_factory=list)
+    tracker: ProcessTracker = field(default_factory=ProcessTracker)
+    gpus: NvmlProbe | None = None
+    clock: Callable[[], float] = time.monotonic
+
+    def __post_init__(self) -> None:
+        s = self.settings
+        self.rules: list[Rule] = load_rules(s.rules, s.rules_file)
+        self.store = OffsetStore(path=self.paths.offsets_file)
+        state = self.store.load()
+        self.outbox = Outbox(directory=self.paths.outbox_dir, max_bytes=int(s.outbox_max_mb * 2**20),
+                             memory_limit=s.memory_buffer_events)
+        cursor = state.get("outbox")
+        self.outbox.restore(cursor if isinstance(cursor, list) and len(cursor) == 2 else None)
+        self.decoder = LineDecoder()
+        self.spool = SpoolSource(tailer=Tailer(roots=self.spool_roots, restored=list(state.get("spool") or [])),
+                                 decoder=self.decoder, scan_interval_s=s.poll_interval)
+        self.shipper = Shipper(sources=[OutboxSource(outbox=self.outbox, decoder=self.decoder), self.spool],
+                               sink=self.sink, store=self.store, max_events=s.batch_max_events,
+                               idle_s=s.poll_interval)
+        self.log_tailer = Tailer(roots=self.log_dirs, patterns=("*.log",), restored=list(state.get("logs") or []))
+        fr_state = state.get("fr")
+        self.fr = FlightRecorderWatcher(dirs=self.fr_dirs, job_id=s.job_id, host=s.host,
+                                        max_entries=s.fr_max_entries,
+                                        processed=dict(fr_state) if isinstance(fr_state, dict) else {})
+        if self.gpus is None:
+            self.gpus = NvmlProbe()
+        self.identity = Identity.detect(job_id=s.job_id, host=s.host)
+        self.heartbeats = HeartbeatBuilder(identity=self.identity, interval_s=s.heartbeat_interval,
+                                           processes=self.tracker, gpus=self.gpus,
+                                           counters=lambda: (self.outbox.dropped, self.outbox.backlog()))
+        self.nic = RateTracker()
+        self.streams: list[LogStream] = []
+        self._file_streams: dict[str, LogStream] = {}
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.emitted = 0
+
+    # ---- events in ---------------------------------------------------------------------------
+    def emit(self, events: Sequence[Event]) -> None:
+        if events:
+            self.outbox.append(events)
+            self.emitted += len(events)
+
+    def new_stream(self, **kw: Any) -> LogStream:
+        """A LogStream with this agent's identity, rules and flood limits, ticked by the agent."""
+        s = self.settings
+        stream = LogStream(job_id=s.job_id, host=s.host, rules=self.rules, rank_of=self.tracker.rank_of,
+                           flood_burst=s.flood_burst, flood_window_s=s.flood_window_s, clock=self.clock, **kw)
+        self.streams.append(stream)
+        return stream
+
+    # ---- periodic work -----------------------------------------------------------------------
+    def heartbeat(self) -> None:
+        self.emit([self.heartbeats.build()])
+
+    def sample_nics(self) -> None:
+        s = self.settings
+        samples = read_rdma(s.sysfs_root) + read_ethernet(s.procfs_root, s.nic_exclude)
+        self.emit([
+            NicCounters(job_id=s.job_id, host=s.host, device=r.sample.device, port=r.sample.port, link=r.sample.link,
+                        tx_bytes=r.sample.tx_bytes, rx_bytes=r.sample.rx_bytes, tx_bps=r.tx_bps, rx_bps=r.rx_bps,
+                        interval_s=round(r.interval_s, 6), extra=r.sample.extra)
+            for r in self.nic.update(samples, self.clock())
+        ])
+
+    def scan_files(self) -> None:
+        traces = self.fr.scan()
+        if traces:
+            self.emit(traces)
+            self.store.save(fr=self.fr.processed)
+        if self.log_dirs:
+            self._tail_logs()
+        for stream in list(self.streams):
+            self.emit(stream.tick())
+
+    def _tail_logs(self) -> None:
+        self.log_tailer.scan()
+        chunks = self.log_tailer.read_lines(5000)
+        for chunk in chunks:
+            stream = self._file_streams.get(chunk.file.key)
+            if stream is None:
+                parent = chunk.file.path.parent.name
+                stream = self.new_stream(stream="stderr" if "err" in chunk.file.path.name else "stdout",
+                                         local_rank=int(parent) if parent.isdigit() else None)
+                self._file_streams[chunk.file.key] = stream
+            for line in chunk.lines:
+                self.emit(stream.feed(line))
+            self.log_tailer.commit({chunk.file.key: chunk.end})
+        for key in [k for k in self._file_streams if k not in self.log_tailer.files]:
+            stream = self._file_streams.pop(key)
+            self.emit(stream.close())
+            self.streams.remove(stream)
+        if chunks:
+            self.store.save(logs=self.log_tailer.state())
+
+    def _collect(self) -> None:
+        s = self.settings
+        tasks: list[tuple[float, Callable[[], None]]] = [
+            (s.heartbeat_interval, self.heartbeat), (s.nic_interval, self.sample_nics),
+            (s.poll_interval, self.scan_files),
+        ]
+        due = [self.clock()] * len(tasks)
+        while not self._stop.is_set():
+            now = self.clock()
+            for i, (every, task) in enumerate(tasks):
+                if now >= due[i]:
+                    due[i] = max(due[i] + every, now)
+                    try:
+                        task()
+                    except Exception:  # a broken reading must not stop the agent
+                        log.exception("agent task %s failed", getattr(task, "__name__", task))
+            self._stop.wait(max(0.0, min(due) - self.clock()))
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        self._threads = [
+            threading.Thread(target=self._collect, name="vigil-agent-collect", daemon=True),
+            threading.Thread(target=self.shipper.run, args=(self._stop,), name="vigil-agent-ship", daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
+
+    def stop(self, drain_timeout_s: float | None = None) -> bool:
+        """Stop both threads, emit a last heartbeat, deliver what is pending; True when all went."""
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=30)
+        try:
+            for stream in self.streams:
+                self.emit(stream.close())
+            self.heartbeat()
+        except Exception:
+            log.exception("final heartbeat failed")
+        timeout = self.settings.drain_timeout_s if drain_timeout_s is None else drain_timeout_s
+        done = self.shipper.drain(timeout)
+        if not done:
+            log.warning("%d events not delivered yet; they stay in %s for the next agent",
+                        self.outbox.backlog(), self.paths.outbox_dir)
+        self.sink.close()
+        if self.gpus is not None:
+            self.gpus.close()
+        return done
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "emitted": self.emitted, "delivered": self.shipper.delivered, "delivery_failures": self.shipper.failures,
+            "healthy": self.shipper.healthy, "backlog": self.outbox.backlog(), **self.outbox.stats(),
+            "malformed_lines": self.decoder.malformed, "malformed_dumps": self.fr.malformed,
+            "spool_lost_bytes": self.spool.tailer.lost_bytes,
+        }

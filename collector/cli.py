@@ -1,0 +1,139 @@
+"""`vigil run [options] -- CMD ...` (launch and watch) and `vigil collector` (watch only).
+
+Both run the node agent; see collector/README.md for every option and setting. Options
+override `VIGIL_...` environment variables, which override the `[collector]` table of
+the `VIGIL_CONFIG` file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+_OVERRIDES = {
+    "host": "host", "job": "job_id", "sysfs_root": "sysfs_root", "procfs_root": "procfs_root",
+    "spool_dir": "spool_dir", "fr_dir": "fr_dir", "state_dir": "state_dir", "output_dir": "output_dir",
+    "heartbeat_interval": "heartbeat_interval", "nic_interval": "nic_interval", "rules_file": "rules_file",
+    "kill_grace": "kill_grace_s", "drain_timeout": "drain_timeout_s", "log_dir": "log_dirs", "match": "process_match",
+    "delivery_timeout": "delivery_timeout_s",
+}
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", help="host identity (default: VIGIL_HOST, else the hostname)")
+    p.add_argument("--job", help="job id (default: VIGIL_JOB_ID, else 'default')")
+    p.add_argument("--heartbeat-interval", type=float, metavar="S", help="seconds between heartbeats (default 2)")
+    p.add_argument("--nic-interval", type=float, metavar="S", help="seconds between NIC samples (default 1)")
+    p.add_argument("--sysfs-root", type=Path, metavar="DIR", help="sysfs root (default /sys; VIGIL_SYSFS_ROOT)")
+    p.add_argument("--procfs-root", type=Path, metavar="DIR", help="procfs root (default /proc; VIGIL_PROCFS_ROOT)")
+    p.add_argument("--spool-dir", type=Path, metavar="DIR", help="step timer spool (default $VIGIL_HOME/spool)")
+    p.add_argument("--fr-dir", type=Path, metavar="DIR", help="Flight Recorder dumps (default $VIGIL_HOME/fr)")
+    p.add_argument("--state-dir", type=Path, metavar="DIR",
+                   help="outbox and offsets (default $VIGIL_HOME/agent/<host>)")
+    p.add_argument("--rules-file", type=Path, metavar="FILE", help="TOML file of [[rules]] (pattern, category, severity)")
+    p.add_argument("--delivery-timeout", type=float, metavar="S", help="Kafka delivery timeout (default 5)")
+    p.add_argument("--drain-timeout", type=float, metavar="S", help="at exit, seconds to deliver what is pending (default 10)")
+
+
+def register(sub: Any) -> None:
+    run = sub.add_parser("run", help="launch a training command under the node agent",
+                         usage="vigil run [options] -- COMMAND [ARGS ...]")
+    _common(run)
+    run.add_argument("--output-dir", type=Path, metavar="DIR",
+                     help="where the child's stdout/stderr files go (default $VIGIL_HOME/output)")
+    run.add_argument("--kill-grace", type=float, metavar="S",
+                     help="after forwarding SIGINT/SIGTERM, kill the tree after S seconds (default 30)")
+    run.add_argument("--no-echo", action="store_true", help="do not echo the child's output")
+    run.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
+    run.set_defaults(handler=cmd_run)
+
+    col = sub.add_parser("collector", help="run the node agent without launching anything (DaemonSet mode)")
+    _common(col)
+    col.add_argument("--log-dir", type=Path, action="append", metavar="DIR",
+                     help="directory of *.log files to classify (repeatable)")
+    col.add_argument("--match", metavar="REGEX", help="track processes whose command line matches")
+    col.add_argument("--duration", type=float, metavar="S", help="stop after S seconds (default: until SIGTERM)")
+    col.set_defaults(handler=cmd_collector)
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    from collector.settings import CollectorSettings
+
+    overrides = {field: getattr(args, arg) for arg, field in _OVERRIDES.items() if getattr(args, arg, None) is not None}
+    return CollectorSettings.load(**overrides)
+
+
+def _build(args: argparse.Namespace, *, launching: bool) -> tuple[Any, Any, dict[str, str]]:
+    """(agent, paths, child environment additions)."""
+    from collector.agent import Agent
+    from collector.procs import ProcessTracker
+    from collector.settings import resolve_paths, safe_name
+    from collector.sink import KafkaSink
+    from vigil.settings import VigilSettings
+    from vigil.stack.state import resolve_bootstrap
+
+    core = VigilSettings.load()
+    settings = _settings(args)
+    paths = resolve_paths(settings, core.home)
+    host = safe_name(settings.host)
+    child_env: dict[str, str] = {}
+    fr_dirs: list[tuple[Path, str]] = []
+    if launching:
+        spool_roots = [paths.spool_dir / host]
+        child_env = {"VIGIL_JOB_ID": settings.job_id, "VIGIL_HOST": settings.host,
+                     "VIGIL_SPOOL_DIR": str(spool_roots[0])}
+        fr_prefix = os.environ.get("TORCH_FR_DUMP_TEMP_FILE") or str(paths.fr_dir / host / "nccl_trace_rank_")
+        child_env["TORCH_FR_DUMP_TEMP_FILE"] = fr_prefix
+        Path(fr_prefix).parent.mkdir(parents=True, exist_ok=True)
+        fr_dirs.append((Path(fr_prefix).parent, Path(fr_prefix).name))
+    else:
+        spool_roots = [paths.spool_dir]
+        fr_dirs.append((paths.fr_dir, ""))
+        if prefix := os.environ.get("TORCH_FR_DUMP_TEMP_FILE"):
+            fr_dirs.append((Path(prefix).parent, Path(prefix).name))
+    sink = KafkaSink(settings=core, bootstrap=lambda: resolve_bootstrap(core), timeout_s=settings.delivery_timeout_s)
+    agent = Agent(settings=settings, paths=paths, sink=sink, spool_roots=spool_roots, fr_dirs=fr_dirs,
+                  log_dirs=list(settings.log_dirs), tracker=ProcessTracker(match=settings.process_match))
+    return agent, paths, child_env
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from collector.launcher import Launcher
+    from collector.settings import safe_name
+
+    command = list(args.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        raise ValueError("no command given (usage: vigil run [options] -- COMMAND [ARGS ...])")
+    agent, paths, child_env = _build(args, launching=True)
+    s = agent.settings
+    env = {**os.environ, **child_env}
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    launcher = Launcher(argv=command, env=env, agent=agent,
+                        output_dir=paths.output_dir / safe_name(s.job_id) / safe_name(s.host),
+                        max_bytes=int(s.output_max_mb * 2**20), keep=s.output_keep, kill_grace_s=s.kill_grace_s,
+                        echo=not args.no_echo)
+    agent.start()
+    try:
+        status = launcher.run()
+    finally:
+        agent.stop()
+    return status
+
+
+def cmd_collector(args: argparse.Namespace) -> int:
+    agent, _paths, _env = _build(args, launching=False)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    agent.start()
+    try:
+        stop.wait(args.duration)
+    finally:
+        agent.stop()
+    return 0

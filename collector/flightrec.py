@@ -1,0 +1,151 @@
+"""PyTorch Flight Recorder dumps -> CollectiveTrace events.
+
+Dumps are files written by `torch._C._distributed_c10d._dump_fr_trace_json()` (JSON)
+or `_dump_fr_trace()` / the NCCL dump-on-timeout (pickle), named `<prefix><rank>` like
+torch's `TORCH_FR_DUMP_TEMP_FILE` files. A watched directory's file is read once its
+size and mtime held still for one scan. Pickles are read with an unpickler that
+refuses every class (dumps hold only dicts, lists, strings and numbers), so a hostile
+file cannot run code. Gloo quirks are tolerated: state always "scheduled", pg_config
+keyed by "", no send/recv. The newest `max_entries` entries are kept, frames cut to 3.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import pickle
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from vigil.contract import CollectiveEntry, CollectiveTrace
+
+log = logging.getLogger(__name__)
+MAX_DUMP_BYTES = 256 << 20
+_RANK = re.compile(r"(\d+)(?:\.(?:json|pkl|pickle))?$")
+
+
+class _NoClasses(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"flight recorder dump references {module}.{name}: refused")
+
+
+def parse_dump(data: bytes) -> dict[str, Any]:
+    """A dump's document; ValueError when it is neither JSON nor a plain pickle of a dict."""
+    doc: Any
+    if data.lstrip()[:1] == b"{":
+        try:
+            doc = json.loads(data)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ValueError(f"not valid JSON: {exc}") from None
+    else:
+        try:
+            doc = _NoClasses(io.BytesIO(data)).load()
+        except Exception as exc:
+            raise ValueError(f"not a flight recorder pickle: {exc}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("entries", []), list):
+        raise ValueError("flight recorder dump must be a dict with an 'entries' list")
+    return doc
+
+
+def rank_from_name(name: str) -> int | None:
+    m = _RANK.search(name)
+    return int(m[1]) if m else None
+
+
+def _seq(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def to_trace(doc: dict[str, Any], *, job_id: str, host: str, rank: int, max_entries: int = 500,
+             dumped_at: datetime | None = None) -> CollectiveTrace:
+    entries: list[CollectiveEntry] = []
+    groups: dict[str, str] = {}
+    for raw in doc.get("entries", [])[-max_entries:]:
+        if not isinstance(raw, dict):
+            continue
+        item = {k: (v[:3] if k == "frames" and isinstance(v, list) else v) for k, v in raw.items()}
+        pg = item.get("process_group")
+        if isinstance(pg, (list, tuple)) and len(pg) == 2:
+            groups[str(pg[0])] = str(pg[1])
+        try:
+            entries.append(CollectiveEntry.model_validate(item))
+        except ValidationError as exc:
+            log.debug("flight recorder entry skipped: %s", exc)
+    started: dict[str, int] = {}
+    completed: dict[str, int] = {}
+    status = doc.get("pg_status")
+    for pg_id, st in (status.items() if isinstance(status, dict) else []):
+        if isinstance(st, dict):
+            if (s := _seq(st.get("last_started_collective"))) is not None:
+                started[str(pg_id)] = s
+            if (c := _seq(st.get("last_completed_collective"))) is not None:
+                completed[str(pg_id)] = c
+    return CollectiveTrace(job_id=job_id, host=host, rank=rank, process_groups=groups, entries=entries,
+                           last_started_seq=started, last_completed_seq=completed, dumped_at=dumped_at)
+
+
+@dataclass(kw_only=True)
+class FlightRecorderWatcher:
+    """Watches directories (each with a file-name prefix) for finished dumps."""
+
+    dirs: list[tuple[Path, str]]
+    job_id: str
+    host: str
+    max_entries: int = 500
+    processed: dict[str, list[float]] = field(default_factory=dict)  # path -> [size, mtime] shipped
+    malformed: int = 0
+    _pending: dict[str, tuple[int, float]] = field(default_factory=dict, init=False)
+
+    def scan(self) -> list[CollectiveTrace]:
+        out: list[CollectiveTrace] = []
+        for directory, prefix in self.dirs:
+            try:
+                paths = [p for p in directory.iterdir() if p.name.startswith(prefix) and not p.name.startswith(".")
+                         and not p.name.endswith((".tmp", ".partial"))]
+            except OSError:
+                continue
+            for path in paths:
+                try:
+                    st = path.stat()
+                except OSError:
+                    continue
+                if not path.is_file() or st.st_size == 0:
+                    continue
+                key, sig = str(path), (st.st_size, st.st_mtime)
+                if self.processed.get(key) == [float(sig[0]), sig[1]]:
+                    continue
+                if self._pending.get(key) != sig:
+                    self._pending[key] = sig  # wait one scan for the writer to finish
+                    continue
+                del self._pending[key]
+                self.processed[key] = [float(sig[0]), sig[1]]
+                trace = self._read(path, prefix, st.st_size, st.st_mtime)
+                if trace is not None:
+                    out.append(trace)
+        return out
+
+    def _read(self, path: Path, prefix: str, size: int, mtime: float) -> CollectiveTrace | None:
+        try:
+            if size > MAX_DUMP_BYTES:
+                raise ValueError(f"{size} bytes is over the {MAX_DUMP_BYTES} byte limit")
+            doc = parse_dump(path.read_bytes())
+            rank = _seq(doc.get("rank"))
+            if rank is None:
+                rank = rank_from_name(path.name[len(prefix):] or path.name)
+            if rank is None or rank < 0:
+                raise ValueError("no rank in the dump or its file name (expected <prefix><rank>)")
+            return to_trace(doc, job_id=self.job_id, host=self.host, rank=rank, max_entries=self.max_entries,
+                            dumped_at=datetime.fromtimestamp(mtime, UTC))
+        except (OSError, ValueError) as exc:
+            self.malformed += 1
+            log.warning("flight recorder dump %s skipped: %s", path, exc)
+            return None

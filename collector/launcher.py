@@ -1,0 +1,184 @@
+"""The child of `vigil run`: start it, capture and echo its output, forward signals, report its end.
+
+The command runs in its own session with stdout and stderr piped. One thread per
+stream echoes each line to the agent's own stream, appends it to a rotating file and
+feeds it to a LogStream (classified lines become events). SIGINT, SIGTERM and SIGHUP
+are forwarded to the child (torchrun passes them on to its workers); a second signal,
+or `kill_grace_s` after the first, kills the whole process tree. When the child ends,
+a ProcessExit carries its exit code or signal and the error summary (the failing
+rank's last traceback line, torchrun's root cause when it printed one); a worker named
+as root cause gets its own ProcessExit. The exit code is the child's (128+N for
+signal N).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import psutil
+
+from collector.agent import Agent
+from collector.logstream import LogStream
+from collector.rotating import RotatingFile
+from collector.summary import ErrorMemory, summarize
+from vigil.contract import ProcessExit
+
+log = logging.getLogger(__name__)
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def exit_status(returncode: int) -> tuple[int | None, str | None, int]:
+    """(exit_code, signal name, shell-style status) of a Popen returncode."""
+    if returncode >= 0:
+        return returncode, None, returncode
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = f"SIG{-returncode}"
+    return None, name, 128 - returncode
+
+
+@dataclass(kw_only=True)
+class Launcher:
+    argv: list[str]
+    env: dict[str, str]
+    agent: Agent
+    output_dir: Path
+    max_bytes: int = 64 << 20
+    keep: int = 3
+    kill_grace_s: float = 30.0
+    echo: bool = True
+    memory: ErrorMemory = field(default_factory=ErrorMemory)
+    proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
+    _signals: int = field(default=0, init=False)
+    _kill_at: float | None = field(default=None, init=False)
+
+    def run(self) -> int:
+        if not self.argv:
+            raise ValueError("vigil run: no command given (usage: vigil run [options] -- CMD ...)")
+        try:
+            self.proc = subprocess.Popen(self.argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                         start_new_session=True)
+        except OSError as exc:
+            message = f"cannot start {self.argv[0]!r}: {exc.strerror or exc}"
+            print(f"vigil run: {message}", file=sys.stderr, flush=True)
+            s = self.agent.settings
+            self.agent.emit([ProcessExit(job_id=s.job_id, host=s.host, pid=0, exit_code=127, summary=message)])
+            return 127
+        self.agent.tracker.root_pids.append(self.proc.pid)
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in FORWARDED}
+        readers = [self._reader(self.proc.stdout, "stdout", sys.stdout), self._reader(self.proc.stderr, "stderr", sys.stderr)]
+        try:
+            returncode = self._wait()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        for thread, _stream, _out in readers:
+            thread.join(timeout=5.0)  # a grandchild may hold the pipe open: do not wait for it forever
+        for _thread, stream, out in readers:
+            self.agent.emit(stream.close())
+            out.close()
+        return self._report(returncode)
+
+    def _wait(self) -> int:
+        assert self.proc is not None
+        while True:
+            try:
+                return self.proc.wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                if self._kill_at is not None and time.monotonic() >= self._kill_at:
+                    self.kill_tree()
+                    self._kill_at = None
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        self._signals += 1
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        if self._signals == 1:
+            log.info("forwarding %s to pid %d", signal.Signals(signum).name, self.proc.pid)
+            try:
+                os.kill(self.proc.pid, signum)
+            except ProcessLookupError:
+                return
+            self._kill_at = time.monotonic() + self.kill_grace_s
+        else:
+            self.kill_tree()
+
+    def kill_tree(self) -> None:
+        assert self.proc is not None
+        try:
+            family = psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.Error:
+            family = []
+        log.warning("killing the process tree of pid %d (%d descendants)", self.proc.pid, len(family))
+        for p in [*family]:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        try:
+            self.proc.kill()
+        except ProcessLookupError:
+            pass
+
+    def _reader(self, pipe: IO[bytes] | None, name: str, echo_to: Any) -> tuple[threading.Thread, LogStream, RotatingFile]:
+        assert pipe is not None
+        stream = self.agent.new_stream(stream=name, memory=self.memory)
+        out = RotatingFile(path=self.output_dir / f"{name}.log", max_bytes=self.max_bytes, keep=self.keep)
+        sink = getattr(echo_to, "buffer", None) if self.echo else None
+
+        def pump() -> None:
+            nonlocal sink
+            last_flush = time.monotonic()
+            for raw in iter(lambda: pipe.readline(1 << 16), b""):
+                if sink is not None:
+                    try:
+                        sink.write(raw)
+                        sink.flush()
+                    except (OSError, ValueError):
+                        sink = None  # our own stdout went away: keep capturing
+                out.write(raw)
+                try:
+                    self.agent.emit(stream.feed(raw))
+                except Exception:
+                    log.exception("classifying a %s line failed", name)
+                if time.monotonic() - last_flush >= 1.0:
+                    out.flush()
+                    last_flush = time.monotonic()
+            out.flush()
+
+        thread = threading.Thread(target=pump, name=f"vigil-run-{name}", daemon=True)
+        thread.start()
+        return thread, stream, out
+
+    def _report(self, returncode: int) -> int:
+        assert self.proc is not None
+        code, sig, status = exit_status(returncode)
+        s = self.agent.settings
+        summary = summarize(self.memory) if returncode != 0 else None
+        events = [ProcessExit(
+            job_id=s.job_id, host=s.host, pid=self.proc.pid, exit_code=code, signal=sig,
+            rank=summary.rank if summary else None, local_rank=summary.local_rank if summary else None,
+            summary=summary.summary if summary else "", traceback=summary.traceback if summary else "",
+        )]
+        root = self.memory.root
+        if summary is not None and root is not None and root.pid is not None:
+            events.append(ProcessExit(
+                job_id=s.job_id, host=s.host, pid=root.pid, rank=root.rank, local_rank=root.local_rank,
+                exit_code=root.exit_code if root.exit_code is None or root.exit_code >= 0 else None,
+                signal=root.signal, summary=summary.summary, traceback=summary.traceback,
+            ))
+        self.agent.emit(events)
+        if summary is not None:
+            where = f" (rank {summary.rank}, local rank {summary.local_rank})" if summary.rank is not None else ""
+            log.info("child exited with %s%s: %s", sig or code, where, summary.summary or "(no error output)")
+        return status

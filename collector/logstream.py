@@ -1,0 +1,124 @@
+"""One output stream of a training process -> classified LogLine events.
+
+Each line: the torchrun rank prefix (`[rank3]:` = global rank, `[default3]:` = local
+rank of role `default`) is parsed and stripped; Python tracebacks are assembled
+(header, indented frames, exception line) into one `traceback` event; other lines are
+classified by `rules` and plain output yields nothing. Events pass a per-(category,
+rank) flood limiter. Errors are remembered for the exit summary. Pure logic: the
+caller feeds lines and passes the clock.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+from collector.flood import FloodLimiter
+from collector.rules import Rule, classify
+from collector.summary import ErrorMemory, Key, last_line
+from vigil.contract import LogLine, new_event_id, utcnow
+
+PREFIX = re.compile(r"^\[(?P<role>[A-Za-z_]*)(?P<n>\d+)\]:\s?")
+TRACEBACK_HEADER = "Traceback (most recent call last):"
+MAX_TRACEBACK_LINES = 400
+
+RankOf = Callable[[int], int | None]  # local rank -> global rank, when known
+
+
+def split_prefix(line: str) -> tuple[int | None, int | None, str]:
+    """(rank, local_rank, rest): `[rank3]:` names a global rank, `[<role>3]:` a local one."""
+    m = PREFIX.match(line)
+    if m is None:
+        return None, None, line
+    n = int(m["n"])
+    rest = line[m.end():]
+    return (n, None, rest) if m["role"] == "rank" else (None, n, rest)
+
+
+class LogStream:
+    """Feed lines of one stream (stdout or stderr) of one process or log file."""
+
+    def __init__(
+        self, *, job_id: str, host: str, stream: Literal["stdout", "stderr"], rules: Sequence[Rule],
+        memory: ErrorMemory | None = None, rank: int | None = None, local_rank: int | None = None,
+        rank_of: RankOf | None = None, flood_burst: int = 20, flood_window_s: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.job_id, self.host, self.stream, self.rules = job_id, host, stream, rules
+        self.memory = memory if memory is not None else ErrorMemory()
+        self.rank, self.local_rank, self.rank_of, self.clock = rank, local_rank, rank_of, clock
+        self.limiter: FloodLimiter[LogLine] = FloodLimiter(burst=flood_burst, window_s=flood_window_s)
+        self._tracebacks: dict[Key, list[str]] = {}
+        self._lock = threading.Lock()
+        self.lines = 0
+
+    def feed(self, raw: str | bytes) -> list[LogLine]:
+        with self._lock:
+            return self._feed(raw)
+
+    def _feed(self, raw: str | bytes) -> list[LogLine]:
+        line = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+        line = line.rstrip("\r\n")
+        self.lines += 1
+        rank, local, text = split_prefix(line)
+        if rank is None and local is None:
+            rank, local = self.rank, self.local_rank
+            self.memory.note_line(text)
+        if rank is None and local is not None and self.rank_of is not None:
+            rank = self.rank_of(local)
+        key: Key = (rank, local)
+        out: list[LogLine] = []
+        collecting = self._tracebacks.get(key)
+        if collecting is not None:
+            if not text or text[0].isspace() or text.startswith("^"):
+                if len(collecting) < MAX_TRACEBACK_LINES:
+                    collecting.append(text)
+                return out
+            collecting.append(text)  # the exception line ends the traceback
+            out += self._traceback_done(key)
+        elif text.startswith(TRACEBACK_HEADER):
+            self._tracebacks[key] = [text]
+            return out
+        match = classify(text, self.rules)
+        if match is not None:
+            self.memory.note_error(key, text.strip())
+            event = self._event(key, match.category, match.severity, text, match.xid)
+            out += self._limit(event)
+        return out
+
+    def tick(self) -> list[LogLine]:
+        """Flood summaries of windows that have ended; call about once a second."""
+        with self._lock:
+            return [self._repeat(e, n) for e, n in self.limiter.due(self.clock())]
+
+    def close(self) -> list[LogLine]:
+        """End of stream: unfinished tracebacks and open flood windows."""
+        with self._lock:
+            out: list[LogLine] = []
+            for key in list(self._tracebacks):
+                out += self._traceback_done(key)
+            return out + [self._repeat(e, n) for e, n in self.limiter.drain()]
+
+    def _traceback_done(self, key: Key) -> list[LogLine]:
+        lines = self._tracebacks.pop(key)
+        text = "\n".join(lines)
+        self.memory.note_traceback(key, text)
+        if "ChildFailedError" in last_line(text):
+            return []
+        return self._limit(self._event(key, "traceback", "error", text[-8192:], None))
+
+    def _event(self, key: Key, category: str, severity: str, message: str, xid: int | None) -> LogLine:
+        rank, local = key
+        return LogLine(job_id=self.job_id, host=self.host, rank=rank, local_rank=local, stream=self.stream,
+                       category=category, severity=severity, message=message[:8192], xid=xid)  # type: ignore[arg-type]
+
+    def _limit(self, event: LogLine) -> list[LogLine]:
+        emitted = self.limiter.offer((event.category, event.rank, event.local_rank), event, self.clock())
+        return [self._repeat(e, n) if n > 1 else e for e, n in emitted]
+
+    @staticmethod
+    def _repeat(event: LogLine, repeats: int) -> LogLine:
+        return event.model_copy(update={"repeats": repeats, "event_id": new_event_id(), "ts": utcnow()})

@@ -1,0 +1,100 @@
+"""The training processes on this node: the launched child's tree, or processes matching a regex.
+
+`refresh()` (each heartbeat) walks the tree with psutil, keeping one `psutil.Process`
+per pid so CPU percentages are measured between heartbeats, and reads each new
+process's `RANK` / `LOCAL_RANK` once, which also maps torchrun's `[default3]:` local
+rank prefixes to global ranks. Processes that vanish or deny access are skipped.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass, field
+
+import psutil
+
+from vigil.contract import ProcessState
+
+MAX_PROCESSES = 256
+
+
+def _env_int(env: dict[str, str], name: str) -> int | None:
+    value = env.get(name, "")
+    return int(value) if value.isdigit() else None
+
+
+@dataclass(kw_only=True)
+class _Tracked:
+    proc: psutil.Process
+    rank: int | None
+    local_rank: int | None
+
+
+@dataclass(kw_only=True)
+class ProcessTracker:
+    root_pids: list[int] = field(default_factory=list)
+    match: str | None = None
+    _tracked: dict[int, _Tracked] = field(default_factory=dict, init=False)
+    _ranks: dict[int, int] = field(default_factory=dict, init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    def _candidates(self) -> list[psutil.Process]:
+        procs: list[psutil.Process] = []
+        roots: list[psutil.Process] = []
+        for pid in self.root_pids:
+            try:
+                roots.append(psutil.Process(pid))
+            except psutil.Error:
+                continue
+        if self.match:
+            pattern = re.compile(self.match)
+            for p in psutil.process_iter(["cmdline"]):
+                cmd = " ".join(p.info.get("cmdline") or [])
+                if cmd and pattern.search(cmd):
+                    roots.append(p)
+        seen: set[int] = set()
+        for root in roots:
+            try:
+                family = [root, *root.children(recursive=True)]
+            except psutil.Error:
+                family = [root]
+            for p in family:
+                if p.pid not in seen:
+                    seen.add(p.pid)
+                    procs.append(p)
+        return procs[:MAX_PROCESSES]
+
+    def refresh(self) -> list[ProcessState]:
+        states: list[ProcessState] = []
+        alive: dict[int, _Tracked] = {}
+        for p in self._candidates():
+            t = self._tracked.get(p.pid)
+            try:
+                if t is None:
+                    try:
+                        env = p.environ()
+                    except psutil.Error:
+                        env = {}
+                    t = _Tracked(proc=p, rank=_env_int(env, "RANK"), local_rank=_env_int(env, "LOCAL_RANK"))
+                    t.proc.cpu_percent(None)  # first call primes the measurement
+                    cpu = None
+                else:
+                    cpu = t.proc.cpu_percent(None)
+                with t.proc.oneshot():
+                    status = t.proc.status()
+                    rss = t.proc.memory_info().rss / 2**20
+            except psutil.Error:
+                continue
+            alive[p.pid] = t
+            states.append(ProcessState(pid=p.pid, status=str(status), local_rank=t.local_rank,
+                                       cpu_pct=cpu, rss_mib=round(rss, 1)))
+        with self._lock:
+            self._tracked = alive
+            self._ranks = {t.local_rank: t.rank for t in alive.values()
+                           if t.local_rank is not None and t.rank is not None}
+        return states
+
+    def rank_of(self, local_rank: int) -> int | None:
+        with self._lock:
+            return self._ranks.get(local_rank)

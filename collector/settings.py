@@ -1,0 +1,109 @@
+"""Settings of the node agent: identity, filesystem roots, intervals, delivery limits.
+
+Environment variables use the prefix `VIGIL_`; the fixed names other tooling relies on
+are `VIGIL_HOST`, `VIGIL_JOB_ID`, `VIGIL_SYSFS_ROOT`, `VIGIL_PROCFS_ROOT` and
+`VIGIL_SPOOL_DIR` (shared with the step timer). The `[collector]` table of the
+`VIGIL_CONFIG` file supplies defaults (e.g. `rules = [{pattern=..., category=..., severity=...}]`);
+the environment wins over it, and command-line options win over both.
+
+Paths left unset are placed under `VIGIL_HOME` by `resolve_paths`.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import Field, field_validator
+
+from vigil.settings import VigilBaseSettings
+
+
+class CollectorSettings(VigilBaseSettings):
+    """Everything `vigil run` and `vigil collector` can be told."""
+
+    config_section: ClassVar[str | None] = "collector"
+
+    host: str = Field(default_factory=socket.gethostname, min_length=1, max_length=256,
+                      description="host identity of this agent (several agents on one machine = several hosts)")
+    job_id: str = Field(default="default", min_length=1, max_length=256)
+    sysfs_root: Path = Path("/sys")
+    procfs_root: Path = Path("/proc")
+    spool_dir: Path | None = Field(default=None, description="step timer spool; unset = $VIGIL_HOME/spool")
+    fr_dir: Path | None = Field(default=None, description="Flight Recorder dumps; unset = $VIGIL_HOME/fr")
+    output_dir: Path | None = Field(default=None, description="`vigil run` child output; unset = $VIGIL_HOME/output")
+    state_dir: Path | None = Field(default=None, description="outbox and offsets; unset = $VIGIL_HOME/agent/<host>")
+    log_dirs: list[Path] = Field(default_factory=list, description="`vigil collector`: log files to classify")
+    process_match: str | None = Field(default=None, description="`vigil collector`: regex on cmdlines to track")
+
+    heartbeat_interval: float = Field(default=2.0, gt=0)
+    nic_interval: float = Field(default=1.0, gt=0)
+    poll_interval: float = Field(default=0.5, gt=0, description="how often spool/log/FR files are checked")
+    nic_exclude: str = r"^(lo|docker\d*|veth.*|virbr.*|br-.*|cni.*|flannel.*)$"
+
+    rules: list[dict[str, Any]] = Field(default_factory=list, description="user log rules, tried before built-ins")
+    rules_file: Path | None = Field(default=None, description="TOML file with [[rules]] tables")
+    flood_burst: int = Field(default=20, ge=1, description="events per (category, rank) per window before summarising")
+    flood_window_s: float = Field(default=10.0, gt=0)
+
+    outbox_max_mb: float = Field(default=256.0, gt=0, description="disk spool bound; oldest dropped beyond it")
+    memory_buffer_events: int = Field(default=10_000, ge=1, description="buffer when the disk spool is unwritable")
+    delivery_timeout_s: float = Field(default=5.0, gt=0, description="Kafka message timeout of the agent")
+    batch_max_events: int = Field(default=2000, ge=1)
+    output_max_mb: float = Field(default=64.0, gt=0, description="size of one child output file before rotation")
+    output_keep: int = Field(default=3, ge=0, description="rotated child output files kept per stream")
+    fr_max_entries: int = Field(default=500, ge=1, description="newest Flight Recorder entries kept per dump")
+    kill_grace_s: float = Field(default=30.0, ge=0, description="after a forwarded signal, SIGKILL the tree")
+    drain_timeout_s: float = Field(default=10.0, ge=0, description="at exit, time to deliver what is pending")
+
+    @field_validator("process_match", "nic_exclude")
+    @classmethod
+    def _regex(cls, v: str | None) -> str | None:
+        if v:
+            try:
+                re.compile(v)
+            except re.error as exc:
+                raise ValueError(f"not a regular expression: {exc}") from None
+        return v
+
+    @field_validator("sysfs_root", "procfs_root", "spool_dir", "fr_dir", "output_dir", "state_dir", "rules_file")
+    @classmethod
+    def _expand(cls, v: Path | None) -> Path | None:
+        return v.expanduser() if v is not None else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentPaths:
+    """Where this agent reads and writes, every path resolved."""
+
+    spool_dir: Path
+    fr_dir: Path
+    output_dir: Path
+    state_dir: Path
+
+    @property
+    def outbox_dir(self) -> Path:
+        return self.state_dir / "outbox"
+
+    @property
+    def offsets_file(self) -> Path:
+        return self.state_dir / "offsets.json"
+
+
+def safe_name(value: str) -> str:
+    """`value` as one safe path component (same rule as the timer's)."""
+    cleaned = re.sub(r"[^A-Za-z0-9._-]", "_", value).strip(".")
+    return cleaned[:128] or "_"
+
+
+def resolve_paths(settings: CollectorSettings, home: Path) -> AgentPaths:
+    host = safe_name(settings.host)
+    return AgentPaths(
+        spool_dir=(settings.spool_dir or home / "spool").absolute(),
+        fr_dir=(settings.fr_dir or home / "fr").absolute(),
+        output_dir=(settings.output_dir or home / "output").absolute(),
+        state_dir=(settings.state_dir or home / "agent" / host).absolute(),
+    )
