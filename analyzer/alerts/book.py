@@ -1,0 +1,83 @@
+"""The alert book: findings at an instant -> Alert events with a lifecycle.
+
+One fingerprint `job/alert/subject` is one incident. A new finding publishes
+`firing` (first_seen = when the condition started holding); while it keeps holding,
+the alert is re-published only when its severity changes or `refresh_s` of event
+time has passed; when a detector that ran no longer finds it, `resolved` is
+published. Event ids are derived from (fingerprint, status, ts), so re-publishing
+after a crash is recognisable as the same event. The book is rebuilt from the alerts
+topic at start (`restore`), so a restarted analyzer does not fire twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from analyzer.detect.base import Finding
+from vigil.contract import Alert
+
+
+def fingerprint(job: str, alert: str, subject: str) -> str:
+    return f"{job}/{alert}/{subject}"
+
+
+def _event_id(fp: str, status: str, ts: datetime) -> str:
+    return hashlib.sha1(f"{fp}|{status}|{ts.isoformat()}".encode()).hexdigest()[:32]
+
+
+@dataclass(kw_only=True)
+class AlertBook:
+    refresh_s: float = 60.0
+    current: dict[str, Alert] = field(default_factory=dict)
+
+    def restore(self, alerts: Iterable[Alert]) -> None:
+        for a in alerts:
+            held = self.current.get(a.fingerprint)
+            if held is None or a.ts >= held.ts:
+                self.current[a.fingerprint] = a
+
+    def firing(self, job: str | None = None) -> list[Alert]:
+        return [a for a in self.current.values() if a.status == "firing" and (job is None or a.job_id == job)]
+
+    def firing_subjects(self, job: str) -> frozenset[str]:
+        return frozenset(f"{a.alert}:{a.subject}" for a in self.firing(job))
+
+    def update(self, job: str, at: datetime, ran: Iterable[str], findings: Iterable[Finding]) -> list[Alert]:
+        """Events for the change between the book and `findings` of the detectors in `ran`."""
+        out: list[Alert] = []
+        found: set[str] = set()
+        for f in findings:
+            fp = fingerprint(job, f.alert, f.subject)
+            found.add(fp)
+            held = self.current.get(fp)
+            if held is not None and held.status == "firing":
+                stale = (at - held.ts).total_seconds() >= self.refresh_s
+                if held.severity == f.severity and not stale:
+                    continue
+                out.append(self._emit(job, fp, f, "firing", at, held.first_seen, f.evidence))
+            else:
+                first = min(f.since, at)
+                out.append(self._emit(job, fp, f, "firing", at, first, f.evidence))
+        ran_set = set(ran)
+        for fp, held in list(self.current.items()):
+            if held.job_id == job and held.status == "firing" and held.alert in ran_set and fp not in found:
+                out.append(self._emit(job, fp, None, "resolved", at, held.first_seen, held.evidence))
+        return out
+
+    def _emit(self, job: str, fp: str, f: Finding | None, status: str, at: datetime, first: datetime,
+              evidence: dict[str, Any]) -> Alert:
+        held = self.current.get(fp)
+        src: Any = f if f is not None else held
+        assert src is not None
+        summary = src.summary if status == "firing" else f"resolved: {src.summary}"
+        alert = Alert(
+            event_id=_event_id(fp, status, at), job_id=job, host=src.host, ts=at, fingerprint=fp,
+            alert=src.alert, subject=src.subject, status=status,  # type: ignore[arg-type]
+            severity=src.severity, summary=summary[:2048], first_seen=first, last_seen=at, evidence=evidence,
+        )
+        self.current[fp] = alert
+        return alert

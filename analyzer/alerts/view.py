@@ -1,0 +1,48 @@
+"""Reading alerts back: fold alert events (from the topic, the source of truth) into current state."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from vigil.contract import Alert
+from vigil.contract.wire import decode_batch
+from vigil.settings import VigilSettings
+
+
+def fold(alerts: Iterable[Alert]) -> dict[str, Alert]:
+    """Latest event per fingerprint (by event time, then arrival)."""
+    out: dict[str, Alert] = {}
+    for a in alerts:
+        held = out.get(a.fingerprint)
+        if held is None or a.ts >= held.ts:
+            out[a.fingerprint] = a
+    return out
+
+
+def read_alert_events(settings: VigilSettings, bootstrap: str, timeout: float = 10.0) -> list[Alert]:
+    """Every alert event on the alerts topic, oldest first per partition."""
+    from vigil.kafka.reader import read_topics
+
+    out: list[Alert] = []
+    for rec in read_topics(settings, bootstrap, [settings.topic("alerts")], timeout=timeout):
+        out.extend(e for e in decode_batch(rec.value).events if isinstance(e, Alert))
+    return out
+
+
+def current(alerts: Iterable[Alert], job: str | None = None, include_resolved: bool = False) -> list[Alert]:
+    state = fold(alerts)
+    rows = [a for a in state.values() if (job is None or a.job_id == job)
+            and (include_resolved or a.status == "firing")]
+    return sorted(rows, key=lambda a: (a.job_id, a.first_seen, a.fingerprint))
+
+
+def as_json(a: Alert) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(a.model_dump_json())
+    return doc
+
+
+def format_line(a: Alert) -> str:
+    return (f"{a.status:<8} {a.severity:<8} {a.job_id} {a.alert:<14} {a.subject:<28} "
+            f"since {a.first_seen:%Y-%m-%d %H:%M:%S}  {a.summary}")

@@ -1,0 +1,118 @@
+"""Error logs and process exits: classified error lines and non-zero exits become alerts.
+
+Log lines of severity >= `log_min_severity` aggregate per (host, category) into one
+incident: its alert names the ranks, the line count (flood summaries counted by
+their `repeats`) and the latest message; it resolves once the host has been quiet in
+that category for `log_resolve_s`. A process that exits non-zero or by a signal
+raises a critical alert per (host, rank) that resolves when that rank reports a
+training step again (restart).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from analyzer.detect.base import AT, EvalContext, Finding, Severity, as_utc, ch_time
+from analyzer.settings import AnalyzerSettings
+
+_LEVELS: dict[str, int] = {"info": 0, "warning": 1, "error": 2, "critical": 3}
+EXIT_LOOKBACK_S = 86400.0
+
+_LOG_SQL = f"""
+SELECT host, category, max(multiIf(severity = 'critical', 3, severity = 'error', 2, 1)) AS level,
+       count() AS lines, sum(repeats) AS total, min(ts) AS first_ts, max(ts) AS last_ts,
+       arraySort(groupUniqArray(64)(rank)) AS ranks, argMax(message, ts) AS message,
+       arraySort(groupUniqArray(8)(xid)) AS xids
+FROM log_lines
+WHERE job_id = {{job:String}} AND ts > {{lo:DateTime64(3, 'UTC')}} AND ts <= {AT}
+  AND severity IN {{severities:Array(String)}}
+GROUP BY host, category
+"""
+
+_EXIT_SQL = f"""
+SELECT host, ifNull(toString(rank), concat('pid', toString(pid))) AS who, rank,
+       argMax(exit_code, ts) AS code, argMax(signal, ts) AS sig, argMax(summary, ts) AS last_summary,
+       max(ts) AS exit_ts
+FROM process_exits
+WHERE job_id = {{job:String}} AND ts > {{lo:DateTime64(3, 'UTC')}} AND ts <= {AT}
+  AND (ifNull(exit_code, 0) != 0 OR signal != '')
+GROUP BY host, who, rank
+"""
+
+_RESTARTED_SQL = f"""
+SELECT host, rank, max(ts) AS last_step_ts FROM step_timings
+WHERE job_id = {{job:String}} AND step >= {{from_step:UInt64}} AND ts > {{since:DateTime64(3, 'UTC')}}
+  AND ts <= {AT} AND rank IN {{ranks:Array(UInt32)}}
+GROUP BY host, rank
+"""
+
+_STEP_AT_SQL = """
+SELECT ifNull(min(step), 0) AS step FROM
+  (SELECT step FROM job_steps WHERE job_id = {job:String} GROUP BY step
+   HAVING max(last_ts) >= {since:DateTime64(3, 'UTC')})
+"""
+
+
+class LogDetector:
+    name = "error_log"
+
+    def detect(self, ctx: EvalContext) -> list[Finding]:
+        s = ctx.settings
+        sev = [k for k, v in _LEVELS.items() if v >= _LEVELS[s.log_min_severity]]
+        return judge_logs(ctx.rows(_LOG_SQL, lo=ctx.ago(s.log_resolve_s), severities=sev), s)
+
+
+class ExitDetector:
+    name = "process_exit"
+
+    def detect(self, ctx: EvalContext) -> list[Finding]:
+        exits = ctx.rows(_EXIT_SQL, lo=ctx.ago(EXIT_LOOKBACK_S))
+        ranked = [r for r in exits if r["rank"] is not None]
+        restarted: list[dict[str, Any]] = []
+        if ranked:
+            since = min(as_utc(r["exit_ts"]) for r in ranked)
+            from_step = int(ctx.rows(_STEP_AT_SQL, since=ch_time(since))[0]["step"])
+            restarted = ctx.rows(_RESTARTED_SQL, since=ch_time(since), from_step=max(0, from_step - 1),
+                                 ranks=sorted({int(r["rank"]) for r in ranked}))
+        return judge_exits(exits, restarted)
+
+
+def judge_logs(rows: Sequence[Mapping[str, Any]], s: AnalyzerSettings) -> list[Finding]:
+    out = []
+    for r in rows:
+        host, category = str(r["host"]), str(r["category"])
+        level = int(r["level"])
+        severity: Severity = "critical" if level >= 3 else "error" if level == 2 else "warning"
+        ranks = [int(x) for x in r["ranks"]]
+        count = int(r["total"])
+        rank_txt = f" ranks {','.join(map(str, ranks))}" if ranks else ""
+        out.append(Finding(
+            alert="error_log", subject=f"{host}/{category}", host=host, severity=severity,
+            since=as_utc(r["first_ts"]),
+            summary=f"{host}{rank_txt} {category}: {str(r['message'])[:300]} ({count} lines)",
+            evidence={"host": host, "category": category, "ranks": ranks, "lines": count,
+                      "xids": [int(x) for x in r["xids"]], "message": str(r["message"])[:2000],
+                      "first_line": as_utc(r["first_ts"]).isoformat(), "last_line": as_utc(r["last_ts"]).isoformat()},
+        ))
+    return out
+
+
+def judge_exits(exits: Sequence[Mapping[str, Any]], restarted: Sequence[Mapping[str, Any]]) -> list[Finding]:
+    back: dict[tuple[str, int], datetime] = {(str(r["host"]), int(r["rank"])): as_utc(r["last_step_ts"])
+                                             for r in restarted}
+    out = []
+    for r in exits:
+        host, exit_ts = str(r["host"]), as_utc(r["exit_ts"])
+        if r["rank"] is not None and back.get((host, int(r["rank"])), exit_ts) > exit_ts:
+            continue  # the rank trains again
+        how = f"signal {r['sig']}" if r["sig"] else f"exit code {r['code']}"
+        who = f"rank {r['rank']}" if r["rank"] is not None else str(r["who"])
+        out.append(Finding(
+            alert="process_exit", subject=f"{host}/{who.replace(' ', '')}", host=host, severity="critical",
+            since=exit_ts, summary=f"{host} {who} exited with {how}: {str(r['last_summary'])[:300]}",
+            evidence={"host": host, "rank": r["rank"], "exit_code": r["code"], "signal": r["sig"] or None,
+                      "summary": str(r["last_summary"])[:2000], "exit_ts": exit_ts.isoformat()},
+        ))
+    return out

@@ -1,0 +1,127 @@
+"""MFU drift: the job's efficiency now against its own healthy baseline, attributed to phases.
+
+Per step (`job_steps`): MFU (mean over ranks) when the timer reports it, else step time
+(MFU is inversely proportional to it for a fixed model). Baseline = median over
+`mfu_baseline_steps` steps after `mfu_warmup_steps`; current = median over the last
+`mfu_current_steps` complete steps. Medians ignore checkpoint steps. It fires when
+the drop is >= `mfu_drop_pct`, or when a least-squares trend over the last
+`mfu_trend_steps` (on 10-step medians) projects a decline >= `mfu_trend_pct`; in both
+cases only when some phase's fleet-mean time (`job_phase_steps`) grew by at least
+`mfu_phase_growth_pct` — those phases are named. A drop that no phase explains
+fleet-wide is one slow host: the straggler detector's business.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from analyzer.detect.base import AT, EvalContext, Finding, as_utc, last_complete_step, median
+from analyzer.settings import AnalyzerSettings
+
+_STEPS_SQL = f"""
+SELECT step, max(max_step_ms) AS step_ms, sum(sum_mfu) AS smfu, sum(n_mfu) AS nmfu, max(last_ts) AS last_ts
+FROM job_steps
+WHERE job_id = {{job:String}} AND ((step >= {{b_lo:UInt64}} AND step < {{b_hi:UInt64}}) OR step >= {{r_lo:UInt64}})
+GROUP BY step HAVING last_ts <= {AT} ORDER BY step
+"""
+
+_PHASES_SQL = """
+SELECT phase, step, sum(sum_ms) / sum(n) AS mean_ms
+FROM job_phase_steps
+WHERE job_id = {job:String} AND step <= {last:UInt64}
+  AND ((step >= {b_lo:UInt64} AND step < {b_hi:UInt64}) OR step > {c_lo:UInt64})
+GROUP BY phase, step
+"""
+
+
+class MfuDriftDetector:
+    name = "mfu_drift"
+
+    def detect(self, ctx: EvalContext) -> list[Finding]:
+        s = ctx.settings
+        last = last_complete_step(ctx)
+        b_lo, b_hi = s.mfu_warmup_steps, s.mfu_warmup_steps + s.mfu_baseline_steps
+        if last is None or last < b_hi + s.mfu_current_steps:
+            return []
+        r_lo = max(b_hi, last - max(s.mfu_trend_steps, s.mfu_current_steps) + 1)
+        steps = ctx.rows(_STEPS_SQL, b_lo=b_lo, b_hi=b_hi, r_lo=r_lo)
+        phases = ctx.rows(_PHASES_SQL, b_lo=b_lo, b_hi=b_hi, c_lo=last - s.mfu_current_steps, last=last)
+        return judge(steps, phases, s, firing=ctx.is_firing("mfu_drift", "job"))
+
+
+def _efficiency(rows: Sequence[Mapping[str, Any]]) -> tuple[dict[int, float], str]:
+    """Per step: MFU if most steps carry it, else 1000/step_ms (steps per second)."""
+    with_mfu = sum(1 for r in rows if int(r["nmfu"]) > 0)
+    if rows and with_mfu * 2 >= len(rows):
+        return {int(r["step"]): float(r["smfu"]) / int(r["nmfu"]) for r in rows if int(r["nmfu"]) > 0}, "mfu"
+    return {int(r["step"]): 1000.0 / float(r["step_ms"]) for r in rows if float(r["step_ms"]) > 0}, "steps_per_s"
+
+
+def _trend_pct(values: dict[int, float], base: float, span: int) -> float:
+    """Projected decline (%) over `span` steps of a least-squares line through 10-step medians."""
+    chunks: dict[int, list[float]] = defaultdict(list)
+    for step, v in values.items():
+        chunks[step // 10].append(v)
+    pts = [(c * 10 + 5.0, median(vs)) for c, vs in sorted(chunks.items()) if len(vs) >= 5]
+    if len(pts) < 5:
+        return 0.0
+    mx = sum(p[0] for p in pts) / len(pts)
+    my = sum(p[1] for p in pts) / len(pts)
+    den = sum((p[0] - mx) ** 2 for p in pts)
+    slope = sum((p[0] - mx) * (p[1] - my) for p in pts) / den if den else 0.0
+    return -slope * span / base * 100
+
+
+def judge(steps: Sequence[Mapping[str, Any]], phases: Sequence[Mapping[str, Any]], s: AnalyzerSettings,
+          firing: bool = False) -> list[Finding]:
+    b_lo, b_hi = s.mfu_warmup_steps, s.mfu_warmup_steps + s.mfu_baseline_steps
+    eff, metric = _efficiency(steps)
+    if not eff:
+        return []
+    last = max(eff)
+    base_vals = [v for k, v in eff.items() if b_lo <= k < b_hi]
+    cur_vals = [v for k, v in eff.items() if k > last - s.mfu_current_steps and k >= b_hi]
+    if len(base_vals) < s.mfu_baseline_steps // 2 or len(cur_vals) < s.mfu_current_steps // 2:
+        return []
+    base, cur = median(base_vals), median(cur_vals)
+    drop = (base - cur) / base * 100 if base > 0 else 0.0
+    trend = _trend_pct({k: v for k, v in eff.items() if k > last - s.mfu_trend_steps and k >= b_hi},
+                       base, s.mfu_trend_steps) if last - b_hi >= s.mfu_trend_steps else 0.0
+    threshold = s.mfu_drop_pct / 2 if firing else s.mfu_drop_pct
+    if drop < threshold and trend < s.mfu_trend_pct:
+        return []
+    grown = _grown_phases(phases, b_lo, b_hi, last - s.mfu_current_steps, s)
+    if not grown:
+        return []
+    since = max((as_utc(r["last_ts"]) for r in steps if int(r["step"]) == last), default=None)
+    assert since is not None
+    named = ", ".join(f"{p} +{g:.1f}%" for p, g in grown.items())
+    what = "MFU" if metric == "mfu" else "throughput"
+    return [Finding(
+        alert="mfu_drift", subject="job", host="*", severity="warning", since=since,
+        summary=f"{what} {drop:.1f}% below its baseline (steps {b_lo}-{b_hi - 1}); slower phases: {named}",
+        evidence={"metric": metric, "baseline": round(base, 5), "current": round(cur, 5),
+                  "drop_pct": round(drop, 2), "trend_pct": round(trend, 2), "phases": list(grown),
+                  "phase_growth_pct": {p: round(g, 2) for p, g in grown.items()},
+                  "baseline_steps": [b_lo, b_hi - 1], "current_steps": [last - s.mfu_current_steps + 1, last]},
+    )]
+
+
+def _grown_phases(rows: Sequence[Mapping[str, Any]], b_lo: int, b_hi: int, c_lo: int,
+                  s: AnalyzerSettings) -> dict[str, float]:
+    base: dict[str, list[float]] = defaultdict(list)
+    cur: dict[str, list[float]] = defaultdict(list)
+    for r in rows:
+        step, phase, ms = int(r["step"]), str(r["phase"]), float(r["mean_ms"])
+        if b_lo <= step < b_hi:
+            base[phase].append(ms)
+        elif step > c_lo:
+            cur[phase].append(ms)
+    out = {}
+    for phase in base.keys() & cur.keys():
+        b, c = median(base[phase]), median(cur[phase])
+        if b > 0 and (c - b) / b * 100 >= s.mfu_phase_growth_pct:
+            out[phase] = (c - b) / b * 100
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))

@@ -1,0 +1,109 @@
+"""Straggler / fail-slow host: a host whose phase time sits above its peers' robust centre.
+
+Per job, phase and complete 5-step window (`phase_host_windows`), each host's mean
+phase time is compared with the median of its peer group: hosts in the same pipeline
+stage(s), because first/last stages legitimately do more work. A host is flagged in a
+window when it is at least `straggler_min_slowdown_pct` slower than the median AND
+its robust z-score ((x - median) / (1.4826 * MAD)) is at least `straggler_z`. It
+fires when flagged in `straggler_k` of the last `straggler_n` windows and stays
+firing while flagged in any of them. A phase slow for everyone (a checkpoint step)
+moves the median with it and flags nobody.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from analyzer.detect.base import EPOCH, EvalContext, Finding, as_utc, last_complete_step, median
+from analyzer.settings import ROLLUP_WINDOW_STEPS, AnalyzerSettings
+
+_WINDOWS_SQL = """
+SELECT phase, window, host, sum(sum_ms) / sum(n) AS mean_ms, sum(n) AS samples, max(last_ts) AS window_end
+FROM phase_host_windows
+WHERE job_id = {job:String} AND window >= {lo:UInt64} AND window <= {hi:UInt64}
+GROUP BY phase, window, host
+"""
+
+_PEERS_SQL = """
+SELECT host, arrayStringConcat(arraySort(groupUniqArray(toString(pp))), ',') AS stages
+FROM job_ranks FINAL WHERE job_id = {job:String} GROUP BY host
+"""
+
+
+class StragglerDetector:
+    name = "straggler"
+
+    def detect(self, ctx: EvalContext) -> list[Finding]:
+        s = ctx.settings
+        last = last_complete_step(ctx)
+        if last is None:
+            return []
+        hi = (last - s.straggler_lag_steps + 1) // ROLLUP_WINDOW_STEPS - 1
+        if hi < 0:
+            return []
+        lo = max(0, hi - s.straggler_n + 1)
+        rows = ctx.rows(_WINDOWS_SQL, lo=lo, hi=hi)
+        peers = {str(r["host"]): str(r["stages"]) for r in ctx.rows(_PEERS_SQL)}
+        firing = {subj.split(":", 1)[1] for subj in ctx.firing if subj.startswith("straggler:")}
+        return judge(rows, peers, s, firing)
+
+
+def flag_window(values: Mapping[str, float], s: AnalyzerSettings) -> dict[str, tuple[float, float, float]]:
+    """Hosts flagged in one window of one peer group -> (slowdown %, robust z, median ms)."""
+    if len(values) < s.straggler_min_hosts:
+        return {}
+    m = median(list(values.values()))
+    if m <= 0:
+        return {}
+    mad = median([abs(v - m) for v in values.values()]) * 1.4826
+    out: dict[str, tuple[float, float, float]] = {}
+    for host, v in values.items():
+        slow = (v - m) / m * 100
+        z = (v - m) / mad if mad > 0 else (float("inf") if v > m else 0.0)
+        if slow >= s.straggler_min_slowdown_pct and z >= s.straggler_z:
+            out[host] = (slow, z, m)
+    return out
+
+
+def judge(rows: Sequence[Mapping[str, Any]], peers: Mapping[str, str], s: AnalyzerSettings,
+          firing: set[str] | frozenset[str] = frozenset()) -> list[Finding]:
+    """Findings from window rows {phase, window, host, mean_ms, last_ts}; `firing` = subjects already firing."""
+    groups: dict[tuple[str, int, str], dict[str, float]] = defaultdict(dict)
+    ends: dict[int, datetime] = {}
+    sizes: dict[tuple[str, str], int] = defaultdict(int)
+    for r in rows:
+        w = int(r["window"])
+        groups[(str(r["phase"]), w, peers.get(str(r["host"]), ""))][str(r["host"])] = float(r["mean_ms"])
+        ends[w] = max(ends.get(w, EPOCH), as_utc(r["window_end"]))
+    for (phase, _w, group), values in groups.items():
+        sizes[(phase, group)] = max(sizes[(phase, group)], len(values))
+    flags: dict[tuple[str, str], list[tuple[int, float, float, float, float]]] = defaultdict(list)
+    for (phase, w, group), values in groups.items():
+        if sizes[(phase, group)] < s.straggler_min_hosts:  # a tiny stage group: judge against the whole fleet
+            values = {h: v for (p, ww, _g), vs in groups.items() if p == phase and ww == w for h, v in vs.items()}
+        for host, (slow, z, m) in flag_window(values, s).items():
+            flags[(phase, host)].append((w, slow, z, m, values[host]))
+    windows = sorted(ends)
+    findings = []
+    for (phase, host), hits in flags.items():
+        subject = f"{host}/{phase}"
+        hits = sorted(set(hits))
+        need = 1 if subject in firing else s.straggler_k
+        if len(hits) < need:
+            continue
+        slow = sum(h[1] for h in hits) / len(hits)
+        since = ends[hits[min(len(hits), s.straggler_k) - 1][0]]
+        findings.append(Finding(
+            alert="straggler", subject=subject, host=host, severity="warning", since=since,
+            summary=f"{host} {phase} is {slow:.1f}% slower than its peers' median "
+                    f"({len(hits)}/{len(windows)} windows)",
+            evidence={"host": host, "phase": phase, "slowdown_pct": round(slow, 2),
+                      "windows": f"{len(hits)}/{len(windows)}", "window_steps": ROLLUP_WINDOW_STEPS,
+                      "steps": [windows[0] * ROLLUP_WINDOW_STEPS, (windows[-1] + 1) * ROLLUP_WINDOW_STEPS - 1],
+                      "host_ms": round(hits[-1][4], 3), "peer_median_ms": round(hits[-1][3], 3),
+                      "robust_z": round(min(hits[-1][2], 1e6), 2), "peer_group": peers.get(host, "")},
+        ))
+    return findings

@@ -1,0 +1,1 @@
+"""Ingest: telemetry and alert events from Kafka into ClickHouse tables, idempotently."""

@@ -1,0 +1,104 @@
+"""Fault specs: `KIND:host=NAME[,start=STEP][,magnitude=X][,duration=STEPS][,...]`.
+
+Kinds and what they do (defaults in brackets):
+
+    straggler       one phase of every GPU on the host slower by magnitude [0.08] (phase=[forward])
+    nic_drop        one NIC's traffic lower by magnitude [0.7] (nic=[mlx5_0])
+    traffic_stop    one NIC's traffic zero while training runs (nic=[mlx5_0])
+    mfu_decay       forward time of every host grows linearly to +magnitude [0.3] over ramp=[100] steps
+                    (job-wide, like the MegaScale MFU decline; host= may be omitted or `all`)
+    heartbeat_loss  the host goes silent: no heartbeat, NIC, step or log events
+    xid             a GPU Xid error (xid=[79]) logged by local_rank=[0], repeated a few times
+    process_exit    the training process of local_rank=[0] exits (exit_code=[1]); it restarts after
+                    `duration` steps when given
+
+Each fault names the alert it should raise (`expected`), which is what `--json`
+reports as ground truth.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+KINDS = ("straggler", "nic_drop", "traffic_stop", "mfu_decay", "heartbeat_loss", "xid", "process_exit")
+_DEFAULT_MAGNITUDE = {"straggler": 0.08, "nic_drop": 0.7, "traffic_stop": 1.0, "mfu_decay": 0.3}
+_EXTRA = {"phase", "nic", "ramp", "xid", "local_rank", "exit_code"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fault:
+    kind: str
+    host: str  # "all" for job-wide faults
+    start: int = 100
+    magnitude: float = 0.0
+    duration: int | None = None
+    options: dict[str, str] = field(default_factory=dict)
+
+    def active(self, step: int) -> bool:
+        return step >= self.start and (self.duration is None or step < self.start + self.duration)
+
+    @property
+    def phase(self) -> str:
+        return self.options.get("phase", "forward")
+
+    @property
+    def nic(self) -> str:
+        return self.options.get("nic", "mlx5_0")
+
+    def int_option(self, name: str, default: int) -> int:
+        return int(self.options.get(name, default))
+
+    def expected(self, job: str, gpus_per_host: int, host_index: int) -> tuple[str, str]:
+        """(alert, subject) this fault should raise."""
+        if self.kind == "straggler":
+            return "straggler", f"{self.host}/{self.phase}"
+        if self.kind in ("nic_drop", "traffic_stop"):
+            return "traffic_stall", f"{self.host}/{self.nic}"
+        if self.kind == "mfu_decay":
+            return "mfu_drift", "job"
+        if self.kind == "heartbeat_loss":
+            return "heartbeat_loss", self.host
+        if self.kind == "xid":
+            return "error_log", f"{self.host}/xid"
+        rank = host_index * gpus_per_host + self.int_option("local_rank", 0)
+        return "process_exit", f"{self.host}/rank{rank}"
+
+
+def parse_fault(spec: str) -> Fault:
+    """Parse one `--fault` value; ValueError naming what is wrong."""
+    kind, sep, rest = spec.partition(":")
+    kind = kind.strip()
+    if kind not in KINDS:
+        raise ValueError(f"--fault {spec!r}: unknown kind {kind!r}; kinds: {', '.join(KINDS)}")
+    params: dict[str, str] = {}
+    for part in rest.split(",") if sep and rest.strip() else []:
+        key, eq, value = part.partition("=")
+        if not eq or not key.strip() or not value.strip():
+            raise ValueError(f"--fault {spec!r}: expected key=value, got {part!r}")
+        params[key.strip()] = value.strip()
+    host = params.pop("host", "all" if kind == "mfu_decay" else "")
+    if not host:
+        raise ValueError(f"--fault {spec!r}: host=NAME is required for {kind}")
+    if host == "all" and kind != "mfu_decay":
+        raise ValueError(f"--fault {spec!r}: {kind} needs one host, not 'all'")
+    try:
+        start = int(params.pop("start", "100"))
+        magnitude = float(params.pop("magnitude", str(_DEFAULT_MAGNITUDE.get(kind, 0.0))))
+        duration = int(params["duration"]) if "duration" in params else None
+        params.pop("duration", None)
+        for k in ("ramp", "xid", "local_rank", "exit_code"):
+            if k in params:
+                int(params[k])
+    except ValueError:
+        raise ValueError(f"--fault {spec!r}: start, duration, ramp, xid, local_rank, exit_code are integers and "
+                         "magnitude a number") from None
+    unknown = set(params) - _EXTRA
+    if unknown:
+        raise ValueError(f"--fault {spec!r}: unknown option(s) {', '.join(sorted(unknown))}")
+    if start < 0 or (duration is not None and duration < 1):
+        raise ValueError(f"--fault {spec!r}: start must be >= 0 and duration >= 1")
+    if kind in ("straggler", "mfu_decay") and magnitude <= 0:
+        raise ValueError(f"--fault {spec!r}: magnitude must be > 0")
+    if kind == "nic_drop" and not 0 < magnitude <= 1:
+        raise ValueError(f"--fault {spec!r}: nic_drop magnitude is the fraction lost, in (0, 1]")
+    return Fault(kind=kind, host=host, start=start, magnitude=magnitude, duration=duration, options=params)
