@@ -1,0 +1,97 @@
+"""Shared helpers of the node agent's tests: fake node trees, agent subprocesses, reading events."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from vigil.contract import Event
+from vigil.contract.wire import decode_batch
+from vigil.kafka.reader import read_topics
+from vigil.settings import VigilSettings
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+PYTHON = sys.executable
+
+
+class FakeNode:
+    """A copy of tests/fixtures' sysfs and procfs trees whose counters the test advances."""
+
+    def __init__(self, root: Path) -> None:
+        self.sysfs = root / "sysfs"
+        self.procfs = root / "procfs"
+        shutil.copytree(FIXTURES / "sysfs", self.sysfs)
+        shutil.copytree(FIXTURES / "procfs", self.procfs)
+
+    def rdma_dir(self, dev: str, port: int = 1) -> Path:
+        return self.sysfs / "class" / "infiniband" / dev / "ports" / str(port)
+
+    def set_rdma(self, dev: str, *, tx_words: int, rx_words: int, port: int = 1, **hw: int) -> None:
+        d = self.rdma_dir(dev, port)
+        (d / "counters").mkdir(parents=True, exist_ok=True)
+        (d / "counters" / "port_xmit_data").write_text(f"{tx_words}\n")
+        (d / "counters" / "port_rcv_data").write_text(f"{rx_words}\n")
+        for name, value in hw.items():
+            (d / "hw_counters").mkdir(exist_ok=True)
+            (d / "hw_counters" / name).write_text(f"{value}\n")
+
+    def set_eth(self, counters: dict[str, tuple[int, int]]) -> None:
+        """Rewrite net/dev with (rx_bytes, tx_bytes) per interface (lo always included)."""
+        lines = ["Inter-|   Receive                                                |  Transmit",
+                 " face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed"]
+        for name, (rx, tx) in {"lo": (1, 1), **counters}.items():
+            lines.append(f"{name:>6}: {rx} 10 0 0 0 0 0 0 {tx} 10 0 0 0 0 0 0")
+        (self.procfs / "net" / "dev").write_text("\n".join(lines) + "\n")
+
+
+def step_line(*, job: str, host: str, rank: int, step: int, phases: int = 3) -> dict[str, Any]:
+    return {"kind": "step", "schema_version": 1, "event_id": uuid.uuid4().hex, "job_id": job, "host": host,
+            "ts": time.time(), "rank": rank, "local_rank": rank, "world_size": 8, "step": step,
+            "step_ms": 100.0, "coords": {"dp": rank, "tp": 0, "pp": 0},
+            "phases": {f"phase{i}": 100.0 / phases for i in range(phases)}}
+
+
+def append_lines(path: Path, docs: Iterable[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fh.write("".join(json.dumps(d) + "\n" for d in docs))
+
+
+def agent_env(settings: VigilSettings, bootstrap: str, home: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIGIL_", "TORCH_FR"))}
+    env.update(VIGIL_HOME=str(home), VIGIL_KAFKA_BOOTSTRAP=bootstrap, VIGIL_TOPIC_PREFIX=settings.topic_prefix,
+               VIGIL_TOPIC_PARTITIONS=str(settings.topic_partitions), **extra)
+    return env
+
+
+def start_agent(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    out = open(log, "ab")  # noqa: SIM115
+    try:
+        return subprocess.Popen([PYTHON, "-m", "vigil", *args], env=env, stdout=out, stderr=subprocess.STDOUT)
+    finally:
+        out.close()
+
+
+def read_events(settings: VigilSettings, bootstrap: str, logical: Iterable[str], timeout: float = 10.0) -> list[Event]:
+    events: list[Event] = []
+    for rec in read_topics(settings, bootstrap, [settings.topic(t) for t in logical], timeout=timeout):
+        events += decode_batch(rec.value).events
+    return events
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str, every: float = 0.5) -> None:
+    """Polls `predicate` until true; the timeout only bounds a failing test, nothing is timed."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(every)
+    raise AssertionError(f"timed out waiting for {what}")
