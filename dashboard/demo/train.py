@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank = dist.get_rank()
     torch.manual_seed(0)
     model = TinyLM(args.vocab, args.dim, args.layers, 4, args.seq)
     ddp = DistributedDataParallel(model)
