@@ -34,7 +34,8 @@ class TinyLM(nn.Module):
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         x = self.embed(tokens) + self.pos[: tokens.shape[1]]
-        return self.head(self.blocks(x))
+        out: torch.Tensor = self.head(self.blocks(x))
+        return out
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
                         time.sleep(args.slow_ms / 1000)
                 with timer.phase("backward"):
                     opt.zero_grad(set_to_none=True)
-                    loss.backward()
+                    loss.backward()  # type: ignore[no-untyped-call]
                 with timer.phase("optimizer"):
                     opt.step()
             if rank == args.xid_rank and step == args.xid_at:
