@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from vigil.settings import VigilBaseSettings
@@ -61,8 +61,10 @@ class AnalyzerSettings(VigilBaseSettings):
     log_min_severity: Literal["warning", "error", "critical"] = "error"
     log_resolve_s: float = Field(default=600.0, gt=0, description="an error-log alert resolves after this long quiet")
 
-    @model_validator(mode="after")
-    def _k_of_n(self) -> AnalyzerSettings:
-        if self.straggler_k > self.straggler_n:
-            raise ValueError(f"straggler_k ({self.straggler_k}) must not exceed straggler_n ({self.straggler_n})")
-        return self
+    @field_validator("straggler_n")
+    @classmethod
+    def _k_of_n(cls, n: int, info: ValidationInfo) -> int:
+        k = info.data.get("straggler_k", 0)
+        if k > n:
+            raise ValueError(f"straggler_k ({k}) must not exceed straggler_n ({n})")
+        return n

@@ -1,0 +1,123 @@
+"""Each detector against crafted data in real ClickHouse: fires on its fault, quiet on healthy noise."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from analyzer_helpers import T0, fingerprints, heartbeats, nic, steps
+
+from analyzer.alerts.book import AlertBook
+from analyzer.engine import evaluate, replay
+from analyzer.ingest.writer import ClickHouseWriter
+from analyzer.settings import AnalyzerSettings
+from vigil.clickhouse import connect
+from vigil.contract import Event, LogLine, ProcessExit
+
+pytestmark = pytest.mark.clickhouse
+
+
+def load(dsn: str, db: str, events: list[Event]) -> ClickHouseWriter:
+    w = ClickHouseWriter(client=connect(dsn, database=db))
+    for i in range(0, len(events), 50_000):
+        w.write(events[i:i + 50_000])
+    return w
+
+
+def run(dsn: str, db: str, job: str, **overrides: object) -> list:  # type: ignore[type-arg]
+    return replay(connect(dsn, database=db), AnalyzerSettings(**overrides), job)  # type: ignore[arg-type]
+
+
+def test_straggler_5pct_among_1024_hosts_is_named_with_phase_and_slowdown(clickhouse_dsn: str, database: str) -> None:
+    load(clickhouse_dsn, database, steps("big", 1024, 40, gpus=4, slow={"h0777": 1.05}, slow_from=10, host_bias=0.005))
+    client = connect(clickhouse_dsn, database=database)
+    at = T0 + timedelta(seconds=41)
+    alerts = evaluate(client, AnalyzerSettings(), AlertBook(), "big", at)
+    assert fingerprints(alerts) == {"big/straggler/h0777/forward"}
+    ev = alerts[0].evidence
+    assert ev["host"] == "h0777" and ev["phase"] == "forward"
+    assert 4.0 <= ev["slowdown_pct"] <= 6.0
+
+
+def test_straggler_quiet_on_jitter_and_on_fleet_wide_slow_phase(clickhouse_dsn: str, database: str) -> None:
+    # 3% per-sample jitter, 1% static host spread, and every 10th step 3x slower for everyone (a checkpoint)
+    ckpt = {s: {"forward": 3.0, "backward": 3.0} for s in range(9, 60, 10)}
+    load(clickhouse_dsn, database, steps("calm", 64, 60, jitter=0.03, host_bias=0.01, phase_factor=ckpt, seed=3))
+    assert [a for a in run(clickhouse_dsn, database, "calm") if a.alert == "straggler"] == []
+
+
+def test_straggler_within_30_steps_and_resolves_when_host_recovers(clickhouse_dsn: str, database: str) -> None:
+    evs = steps("heal", 64, 90, slow={"h0005": 1.08}, slow_from=20, seed=5)
+    evs = [e for e in evs if not (e.host == "h0005" and e.step >= 55)] + [
+        e for e in steps("heal", 64, 90, seed=6) if e.host == "h0005" and e.step >= 55]  # type: ignore[attr-defined]
+    load(clickhouse_dsn, database, evs)
+    alerts = run(clickhouse_dsn, database, "heal")
+    firing = [a for a in alerts if a.status == "firing"]
+    assert {a.fingerprint for a in alerts} == {"heal/straggler/h0005/forward"}
+    onset = T0 + timedelta(seconds=21)
+    assert (firing[0].ts - onset).total_seconds() <= 30  # 1 s steps: within 30 steps
+    assert alerts[-1].status == "resolved"
+
+
+def test_traffic_drop_warns_and_stop_is_critical(clickhouse_dsn: str, database: str) -> None:
+    evs: list[Event] = [*nic("net", 16, 300, level={("h0003", 150): 0.3, ("h0009", 200): 0.0}),
+                        *heartbeats("net", 16, 300)]
+    load(clickhouse_dsn, database, evs)
+    alerts = run(clickhouse_dsn, database, "net")
+    assert {a.fingerprint for a in alerts} == {"net/traffic_stall/h0003/mlx5_0", "net/traffic_stall/h0009/mlx5_0"}
+    drop = next(a for a in alerts if a.subject == "h0003/mlx5_0")
+    assert drop.severity == "warning" and drop.evidence["drop_pct"] >= 50
+    stop = [a for a in alerts if a.subject == "h0009/mlx5_0" and a.severity == "critical"]
+    assert stop, "zero traffic must escalate to critical"
+    delay = (stop[0].ts - (T0 + timedelta(seconds=200))).total_seconds()
+    assert 10 <= delay <= 15
+    assert all(a.status == "firing" for a in alerts), "a lasting drop does not become the new normal"
+
+
+def test_heartbeat_loss_fires_after_three_intervals_and_resolves(clickhouse_dsn: str, database: str) -> None:
+    load(clickhouse_dsn, database, heartbeats("hb", 8, 120, silent={"h0002": (40, 70)}))
+    alerts = run(clickhouse_dsn, database, "hb")
+    assert [(a.fingerprint, a.status) for a in alerts] == [("hb/heartbeat_loss/h0002", "firing"),
+                                                          ("hb/heartbeat_loss/h0002", "resolved")]
+    assert alerts[0].first_seen == T0 + timedelta(seconds=38 + 6)  # last beat at 38 s + 3 x 2 s
+    assert (alerts[0].ts - (T0 + timedelta(seconds=40))).total_seconds() <= 15
+
+
+def test_heartbeat_quiet_when_whole_job_ends(clickhouse_dsn: str, database: str) -> None:
+    load(clickhouse_dsn, database, heartbeats("end", 8, 60))
+    client = connect(clickhouse_dsn, database=database)
+    assert evaluate(client, AnalyzerSettings(), AlertBook(), "end", T0 + timedelta(seconds=58)) == []
+
+
+def test_mfu_drift_names_the_grown_phase_and_ignores_a_straggler(clickhouse_dsn: str, database: str) -> None:
+    decay = {s: {"forward": 1 + 0.5 * min(1.0, (s - 100) / 50)} for s in range(100, 200)}
+    load(clickhouse_dsn, database, steps("mfu", 16, 200, phase_factor=decay, seed=7))
+    alerts = run(clickhouse_dsn, database, "mfu")
+    assert fingerprints(alerts) == {"mfu/mfu_drift/job"}
+    first = next(a for a in alerts if a.status == "firing")
+    assert first.evidence["phases"] == ["forward"] and first.evidence["drop_pct"] >= 5
+    # one slow host drags the step time but no phase grows fleet-wide: straggler only
+    load(clickhouse_dsn, database, steps("mfu2", 16, 200, slow={"h0001": 1.3}, slow_from=100, seed=8))
+    assert {a.alert for a in run(clickhouse_dsn, database, "mfu2")} == {"straggler"}
+
+
+def test_error_logs_aggregate_into_one_alert_and_exits_name_the_rank(clickhouse_dsn: str, database: str) -> None:
+    lines = [LogLine(job_id="lg", host="h0001", rank=r, category="nccl", severity="error", ts=T0 + timedelta(seconds=10 + r),
+                     message=f"NCCL error: unhandled system error (rank {r})") for r in range(8)]
+    lines.append(LogLine(job_id="lg", host="h0001", category="nccl", severity="error", repeats=50,
+                         ts=T0 + timedelta(seconds=20), message="flood summary"))
+    lines.append(LogLine(job_id="lg", host="h0002", category="nccl_warn", severity="warning",
+                         ts=T0 + timedelta(seconds=12), message="NCCL WARN benign"))
+    exits = [ProcessExit(job_id="lg", host="h0003", rank=24, pid=7, exit_code=1, ts=T0 + timedelta(seconds=15),
+                         summary="RuntimeError: CUDA error"),
+             ProcessExit(job_id="lg", host="h0004", rank=32, pid=8, exit_code=0, ts=T0 + timedelta(seconds=15))]
+    load(clickhouse_dsn, database, [*lines, *exits, *heartbeats("lg", 4, 40)])
+    alerts = run(clickhouse_dsn, database, "lg")
+    assert fingerprints(alerts) == {"lg/error_log/h0001/nccl", "lg/process_exit/h0003/rank24"}
+    assert len([a for a in alerts if a.alert == "error_log" and a.status == "firing"]) == 1
+    once = evaluate(connect(clickhouse_dsn, database=database), AnalyzerSettings(), AlertBook(), "lg",
+                    T0 + timedelta(seconds=30))
+    log_alert = next(a for a in once if a.alert == "error_log")
+    assert log_alert.evidence["lines"] == 58 and log_alert.evidence["ranks"] == list(range(8))
+    ex = next(a for a in alerts if a.alert == "process_exit")
+    assert ex.severity == "critical" and "rank 24" in ex.summary and "exit code 1" in ex.summary

@@ -1,0 +1,97 @@
+"""Pure logic: processors, the alert book's lifecycle, fault specs, the layout, settings."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from analyzer_helpers import T0, heartbeats, steps
+
+from analyzer.alerts.book import AlertBook
+from analyzer.alerts.view import current
+from analyzer.detect.base import Finding
+from analyzer.detect.straggler import judge
+from analyzer.ingest.processors import COLUMNS, process
+from analyzer.settings import AnalyzerSettings
+from analyzer.simulator.faults import parse_fault
+from analyzer.simulator.layout import Layout
+from vigil.settings import SettingsError
+
+pytestmark = pytest.mark.pure
+
+
+def test_processors_fill_every_column() -> None:
+    for e in [*steps("j", 1, 1, gpus=1), *heartbeats("j", 1, 1)]:
+        for table, row in process(e):
+            assert len(row) == len(COLUMNS[table])
+
+
+def finding(sev: str = "warning") -> Finding:
+    return Finding(alert="straggler", subject="h1/forward", host="h1", severity=sev, summary="slow",  # type: ignore[arg-type]
+                   since=T0 - timedelta(seconds=5))
+
+
+def test_book_lifecycle_firing_refresh_escalate_resolve_restore() -> None:
+    book = AlertBook(refresh_s=60)
+    first = book.update("j", T0, ["straggler"], [finding()])
+    assert [(a.status, a.first_seen) for a in first] == [("firing", T0 - timedelta(seconds=5))]
+    assert book.update("j", T0 + timedelta(seconds=2), ["straggler"], [finding()]) == []  # unchanged: quiet
+    up = book.update("j", T0 + timedelta(seconds=4), ["straggler"], [finding("critical")])
+    assert [a.severity for a in up] == ["critical"] and up[0].first_seen == first[0].first_seen
+    assert len(book.update("j", T0 + timedelta(seconds=70), ["straggler"], [finding("critical")])) == 1  # refresh
+    assert book.update("j", T0 + timedelta(seconds=72), ["mfu_drift"], []) == []  # straggler did not run
+    done = book.update("j", T0 + timedelta(seconds=74), ["straggler"], [])
+    assert [a.status for a in done] == ["resolved"] and done[0].fingerprint == "j/straggler/h1/forward"
+    restored = AlertBook()
+    restored.restore([*first, *up, *done])
+    assert restored.firing() == [] and current([*first, *up, *done], include_resolved=True)[0].status == "resolved"
+    replayed = AlertBook()
+    replayed.restore(first)
+    assert replayed.update("j", T0 + timedelta(seconds=1), ["straggler"], [finding()]) == []  # no double fire
+
+
+def test_straggler_judge_needs_k_of_n_and_peers() -> None:
+    s = AnalyzerSettings()
+    rows = [{"phase": "forward", "window": w, "host": f"h{h}", "mean_ms": 100.0 * (1.06 if h == 3 and w >= 2 else 1 + h * 0.001),
+             "window_end": T0 + timedelta(seconds=w)} for w in range(5) for h in range(10)]
+    assert {f.subject for f in judge(rows, {}, s)} == {"h3/forward"}
+    assert judge([r for r in rows if int(r["window"]) < 4], {}, s) == []  # only 2 of 4 windows
+    assert {f.subject for f in judge([r for r in rows if int(r["window"]) < 4], {}, s, {"h3/forward"})} == {"h3/forward"}
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("bogus:host=a", "unknown kind"),
+    ("straggler:start=3", "host=NAME is required"),
+    ("straggler:host=h,start=x", "integers"),
+    ("straggler:host=h,colour=red", "unknown option"),
+    ("nic_drop:host=h,magnitude=2", "fraction lost"),
+    ("xid:host=all", "needs one host"),
+])
+def test_bad_fault_specs_are_value_errors(spec: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_fault(spec)
+
+
+def test_fault_defaults_and_expected_alerts() -> None:
+    f = parse_fault("straggler:host=sim-host-0003,start=100,magnitude=0.08")
+    assert (f.host, f.start, f.magnitude, f.phase) == ("sim-host-0003", 100, 0.08, "forward")
+    assert f.expected("j", 8, 3) == ("straggler", "sim-host-0003/forward")
+    assert parse_fault("mfu_decay:start=5").host == "all"
+    assert parse_fault("process_exit:host=x,local_rank=2").expected("j", 8, 3) == ("process_exit", "x/rank26")
+
+
+def test_layout_names_and_3d_coords() -> None:
+    lay = Layout(hosts=8, gpus_per_host=4, pp=2)
+    assert lay.host_names()[:2] == ["sim-host-0000", "sim-host-0001"]
+    assert (lay.tp, lay.dp, lay.world_size) == (4, 4, 32)
+    assert [lay.stage_of_host(h) for h in range(8)] == [0, 0, 0, 0, 1, 1, 1, 1]
+    with pytest.raises(ValueError, match="unknown host"):
+        lay.host_index("sim-host-0008")
+    with pytest.raises(ValueError):
+        Layout(hosts=6, pp=4)
+
+
+def test_settings_reject_bad_k_of_n(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VIGIL_ANALYZER_STRAGGLER_K", "6")
+    with pytest.raises(SettingsError, match=r"STRAGGLER_N.*straggler_k"):
+        AnalyzerSettings.load()
