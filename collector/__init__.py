@@ -36,4 +36,3 @@ Errors (the agent never crashes on bad input; it counts and logs it instead):
     ValueError                           bad user input (a malformed rule, a bad CLI value)
 """
 
-__version__ = "0.1.0"

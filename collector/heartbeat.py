@@ -11,13 +11,22 @@ from __future__ import annotations
 import os
 import socket
 import time
+from functools import cache
+from importlib.metadata import PackageNotFoundError, version
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from collector import __version__
 from collector.gpu import NvmlProbe
 from collector.procs import ProcessTracker
 from vigil.contract import Heartbeat
+
+
+@cache
+def agent_version() -> str:
+    try:
+        return version("vigil")
+    except PackageNotFoundError:
+        return "0.0.0"
 
 
 def local_ip(env: Mapping[str, str] = os.environ) -> str:
@@ -59,7 +68,7 @@ class HeartbeatBuilder:
         ident = self.identity
         return Heartbeat(
             job_id=ident.job_id, host=ident.host, ip=ident.ip, pod=ident.pod, node=ident.node,
-            agent_version=__version__, uptime_s=round(time.monotonic() - self.started, 3),
+            agent_version=agent_version(), uptime_s=round(time.monotonic() - self.started, 3),
             interval_s=self.interval_s, processes=self.processes.refresh(), gpus=self.gpus.read(),
             dropped_events=dropped, spooled_events=spooled,
         )

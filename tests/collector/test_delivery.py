@@ -1,0 +1,169 @@
+"""Delivery under failure: broker outage, agent SIGKILL, unwritable spool. Every event arrives."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from collector_helpers import agent_env, read_events, start_agent, step_line, wait_for
+
+from collector.agent import Agent
+from collector.settings import CollectorSettings, resolve_paths
+from collector.sink import MemorySink
+from vigil.contract import Heartbeat, StepTiming
+from vigil.kafka.broker import EmbeddedBroker, free_port
+from vigil.settings import VigilSettings
+
+
+class SpoolWriter(threading.Thread):
+    """Writes timer-format step lines for a few ranks, rotating files like the timer, until stopped.
+    Lines are sometimes written in two parts, so the agent sees partial last lines."""
+
+    def __init__(self, spool: Path, *, host: str, ranks: int = 4, per_file: int = 150, every_s: float = 0.02) -> None:
+        super().__init__(daemon=True)
+        self.spool, self.host, self.ranks, self.per_file, self.every_s = spool / "job-d", host, ranks, per_file, every_s
+        self.ids: list[str] = []
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        self.spool.mkdir(parents=True, exist_ok=True)
+        step = 0
+        while not self.stop_event.is_set():
+            rank = step % self.ranks
+            seq = (step // self.ranks) // self.per_file
+            doc = step_line(job="job-d", host=self.host, rank=rank, step=step // self.ranks)
+            data = (json.dumps(doc) + "\n").encode()
+            with open(self.spool / f"{self.host}-rank{rank}.{seq:06d}.jsonl", "ab") as fh:
+                if step % 7 == 0:
+                    fh.write(data[:20])
+                    fh.flush()
+                    time.sleep(0.005)
+                    fh.write(data[20:])
+                else:
+                    fh.write(data)
+            self.ids.append(doc["event_id"])
+            step += 1
+            time.sleep(self.every_s)
+
+    def finish(self) -> set[str]:
+        self.stop_event.set()
+        self.join()
+        return set(self.ids)
+
+
+def step_ids(settings: VigilSettings, bootstrap: str) -> set[str]:
+    return {e.event_id for e in read_events(settings, bootstrap, ["steps"]) if isinstance(e, StepTiming)}
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+def test_broker_outage_of_20s_loses_nothing(settings: VigilSettings, tmp_path: Path) -> None:
+    port = free_port()
+    broker = EmbeddedBroker(port=port, log_path=tmp_path / "broker.log")
+    bootstrap = broker.start()
+    own = settings.model_copy(update={"kafka_bootstrap": bootstrap})
+    spool = tmp_path / "spool"
+    writer = SpoolWriter(spool, host="h-out")
+    env = agent_env(own, bootstrap, tmp_path / "home", VIGIL_HEARTBEAT_INTERVAL="0.5")
+    agent = start_agent(["collector", "--host", "h-out", "--job", "job-d", "--spool-dir", str(spool),
+                         "--delivery-timeout", "2"], env, tmp_path / "agent.log")
+    try:
+        writer.start()
+        wait_for(lambda: len(step_ids(own, bootstrap)) >= 50, 60, "steps flowing")
+        os.kill(agent.pid, signal.SIGSTOP)  # freeze the agent: nothing it delivers now goes unread
+        time.sleep(1.0)
+        before = step_ids(own, bootstrap)
+        broker.stop()  # the embedded broker is memory-only: what it held is gone
+        os.kill(agent.pid, signal.SIGCONT)
+        time.sleep(20.0)  # the outage; the writer keeps writing
+        assert agent.poll() is None, "the agent must survive the outage"
+        broker = EmbeddedBroker(port=port, log_path=tmp_path / "broker2.log")
+        broker.start()
+        time.sleep(2.0)
+        written = writer.finish()
+        wait_for(lambda: written <= before | step_ids(own, bootstrap), 120, "every step after the outage")
+        beats = [e for e in read_events(own, bootstrap, ["heartbeats"]) if isinstance(e, Heartbeat)]
+        assert any(b.spooled_events > 0 for b in beats), "heartbeats written during the outage report the backlog"
+        assert all(b.dropped_events == 0 for b in beats)
+    finally:
+        writer.stop_event.set()
+        agent.terminate()
+        agent.wait(timeout=60)
+        broker.stop()
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+def test_agent_sigkill_and_restart_loses_nothing(topics: VigilSettings, broker_bootstrap: str, tmp_path: Path) -> None:
+    spool = tmp_path / "spool"
+    writer = SpoolWriter(spool, host="h-kill")
+    env = agent_env(topics, broker_bootstrap, tmp_path / "home")
+    args = ["collector", "--host", "h-kill", "--job", "job-d", "--spool-dir", str(spool)]
+    first = start_agent(args, env, tmp_path / "agent1.log")
+    second = None
+    try:
+        writer.start()
+        wait_for(lambda: len(step_ids(topics, broker_bootstrap)) >= 100, 60, "steps flowing")
+        first.kill()
+        first.wait()
+        (spool / "job-d" / "h-kill-rank0.999999.jsonl").write_text('{"kind": "step", "broken\n[1, 2]\n')
+        time.sleep(2.0)  # the writer goes on while no agent runs
+        second = start_agent(args, env, tmp_path / "agent2.log")
+        time.sleep(2.0)
+        written = writer.finish()
+        wait_for(lambda: written <= step_ids(topics, broker_bootstrap), 120, "every step after the restart")
+        assert "skipping malformed line" in (tmp_path / "agent2.log").read_text()
+        assert second.poll() is None
+    finally:
+        writer.stop_event.set()
+        for p in (first, second):
+            if p is not None and p.poll() is None:
+                p.terminate()
+                p.wait(timeout=60)
+
+
+@pytest.mark.pure
+def test_unwritable_spool_keeps_running_and_counts_drops(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    settings = CollectorSettings(host="h-full", job_id="j", state_dir=blocker / "state", heartbeat_interval=0.02,
+                                 nic_interval=0.02, memory_buffer_events=5, poll_interval=0.05,
+                                 sysfs_root=tmp_path / "none", procfs_root=tmp_path / "none")
+    sink = MemorySink(down=True)
+    agent = Agent(settings=settings, paths=resolve_paths(settings, tmp_path), sink=sink, spool_roots=[])
+    agent.start()
+    try:
+        wait_for(lambda: agent.outbox.dropped > 20, 30, "drops while the sink is down and the disk refuses", 0.05)
+        assert agent.outbox.write_errors > 0
+        sink.down = False
+        wait_for(lambda: any(isinstance(e, Heartbeat) and e.dropped_events > 0 for e in list(sink.events)), 30,
+                 "a delivered heartbeat reporting the drops", 0.05)
+        assert all(t.is_alive() for t in agent._threads)
+    finally:
+        agent.stop(drain_timeout_s=5)
+    assert agent.stats()["dropped"] > 20
+
+
+@pytest.mark.pure
+def test_sink_outage_in_process_keeps_order_and_everything(tmp_path: Path) -> None:
+    settings = CollectorSettings(host="h-mem", job_id="j", heartbeat_interval=3600, nic_interval=3600,
+                                 poll_interval=0.05, sysfs_root=tmp_path / "none", procfs_root=tmp_path / "none")
+    sink = MemorySink(down=True)
+    agent = Agent(settings=settings, paths=resolve_paths(settings, tmp_path), sink=sink, spool_roots=[])
+    agent.start()
+    sent = [Heartbeat(job_id="j", host="h-mem", uptime_s=float(i), event_id=uuid.uuid4().hex) for i in range(300)]
+    for i in range(0, 300, 30):
+        agent.emit(sent[i:i + 30])
+    wait_for(lambda: agent.shipper.failures >= 2, 30, "failed deliveries", 0.05)
+    sink.down = False
+    wait_for(lambda: {e.event_id for e in sent} <= {e.event_id for e in list(sink.events)}, 30, "the backlog", 0.05)
+    agent.stop(drain_timeout_s=5)
+    mine = [e.uptime_s for e in sink.events if isinstance(e, Heartbeat) and e.uptime_s < 1000 and e.event_id in
+            {s.event_id for s in sent}]
+    assert mine[:300] == sorted(mine[:300])  # in order
