@@ -1,0 +1,141 @@
+"""Overhead of the step timer on a GPU: CUDA events vs synchronising timers.
+
+A realistic step: `--phases` phases of `--matmuls` bf16 matmuls of `--size`² each
+(default 4 x 2 x 8192², ~8.8 TFLOP per step). Variants, each timed as wall clock over
+`--steps` steps with one `torch.cuda.synchronize()` at the very end only:
+
+* ``bare``           - no instrumentation;
+* ``StepTimer``      - `with t.step()` + `with t.phase(...)` per phase (CUDA events,
+                       never synchronises; records emitted by polling);
+* ``sync timer``     - Megatron-style: `torch.cuda.synchronize()` + `time.perf_counter()`
+                       at the start and stop of every phase and step.
+
+Overhead % = (variant - bare) / bare. A second, small size (`--small`, default 1024)
+shows the launch-bound case where the host-side costs are exposed.
+Exits 0 with a message where CUDA is not available. Appends to bench/RESULTS.md.
+
+    python bench/gpu_timer_overhead.py [--steps 50] [--size 8192] [--small 1024]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from timer import StepTimer
+
+RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+NAMES = ("forward", "backward", "allreduce", "optimizer")
+
+
+def run(size: int, steps: int, phases: int, matmuls: int, spool: str) -> list[tuple[str, float, float]]:
+    a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
+    out = torch.empty_like(a)
+    names = [NAMES[i % len(NAMES)] + (f"{i}" if i >= len(NAMES) else "") for i in range(phases)]
+
+    def work() -> None:
+        for _ in range(matmuls):
+            torch.matmul(a, b, out=out)
+
+    def bare(n: int) -> None:
+        for _ in range(n):
+            for _ in names:
+                work()
+
+    t = StepTimer(spool_dir=spool, job_id="bench", host="gpu", max_pending=steps + 8)
+
+    def timed(n: int) -> None:
+        for _ in range(n):
+            with t.step():
+                for name in names:
+                    with t.phase(name):
+                        work()
+
+    sync_total = [0.0]
+
+    def synced(n: int) -> None:
+        for _ in range(n):
+            torch.cuda.synchronize()
+            s0 = time.perf_counter()
+            for _ in names:
+                torch.cuda.synchronize()
+                p0 = time.perf_counter()
+                work()
+                torch.cuda.synchronize()
+                sync_total[0] += time.perf_counter() - p0
+            torch.cuda.synchronize()
+            sync_total[0] += time.perf_counter() - s0
+
+    def wall_ms(fn: Callable[[int], None]) -> float:
+        fn(3)  # warm-up (cuBLAS handles, allocator, event pool)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn(steps)
+        torch.cuda.synchronize()
+        return (time.perf_counter() - t0) * 1e3 / steps
+
+    rows: list[tuple[str, float, float]] = []
+    base = min(wall_ms(bare) for _ in range(3))
+    rows.append(("bare", base, 0.0))
+    for label, fn in (("StepTimer (CUDA events)", timed), ("sync timer (Megatron-style)", synced)):
+        ms = min(wall_ms(fn) for _ in range(3))
+        rows.append((label, ms, (ms - base) / base * 100))
+    t.close(timeout=30)
+    if t.dropped:
+        print(f"note: the timer dropped {t.dropped} records")
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--size", type=int, default=8192)
+    ap.add_argument("--small", type=int, default=1024)
+    ap.add_argument("--phases", type=int, default=4)
+    ap.add_argument("--matmuls", type=int, default=2)
+    ap.add_argument("--no-results", action="store_true")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("gpu_timer_overhead: CUDA is not available here; nothing to measure.")
+        return 0
+    lines: list[str] = []
+    with tempfile.TemporaryDirectory() as spool:
+        for size in (args.size, args.small):
+            flop = 2 * size**3 * args.matmuls * args.phases
+            rows = run(size, args.steps, args.phases, args.matmuls, spool)
+            lines += [
+                f"\nStep: {args.phases} phases x {args.matmuls} bf16 matmuls of {size}² "
+                f"({flop / 1e12:.2f} TFLOP), {args.steps} steps, best of 3\n",
+                "| variant | ms per step | overhead % |",
+                "|---|---:|---:|",
+                *[f"| {name} | {ms:.3f} | {pct:+.2f} |" for name, ms, pct in rows],
+            ]
+    text = "\n".join(lines)
+    print(text)
+    if not args.no_results:
+        gpu = torch.cuda.get_device_name()
+        header = (
+            f"\n## gpu_timer_overhead.py — {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}\n\n"
+            f"Machine: `{platform.node()}`, {os.cpu_count()} CPUs, GPU {gpu}, torch {torch.__version__}, "
+            f"CUDA {torch.version.cuda}.\n"
+        )
+        with RESULTS.open("a", encoding="utf-8") as fh:
+            if fh.tell() == 0:
+                fh.write("# Benchmark results\n\nAppended by the scripts in bench/; newest last.\n")
+            fh.write(header + text + "\n")
+        print(f"appended to {RESULTS}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""vigil test suite (a package, so tests/<name> never shadows the <name> package)."""

@@ -1,0 +1,308 @@
+"""`StepTimer`: the public API a training loop uses to time steps and named phases.
+
+    t = StepTimer()                       # identity from torchrun / `vigil run` env
+    for batch in loader:
+        with t.step(tokens=n_tok, samples=len(batch)):
+            with t.phase("forward"):  loss = model(batch)
+            with t.phase("backward"): loss.backward()
+            with t.phase("optimizer"): opt.step()
+    t.close()
+
+Semantics:
+
+* Nested phases are recorded under their path: ``phase("allreduce")`` inside
+  ``phase("backward")`` is ``"backward/allreduce"``. The outer phase includes the inner.
+  Repeated names within one step are summed (e.g. per micro-batch).
+* Phases entered while no step is open (data loading before ``with t.step()``) are
+  attached to the next step that opens; their time is not part of that step's `step_ms`.
+* An exception inside a phase or a step closes it, marks the open step ``failed`` and
+  propagates unchanged. A failed step is still recorded. (An exception in a phase outside
+  any step marks nothing.)
+* A ``step()`` entered while a step is open is a no-op (it yields the outer step).
+* Disabled (``enabled=False`` or ``VIGIL_TIMER=0``) or under ``torch.compile`` tracing,
+  ``step()``/``phase()`` return a shared no-op context manager and the decorators return
+  the function unchanged (disabled) or skip timing (while compiling).
+* One training thread: phases and steps must be entered from the thread that runs the
+  loop. Writes, uuid generation and (CUDA) event polling happen on a daemon thread.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import os
+import warnings
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from pathlib import Path
+from types import TracebackType
+from typing import Any, ParamSpec, TypeVar, overload
+
+from timer import mfu
+from timer.clocks import CudaClock, HostClock
+from timer.contexts import NULL, NULL_STEP, PhaseContext, StepContext
+from timer.identity import Identity, resolve_identity, safe_name
+from timer.spool import SpoolWriter
+from timer.step import Step, render
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def default_spool_dir() -> Path:
+    """`VIGIL_SPOOL_DIR`, else ``$VIGIL_HOME/spool`` (``VIGIL_HOME`` defaults to ``~/.vigil``)."""
+    explicit = os.environ.get("VIGIL_SPOOL_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    return Path(os.environ.get("VIGIL_HOME") or "~/.vigil").expanduser() / "spool"
+
+
+def _env_enabled() -> bool:
+    return os.environ.get("VIGIL_TIMER", "1").strip().lower() not in ("0", "false", "off", "no")
+
+
+class StepTimer:
+    """Times training steps and named phases and spools one JSON line per step.
+
+    Every argument is keyword-only and optional; see the module docstring of each
+    concern (`timer.identity`, `timer.mfu`, `timer.spool`, `timer.clocks`).
+    ``device``: ``"cpu"`` forces the host clock; ``"cuda"``/``"cuda:N"``/a `torch.device`
+    forces CUDA events; None picks CUDA when ``torch.cuda.is_available()``.
+    """
+
+    def __init__(
+        self,
+        *,
+        job_id: str | None = None,
+        host: str | None = None,
+        rank: int | None = None,
+        local_rank: int | None = None,
+        world_size: int | None = None,
+        coords: Mapping[str, int] | None = None,
+        spool_dir: str | os.PathLike[str] | None = None,
+        enabled: bool | None = None,
+        flops_per_step: float | None = None,
+        gpu_peak_tflops: float | None = None,
+        device: Any = None,
+        start_step: int = 0,
+        max_file_bytes: int = 16 << 20,
+        keep_files: int | None = 8,
+        queue_size: int = 4096,
+        max_pending: int = 64,
+        flush_interval_s: float = 0.5,
+        retry_s: float = 5.0,
+    ) -> None:
+        import time
+
+        import torch
+
+        if start_step < 0:
+            raise ValueError(f"start_step must be >= 0, got {start_step}")
+        self.enabled = _env_enabled() if enabled is None else bool(enabled)
+        self._id_args: dict[str, Any] = dict(
+            job_id=job_id, host=host, rank=rank, local_rank=local_rank, world_size=world_size, coords=coords
+        )
+        self._flops = mfu.resolve_flops(flops_per_step)
+        self._peak_arg = gpu_peak_tflops
+        self._peak: float | None = None
+        self._spool_dir = Path(spool_dir).expanduser() if spool_dir is not None else default_spool_dir()
+        self._spool_opts: dict[str, Any] = dict(
+            max_bytes=max_file_bytes, keep_files=keep_files, queue_size=queue_size,
+            flush_interval_s=flush_interval_s, retry_s=retry_s,
+        )  # fmt: skip
+        self._compiling: Callable[[], bool] = torch.compiler.is_compiling
+        self._wall = time.time
+        self._stack: list[str] = []
+        self._cur = Step()
+        self._next_index = start_step
+        self._early_drops = 0
+        self.identity: Identity | None = None
+        self._writer: SpoolWriter[Step] | None = None
+        self._clock: HostClock | CudaClock
+        use_cuda = torch.cuda.is_available() if device is None else torch.device(device).type == "cuda"
+        if self.enabled and use_cuda:
+            self._clock = CudaClock(self._emit, self._drop, device=device, max_pending=max_pending)
+        else:
+            self._clock = HostClock(self._emit)
+        self._closed = False
+        if self.enabled:
+            atexit.register(self._atexit)
+
+    # ---- context managers ---------------------------------------------------------------
+    def step(
+        self,
+        *,
+        tokens: int | None = None,
+        samples: int | None = None,
+        flops: float | None = None,
+        step: int | None = None,
+    ) -> AbstractContextManager[Step]:
+        """Context manager timing one step; yields the `Step` (set `.tokens` etc. inside).
+
+        `step` sets this step's number (later ones continue from it); `flops` overrides
+        `flops_per_step` for this step.
+        """
+        if not self.enabled or self._compiling():
+            return NULL_STEP
+        if step is not None and step < 0:
+            raise ValueError(f"step must be >= 0, got {step}")
+        return StepContext(self, (tokens, samples, flops, step))
+
+    def phase(self, name: str) -> AbstractContextManager[None]:
+        """Context manager timing a named phase of the current (or next) step."""
+        if not self.enabled or self._compiling():
+            return NULL
+        return PhaseContext(self, name)
+
+    def annotate(
+        self, *, tokens: int | None = None, samples: int | None = None, flops: float | None = None
+    ) -> None:
+        """Set tokens / samples / flops of the current (or next) step."""
+        cur = self._cur
+        if tokens is not None:
+            cur.tokens = tokens
+        if samples is not None:
+            cur.samples = samples
+        if flops is not None:
+            cur.flops = flops
+
+    # ---- decorators ---------------------------------------------------------------------
+    @overload
+    def timed(self, name: Callable[P, R], /) -> Callable[P, R]: ...
+    @overload
+    def timed(self, name: str | None = None, /) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+    def timed(self, name: Any = None, /) -> Any:
+        """Decorator timing each call as a phase: ``@t.timed("optimizer")`` or bare ``@t.timed``
+        (the phase is then the function's ``__name__``)."""
+        if callable(name):
+            fn: Callable[..., Any] = name
+            return self._timed_as(fn.__name__)(fn)
+        return self._timed_as(name)
+
+    def _timed_as(self, name: str | None) -> Callable[[Callable[P, R]], Callable[P, R]]:
+
+        def decorate(fn: Callable[P, R]) -> Callable[P, R]:
+            if not self.enabled:
+                return fn
+            label = name or fn.__name__
+
+            @functools.wraps(fn)
+            def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+                with self.phase(label):
+                    return fn(*args, **kwargs)
+
+            return wrapper
+
+        return decorate
+
+    @overload
+    def timed_step(self, fn: Callable[P, R], /) -> Callable[P, R]: ...
+    @overload
+    def timed_step(
+        self, fn: None = None, /, *, tokens: int | None = None, samples: int | None = None
+    ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+    def timed_step(self, fn: Any = None, /, *, tokens: int | None = None, samples: int | None = None) -> Any:
+        """Decorator timing each call as one step: ``@t.timed_step`` or
+        ``@t.timed_step(tokens=4096)``; call `annotate()` inside for per-call counts."""
+
+        def decorate(f: Callable[P, R]) -> Callable[P, R]:
+            if not self.enabled:
+                return f
+
+            @functools.wraps(f)
+            def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+                with self.step(tokens=tokens, samples=samples):
+                    return f(*args, **kwargs)
+
+            return wrapper
+
+        return decorate(fn) if fn is not None else decorate
+
+    # ---- plumbing -----------------------------------------------------------------------
+    def _drop(self, n: int) -> None:
+        if self._writer is not None:
+            self._writer.count_dropped(n)
+        else:
+            self._early_drops += n
+
+    def _start_writer(self) -> SpoolWriter[Step]:
+        ident = resolve_identity(**self._id_args)
+        self.identity = ident
+        self._peak = mfu.resolve_peak(self._peak_arg, self._clock.device_name)
+        directory = self._spool_dir / safe_name(ident.job_id)
+        stem = f"{safe_name(ident.host)}-rank{ident.rank}"
+        flops, peak = self._flops, self._peak
+        writer: SpoolWriter[Step] = SpoolWriter(
+            directory, stem, lambda s: render(s, ident, flops, peak),
+            idle_hook=self._clock.poll, **self._spool_opts,
+        )  # fmt: skip
+        if self._early_drops:
+            writer.count_dropped(self._early_drops)
+            self._early_drops = 0
+        self._writer = writer
+        return writer
+
+    def _ensure_writer(self) -> SpoolWriter[Step] | None:
+        if self._writer is None and self.enabled:
+            try:
+                self._start_writer()
+            except Exception as exc:  # identity/spool trouble must never reach training
+                self.enabled = False
+                warnings.warn(
+                    f"timer: disabled, cannot start the spool: {exc!r}", RuntimeWarning, stacklevel=3
+                )
+        return self._writer
+
+    def _emit(self, step: Step) -> None:
+        writer = self._writer or self._ensure_writer()
+        if writer is not None:
+            writer.put(step)
+
+    # ---- lifecycle ----------------------------------------------------------------------
+    @property
+    def dropped(self) -> int:
+        """Step records dropped so far (queue full, too many pending, write errors)."""
+        return self._early_drops + (self._writer.dropped if self._writer is not None else 0)
+
+    @property
+    def written(self) -> int:
+        """Step records written to the spool so far."""
+        return self._writer.written if self._writer is not None else 0
+
+    @property
+    def spool_path(self) -> Path | None:
+        """The file currently appended to (None before the first write)."""
+        return self._writer.current_path if self._writer is not None else None
+
+    @property
+    def spool_dir(self) -> Path:
+        return self._spool_dir
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Emit completed steps and wait (bounded) until they are written. Never synchronises CUDA."""
+        self._clock.poll()
+        return self._writer.flush(timeout) if self._writer is not None else True
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Emit what the GPU finished within `timeout`, write it, stop; later steps are no-ops."""
+        if self._closed:
+            return
+        self._closed = True
+        left = self._clock.drain(timeout)
+        if left:
+            self._drop(left)
+        if self._writer is not None:
+            self._writer.close(timeout)
+        self.enabled = False
+        atexit.unregister(self._atexit)
+
+    def _atexit(self) -> None:
+        self.close(timeout=2.0)
+
+    def __enter__(self) -> StepTimer:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
