@@ -1,0 +1,113 @@
+"""Callbacks: URL <-> pickers, page rendering on URL change and on the refresh tick, click-through.
+
+    sync_pickers   the URL's job/range into the header pickers, and picker changes back into the URL
+    page_controls  any page control `{"type": "sel", "key": K}` writes its value to `?K=`
+    open_host      a click on a heatmap / 3D cell navigates to that host's page
+    nav_links      navigation links carry the shared selection (job, range)
+    render         the page body: pure function of (path, query string) plus the store's current data
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from dash import ALL, Dash, Input, Output, State, ctx, html, no_update
+from dash.development.base_component import Component
+
+from dashboard.components import guarded, store_error
+from dashboard.layout import PAGES, PageSpec, nav_id
+from dashboard.pages.base import PageView
+from dashboard.queries.jobs import list_jobs, pick_job
+from dashboard.selection import SHARED_KEYS, Selection, page_href
+from dashboard.settings import DashboardSettings
+from dashboard.store import Store, StoreError
+
+Renderer = Callable[[PageView], Component]
+
+
+def spec_for(path: str | None) -> PageSpec:
+    for p in PAGES:
+        if p.path == (path or "/").rstrip("/"):
+            return p
+    return PAGES[0]
+
+
+def render_page(store: Store, settings: DashboardSettings, renderers: dict[str, Renderer], path: str | None,
+                search: str | None) -> tuple[Component, list[dict[str, str]], str]:
+    """(page body, job picker options, page title): what the `render` callback shows."""
+    spec = spec_for(path)
+    sel = Selection.from_search(search, default_range=settings.default_range)
+    try:
+        jobs = list_jobs(store)
+    except StoreError as exc:
+        return store_error(str(exc)), [], spec.label
+    view = PageView(store=store, settings=settings, sel=sel, jobs=jobs, job=pick_job(jobs, sel.job))
+    options = [{"label": j.job_id, "value": j.job_id} for j in jobs]
+    title = f"{spec.label} — {spec.question}"
+    return guarded(lambda: renderers[spec.path](view)), options, title
+
+
+def register(app: Dash, store: Store, settings: DashboardSettings, renderers: dict[str, Renderer]) -> None:
+    @app.callback(Output("url", "search"), Output("job-select", "value"), Output("range-select", "value"),
+                  Input("url", "search"), Input("job-select", "value"), Input("range-select", "value"))
+    def sync_pickers(search: str | None, job: str | None, rng: str | None) -> tuple[Any, Any, Any]:
+        sel = Selection.from_search(search, default_range=settings.default_range)
+        if ctx.triggered_id == "job-select":
+            if job == sel.job:
+                return no_update, no_update, no_update
+            return Selection(job=job, range=sel.range).to_search(), no_update, no_update
+        if ctx.triggered_id == "range-select":
+            if rng == sel.range or not rng:
+                return no_update, no_update, no_update
+            return sel.with_(range=rng).to_search(), no_update, no_update
+        return no_update, sel.job, sel.range
+
+    @app.callback(Output("url", "search", allow_duplicate=True), Input({"type": "sel", "key": ALL}, "value"),
+                  State("url", "search"), prevent_initial_call=True)
+    def page_controls(values: list[Any], search: str | None) -> Any:
+        trig = ctx.triggered_id
+        if not isinstance(trig, dict):
+            return no_update
+        key = str(trig["key"])
+        value = next((i.get("value") for i in ctx.inputs_list[0] if i["id"] == trig), None)
+        sel = Selection.from_search(search, default_range=settings.default_range)
+        if getattr(sel, key, None) == (value or None):
+            return no_update
+        changes: dict[str, Any] = {key: value or None}
+        if key == "view":
+            changes["phase"] = None
+        return sel.with_(**changes).to_search()
+
+    @app.callback(Output("url", "pathname", allow_duplicate=True), Output("url", "search", allow_duplicate=True),
+                  Input({"type": "host-click", "page": ALL}, "clickData"), State("url", "search"),
+                  prevent_initial_call=True)
+    def open_host(clicks: list[Any], search: str | None) -> tuple[Any, Any]:
+        trig = ctx.triggered_id
+        data = ctx.triggered[0]["value"] if ctx.triggered else None
+        if not isinstance(trig, dict) or not data or not data.get("points"):
+            return no_update, no_update
+        custom = data["points"][0].get("customdata")
+        host = custom[0] if isinstance(custom, list) and custom else None
+        if not host:
+            return no_update, no_update
+        sel = Selection.from_search(search, default_range=settings.default_range)
+        return "/host", page_href("", sel, host=str(host))
+
+    @app.callback([Output(nav_id(p), "href") for p in PAGES] + [Output(nav_id(p), "className") for p in PAGES],
+                  Input("url", "pathname"), Input("url", "search"))
+    def nav_links(path: str | None, search: str | None) -> list[str]:
+        sel = Selection.from_search(search, default_range=settings.default_range)
+        active = spec_for(path).path
+        hrefs = [p.path + sel.to_search(keys=SHARED_KEYS) for p in PAGES]
+        classes = ["nav-link active" if p.path == active else "nav-link" for p in PAGES]
+        return hrefs + classes
+
+    @app.callback(Output("page", "children"), Output("job-select", "options"), Output("page-title", "children"),
+                  Output("updated", "children"),
+                  Input("url", "pathname"), Input("url", "search"), Input("tick", "n_intervals"))
+    def render(path: str | None, search: str | None, _tick: int) -> tuple[Component, Any, str, Component]:
+        body, options, title = render_page(store, settings, renderers, path, search)
+        stamp = html.Span(f"updated {datetime.now(UTC).strftime('%H:%M:%S')} UTC · every {settings.refresh_s:g} s")
+        return body, options, title, stamp

@@ -1,0 +1,1 @@
+"""One module per page; each exposes `render(view: PageView) -> component` (see pages.base)."""

@@ -1,0 +1,24 @@
+"""What every page render gets: the store, settings, the URL selection, the resolved job and window."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dashboard.queries.jobs import JobInfo, job_window
+from dashboard.queries.window import Window
+from dashboard.selection import Selection
+from dashboard.settings import DashboardSettings
+from dashboard.store import Store
+
+
+@dataclass(frozen=True, kw_only=True)
+class PageView:
+    store: Store
+    settings: DashboardSettings
+    sel: Selection
+    jobs: list[JobInfo]
+    job: JobInfo | None
+
+    @property
+    def window(self) -> Window | None:
+        return None if self.job is None else job_window(self.job, self.sel.range_seconds)

@@ -1,0 +1,73 @@
+"""Overview — which jobs run, and are they healthy?
+
+Every job: latest step time and MFU, effective training time ratio so far, hosts
+reporting, firing alerts by severity. The selected job: step time and MFU over the
+chosen range.
+"""
+
+from __future__ import annotations
+
+from dash import dcc, html
+from dash.development.base_component import Component
+
+from dashboard.components import fmt_ms, fmt_pct, graph, notice, panel, stat, table
+from dashboard.figures.overview import step_figure
+from dashboard.pages.base import PageView
+from dashboard.queries import overview as q
+from dashboard.queries.window import to_dt
+from dashboard.selection import page_href
+
+
+def _alerts_cell(alerts: dict[str, int]) -> Component:
+    parts = [html.Span(f"{n} {sev}", className=f"sev sev-{sev}") for sev, n in alerts.items() if n]
+    return html.Span(parts) if parts else html.Span("none", className="ok")
+
+
+def _jobs_table(v: PageView) -> Component:
+    health = q.job_health(v.store)
+    rows = []
+    for j in v.jobs:
+        h = health.get(j.job_id)
+        link = dcc.Link(j.job_id, href=page_href("/overview", v.sel, job=j.job_id))
+        reporting = "-" if h is None or not h.hosts_known else f"{h.hosts_reporting}/{max(h.hosts_known, j.n_hosts)}"
+        rows.append([
+            link, j.name, f"{j.world_size} GPUs" if j.world_size else "-",
+            f"tp{j.tp} pp{j.pp} dp{j.dp}" if j.world_size else "-",
+            "-" if h is None or h.last_step is None else str(h.last_step),
+            fmt_ms(None if h is None else h.last_step_ms), fmt_pct(None if h is None else h.last_mfu),
+            fmt_pct(None if h is None else h.ettr), reporting,
+            _alerts_cell(h.alerts if h else {}), to_dt(j.last_ms).strftime("%Y-%m-%d %H:%M:%S"),
+        ])
+    return table(["job", "name", "size", "layout", "step", "step time", "MFU", "ETTR", "hosts reporting",
+                  "firing alerts", "latest event (UTC)"], rows, id="jobs-table", empty="no jobs have reported yet")
+
+
+def _job_detail(v: PageView) -> Component:
+    assert v.job is not None and v.window is not None
+    health = q.job_health(v.store).get(v.job.job_id)
+    series = q.step_series(v.store, v.window, v.settings.max_points)
+    cards = []
+    if health is not None:
+        firing = sum(health.alerts.values())
+        worst = next((s for s in ("critical", "error", "warning", "info") if health.alerts.get(s)), "")
+        cards = [
+            stat("effective training time ratio", fmt_pct(health.ettr),
+                 tone="bad" if health.ettr is not None and health.ettr < 0.9 else "",
+                 title="distinct steps x median step time / wall time since the first step"),
+            stat("median step time", fmt_ms(health.median_step_ms)),
+            stat("latest MFU", fmt_pct(health.last_mfu)),
+            stat("hosts reporting", f"{health.hosts_reporting}/{max(health.hosts_known, v.job.n_hosts)}",
+                 tone="bad" if health.hosts_reporting < max(health.hosts_known, v.job.n_hosts) else ""),
+            stat("firing alerts", str(firing), tone=f"sev-{worst}" if worst else ""),
+        ]
+    return html.Div([html.Div(cards, className="stats", id="job-stats"), graph(step_figure(series, v.job.job_id),
+                                                                              id="step-graph")])
+
+
+def render(v: PageView) -> Component:
+    detail: Component
+    if v.job is None:
+        detail = notice("no job selected" if not v.jobs else f"job {v.sel.job!r} has no telemetry")
+    else:
+        detail = panel(f"Job {v.job.job_id}", lambda: _job_detail(v), id="job-panel")
+    return html.Div([panel("Jobs", lambda: _jobs_table(v), id="jobs-panel"), detail])

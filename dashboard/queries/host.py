@@ -1,0 +1,119 @@
+"""Host: one machine's heartbeats, NIC throughput, GPU state, classified logs and alerts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from dashboard.queries.window import Window, ts_in_window
+from dashboard.store import Row, Store
+
+_BUCKET = "toUnixTimestamp64Milli(toDateTime64(toStartOfInterval(ts, toIntervalSecond({bucket:UInt32})), 3))"
+_HOST = "job_id = {job:String} AND host = {host:String}"
+
+_IDENTITY_SQL = f"""
+SELECT argMax(ip, ts) AS ip, argMax(pod, ts) AS pod, argMax(node, ts) AS node,
+       argMax(agent_version, ts) AS agent_version, argMax(gpus, ts) AS gpus,
+       toUnixTimestamp64Milli(max(ts)) AS last_ms, argMax(interval_s, ts) AS interval_s,
+       argMax(procs_running, ts) AS procs_running, argMax(procs_total, ts) AS procs_total, count() AS n
+FROM heartbeats WHERE {_HOST}
+"""
+
+_HEARTBEATS_SQL = f"""
+SELECT {_BUCKET} AS t_ms, count() AS beats, max(interval_s) AS interval_s,
+       min(procs_running) AS procs_running, max(gpus_throttled) AS gpus_throttled,
+       max(gpu_ecc_uncorrected) AS ecc, sum(dropped_events) AS dropped
+FROM heartbeats WHERE {_HOST} AND {ts_in_window()} GROUP BY t_ms ORDER BY t_ms
+"""
+
+_NIC_SQL = f"""
+SELECT device, {_BUCKET.replace("ts,", "bucket,")} AS t_ms, sum(sum_bps) / sum(n) AS bps, min(min_bps) AS low_bps
+FROM nic_windows WHERE {_HOST} AND {ts_in_window("bucket")} GROUP BY device, t_ms ORDER BY device, t_ms
+"""
+
+_GPU_SQL = f"""
+SELECT gpu, {_BUCKET} AS t_ms, avg(util_pct) AS util_pct, max(temp_c) AS temp_c, avg(sm_clock_mhz) AS sm_clock_mhz,
+       avg(power_w) AS power_w, countIf(notEmpty(throttle_reasons)) AS throttled,
+       arrayStringConcat(groupUniqArrayArray(throttle_reasons), ',') AS reasons
+FROM gpu_stats WHERE {_HOST} AND {ts_in_window()} GROUP BY gpu, t_ms ORDER BY gpu, t_ms
+"""
+
+_LOG_COUNTS_SQL = f"""
+SELECT category, severity, sum(repeats) AS lines, toUnixTimestamp64Milli(max(ts)) AS last_ms
+FROM log_lines WHERE {_HOST} AND {ts_in_window()} GROUP BY category, severity ORDER BY lines DESC LIMIT 50
+"""
+
+_LOGS_SQL = f"""
+SELECT toUnixTimestamp64Milli(ts) AS t_ms, rank, category, severity, substring(message, 1, 300) AS message,
+       xid, repeats
+FROM log_lines WHERE {_HOST} AND {ts_in_window()} ORDER BY ts DESC LIMIT {{limit:UInt32}}
+"""
+
+_EXITS_SQL = f"""
+SELECT toUnixTimestamp64Milli(ts) AS t_ms, rank, exit_code, signal, substring(summary, 1, 300) AS summary
+FROM process_exits WHERE {_HOST} AND {ts_in_window()} ORDER BY ts DESC LIMIT 20
+"""
+
+
+_HOSTS_SQL = """
+SELECT host FROM (SELECT host FROM host_presence WHERE job_id = {job:String}
+                  UNION DISTINCT SELECT host FROM job_ranks WHERE job_id = {job:String}
+                  UNION DISTINCT SELECT DISTINCT host FROM phase_host_windows WHERE job_id = {job:String})
+ORDER BY host
+"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Series:
+    name: str
+    t_ms: list[int]
+    values: dict[str, list[Any]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostView:
+    host: str
+    identity: Row | None
+    bucket_s: int
+    heartbeats: Series
+    nics: list[Series]
+    gpus: list[Series]
+    log_counts: list[Row]
+    logs: list[Row]
+    exits: list[Row]
+
+
+def _series_by(rows: list[Row], key: str, fields: tuple[str, ...]) -> list[Series]:
+    out: dict[str, Series] = {}
+    for r in rows:
+        name = str(r[key])
+        s = out.setdefault(name, Series(name=name, t_ms=[], values={f: [] for f in fields}))
+        s.t_ms.append(int(r["t_ms"]))
+        for f in fields:
+            s.values[f].append(r[f])
+    return list(out.values())
+
+
+def host_view(store: Store, win: Window, host: str, *, max_points: int, log_limit: int = 50) -> HostView:
+    p = win.params(host=host, bucket=win.bucket_s(max_points), limit=log_limit)
+    ident = store.one("the host's identity", _IDENTITY_SQL, p)
+    if ident is not None and not int(ident["n"]):
+        ident = None
+    hb = store.rows("heartbeats", _HEARTBEATS_SQL, p)
+    nic_p = dict(p, bucket=win.bucket_s(max_points, minimum=10))
+    return HostView(
+        host=host, identity=ident, bucket_s=int(p["bucket"]),
+        heartbeats=Series(name="heartbeats", t_ms=[int(r["t_ms"]) for r in hb], values={
+            f: [r[f] for r in hb] for f in ("beats", "interval_s", "procs_running", "gpus_throttled", "ecc")}),
+        nics=_series_by(store.rows("NIC throughput", _NIC_SQL, nic_p), "device", ("bps", "low_bps")),
+        gpus=_series_by(store.rows("GPU state", _GPU_SQL, p), "gpu",
+                        ("util_pct", "temp_c", "sm_clock_mhz", "power_w", "throttled", "reasons")),
+        log_counts=store.rows("log line counts", _LOG_COUNTS_SQL, p),
+        logs=store.rows("recent log lines", _LOGS_SQL, p),
+        exits=store.rows("process exits", _EXITS_SQL, p),
+    )
+
+
+def job_hosts(store: Store, job: str) -> list[str]:
+    rows = store.rows("hosts of the job", _HOSTS_SQL, {"job": job})
+    return [str(r["host"]) for r in rows]

@@ -1,0 +1,52 @@
+"""`vigil up` hosts the dashboard: `DashboardService(ctx)` serves pages over the shared ClickHouse client.
+
+    svc = DashboardService(ctx)        # ctx: vigil.stack.service.StackContext
+    svc.start()                        # threaded HTTP server on VIGIL_DASHBOARD_HOST:PORT (0 = free port)
+    svc.health()                       # {"ok", "urls": {"dashboard": url}, "queries", "query_errors", ...}
+    svc.stop()
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dashboard.app import create_app
+from dashboard.server import ThreadedServer
+from dashboard.settings import DashboardSettings
+from dashboard.store import QueryClient, Store
+from vigil.stack.service import StackContext
+
+
+class DashboardService:
+    name = "dashboard"
+
+    def __init__(self, ctx: StackContext | None = None, *, client: QueryClient | None = None,
+                 settings: DashboardSettings | None = None) -> None:
+        if client is None:
+            if ctx is None:
+                raise ValueError("DashboardService needs a StackContext or a query client")
+            client = ctx.clickhouse
+        self.settings: DashboardSettings = settings or DashboardSettings.load()
+        self.store = Store(client=client)
+        self.app = create_app(self.store, self.settings)
+        self._server = ThreadedServer(app=self.app.server, host=self.settings.host, port=self.settings.port)
+        self.error: str | None = None
+
+    @property
+    def url(self) -> str:
+        return self._server.url
+
+    def start(self) -> None:
+        self._server.start()
+
+    def stop(self) -> None:
+        self._server.stop()
+
+    def health(self) -> dict[str, Any]:
+        ok = self._server.running
+        out: dict[str, Any] = {"ok": ok, "queries": self.store.queries, "query_errors": self.store.errors}
+        if ok:
+            out["urls"] = {"dashboard": self.url}
+        if self.store.last_error:
+            out["last_query_error"] = self.store.last_error
+        return out

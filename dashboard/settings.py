@@ -1,0 +1,28 @@
+"""Dashboard settings: where it listens and how often pages refresh.
+
+Environment variables use the prefix `VIGIL_DASHBOARD_` (`VIGIL_DASHBOARD_PORT=8050`);
+the `[dashboard]` table of the `VIGIL_CONFIG` file supplies defaults.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from vigil.settings import VigilBaseSettings
+
+
+class DashboardSettings(VigilBaseSettings):
+    """Listening address, refresh interval and page limits of the dashboard."""
+
+    config_section: ClassVar[str | None] = "dashboard"
+    model_config = SettingsConfigDict(env_prefix="VIGIL_DASHBOARD_", extra="ignore")
+
+    host: str = Field(default="127.0.0.1", description="address to listen on")
+    port: int = Field(default=8050, ge=0, le=65535, description="port; 0 = a free one")
+    refresh_s: float = Field(default=10.0, ge=1.0, description="pages re-query the store this often")
+    default_range: str = Field(default="1h", description="time range when the URL names none")
+    heatmap_rows: int = Field(default=48, ge=4, le=4096, description="hosts shown in the 'worst' heatmap view")
+    max_points: int = Field(default=400, ge=20, le=5000, description="time buckets per series at most")

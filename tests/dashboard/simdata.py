@@ -1,0 +1,59 @@
+"""A small simulated job with injected faults, written through the analyzer's real pipeline.
+
+The analyzer's simulator produces the telemetry, the ingest writer stores it (so the
+rollup materialised views fill exactly as in production), and a detector replay over
+the stored history produces the alert events, which the writer stores too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+JOB = "dash-sim"
+STRAGGLER = "sim-host-0005"
+STRAGGLER_PHASE = "backward"
+STALL_HOST = "sim-host-0011"
+STALL_NIC = "mlx5_1"
+XID_HOST = "sim-host-0003"
+HOSTS = 16
+STEPS = 240
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimRun:
+    job: str
+    hosts: list[str]
+    alerts: list[Any]
+    events: int
+
+
+def _recent() -> datetime:
+    """A start an hour ago, on the minute (recent, so the tables' TTL keeps the rows)."""
+    return (datetime.now(UTC) - timedelta(hours=1)).replace(second=0, microsecond=0)
+
+
+def populate(client: Any, *, job: str = JOB, hosts: int = HOSTS, steps: int = STEPS) -> SimRun:
+    """Simulate `job` into the database of `client`; returns what was injected and raised."""
+    from analyzer.engine import replay
+    from analyzer.ingest.writer import ClickHouseWriter
+    from analyzer.settings import AnalyzerSettings
+    from analyzer.simulator.faults import parse_fault
+    from analyzer.simulator.layout import Layout
+    from analyzer.simulator.model import SimConfig, Simulation
+    from analyzer.simulator.runner import run
+
+    faults = [
+        parse_fault(f"straggler:host={STRAGGLER},phase={STRAGGLER_PHASE},start=40,magnitude=0.2"),
+        parse_fault(f"traffic_stop:host={STALL_HOST},nic={STALL_NIC},start=120,duration=40"),
+        parse_fault(f"xid:host={XID_HOST},start=150"),
+    ]
+    layout = Layout(hosts=hosts, gpus_per_host=4)
+    sim = Simulation(SimConfig(job=job, layout=layout, faults=faults, seed=7,
+                               start=_recent()))
+    writer = ClickHouseWriter(client=client, check_existing=False)
+    events = run(sim, steps, writer.write, speed=0)
+    alerts = replay(client, AnalyzerSettings(), job)
+    writer.write(alerts)
+    return SimRun(job=job, hosts=layout.host_names(), alerts=alerts, events=events)
