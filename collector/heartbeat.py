@@ -11,10 +11,10 @@ from __future__ import annotations
 import os
 import socket
 import time
-from functools import cache
-from importlib.metadata import PackageNotFoundError, version
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cache
+from importlib.metadata import PackageNotFoundError, version
 
 from collector.gpu import NvmlProbe
 from collector.procs import ProcessTracker

@@ -108,3 +108,48 @@ def test_nic_rates_reach_kafka(topics: VigilSettings, broker_bootstrap: str, tmp
     assert {(e.link, e.device) for e in nics} == {("rdma", "mlx5_0"), ("rdma", "mlx5_1"), ("ethernet", "eth0")}
     assert all(e.host == "node-c" and e.tx_bps == 0 for e in nics)  # counters in the fixture tree stand still
     assert {e.tx_bytes for e in nics if e.device == "mlx5_0"} == {4000}
+
+
+def test_collector_mode_classifies_log_files_and_ships_fr_dumps(
+    topics: VigilSettings, broker_bootstrap: str, tmp_path: Path
+) -> None:
+    import json
+
+    from collector_helpers import start_agent
+
+    from vigil.contract import CollectiveTrace
+
+    logs = tmp_path / "torchrun-logs" / "run1" / "attempt_0" / "1"  # torchrun --log-dir layout: <local_rank>/
+    logs.mkdir(parents=True)
+    (logs / "stderr.log").write_text("warming up\nRuntimeError: CUDA error: an illegal memory access was encountered\n")
+    fr = tmp_path / "home" / "fr"
+    fr.mkdir(parents=True)
+    dump = {"version": "2.10", "pg_config": {"": {"desc": "", "name": "", "ranks": "[0, 1]"}},
+            "pg_status": {"0": {"last_enqueued_collective": "8", "last_started_collective": "-1",
+                                "last_completed_collective": "7"}},
+            "entries": [{"record_id": i, "pg_id": 0, "process_group": ["0", "default_pg"], "collective_seq_id": i + 1,
+                         "p2p_seq_id": 0, "op_id": i + 1, "profiling_name": "gloo:all_reduce",
+                         "time_created_ns": 1_795_000_000_000_000_000 + i, "state": "scheduled",
+                         "retired": i < 7, "timeout_ms": 10000, "input_sizes": [[8]], "is_p2p": False}
+                        for i in range(8)]}
+    (fr / "nccl_trace_rank_3").write_text(json.dumps(dump))
+    env = agent_env(topics, broker_bootstrap, tmp_path / "home")
+    agent = start_agent(["collector", "--host", "node-d", "--job", "job-d", "--log-dir", str(tmp_path / "torchrun-logs")],
+                        env, tmp_path / "agent.log")
+    try:
+        def kinds() -> set[str]:
+            return {e.kind for e in read_events(topics, broker_bootstrap, ["logs", "collectives"])}
+
+        wait_for(lambda: {"log", "collective"} <= kinds(), 60, "a classified line and a trace")
+        with open(logs / "stderr.log", "a") as fh:
+            fh.write("NVRM: Xid (PCI:0000:3b:00): 31, pid=99, MMU Fault\n")
+        wait_for(lambda: any(isinstance(e, LogLine) and e.xid == 31
+                             for e in read_events(topics, broker_bootstrap, ["logs"])), 60, "the appended Xid line")
+    finally:
+        agent.terminate()
+        assert agent.wait(timeout=60) == 0
+    events = read_events(topics, broker_bootstrap, ["logs", "collectives"])
+    logs_ev = [e for e in events if isinstance(e, LogLine)]
+    assert {(e.category, e.local_rank) for e in logs_ev} == {("cuda_error", 1), ("xid", 1)}
+    (trace,) = [e for e in events if isinstance(e, CollectiveTrace)]
+    assert trace.rank == 3 and len(trace.entries) == 8 and trace.last_completed_seq == {"0": 7}
