@@ -48,7 +48,7 @@ def register(sub: Any) -> None:
     run.add_argument("--kill-grace", type=float, metavar="S",
                      help="after forwarding SIGINT/SIGTERM, kill the tree after S seconds (default 30)")
     run.add_argument("--no-echo", action="store_true", help="do not echo the child's output")
-    run.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
+    run.add_argument("argv", nargs=argparse.REMAINDER, metavar="COMMAND", help="the command to run, after --")
     run.set_defaults(handler=cmd_run)
 
     col = sub.add_parser("collector", help="run the node agent without launching anything (DaemonSet mode)")
@@ -105,7 +105,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from collector.launcher import Launcher
     from collector.settings import safe_name
 
-    command = list(args.command)
+    command = list(args.argv)
     if command[:1] == ["--"]:
         command = command[1:]
     if not command:

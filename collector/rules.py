@@ -24,6 +24,7 @@ class Rule:
     pattern: re.Pattern[str]
     category: str
     severity: str
+    keywords: tuple[str, ...] = ()  # lower-case; when set, the regex runs only if one occurs (speed)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,7 +34,7 @@ class Match:
     xid: int | None = None
 
 
-def rule(pattern: str, category: str, severity: str) -> Rule:
+def rule(pattern: str, category: str, severity: str, keywords: tuple[str, ...] = ()) -> Rule:
     """A validated rule; ValueError naming the problem otherwise."""
     if not category or len(category) > 256:
         raise ValueError(f"rule {pattern!r}: category must be 1-256 characters")
@@ -43,25 +44,29 @@ def rule(pattern: str, category: str, severity: str) -> Rule:
         compiled = re.compile(pattern)
     except re.error as exc:
         raise ValueError(f"rule {pattern!r}: not a regular expression ({exc})") from None
-    return Rule(pattern=compiled, category=category, severity=severity)
+    return Rule(pattern=compiled, category=category, severity=severity, keywords=keywords)
 
 
 BUILTIN: tuple[Rule, ...] = (
-    rule(r"\bXid\b(?:\s*\([^)]*\))?\s*:?\s*(?P<xid>\d+)", "xid", "critical"),
+    rule(r"\bXid\b(?:\s*\([^)]*\))?\s*:?\s*(?P<xid>\d+)", "xid", "critical", ("xid",)),
     rule(r"(?i)\b(?:uncorrectable|double[- ]bit|DBE)\b.*\b(?:ECC|memory)\b|\bECC\b.*\berrors?\b"
-         r"|row remap(?:ping)? fail", "ecc", "critical"),
-    rule(r"(?i)\bnvlink\b.*\b(?:error|fail\w*|down|inactive)\b|\b(?:error|fail\w*)\b.*\bnvlink\b", "nvlink", "critical"),
+         r"|row remap(?:ping)? fail", "ecc", "critical", ("ecc", "memory", "row remap")),
+    rule(r"(?i)\bnvlink\b.*\b(?:error|fail\w*|down|inactive)\b|\b(?:error|fail\w*)\b.*\bnvlink\b", "nvlink", "critical",
+         ("nvlink",)),
     rule(r"(?i)CUDA out of memory|OutOfMemoryError|\bout of memory\b|Cannot allocate memory|oom[-_ ]kill"
-         r"|Killed process \d+", "oom", "error"),
+         r"|Killed process \d+", "oom", "error", ("memory", "oom", "killed process")),
     rule(r"(?i)Watchdog caught collective operation timeout|\bNCCL\b.*\btimed? ?out\b|ProcessGroupNCCL.*timeout",
-         "nccl_timeout", "error"),
-    rule(r"Timed out waiting \d+ ?ms|(?i:\bgloo\b.*\btimed? ?out\b)", "collective_timeout", "error"),
+         "nccl_timeout", "error", ("watchdog", "nccl")),
+    rule(r"Timed out waiting \d+ ?ms|(?i:\bgloo\b.*\btimed? ?out\b)", "collective_timeout", "error",
+         ("timed out", "gloo")),
     rule(r"\bNCCL (?:WARN|ERROR)\b|\bnccl(?:Internal|System|UnhandledCuda|Remote|InvalidUsage|InvalidArgument)Error\b"
-         r"|NCCL communicator was aborted|\bNCCL error\b", "nccl_error", "error"),
+         r"|NCCL communicator was aborted|\bNCCL error\b", "nccl_error", "error", ("nccl",)),
     rule(r"CUDA error|\bcudaError\w+|CUBLAS_STATUS_(?!SUCCESS)\w+|CUDNN_STATUS_(?!SUCCESS)\w+|device-side assert"
-         r"|illegal memory access|CUDA driver error", "cuda_error", "error"),
+         r"|illegal memory access|CUDA driver error", "cuda_error", "error",
+         ("cuda", "cublas", "cudnn", "device-side", "illegal memory")),
     rule(r"(?i)segmentation fault|\bSIG(?:SEGV|ABRT|BUS|FPE|ILL)\b|Fatal Python error|core dumped"
-         r"|exited with signal|Signal \d+ \(SIG\w+\) received|Received Signals\.SIG\w+", "signal", "error"),
+         r"|exited with signal|Signal \d+ \(SIG\w+\) received|Received Signals\.SIG\w+", "signal", "error",
+         ("segmentation", "sig", "fatal python", "core dumped")),
 )
 
 
@@ -93,7 +98,10 @@ def load_rules(user: Sequence[Mapping[str, Any]] = (), rules_file: Path | None =
 
 def classify(line: str, rules: Sequence[Rule]) -> Match | None:
     """The first matching rule's category; None for plain output or an `ignore` rule."""
+    low = line.lower()
     for r in rules:
+        if r.keywords and not any(k in low for k in r.keywords):
+            continue
         m = r.pattern.search(line)
         if m is None:
             continue
