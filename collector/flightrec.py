@@ -107,6 +107,8 @@ class FlightRecorderWatcher:
 
     def scan(self) -> list[CollectiveTrace]:
         out: list[CollectiveTrace] = []
+        for key in [k for k in self.processed if not Path(k).exists()]:
+            del self.processed[key]  # the dump was removed: forget it
         for directory, prefix in self.dirs:
             try:
                 paths = [p for p in directory.iterdir() if p.name.startswith(prefix) and not p.name.startswith(".")
