@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -20,6 +21,7 @@ from dashboard.components import guarded, store_error
 from dashboard.layout import PAGES, PageSpec, nav_id
 from dashboard.pages.base import PageView
 from dashboard.queries.jobs import list_jobs, pick_job
+from dashboard.queries.parallel import host_at
 from dashboard.selection import SHARED_KEYS, Selection, page_href
 from dashboard.settings import DashboardSettings
 from dashboard.store import Store, StoreError
@@ -35,34 +37,62 @@ def spec_for(path: str | None) -> PageSpec:
 
 
 def render_page(store: Store, settings: DashboardSettings, renderers: dict[str, Renderer], path: str | None,
-                search: str | None) -> tuple[Component, list[dict[str, str]], str]:
-    """(page body, job picker options, page title): what the `render` callback shows."""
+                search: str | None) -> tuple[Component, str]:
+    """(page body, page title): what the `render` callback shows."""
     spec = spec_for(path)
     sel = Selection.from_search(search, default_range=settings.default_range)
     try:
         jobs = list_jobs(store)
     except StoreError as exc:
-        return store_error(str(exc)), [], spec.label
+        return store_error(str(exc)), spec.label
     view = PageView(store=store, settings=settings, sel=sel, jobs=jobs, job=pick_job(jobs, sel.job))
-    options = [{"label": j.job_id, "value": j.job_id} for j in jobs]
-    title = f"{spec.label} — {spec.question}"
-    return guarded(lambda: renderers[spec.path](view)), options, title
+    return guarded(lambda: renderers[spec.path](view)), f"{spec.label} — {spec.question}"
+
+
+def job_options(store: Store, wanted: str | None) -> list[dict[str, str]]:
+    """The job picker's options; the URL's job stays listed even when unknown (or the store is down)."""
+    try:
+        ids = [j.job_id for j in list_jobs(store)]
+    except StoreError:
+        ids = []
+    if wanted and wanted not in ids:
+        ids.insert(0, wanted)
+    return [{"label": j, "value": j} for j in ids]
+
+
+def clicked_host(store: Store, sel: Selection, page: str, point: dict[str, Any]) -> str | None:
+    """The host behind a clicked cell: the heatmap's row label, or the rank at the 3D view's coordinates."""
+    if page != "parallel":
+        return str(point["y"]) if point.get("y") else None
+    match = re.fullmatch(r"pp(\d+) tp(\d+)", str(point.get("y", "")))
+    if not match or point.get("x") is None:
+        return None
+    try:
+        job = pick_job(list_jobs(store), sel.job)
+        if job is None:
+            return None
+        return host_at(store, job.job_id, dp=int(point["x"]), pp=int(match[1]), tp=int(match[2]))
+    except (StoreError, ValueError):
+        return None
 
 
 def register(app: Dash, store: Store, settings: DashboardSettings, renderers: dict[str, Renderer]) -> None:
-    @app.callback(Output("url", "search"), Output("job-select", "value"), Output("range-select", "value"),
-                  Input("url", "search"), Input("job-select", "value"), Input("range-select", "value"))
-    def sync_pickers(search: str | None, job: str | None, rng: str | None) -> tuple[Any, Any, Any]:
+    @app.callback(Output("url", "search"), Output("job-select", "value"), Output("job-select", "options"),
+                  Output("range-select", "value"),
+                  Input("url", "search"), Input("job-select", "value"), Input("range-select", "value"),
+                  Input("tick", "n_intervals"))
+    def sync_pickers(search: str | None, job: str | None, rng: str | None, _tick: int) -> tuple[Any, ...]:
         sel = Selection.from_search(search, default_range=settings.default_range)
         if ctx.triggered_id == "job-select":
             if job == sel.job:
-                return no_update, no_update, no_update
-            return Selection(job=job, range=sel.range).to_search(), no_update, no_update
+                return no_update, no_update, no_update, no_update
+            return Selection(job=job, range=sel.range).to_search(), no_update, no_update, no_update
         if ctx.triggered_id == "range-select":
             if rng == sel.range or not rng:
-                return no_update, no_update, no_update
-            return sel.with_(range=rng).to_search(), no_update, no_update
-        return no_update, sel.job, sel.range
+                return no_update, no_update, no_update, no_update
+            return sel.with_(range=rng).to_search(), no_update, no_update, no_update
+        # value and options change together: a dropdown drops a value missing from its options
+        return no_update, sel.job, job_options(store, sel.job), sel.range
 
     @app.callback(Output("url", "search", allow_duplicate=True), Input({"type": "sel", "key": ALL}, "value"),
                   State("url", "search"), prevent_initial_call=True)
@@ -88,12 +118,11 @@ def register(app: Dash, store: Store, settings: DashboardSettings, renderers: di
         data = ctx.triggered[0]["value"] if ctx.triggered else None
         if not isinstance(trig, dict) or not data or not data.get("points"):
             return no_update, no_update
-        custom = data["points"][0].get("customdata")
-        host = custom[0] if isinstance(custom, list) and custom else None
+        sel = Selection.from_search(search, default_range=settings.default_range)
+        host = clicked_host(store, sel, str(trig.get("page")), data["points"][0])
         if not host:
             return no_update, no_update
-        sel = Selection.from_search(search, default_range=settings.default_range)
-        return "/host", page_href("", sel, host=str(host))
+        return "/host", page_href("", sel, host=host)
 
     @app.callback([Output(nav_id(p), "href") for p in PAGES] + [Output(nav_id(p), "className") for p in PAGES],
                   Input("url", "pathname"), Input("url", "search"))
@@ -104,10 +133,10 @@ def register(app: Dash, store: Store, settings: DashboardSettings, renderers: di
         classes = ["nav-link active" if p.path == active else "nav-link" for p in PAGES]
         return hrefs + classes
 
-    @app.callback(Output("page", "children"), Output("job-select", "options"), Output("page-title", "children"),
+    @app.callback(Output("page", "children"), Output("page-title", "children"),
                   Output("updated", "children"),
                   Input("url", "pathname"), Input("url", "search"), Input("tick", "n_intervals"))
-    def render(path: str | None, search: str | None, _tick: int) -> tuple[Component, Any, str, Component]:
-        body, options, title = render_page(store, settings, renderers, path, search)
+    def render(path: str | None, search: str | None, _tick: int) -> tuple[Component, str, Component]:
+        body, title = render_page(store, settings, renderers, path, search)
         stamp = html.Span(f"updated {datetime.now(UTC).strftime('%H:%M:%S')} UTC · every {settings.refresh_s:g} s")
-        return body, options, title, stamp
+        return body, title, stamp

@@ -57,7 +57,7 @@ def graph(fig: go.Figure, *, id: str | dict[str, str] | None = None) -> Componen
 
 def stat(label: str, value: str, *, tone: str = "", title: str | None = None) -> Component:
     return html.Div([html.Div(value, className="stat-value"), html.Div(label, className="stat-label")],
-                    className=f"stat {tone}".strip(), title=title or "")
+                    className=f"stat tone-{tone}" if tone else "stat", title=title or "")
 
 
 def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, class_name: str = "grid",
@@ -76,6 +76,8 @@ def selector(key: str, options: Sequence[tuple[str, str]], value: str | None, *,
              placeholder: str = "any", label: str = "") -> Component:
     """A control whose value is written to the URL's `key` (see callbacks.register)."""
     opts = [{"label": lbl, "value": val} for val, lbl in options]
+    if value is not None and all(o["value"] != value for o in opts):
+        opts.insert(0, {"label": value, "value": value})  # a dropdown would silently drop an unlisted value
     cid = {"type": "sel", "key": key}
     control: Component
     if kind == "radio":

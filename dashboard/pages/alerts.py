@@ -44,7 +44,7 @@ def _current(v: PageView) -> Component:
     f = _filter(v)
     counts = q.counts(v.store, q.AlertFilter(job=f.job, kind=f.kind, host=f.host))
     cards = [stat(f"{sev} firing", str(counts.get((sev, "firing"), 0)),
-                  tone=f"sev-{sev}" if counts.get((sev, "firing")) else "") for sev in SEVERITIES]
+                  tone=sev if counts.get((sev, "firing")) else "") for sev in SEVERITIES]
     rows = [[
         html.Span(r["status"], className=f"status status-{r['status']}"),
         html.Span(r["severity"], className=f"sev sev-{r['severity']}"), r["alert"],

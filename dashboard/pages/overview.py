@@ -58,7 +58,7 @@ def _job_detail(v: PageView) -> Component:
             stat("latest MFU", fmt_pct(health.last_mfu)),
             stat("hosts reporting", f"{health.hosts_reporting}/{max(health.hosts_known, v.job.n_hosts)}",
                  tone="bad" if health.hosts_reporting < max(health.hosts_known, v.job.n_hosts) else ""),
-            stat("firing alerts", str(firing), tone=f"sev-{worst}" if worst else ""),
+            stat("firing alerts", str(firing), tone=worst),
         ]
     return html.Div([html.Div(cards, className="stats", id="job-stats"), graph(step_figure(series, v.job.job_id),
                                                                               id="step-graph")])

@@ -23,6 +23,18 @@ GROUP BY rank) ORDER BY rank
 """
 
 
+_HOST_AT_SQL = """
+SELECT host FROM (
+    SELECT host, 0 AS pref FROM job_ranks FINAL
+    WHERE job_id = {job:String} AND dp = {dp:UInt32} AND pp = {pp:UInt32} AND tp = {tp:UInt32}
+    UNION ALL
+    SELECT host, 1 AS pref FROM step_timings
+    WHERE job_id = {job:String} AND dp = {dp:UInt32} AND pp = {pp:UInt32} AND tp = {tp:UInt32}
+      AND step = (SELECT max(step) FROM step_timings WHERE job_id = {job:String}))
+ORDER BY pref LIMIT 1
+"""
+
+
 @dataclass(frozen=True, kw_only=True)
 class RankCell:
     rank: int
@@ -52,3 +64,9 @@ def parallel_view(store: Store, job: str, *, phase: str | None, steps: int = 50)
                       mean_ms=float(r["mean_ms"]), median_ms=float(r["median_ms"])) for r in rows]
     return ParallelView(phase=phase or "", first_step=min((int(r["first_step"]) for r in rows), default=0),
                         last_step=max((int(r["last_step"]) for r in rows), default=0), ranks=cells)
+
+
+def host_at(store: Store, job: str, *, dp: int, pp: int, tp: int) -> str | None:
+    """The host of the rank at (dp, pp, tp) in `job` (from the job's rank table, else its step timings)."""
+    row = store.one("the rank's host", _HOST_AT_SQL, {"job": job, "dp": dp, "pp": pp, "tp": tp})
+    return str(row["host"]) if row and row["host"] else None
