@@ -27,15 +27,20 @@ from vigil.settings import VigilSettings
 from vigil.stack.runner import Stack
 
 TRAIN = Path(__file__).with_name("train.py")
-TORCH_JOB, SIM_JOB = "demo-torch", "demo-sim-256"
+TORCH_JOB, SIM_JOB = "demo-torch", "demo-sim"
 HOSTS = ("demo-host-0", "demo-host-1")
 SLOW_RANK, XID_RANK = 3, 0
+# (kind, host index at 256 hosts, options); indices wrap for smaller --sim-hosts.
 SIM_FAULTS = (
-    "straggler:host=sim-host-0042,start=40,magnitude=0.10",
-    "nic_drop:host=sim-host-0101,start=60,magnitude=0.7",
-    "traffic_stop:host=sim-host-0200,start=90",
-    "mfu_decay:host=sim-host-0007,start=30,magnitude=0.25",
+    ("straggler", 42, "start=20,magnitude=0.10"),
+    ("nic_drop", 101, "start=30,magnitude=0.7"),
+    ("traffic_stop", 200, "start=45"),
+    ("mfu_decay", 7, "start=20,magnitude=0.25"),
 )
+
+
+def sim_host(index: int, hosts: int) -> str:
+    return f"sim-host-{index % hosts:04d}"
 
 
 @dataclass(kw_only=True)
@@ -77,9 +82,9 @@ class Demo:
     def start_simulation(self, bootstrap: str) -> None:
         env = {**os.environ, "VIGIL_KAFKA_BOOTSTRAP": bootstrap}
         argv = [sys.executable, "-m", "vigil", "simulate", "--job", SIM_JOB, "--hosts", str(self.sim_hosts),
-                "--gpus", str(self.sim_gpus), "--steps", "100000", "--speed", str(self.sim_speed), "--seed", "7"]
-        for fault in SIM_FAULTS:
-            argv += ["--fault", fault]
+                "--gpus", str(self.sim_gpus), "--steps", "100000", "--step-ms", "2000", "--speed", str(self.sim_speed), "--seed", "7"]
+        for kind, index, opts in SIM_FAULTS:
+            argv += ["--fault", f"{kind}:host={sim_host(index, self.sim_hosts)},{opts}"]
         self._spawn(argv, "simulate.log", env)
 
     def stop_children(self, timeout: float = 15.0) -> None:
@@ -96,18 +101,19 @@ class Demo:
         self.children.clear()
 
 
-def guide(urls: dict[str, str]) -> str:
+def guide(urls: dict[str, str], sim_hosts: int) -> str:
     dash = urls.get("dashboard", "(dashboard not available)")
+    straggler, nic, stop, _ = (sim_host(i, sim_hosts) for _, i, _ in SIM_FAULTS)
     return f"""
 vigil demo is running.  Open {dash}
 
 What to look at (give it a minute or two to develop):
-  Overview  two jobs: {TORCH_JOB} (real PyTorch, 4 ranks on 2 hosts) and {SIM_JOB} (256 simulated hosts).
+  Overview  two jobs: {TORCH_JOB} (real PyTorch, 4 ranks on 2 hosts) and {SIM_JOB} ({sim_hosts} simulated hosts).
   Heatmap   {TORCH_JOB}: {HOSTS[1]} turns red in 'forward' once rank {SLOW_RANK} is slowed (step 60);
-            {SIM_JOB}: sim-host-0042 stands out in 'forward' (10% slower from step 40).
-  Alerts    a straggler alert for each, an Xid 79 alert from {HOSTS[0]}, a NIC drop on sim-host-0101,
-            a traffic stop on sim-host-0200, MFU drift on {SIM_JOB}.
-  Network   the stall of sim-host-0200 and the drop of sim-host-0101.
+            {SIM_JOB}: {straggler} stands out in 'forward' (10% slower from step 20).
+  Alerts    a straggler alert for each, an Xid 79 alert from {HOSTS[0]}, a NIC drop on {nic},
+            a traffic stop on {stop}, MFU drift on {SIM_JOB}.
+  Network   the stall of {stop} and the drop of {nic}.
 From another terminal: `vigil status`, `vigil alerts`, `vigil tail --kind alert`.
 Ctrl-C stops everything.
 """
@@ -127,7 +133,7 @@ def run_demo(settings: VigilSettings, *, duration: float | None = None, sim_host
         demo.register_torch_job(stack)
         demo.start_torch_job(state.bootstrap)
         demo.start_simulation(state.bootstrap)
-        print(guide(state.urls), flush=True)
+        print(guide(state.urls, sim_hosts), flush=True)
         deadline = time.monotonic() + duration if duration else None
         while not stop.wait(1.0):
             if deadline is not None and time.monotonic() > deadline:

@@ -1,0 +1,71 @@
+"""`vigil demo` (what `make demo` runs) as a real subprocess: the dashboard answers, the real
+torch job's steps reach ClickHouse, and Ctrl-C leaves no process behind."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+pytestmark = [pytest.mark.kafka, pytest.mark.clickhouse, pytest.mark.slow]
+
+
+def _sql(control_url: str, sql: str) -> list[list[object]]:
+    resp = httpx.post(f"{control_url}/sql", json={"sql": sql}, timeout=30)
+    resp.raise_for_status()
+    rows: list[list[object]] = resp.json()["rows"]
+    return rows
+
+
+def test_demo_runs_shows_torch_steps_and_stops_clean(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VIGIL_")}
+    env.update(VIGIL_HOME=str(tmp_path), PYTHONUNBUFFERED="1", VIGIL_DASHBOARD_PORT="0")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vigil", "demo", "--sim-hosts", "32", "--duration", "600"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    out: list[str] = []
+    try:
+        deadline = time.monotonic() + 180
+        control = dashboard = None
+        assert proc.stdout is not None
+        while time.monotonic() < deadline and not (control and dashboard):
+            line = proc.stdout.readline()
+            if not line:
+                break
+            out.append(line)
+            if m := re.search(r"control (http://\S+)", line):
+                control = m.group(1)
+            if m := re.search(r"Open (http://\S+)", line):
+                dashboard = m.group(1)
+        assert control and dashboard, "".join(out)
+        assert httpx.get(dashboard, timeout=30).status_code == 200
+
+        ranks: set[object] = set()
+        while time.monotonic() < deadline and len(ranks) < 4:
+            rows = _sql(control, "SELECT DISTINCT rank FROM step_timings WHERE job_id = 'demo-torch'")
+            ranks = {r[0] for r in rows}
+            time.sleep(2)
+        assert ranks == {0, 1, 2, 3}, f"torch ranks seen: {ranks}\n" + "".join(out)
+        hosts = {r[0] for r in _sql(control, "SELECT DISTINCT host FROM step_timings WHERE job_id = 'demo-torch'")}
+        assert hosts == {"demo-host-0", "demo-host-1"}
+        descendants = psutil.Process(proc.pid).children(recursive=True)
+        assert len(descendants) >= 6  # broker, 2 agents, 2 torchrun, 4 ranks, simulator
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+    left = [p for p in descendants if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert left == [], f"left running: {[p.cmdline() for p in left]}"
+    assert proc.returncode == 0
