@@ -53,7 +53,16 @@ def populate(client: Any, *, job: str = JOB, hosts: int = HOSTS, steps: int = ST
     sim = Simulation(SimConfig(job=job, layout=layout, faults=faults, seed=7,
                                start=_recent()))
     writer = ClickHouseWriter(client=client, check_existing=False)
-    events = run(sim, steps, writer.write, speed=0)
-    alerts = replay(client, AnalyzerSettings(), job)
+    pending: list[Any] = []
+
+    def send(batch: Any) -> None:  # few large inserts: each insert fires every rollup view
+        pending.extend(batch)
+        if len(pending) >= 20_000:
+            writer.write(pending)
+            pending.clear()
+
+    events = run(sim, steps, send, speed=0)
+    writer.write(pending)
+    alerts = replay(client, AnalyzerSettings(eval_step_s=4.0), job)
     writer.write(alerts)
     return SimRun(job=job, hosts=layout.host_names(), alerts=alerts, events=events)

@@ -1,0 +1,46 @@
+"""DashboardService as `vigil up` hosts it, and the `vigil dashboard` command line."""
+
+from __future__ import annotations
+
+import urllib.request
+from typing import Any
+
+import pytest
+
+from dashboard.service import DashboardService
+from dashboard.settings import DashboardSettings
+from vigil.cli.main import build_parser
+from vigil.settings import VigilSettings
+from vigil.stack.service import StackContext
+
+pytestmark = pytest.mark.clickhouse
+
+
+def get(url: str) -> tuple[int, str]:
+    with urllib.request.urlopen(url, timeout=30) as resp:
+        return resp.status, resp.read().decode()
+
+
+def test_service_serves_and_stops(sim_client: Any, tmp_path: Any) -> None:
+    ctx = StackContext(settings=VigilSettings(home=tmp_path), bootstrap="127.0.0.1:9", clickhouse=sim_client,
+                       clickhouse_dsn="chdb:///unused")
+    svc = DashboardService(ctx, settings=DashboardSettings(port=0))
+    svc.start()
+    try:
+        health = svc.health()
+        url = health["urls"]["dashboard"]
+        assert health["ok"] and url.startswith("http://127.0.0.1:") and not url.endswith(":0/")
+        assert get(url + "healthz") == (200, "ok")
+        status, body = get(url + "heatmap?job=x")
+        assert status == 200 and "vigil" in body
+        status, layout = get(url + "_dash-layout")
+        assert status == 200 and '"url"' in layout and "job-select" in layout
+    finally:
+        svc.stop()
+    assert not svc.health()["ok"]
+
+
+def test_cli_registers_dashboard_command() -> None:
+    args = build_parser().parse_args(["dashboard", "--host", "0.0.0.0", "--port", "0", "--refresh", "5"])
+    assert (args.host, args.port, args.refresh_s) == ("0.0.0.0", 0, 5.0)
+    assert callable(args.handler)
