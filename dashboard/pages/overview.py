@@ -13,6 +13,7 @@ from dash.development.base_component import Component
 from dashboard.components import fmt_ms, fmt_pct, graph, notice, panel, stat, table
 from dashboard.figures.overview import step_figure
 from dashboard.pages.base import PageView
+from dashboard.queries import heatmap as qh
 from dashboard.queries import overview as q
 from dashboard.queries.window import to_dt
 from dashboard.selection import page_href
@@ -64,10 +65,26 @@ def _job_detail(v: PageView) -> Component:
                                                                               id="step-graph")])
 
 
+def _slowest(v: PageView) -> Component:
+    """The hosts furthest above their peers in any phase (the heatmap's top rows)."""
+    assert v.window is not None
+    m = qh.phase_matrix(v.store, v.window, rows=5, mode="worst")
+    rows = []
+    for h in m.hosts:
+        worst = max((c for c in m.cells if c.host == h), key=lambda c: c.dev)
+        rows.append([dcc.Link(h, href=page_href("/host", v.sel, host=h)), worst.col, f"{100 * worst.dev:+.1f}%",
+                     fmt_ms(worst.mean_ms), fmt_ms(worst.median_ms)])
+    return table(["host", "phase", "vs peers", "host mean", "peer median"], rows, id="slowest-hosts",
+                 empty="no phase timings in this time range")
+
+
 def render(v: PageView) -> Component:
     detail: Component
     if v.job is None:
         detail = notice("no job selected" if not v.jobs else f"job {v.sel.job!r} has no telemetry")
     else:
-        detail = panel(f"Job {v.job.job_id}", lambda: _job_detail(v), id="job-panel")
+        detail = html.Div([
+            panel(f"Job {v.job.job_id}", lambda: _job_detail(v), id="job-panel"),
+            panel("Slowest hosts (vs peers in the same pipeline stage)", lambda: _slowest(v), id="slowest-panel"),
+        ])
     return html.Div([panel("Jobs", lambda: _jobs_table(v), id="jobs-panel"), detail])

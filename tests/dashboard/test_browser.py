@@ -61,6 +61,8 @@ def test_every_page_renders_with_data(dash_duo: Any, sim_client: Any, sim_run: S
     assert "16/16" in stats  # hosts reporting
     table = dash_duo.find_element("#jobs-table").text
     assert JOB in table and "1 critical" in table
+    slowest = dash_duo.find_element("#slowest-hosts").text.splitlines()
+    assert slowest[1].startswith(f"{STRAGGLER} {STRAGGLER_PHASE} +")
 
 
 def test_heatmap_shows_straggler_and_click_opens_host(dash_duo: Any, sim_client: Any, sim_run: SimRun) -> None:
