@@ -24,7 +24,10 @@ class ThreadedServer:
 
     def start(self) -> str:
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
-        self._server = make_server(self.host, self.port, self.app, threaded=True)
+        try:
+            self._server = make_server(self.host, self.port, self.app, threaded=True)
+        except SystemExit:  # werkzeug prints the bind error and exits; a hosted service must not
+            raise OSError(f"cannot listen on {self.host}:{self.port} (address in use or not permitted)") from None
         self.port = int(self._server.server_port)
         self._thread = threading.Thread(target=self._server.serve_forever, name="vigil-dashboard", daemon=True)
         self._thread.start()

@@ -37,7 +37,11 @@ class DashboardService:
         return self._server.url
 
     def start(self) -> None:
-        self._server.start()
+        """Listen; a busy port is reported by `health()` instead of taking the whole stack down."""
+        try:
+            self._server.start()
+        except OSError as exc:
+            self.error = f"cannot listen on {self.settings.host}:{self.settings.port} ({exc.strerror or exc})"
 
     def stop(self) -> None:
         self._server.stop()
@@ -47,6 +51,8 @@ class DashboardService:
         out: dict[str, Any] = {"ok": ok, "queries": self.store.queries, "query_errors": self.store.errors}
         if ok:
             out["urls"] = {"dashboard": self.url}
+        if self.error:
+            out["error"] = self.error
         if self.store.last_error:
             out["last_query_error"] = self.store.last_error
         return out

@@ -44,3 +44,16 @@ def test_cli_registers_dashboard_command() -> None:
     args = build_parser().parse_args(["dashboard", "--host", "0.0.0.0", "--port", "0", "--refresh", "5"])
     assert (args.host, args.port, args.refresh_s) == ("0.0.0.0", 0, 5.0)
     assert callable(args.handler)
+
+
+def test_busy_port_is_reported_not_raised(sim_client: Any) -> None:
+    first = DashboardService(client=sim_client, settings=DashboardSettings(port=0))
+    first.start()
+    try:
+        second = DashboardService(client=sim_client, settings=DashboardSettings(port=first._server.port))
+        second.start()
+        health = second.health()
+        assert not health["ok"] and "cannot listen" in health["error"] and "urls" not in health
+        second.stop()
+    finally:
+        first.stop()
