@@ -1,7 +1,7 @@
 """The ingest loop: a BatchingConsumer over the telemetry and alerts topics into ClickHouse.
 
-Runs in its own thread; every few seconds it samples the consumer's lag (a broker
-round trip, kept off the hot path) and the event rate, for `vigil status`.
+Runs in its own thread; every few seconds it samples the event rate, and a
+`LagProbe` thread samples the consumer lag, for `vigil status`.
 """
 
 from __future__ import annotations
@@ -9,9 +9,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from analyzer.ingest.lag import LagProbe
 from analyzer.ingest.writer import ClickHouseDeadLetters, ClickHouseWriter
 from analyzer.settings import AnalyzerSettings
 from vigil.contract.registry import TELEMETRY_TOPICS
@@ -33,7 +34,6 @@ class IngestLoop:
     client: Any
     producer: EventProducer
     sample_every_s: float = 5.0
-    lag: dict[str, int] = field(default_factory=dict)
     events_per_s: float = 0.0
     last_error: str = ""
 
@@ -45,6 +45,12 @@ class IngestLoop:
             topics=list(INGEST_TOPICS), writer=self.writer, dead_letters=sink,
             max_batch_events=self.analyzer.batch_events, max_batch_s=self.analyzer.batch_s,
         )
+        self.probe = LagProbe(settings=self.settings, bootstrap=self.bootstrap, group_id=self.analyzer.group_id,
+                              topics=INGEST_TOPICS, every_s=self.sample_every_s)
+
+    @property
+    def lag(self) -> dict[str, int]:
+        return dict(self.probe.lag)
 
     @property
     def stats(self) -> Any:
@@ -52,6 +58,8 @@ class IngestLoop:
 
     def run(self, stop: threading.Event) -> None:
         last_t, last_n = time.monotonic(), 0
+        probe = threading.Thread(target=self.probe.run, args=(stop,), name="analyzer-lag", daemon=True)
+        probe.start()
         try:
             while not stop.is_set():
                 try:
@@ -65,6 +73,5 @@ class IngestLoop:
                     n = self.consumer.stats.events
                     self.events_per_s = (n - last_n) / (now - last_t)
                     last_t, last_n = now, n
-                    self.lag = self.consumer.lag()
         finally:
             self.consumer.run(stop)  # stop is set: flushes and commits what is batched, then closes

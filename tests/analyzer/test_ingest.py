@@ -1,0 +1,104 @@
+"""Ingest through the real broker into real ClickHouse: idempotent, dead letters, never stops."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from analyzer_helpers import heartbeats, nic, steps
+
+from analyzer.ingest.loop import IngestLoop
+from analyzer.settings import AnalyzerSettings
+from vigil.clickhouse import connect
+from vigil.kafka.producer import EventProducer
+from vigil.kafka.reader import read_topics
+from vigil.settings import VigilSettings
+
+pytestmark = [pytest.mark.kafka, pytest.mark.clickhouse]
+
+
+@pytest.fixture
+def ingest(topics: VigilSettings, clickhouse_dsn: str, database: str) -> Iterator[IngestLoop]:
+    client = connect(clickhouse_dsn, database=database)
+    producer = EventProducer(settings=topics, bootstrap=str(topics.kafka_bootstrap))
+    loop = IngestLoop(settings=topics, analyzer=AnalyzerSettings(batch_s=0.3, group_id=f"g-{database}"),
+                      bootstrap=str(topics.kafka_bootstrap), client=client, producer=producer)
+    stop = threading.Event()
+    t = threading.Thread(target=loop.run, args=(stop,))
+    t.start()
+    yield loop
+    stop.set()
+    t.join(30)
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError("condition not reached in time")
+
+
+def scalar(client: object, sql: str) -> int:
+    return int(client.query(sql).result_rows[0][0])  # type: ignore[attr-defined]
+
+
+def test_duplicates_and_redelivery_never_double_count(topics: VigilSettings, ingest: IngestLoop) -> None:
+    producer = EventProducer(settings=topics, bootstrap=str(topics.kafka_bootstrap), batch_events=100)
+    evs = [*steps("dup", 8, 20), *heartbeats("dup", 8, 20), *nic("dup", 8, 20)]
+    producer.send(evs)
+    producer.send(list(reversed(evs[:200])))  # the same events again, out of order
+    producer.flush()
+    client = ingest.client
+    wait_for(lambda: ingest.stats.events >= len(evs) + 200)
+    producer.send(evs)  # a whole re-delivery
+    producer.flush()
+    wait_for(lambda: ingest.stats.events >= 2 * len(evs) + 200)
+    assert scalar(client, "SELECT count() FROM step_timings") == 8 * 2 * 20
+    assert scalar(client, "SELECT count() FROM heartbeats") == 8 * 10
+    assert scalar(client, "SELECT count() FROM nic_counters") == 8 * 20
+    assert scalar(client, "SELECT sum(n) FROM phase_host_windows WHERE phase = 'forward'") == 8 * 2 * 20
+    assert scalar(client, "SELECT sum(ranks) FROM job_steps") == 8 * 2 * 20
+    assert scalar(client, "SELECT sum(n) FROM nic_windows") == 8 * 20
+    assert ingest.writer.skipped_duplicates == len(evs) + 200
+
+
+CORPUS: list[tuple[bytes | None, str]] = [
+    (b"\x00\xffnot json", "not JSON"),
+    (b"[1, 2, 3]", "must be an object"),
+    (b'{"kind": "step", "events": []}', "integer 'schema_version'"),
+    (b'{"kind": "gossip", "schema_version": 1, "events": [{}]}', "unknown event kind"),
+    (b'{"kind": "step", "schema_version": 9, "events": [{}]}', "unknown event kind"),
+    (json.dumps({"kind": "step", "schema_version": 1, "events": [
+        {"job_id": "bad", "host": "h", "rank": 0, "world_size": 1, "step": 1, "step_ms": -5, "ts": "2026-11-01T00:00:00Z"},
+        {"job_id": "bad", "host": "h", "rank": 0, "world_size": 1, "step": 2, "step_ms": 5, "ts": "2026-11-01T00:00:00"},
+        "not an object",
+    ]}).encode(), "invalid step"),
+    (None, "empty record"),
+]
+
+
+def test_malformed_corpus_goes_to_dead_letters_and_good_events_flow(topics: VigilSettings, ingest: IngestLoop) -> None:
+    producer = EventProducer(settings=topics, bootstrap=str(topics.kafka_bootstrap))
+    for value, _ in CORPUS:
+        producer._producer.produce(topics.topic("steps"), value=value)
+    good = steps("good", 2, 5)
+    producer.send(good)
+    producer.flush()
+    expected_letters = len(CORPUS) + 2  # the mixed record yields three rejected events
+    wait_for(lambda: ingest.stats.rejected >= expected_letters and ingest.stats.events >= len(good))
+    letters = [json.loads(r.value or b"{}") for r in read_topics(topics, str(topics.kafka_bootstrap),
+                                                                  [topics.topic("deadletter")])]
+    reasons = [str(x["reason"]) for x in letters]
+    assert len(letters) == expected_letters
+    for _, why in CORPUS:
+        assert any(why in r for r in reasons), why
+    assert any("step_ms" in r for r in reasons) and any("UTC offset" in r for r in reasons)
+    client = ingest.client
+    assert scalar(client, "SELECT count() FROM dead_letters") == expected_letters
+    assert scalar(client, "SELECT count() FROM step_timings WHERE job_id = 'good'") == len(good)
+    assert scalar(client, "SELECT count() FROM step_timings WHERE job_id = 'bad'") == 0
