@@ -1,0 +1,150 @@
+"""Ingest throughput in one run: broker raw consume vs the analyzer ingest vs ClickHouse's Kafka engine.
+
+All three read the same topic on the embedded broker (Tansu): step-timing events, 500
+per record, as `vigil simulate` and the node agent produce them.
+
+* raw consume: a plain confluent-kafka consumer counting records (no decoding);
+* analyzer ingest: BatchingConsumer -> validation -> idempotent ClickHouseWriter (event_id
+  look-ups) -> raw table + materialised rollups, commit after write;
+* ClickHouse Kafka table engine (inside chdb): records as RawBLOB -> materialised view that
+  counts events with JSONExtractArrayRaw (no validation, no dedup, no rollups).
+
+    python bench/ingest_throughput.py [--events 200000] [--append]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import threading
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+
+from analyzer_common import append_results, machine_info
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+from analyzer.ingest.loop import IngestLoop
+from analyzer.settings import AnalyzerSettings
+from vigil.clickhouse import connect, migrate
+from vigil.contract import ParallelCoords, StepTiming
+from vigil.kafka.admin import ensure_topics
+from vigil.kafka.broker import EmbeddedBroker
+from vigil.kafka.producer import EventProducer
+from vigil.settings import VigilSettings
+
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
+
+
+def make_steps(n: int, hosts: int = 64, gpus: int = 8) -> list[StepTiming]:
+    ranks = hosts * gpus
+    return [StepTiming(job_id="ingest", host=f"h{(i % ranks) // gpus:04d}", rank=i % ranks, local_rank=i % gpus,
+                       world_size=ranks, coords=ParallelCoords(tp=i % gpus), step=i // ranks,
+                       ts=T0 + timedelta(seconds=i // ranks), step_ms=1000.0,
+                       phases={"forward": 300.0, "backward": 520.0, "optimizer": 60.0, "comm": 120.0}, mfu=0.42)
+            for i in range(n)]
+
+
+def raw_consume(settings: VigilSettings, bootstrap: str, topic: str, records: int) -> float:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"raw-{uuid.uuid4().hex[:6]}", "enable.auto.commit": False})
+    meta = c.list_topics(topic, timeout=10)
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in meta.topics[topic].partitions])
+    seen = 0
+    start = time.perf_counter()
+    while seen < records:
+        for m in c.consume(500, timeout=0.5):
+            if m.error() is None:
+                seen += 1
+    elapsed = time.perf_counter() - start
+    c.close()
+    return elapsed
+
+
+CHDB = f"chdb://{tempfile.mkdtemp(prefix='vigil-bench-i-')}"  # one engine per process: one path, two databases
+
+
+def analyzer_ingest(settings: VigilSettings, bootstrap: str, events: int) -> tuple[float, int]:
+    client = connect(CHDB, database="vigil")
+    migrate(client, {"ttl_days": 3650})
+    loop = IngestLoop(settings=settings, analyzer=AnalyzerSettings(group_id=f"ing-{uuid.uuid4().hex[:6]}"),
+                      bootstrap=bootstrap, client=client, producer=EventProducer(settings=settings, bootstrap=bootstrap))
+    stop = threading.Event()
+    t = threading.Thread(target=loop.run, args=(stop,))
+    start = time.perf_counter()
+    t.start()
+    while loop.stats.events < events:
+        time.sleep(0.05)
+    elapsed = time.perf_counter() - start
+    stop.set()
+    t.join(30)
+    rows = int(client.query("SELECT count() FROM step_timings").result_rows[0][0])
+    return elapsed, rows
+
+
+def kafka_engine(bootstrap: str, topic: str, records: int, wait_s: float = 30.0) -> tuple[float, int, str]:
+    """(seconds, events seen, problem); chdb 4.4 fails to start the engine's consumers (see RESULTS.md)."""
+    client = connect(CHDB, database="kbench")
+    client.command("CREATE TABLE sink (events UInt32, bytes UInt64) ENGINE = MergeTree ORDER BY tuple()")
+    start = time.perf_counter()
+    problem = ""
+    try:
+        client.command(f"""CREATE TABLE kq (raw String) ENGINE = Kafka SETTINGS kafka_broker_list = '{bootstrap}',
+            kafka_topic_list = '{topic}', kafka_group_name = 'ch-{uuid.uuid4().hex[:6]}', kafka_format = 'RawBLOB',
+            kafka_num_consumers = 1, kafka_max_block_size = 1000, kafka_flush_interval_ms = 200""")
+    except Exception as exc:  # the table is created, but its background consumer is not
+        problem = f"CREATE ... ENGINE = Kafka: {str(exc).splitlines()[0][:120]}"
+    client.command("""CREATE MATERIALIZED VIEW kmv TO sink AS
+        SELECT length(JSONExtractArrayRaw(raw, 'events')) AS events, length(raw) AS bytes FROM kq""")
+    deadline = time.monotonic() + wait_s
+    got = 0
+    while got < records and time.monotonic() < deadline:
+        time.sleep(0.1)
+        got = int(client.query("SELECT count() FROM sink").result_rows[0][0])
+    elapsed = time.perf_counter() - start
+    events = int(client.query("SELECT sum(events) FROM sink").result_rows[0][0])
+    if got < records:
+        problem = (problem + "; " if problem else "") + f"{got} of {records} records after {wait_s:.0f} s"
+    return elapsed, events, problem
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--events", type=int, default=200_000)
+    ap.add_argument("--append", action="store_true")
+    args = ap.parse_args()
+    broker = EmbeddedBroker()
+    bootstrap = broker.start()
+    try:
+        settings = VigilSettings(kafka_bootstrap=bootstrap, topic_prefix="bench.", topic_partitions=4)
+        ensure_topics(settings, bootstrap)
+        producer = EventProducer(settings=settings, bootstrap=bootstrap, batch_events=500)
+        evs = make_steps(args.events)
+        start = time.perf_counter()
+        records = producer.send(evs)
+        producer.flush(120)
+        produce_s = time.perf_counter() - start
+        topic = settings.topic("steps")
+        raw_s = raw_consume(settings, bootstrap, topic, records)
+        ing_s, rows = analyzer_ingest(settings, bootstrap, args.events)
+        ke_s, ke_events, ke_problem = kafka_engine(bootstrap, topic, records)
+    finally:
+        broker.stop()
+    n = args.events
+    lines = [f"{n:,} step events in {records:,} records of <= 500 events (~{n / records:.0f} per record), 4 partitions.",
+             "", "| path | seconds | records/s | events/s | notes |", "| --- | --- | --- | --- | --- |",
+             f"| produce (EventProducer, encode + send) | {produce_s:.2f} | {records / produce_s:,.0f} | {n / produce_s:,.0f} | |",
+             f"| broker raw consume (no decode) | {raw_s:.2f} | {records / raw_s:,.0f} | {n / raw_s:,.0f} | ceiling |",
+             f"| analyzer ingest -> ClickHouse | {ing_s:.2f} | {records / ing_s:,.0f} | {n / ing_s:,.0f} | "
+             f"validated, dedup look-ups, rollups; {rows:,} rows stored |",
+             (f"| ClickHouse Kafka engine -> MV | {ke_s:.2f} | {records / ke_s:,.0f} | {ke_events / ke_s:,.0f} | "
+              f"counts events only; {ke_events:,} events seen |" if not ke_problem else
+              f"| ClickHouse Kafka engine -> MV (chdb) | - | - | - | not usable: {ke_problem} |")]
+    text = "\n".join(lines)
+    print(text)
+    if args.append:
+        append_results("Ingest throughput: raw consume vs analyzer ingest vs ClickHouse Kafka engine",
+                       machine_info() + "\n\n" + text + "\n\nCommand: `python bench/ingest_throughput.py --append`.")
+
+
+if __name__ == "__main__":
+    main()
