@@ -75,7 +75,10 @@ class VigilBaseSettings(BaseSettings):
             return cls(**overrides)
         except ValidationError as exc:
             prefix = str(cls.model_config.get("env_prefix", "VIGIL_"))
-            parts = [f"{prefix}{str(e['loc'][0]).upper()}: {e['msg']}" for e in exc.errors(include_url=False)]
+            parts = [
+                f"{prefix}{str(e['loc'][0]).upper()}: {e['msg']}" if e["loc"] else f"{cls.__name__}: {e['msg']}"
+                for e in exc.errors(include_url=False)
+            ]
             raise SettingsError("bad setting: " + "; ".join(parts)) from None
 
 

@@ -71,3 +71,20 @@ def test_failed_migration_names_itself_and_is_not_recorded(clickhouse_dsn: str, 
         migrate(client, directory=tmp_path)
     recorded = [r[0] for r in client.query("SELECT name FROM vigil_migrations FINAL").result_rows]
     assert recorded == ["ok"]
+
+
+@pytest.mark.pure
+def test_model_level_validation_error_is_a_settings_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pydantic import model_validator
+
+    class Pair(VigilSettings):
+        @model_validator(mode="after")
+        def _check(self) -> Pair:
+            if self.topic_partitions < self.topic_replication:
+                raise ValueError("partitions must be >= replication")
+            return self
+
+    monkeypatch.setenv("VIGIL_TOPIC_REPLICATION", "3")
+    monkeypatch.setenv("VIGIL_TOPIC_PARTITIONS", "2")
+    with pytest.raises(SettingsError, match="Pair: Value error, partitions must be >= replication"):
+        Pair.load()
