@@ -8,12 +8,20 @@ its robust z-score ((x - median) / (1.4826 * MAD)) is at least `straggler_z`. It
 fires when flagged in `straggler_k` of the last `straggler_n` windows and stays
 firing while flagged in any of them. A phase slow for everyone (a checkpoint step)
 moves the median with it and flags nobody.
+
+A job with fewer hosts than `straggler_min_hosts` has no robust centre of hosts, so its
+ranks are compared instead (from raw rows: a job that small is cheap to scan). That also
+keeps a data-parallel trap out: with two hosts, the healthy one's backward grows while
+it waits in all-reduce for the slow one, and host-vs-host would blame it; rank-vs-rank
+sees the healthy ranks agree with each other. The alert still names the host, with the
+rank in its evidence.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -24,6 +32,15 @@ _WINDOWS_SQL = """
 SELECT phase, window, host, sum(sum_ms) / sum(n) AS mean_ms, sum(n) AS samples, max(last_ts) AS window_end
 FROM phase_host_windows
 WHERE job_id = {job:String} AND window >= {lo:UInt64} AND window <= {hi:UInt64}
+GROUP BY phase, window, host
+"""
+
+_RANK_WINDOWS_SQL = """
+SELECT phase, intDiv(step, {w:UInt64}) AS window, concat(host, '#', toString(rank)) AS host,
+       avg(ms) AS mean_ms, count() AS samples, max(ts) AS window_end
+FROM (SELECT host, rank, step, ts, phases FROM step_timings FINAL
+      WHERE job_id = {job:String} AND step >= {lo_step:UInt64} AND step <= {hi_step:UInt64})
+ARRAY JOIN mapKeys(phases) AS phase, mapValues(phases) AS ms
 GROUP BY phase, window, host
 """
 
@@ -46,8 +63,12 @@ class StragglerDetector:
             return []
         lo = max(0, hi - s.straggler_n + 1)
         rows = ctx.rows(_WINDOWS_SQL, lo=lo, hi=hi)
-        peers = {str(r["host"]): str(r["stages"]) for r in ctx.rows(_PEERS_SQL)}
         firing = {subj.split(":", 1)[1] for subj in ctx.firing if subj.startswith("straggler:")}
+        if 0 < len({r["host"] for r in rows}) < s.straggler_min_hosts:
+            w = ROLLUP_WINDOW_STEPS
+            ranks = ctx.rows(_RANK_WINDOWS_SQL, w=w, lo_step=lo * w, hi_step=(hi + 1) * w - 1)
+            return judge_ranks(ranks, s, firing)
+        peers = {str(r["host"]): str(r["stages"]) for r in ctx.rows(_PEERS_SQL)}
         return judge(rows, peers, s, firing)
 
 
@@ -107,3 +128,23 @@ def judge(rows: Sequence[Mapping[str, Any]], peers: Mapping[str, str], s: Analyz
                       "robust_z": round(min(hits[-1][2], 1e6), 2), "peer_group": peers.get(host, "")},
         ))
     return findings
+
+
+def judge_ranks(rows: Sequence[Mapping[str, Any]], s: AnalyzerSettings,
+                firing: set[str] | frozenset[str] = frozenset()) -> list[Finding]:
+    """Findings of a small job from per-rank window rows whose `host` is `host#rank`; one per host/phase."""
+    units = {str(r["host"]) for r in rows}
+    phases = {str(r["phase"]) for r in rows}
+    unit_firing = {f"{u}/{p}" for u in units for p in phases if f"{u.split('#')[0]}/{p}" in firing}
+    best: dict[str, Finding] = {}
+    for f in judge(rows, {}, s, unit_firing):
+        host, _, rank = f.host.partition("#")
+        phase = str(f.evidence["phase"])
+        evidence = {**f.evidence, "host": host, "rank": int(rank), "compared": "ranks", "peer_group": ""}
+        summary = (f"{host} {phase} (rank {rank}) is {evidence['slowdown_pct']:.1f}% slower than the "
+                   f"other ranks' median ({evidence['windows']} windows)")
+        finding = replace(f, subject=f"{host}/{phase}", host=host, summary=summary, evidence=evidence)
+        current = best.get(finding.subject)
+        if current is None or evidence["slowdown_pct"] > current.evidence["slowdown_pct"]:
+            best[finding.subject] = finding
+    return list(best.values())

@@ -121,3 +121,36 @@ def test_error_logs_aggregate_into_one_alert_and_exits_name_the_rank(clickhouse_
     assert log_alert.evidence["lines"] == 58 and log_alert.evidence["ranks"] == list(range(8))
     ex = next(a for a in alerts if a.alert == "process_exit")
     assert ex.severity == "critical" and "rank 24" in ex.summary and "exit code 1" in ex.summary
+
+
+def _ddp_steps(job: str, n_steps: int, slow_rank: int | None, slow_from: int, seed: int) -> list[Event]:
+    """2 hosts x 2 ranks of data parallelism: a slow rank's forward makes the others wait in backward."""
+    import random
+
+    from vigil.contract import StepTiming
+
+    rng = random.Random(seed)
+    out: list[Event] = []
+    for s in range(n_steps):
+        extra = 40.0 if slow_rank is not None and s >= slow_from else 0.0
+        for rank in range(4):
+            fwd = 35.0 * (1 + rng.gauss(0, 0.03)) + (extra if rank == slow_rank else 0.0)
+            bwd = 60.0 * (1 + rng.gauss(0, 0.03)) + (0.0 if rank == slow_rank else extra)  # all-reduce wait
+            phases = {"forward": fwd, "backward": bwd, "optimizer": 5.0 * (1 + rng.gauss(0, 0.03))}
+            out.append(StepTiming(job_id=job, host=f"h{rank // 2:04d}", rank=rank, local_rank=rank % 2, world_size=4,
+                                  step=s, step_ms=sum(phases.values()), phases=phases,
+                                  ts=T0 + timedelta(seconds=(s + 1) * 0.1)))
+    return out
+
+
+def test_small_job_compares_ranks_and_blames_the_slow_ranks_host(clickhouse_dsn: str, database: str) -> None:
+    load(clickhouse_dsn, database, _ddp_steps("ddp2", 60, slow_rank=3, slow_from=20, seed=1))
+    alerts = [a for a in run(clickhouse_dsn, database, "ddp2") if a.alert == "straggler"]
+    assert {a.fingerprint for a in alerts} == {"ddp2/straggler/h0001/forward"}
+    ev = alerts[0].evidence
+    assert ev["rank"] == 3 and ev["compared"] == "ranks" and ev["slowdown_pct"] > 50
+
+
+def test_small_healthy_job_raises_no_straggler(clickhouse_dsn: str, database: str) -> None:
+    load(clickhouse_dsn, database, _ddp_steps("ddp2ok", 60, slow_rank=None, slow_from=0, seed=2))
+    assert [a for a in run(clickhouse_dsn, database, "ddp2ok") if a.alert == "straggler"] == []
