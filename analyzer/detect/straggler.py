@@ -2,7 +2,8 @@
 
 Per job, phase and complete 5-step window (`phase_host_windows`), each host's mean
 phase time is compared with the median of its peer group: hosts in the same pipeline
-stage(s), because first/last stages legitimately do more work. A host is flagged in a
+stage(s), because first/last stages legitimately do more work (stages are read from the
+steps themselves, so they are known before the job's registration arrives). A host is flagged in a
 window when it is at least `straggler_min_slowdown_pct` slower than the median AND
 its robust z-score ((x - median) / (1.4826 * MAD)) is at least `straggler_z`. It
 fires when flagged in `straggler_k` of the last `straggler_n` windows and stays
@@ -44,9 +45,13 @@ ARRAY JOIN mapKeys(phases) AS phase, mapValues(phases) AS ms
 GROUP BY phase, window, host
 """
 
+# Peer groups from the steps being judged (each carries its rank's pp coordinate), not from
+# job_ranks: the job's registration travels on another topic and may be ingested later.
 _PEERS_SQL = """
 SELECT host, arrayStringConcat(arraySort(groupUniqArray(toString(pp))), ',') AS stages
-FROM job_ranks FINAL WHERE job_id = {job:String} GROUP BY host
+FROM step_timings
+WHERE job_id = {job:String} AND step >= {lo_step:UInt64} AND step <= {hi_step:UInt64}
+GROUP BY host
 """
 
 
@@ -68,7 +73,9 @@ class StragglerDetector:
             w = ROLLUP_WINDOW_STEPS
             ranks = ctx.rows(_RANK_WINDOWS_SQL, w=w, lo_step=lo * w, hi_step=(hi + 1) * w - 1)
             return judge_ranks(ranks, s, firing)
-        peers = {str(r["host"]): str(r["stages"]) for r in ctx.rows(_PEERS_SQL)}
+        w = ROLLUP_WINDOW_STEPS
+        peer_rows = ctx.rows(_PEERS_SQL, lo_step=lo * w, hi_step=(hi + 1) * w - 1)
+        peers = {str(r["host"]): str(r["stages"]) for r in peer_rows}
         return judge(rows, peers, s, firing)
 
 

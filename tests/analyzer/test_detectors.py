@@ -154,3 +154,24 @@ def test_small_job_compares_ranks_and_blames_the_slow_ranks_host(clickhouse_dsn:
 def test_small_healthy_job_raises_no_straggler(clickhouse_dsn: str, database: str) -> None:
     load(clickhouse_dsn, database, _ddp_steps("ddp2ok", 60, slow_rank=None, slow_from=0, seed=2))
     assert [a for a in run(clickhouse_dsn, database, "ddp2ok") if a.alert == "straggler"] == []
+
+
+def test_pipeline_stages_are_peers_even_before_the_job_registration_arrives(clickhouse_dsn: str, database: str) -> None:
+    """The last pipeline stage is legitimately slower; without a JobRegistered event yet it must not page."""
+    import random
+
+    from vigil.contract import ParallelCoords, StepTiming
+
+    rng = random.Random(4)
+    events: list[Event] = []
+    for s in range(40):
+        for h in range(16):
+            stage = h // 4
+            for g in range(2):
+                factor = 1.06 if stage == 3 else 1.0
+                phases = {p: base * factor * (1 + rng.gauss(0, 0.01)) for p, base in (("forward", 300.0), ("backward", 500.0))}
+                events.append(StepTiming(job_id="pp4", host=f"h{h:04d}", rank=h * 2 + g, local_rank=g, world_size=32,
+                                         coords=ParallelCoords(tp=g, pp=stage, dp=h % 4), step=s,
+                                         step_ms=sum(phases.values()), phases=phases, ts=T0 + timedelta(seconds=s + 1)))
+    load(clickhouse_dsn, database, events)
+    assert [a.fingerprint for a in run(clickhouse_dsn, database, "pp4") if a.alert == "straggler"] == []
