@@ -112,7 +112,8 @@ What to look at (give it a minute or two to develop):
   Heatmap   {TORCH_JOB}: {HOSTS[1]} turns red in 'forward' once rank {SLOW_RANK} is slowed (step 60);
             {SIM_JOB}: {straggler} stands out in 'forward' (10% slower from step 20).
   Alerts    a straggler alert for each, an Xid 79 alert from {HOSTS[0]}, a NIC drop on {nic},
-            a traffic stop on {stop}, MFU drift on {SIM_JOB}.
+            a traffic stop on {stop}, MFU drift on {TORCH_JOB} (its slowed rank drags every step);
+            MFU drift on {SIM_JOB} follows after a few minutes (its decay ramps over 100 steps).
   Network   the stall of {stop} and the drop of {nic}.
 From another terminal: `vigil status`, `vigil alerts`, `vigil tail --kind alert`.
 Ctrl-C stops everything.
