@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from analyzer.alerts.book import AlertBook
-from analyzer.detect.base import Detector, EvalContext, QueryClient, as_utc
+from analyzer.detect.base import Detector, EvalContext, as_utc
 from analyzer.detect.heartbeat import HeartbeatDetector
 from analyzer.detect.logs import ExitDetector, LogDetector
 from analyzer.detect.mfu import MfuDriftDetector
 from analyzer.detect.straggler import StragglerDetector
 from analyzer.detect.traffic import TrafficDetector
 from analyzer.settings import AnalyzerSettings
+from vigil.clickhouse.query import QueryClient
 from vigil.contract import Alert
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,8 @@ from dashboard import callbacks
 from dashboard.layout import shell
 from dashboard.pages import alerts, heatmap, host, network, overview, parallel
 from dashboard.settings import DashboardSettings
-from dashboard.store import QueryClient, Store
+from dashboard.store import Store
+from vigil.clickhouse.query import QueryClient
 
 RENDERERS: dict[str, callbacks.Renderer] = {
     "/overview": overview.render, "/heatmap": heatmap.render, "/host": host.render,

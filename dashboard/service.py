@@ -13,7 +13,8 @@ from typing import Any
 from dashboard.app import create_app
 from dashboard.server import ThreadedServer
 from dashboard.settings import DashboardSettings
-from dashboard.store import QueryClient, Store
+from dashboard.store import Store
+from vigil.clickhouse.query import QueryClient
 from vigil.stack.service import StackContext
 
 

@@ -10,23 +10,11 @@ is shared with the rest of `vigil up` and one query at a time keeps its latency 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
+from vigil.clickhouse.query import QueryClient
 from vigil.errors import VigilError
-
-
-class QueryResultLike(Protocol):
-    @property
-    def result_rows(self) -> Sequence[Sequence[Any]]: ...
-
-    @property
-    def column_names(self) -> Sequence[str]: ...
-
-
-class QueryClient(Protocol):
-    def query(self, sql: str, parameters: dict[str, Any] | None = None) -> QueryResultLike: ...
 
 
 class StoreError(VigilError):

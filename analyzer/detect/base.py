@@ -13,23 +13,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol
 
 from analyzer.settings import AnalyzerSettings
+from vigil.clickhouse.query import QueryClient
 
 Severity = Literal["info", "warning", "error", "critical"]
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-class QueryResult(Protocol):
-    @property
-    def result_rows(self) -> Sequence[Sequence[Any]]: ...
-
-    @property
-    def column_names(self) -> Sequence[str]: ...
-
-
-class QueryClient(Protocol):
-    """What detectors need of ClickHouse: works with a clickhouse-connect client and `vigil up`'s proxy."""
-
-    def query(self, sql: str, parameters: dict[str, Any] | None = None) -> QueryResult: ...
 
 
 @dataclass(frozen=True, kw_only=True)

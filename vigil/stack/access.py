@@ -8,28 +8,16 @@ engine itself.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import httpx
 
 from vigil.clickhouse import connect
+from vigil.clickhouse.query import QueryClient
 from vigil.errors import Unreachable
 from vigil.settings import VigilSettings
 from vigil.stack.state import read_state
-
-
-class QueryResultLike(Protocol):
-    @property
-    def result_rows(self) -> Sequence[Sequence[Any]]: ...
-
-    @property
-    def column_names(self) -> Sequence[str]: ...
-
-
-class QueryClient(Protocol):
-    def query(self, sql: str, parameters: dict[str, Any] | None = None) -> QueryResultLike: ...
 
 
 @dataclass(frozen=True)
