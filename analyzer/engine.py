@@ -5,6 +5,13 @@ through the book. `LiveCursor` walks each active job's event-time clock forward 
 `eval_step_s` steps (at most `max_catchup` per turn), so a burst of fast simulated
 telemetry is judged at the same instants a replay would use. `replay` does the same
 over stored history with a fresh book and publishes nothing.
+
+The live clock of a job is its watermark, not its newest timestamp: each host's sources
+(steps, heartbeats, NIC samples) arrive on their own partitions and catch up at their own
+pace, so the cursor stops at the earliest `last_ts` among the sources still being
+ingested. A source with nothing ingested for `watermark_idle_s` of wall clock (a dead
+agent, a lost host) no longer holds the clock back; that silence is for the heartbeat
+detector to report.
 """
 
 from __future__ import annotations
@@ -37,22 +44,35 @@ class JobClock:
     job: str
     first_ts: datetime
     last_ts: datetime
+    watermark: datetime  # every source still arriving has been ingested up to here
 
 
-def job_clocks(client: QueryClient, job: str | None = None, idle_s: float | None = None) -> list[JobClock]:
-    """Event-time span of each job; with `idle_s`, only jobs with anything ingested that recently (wall)."""
-    where = ["1"]
-    params: dict[str, object] = {}
+_CLOCKS_SQL = """
+SELECT job_id, min(first) AS first_ts, max(last) AS last_ts,
+       if(countIf(alive) = 0, max(last), minIf(last, alive)) AS watermark
+FROM (SELECT job_id, host, source, min(first_ts) AS first, max(last_ts) AS last,
+             max(last_ingested) > now64(3) - toIntervalMillisecond({idle_src:UInt64}) AS alive,
+             max(last_ingested) AS ingested
+      FROM host_clock WHERE $where GROUP BY job_id, host, source)
+GROUP BY job_id HAVING $having ORDER BY job_id
+"""
+
+
+def job_clocks(client: QueryClient, job: str | None = None, idle_s: float | None = None,
+               source_idle_s: float = 5.0) -> list[JobClock]:
+    """Event-time span and watermark of each job; with `idle_s`, only jobs with anything ingested that recently (wall)."""
+    params: dict[str, object] = {"idle_src": int(source_idle_s * 1000)}
+    where = "1"
     if job is not None:
-        where.append("job_id = {job:String}")
+        where = "job_id = {job:String}"
         params["job"] = job
-    having = "1" if idle_s is None else "max(last_ingested) > now64(3) - toIntervalMillisecond({idle:UInt64})"
+    having = "1"
     if idle_s is not None:
+        having = "max(ingested) > now64(3) - toIntervalMillisecond({idle:UInt64})"
         params["idle"] = int(idle_s * 1000)
-    sql = (f"SELECT job_id, min(first_ts) AS first_ts, max(last_ts) AS last_ts FROM job_clock "
-           f"WHERE {' AND '.join(where)} GROUP BY job_id HAVING {having} ORDER BY job_id")
-    res = client.query(sql, parameters=params)
-    return [JobClock(job=str(r[0]), first_ts=as_utc(r[1]), last_ts=as_utc(r[2])) for r in res.result_rows]
+    res = client.query(_CLOCKS_SQL.replace("$where", where).replace("$having", having), parameters=params)
+    return [JobClock(job=str(r[0]), first_ts=as_utc(r[1]), last_ts=as_utc(r[2]), watermark=as_utc(r[3]))
+            for r in res.result_rows]
 
 
 def evaluate(client: QueryClient, settings: AnalyzerSettings, book: AlertBook, job: str, at: datetime,
@@ -111,11 +131,11 @@ class LiveCursor:
     def turn(self, client: QueryClient) -> list[Alert]:
         s = self.settings
         out: list[Alert] = []
-        for clock in job_clocks(client, idle_s=s.job_idle_s):
+        for clock in job_clocks(client, idle_s=s.job_idle_s, source_idle_s=s.watermark_idle_s):
             pos = self.positions.get(clock.job)
             if pos is None:
-                pos = clock.last_ts - timedelta(seconds=s.eval_step_s)
-            points = instants(pos + timedelta(seconds=s.eval_step_s), clock.last_ts, s.eval_step_s)
+                pos = clock.watermark - timedelta(seconds=s.eval_step_s)
+            points = instants(pos + timedelta(seconds=s.eval_step_s), clock.watermark, s.eval_step_s)
             if not points:
                 continue
             for at in points[-s.max_catchup:]:

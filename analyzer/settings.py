@@ -31,6 +31,8 @@ class AnalyzerSettings(VigilBaseSettings):
     eval_step_s: float = Field(default=2.0, gt=0, description="event-time spacing of evaluation points")
     max_catchup: int = Field(default=60, ge=1, description="most evaluation points per job per loop turn")
     job_idle_s: float = Field(default=600.0, gt=0, description="wall clock: a job with no ingest for this long is not evaluated")
+    watermark_idle_s: float = Field(default=5.0, gt=0, description="wall clock: a host's source with no ingest for this "
+                                    "long stops holding the job's event-time watermark back")
     refresh_s: float = Field(default=60.0, gt=0, description="re-publish a firing alert at most this often")
     # straggler
     straggler_min_slowdown_pct: float = Field(default=3.0, gt=0)

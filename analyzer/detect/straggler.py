@@ -3,8 +3,9 @@
 Per job, phase and complete 5-step window (`phase_host_windows`), each host's mean
 phase time is compared with the median of its peer group: hosts in the same pipeline
 stage(s), because first/last stages legitimately do more work (stages are read from the
-steps themselves, so they are known before the job's registration arrives). A host is flagged in a
-window when it is at least `straggler_min_slowdown_pct` slower than the median AND
+steps themselves, so they are known before the job's registration arrives); a stage group
+too small for a robust centre is judged against the whole fleet with each host's time taken
+relative to its own stage's median. A host is flagged in a window when it is at least `straggler_min_slowdown_pct` slower than the median AND
 its robust z-score ((x - median) / (1.4826 * MAD)) is at least `straggler_z`. It
 fires when flagged in `straggler_k` of the last `straggler_n` windows and stays
 firing while flagged in any of them. A phase slow for everyone (a checkpoint step)
@@ -96,6 +97,20 @@ def flag_window(values: Mapping[str, float], s: AnalyzerSettings) -> dict[str, t
     return out
 
 
+def stage_relative(stages: Mapping[str, Mapping[str, float]]) -> tuple[dict[str, float], dict[str, float]]:
+    """Each host's time / its stage group's median, and that median (ms), over one window."""
+    ratios: dict[str, float] = {}
+    stage_ms: dict[str, float] = {}
+    for values in stages.values():
+        m = median(list(values.values()))
+        if m <= 0:
+            continue
+        for host, v in values.items():
+            ratios[host] = v / m
+            stage_ms[host] = m
+    return ratios, stage_ms
+
+
 def judge(rows: Sequence[Mapping[str, Any]], peers: Mapping[str, str], s: AnalyzerSettings,
           firing: set[str] | frozenset[str] = frozenset()) -> list[Finding]:
     """Findings from window rows {phase, window, host, mean_ms, last_ts}; `firing` = subjects already firing."""
@@ -109,11 +124,20 @@ def judge(rows: Sequence[Mapping[str, Any]], peers: Mapping[str, str], s: Analyz
     for (phase, _w, group), values in groups.items():
         sizes[(phase, group)] = max(sizes[(phase, group)], len(values))
     flags: dict[tuple[str, str], list[tuple[int, float, float, float, float]]] = defaultdict(list)
+    relative: dict[tuple[str, int], tuple[dict[str, float], dict[str, float]]] = {}
     for (phase, w, group), values in groups.items():
-        if sizes[(phase, group)] < s.straggler_min_hosts:  # a tiny stage group: judge against the whole fleet
-            values = {h: v for (p, ww, _g), vs in groups.items() if p == phase and ww == w for h, v in vs.items()}
-        for host, (slow, z, m) in flag_window(values, s).items():
-            flags[(phase, host)].append((w, slow, z, m, values[host]))
+        if sizes[(phase, group)] >= s.straggler_min_hosts:
+            for host, (slow, z, m) in flag_window(values, s).items():
+                flags[(phase, host)].append((w, slow, z, m, values[host]))
+            continue
+        # A stage group too small for a robust centre: judge its hosts against the whole fleet,
+        # each host's time relative to its own stage's median (stages legitimately differ).
+        if (phase, w) not in relative:
+            relative[(phase, w)] = stage_relative({g: vs for (p, ww, g), vs in groups.items() if (p, ww) == (phase, w)})
+        ratios, stage_ms = relative[(phase, w)]
+        for host, (slow, z, m) in flag_window(ratios, s).items():
+            if host in values:
+                flags[(phase, host)].append((w, slow, z, m * stage_ms[host], values[host]))
     windows = sorted(ends)
     findings = []
     for (phase, host), hits in flags.items():

@@ -8,7 +8,7 @@ import pytest
 from analyzer_helpers import T0, fingerprints, heartbeats, nic, steps
 
 from analyzer.alerts.book import AlertBook
-from analyzer.engine import evaluate, replay
+from analyzer.engine import LiveCursor, evaluate, job_clocks, replay
 from analyzer.ingest.writer import ClickHouseWriter
 from analyzer.settings import AnalyzerSettings
 from vigil.clickhouse import connect
@@ -175,3 +175,22 @@ def test_pipeline_stages_are_peers_even_before_the_job_registration_arrives(clic
                                          step_ms=sum(phases.values()), phases=phases, ts=T0 + timedelta(seconds=s + 1)))
     load(clickhouse_dsn, database, events)
     assert [a.fingerprint for a in run(clickhouse_dsn, database, "pp4") if a.alert == "straggler"] == []
+
+
+def test_live_clock_waits_for_hosts_still_being_ingested(clickhouse_dsn: str, database: str) -> None:
+    """Hosts sit on different partitions: while some lag, the live cursor must not judge past them."""
+    import time
+
+    evs = steps("lag", 8, 40)
+    load(clickhouse_dsn, database, [e for e in evs if e.host >= "h0004" and e.step < 10])  # behind, ingested first
+    time.sleep(1.0)
+    load(clickhouse_dsn, database, [e for e in evs if e.host < "h0004"])
+    client = connect(clickhouse_dsn, database=database)
+    [clock] = job_clocks(client, job="lag", source_idle_s=60)
+    assert (clock.last_ts, clock.watermark) == (T0 + timedelta(seconds=40), T0 + timedelta(seconds=10))
+    cursor = LiveCursor(settings=AnalyzerSettings(watermark_idle_s=60), book=AlertBook())
+    cursor.turn(client)
+    assert cursor.positions["lag"] == T0 + timedelta(seconds=10)
+    # a source with nothing ingested for longer than watermark_idle_s (a dead agent) stops holding it back
+    [idle] = job_clocks(client, job="lag", source_idle_s=0.5)
+    assert idle.watermark == T0 + timedelta(seconds=40)

@@ -59,6 +59,21 @@ def test_straggler_judge_needs_k_of_n_and_peers() -> None:
     assert {f.subject for f in judge([r for r in rows if int(r["window"]) < 4], {}, s, {"h3/forward"})} == {"h3/forward"}
 
 
+def test_straggler_tiny_stage_groups_compare_hosts_to_their_own_stage() -> None:
+    # 8 hosts in 4 pipeline stages of 2: too few per stage for a robust centre of its own. The
+    # last stage is legitimately 6% heavier; only h2 (stage 1) is really slow.
+    s = AnalyzerSettings()
+    peers = {f"h{h}": str(h // 2) for h in range(8)}
+    rows = [{"phase": "forward", "window": w, "host": f"h{h}",
+             "mean_ms": 100.0 * (1.06 if h >= 6 else 1.0) * (1.10 if h == 2 else 1 + h * 0.001),
+             "window_end": T0 + timedelta(seconds=w)} for w in range(5) for h in range(8)]
+    found = judge(rows, peers, s)
+    assert {f.subject for f in found} == {"h2/forward"}
+    assert 3.0 <= found[0].evidence["slowdown_pct"] <= 6.0  # half of 10%: its partner shares the stage median
+    healthy = [{**r, "mean_ms": 100.0 * (1.06 if r["host"] in ("h6", "h7") else 1.0)} for r in rows]
+    assert judge(healthy, peers, s) == []
+
+
 @pytest.mark.parametrize("spec, message", [
     ("bogus:host=a", "unknown kind"),
     ("straggler:start=3", "host=NAME is required"),
