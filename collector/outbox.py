@@ -35,6 +35,7 @@ class OutboxBatch:
     lines: list[bytes]
     memory: list[Event]
     cursor: tuple[int, int]  # (segment, offset) after these lines
+    memory_end: int = 0  # sequence number after the last memory event taken
 
 
 @dataclass(kw_only=True)
@@ -48,6 +49,7 @@ class Outbox:
     write_errors: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _memory: deque[Event] = field(default_factory=deque, init=False, repr=False)
+    _memory_first: int = field(default=0, init=False)  # sequence number of _memory[0]
     _active: int = field(default=-1, init=False)
     _active_size: int = field(default=0, init=False)
     _cursor: tuple[int, int] = field(default=(0, 0), init=False)
@@ -77,6 +79,7 @@ class Outbox:
             for e in events:
                 if len(self._memory) >= self.memory_limit:
                     self._memory.popleft()
+                    self._memory_first += 1
                     self.dropped += 1
                 self._memory.append(e)
 
@@ -164,13 +167,15 @@ class Outbox:
                 if off < self._size(n):
                     break  # more in this segment than this poll takes
             self._read = (seg, off)
-            return OutboxBatch(lines=lines, memory=memory, cursor=(seg, off))
+            return OutboxBatch(lines=lines, memory=memory, cursor=(seg, off),
+                               memory_end=self._memory_first + len(memory))
 
     def commit(self, batch: OutboxBatch) -> None:
         with self._lock:
-            for _ in batch.memory:
-                if self._memory:
-                    self._memory.popleft()
+            # by sequence, not count: events that overflowed since the poll are already gone
+            while self._memory and self._memory_first < batch.memory_end:
+                self._memory.popleft()
+                self._memory_first += 1
             if batch.cursor > self._cursor:
                 self._cursor = batch.cursor
                 self._pending = max(0, self._pending - len(batch.lines))

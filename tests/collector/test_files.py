@@ -128,6 +128,18 @@ def test_outbox_disk_full_falls_back_to_bounded_memory(tmp_path: Path) -> None:
     assert box.backlog() == 0
 
 
+def test_outbox_memory_overflow_between_poll_and_commit_keeps_the_unsent(tmp_path: Path) -> None:
+    box = Outbox(directory=tmp_path, memory_limit=4, retry_disk_s=3600)
+    box.restore(None)
+    (tmp_path / "seg-000000001.jsonl").symlink_to("/dev/full")
+    box.append([hb(i) for i in range(4)])
+    b = box.poll(100)  # takes 0..3
+    box.append([hb(i) for i in range(4, 7)])  # overflows: 0..2 dropped while in flight
+    box.commit(b)
+    left = box.poll(100)
+    assert [e.uptime_s for e in left.memory] == [4.0, 5.0, 6.0]  # type: ignore[attr-defined]
+
+
 def test_outbox_unwritable_directory_never_raises(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
