@@ -177,11 +177,15 @@ class SpoolWriter(Generic[T]):
             return
         unreported = self.dropped - self._reported
         records[0]["dropped"] = unreported
+        done: list[int] = [0]  # lines written, even when a later chunk fails
         try:
             lines = [self._encode(r) for r in records]
-            self._write_lines(lines)
+            self._write_lines(lines, done)
         except (OSError, ValueError, TypeError) as exc:
-            self._dropped_write += len(records)
+            self._dropped_write += len(records) - done[0]
+            self.written += done[0]
+            if done[0]:
+                self._reported += unreported  # the first record, which carries it, was written
             self._retry_at = time.monotonic() + self._retry_s
             self._close_fd()
             self._warn_once(
@@ -231,7 +235,7 @@ class SpoolWriter(Generic[T]):
                 except OSError:
                     pass
 
-    def _write_lines(self, lines: list[bytes]) -> None:
+    def _write_lines(self, lines: list[bytes], done: list[int]) -> None:
         if self._fd is None:
             self.directory.mkdir(parents=True, exist_ok=True)
             existing = self._existing()
@@ -242,11 +246,13 @@ class SpoolWriter(Generic[T]):
         for line in lines:
             if size > 0 and size + len(line) > self._max_bytes:
                 self._write_all(b"".join(chunk))
+                done[0] += len(chunk)
                 chunk, size = [], 0
                 self._start_file(self._seq + 1)
             chunk.append(line)
             size += len(line)
         self._write_all(b"".join(chunk))
+        done[0] += len(chunk)
 
     def _write_all(self, data: bytes) -> None:
         if not data or self._fd is None:

@@ -147,3 +147,25 @@ def test_a_stuck_disk_never_blocks_training(tmp_path: Path, monkeypatch: pytest.
     recs = read_records(tmp_path)
     assert [r["step"] for r in recs] == list(range(6))
     assert recs[1]["dropped"] == 45
+
+
+def test_a_write_failing_after_rotation_counts_only_the_unwritten(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real, calls = timer.spool._os_write, [0]
+
+    def second_write_fails(fd: int, data: Any) -> int:
+        calls[0] += 1
+        if calls[0] >= 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd, data)
+
+    monkeypatch.setattr(timer.spool, "_os_write", second_write_fails)
+    w: SpoolWriter[int] = SpoolWriter(tmp_path, "s", lambda i: {"i": i}, max_bytes=100, keep_files=None,
+                                      flush_interval_s=3600)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i in range(5):
+            w.put(i)
+        assert w.flush()
+    w.close()
+    assert (w.written, w.dropped) == (1, 4)  # the first chunk reached the disk before the rotation's write failed
+    assert [json.loads(x)["i"] for p in sorted(tmp_path.glob("s.*.jsonl")) for x in p.read_text().splitlines()] == [0]
