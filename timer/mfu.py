@@ -53,13 +53,14 @@ PEAK_BF16_TFLOPS: dict[str, float] = {
 # peak or the FLOPs are wrong, so the record carries no mfu rather than a false one.
 MAX_PLAUSIBLE_MFU = 1.5
 
-_ORDERED = sorted(PEAK_BF16_TFLOPS.items(), key=lambda kv: len(kv[0]), reverse=True)
-
-
 def peak_for_device(device_name: str) -> float | None:
-    """Dense BF16 peak TFLOP/s of a device by name, or None when it is not in the table."""
+    """Dense BF16 peak TFLOP/s of a device by name, or None when it is not in the table.
+
+    The longest matching name wins ("H100 NVL" before "H100"); entries added to
+    `PEAK_BF16_TFLOPS` at run time count.
+    """
     lowered = device_name.lower()
-    for key, peak in _ORDERED:
+    for key, peak in sorted(PEAK_BF16_TFLOPS.items(), key=lambda kv: len(kv[0]), reverse=True):
         if key.lower() in lowered:
             return peak
     return None

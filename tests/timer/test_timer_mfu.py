@@ -52,6 +52,13 @@ def test_peak_table_by_device_name(name: str, peak: float | None) -> None:
     assert peak_for_device(name) == peak
 
 
+def test_peak_table_entries_added_at_run_time_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    import timer.mfu
+
+    monkeypatch.setitem(timer.mfu.PEAK_BF16_TFLOPS, "RTX 4090", 165.0)
+    assert peak_for_device("NVIDIA GeForce RTX 4090") == 165.0
+
+
 def test_peak_and_flops_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
     assert resolve_peak(None, "NVIDIA H100 80GB HBM3") == 989.0
     monkeypatch.setenv("VIGIL_GPU_PEAK_TFLOPS", "500")
