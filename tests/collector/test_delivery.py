@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -16,19 +17,24 @@ from collector_helpers import agent_env, read_events, start_agent, step_line, wa
 from collector.agent import Agent
 from collector.settings import CollectorSettings, resolve_paths
 from collector.sink import MemorySink
-from vigil.contract import Heartbeat, StepTiming
+from vigil.contract import Heartbeat, LogLine, StepTiming
 from vigil.kafka.broker import EmbeddedBroker, free_port
 from vigil.settings import VigilSettings
 
 
 class SpoolWriter(threading.Thread):
     """Writes timer-format step lines for a few ranks, rotating files like the timer, until stopped.
-    Lines are sometimes written in two parts, so the agent sees partial last lines."""
+    Lines are sometimes written in two parts, so the agent sees partial last lines. Every
+    `log_every` lines it also appends a classified error line with a unique marker to
+    `logs/train.log`: those reach Kafka through the agent's own outbox, not the timer spool."""
 
-    def __init__(self, spool: Path, *, host: str, ranks: int = 4, per_file: int = 150, every_s: float = 0.02) -> None:
+    def __init__(self, spool: Path, *, host: str, ranks: int = 4, per_file: int = 150, every_s: float = 0.02,
+                 log_every: int = 25) -> None:
         super().__init__(daemon=True)
         self.spool, self.host, self.ranks, self.per_file, self.every_s = spool / "job-d", host, ranks, per_file, every_s
+        self.log_file, self.log_every = spool.parent / "logs" / "train.log", log_every
         self.ids: list[str] = []
+        self.markers: list[str] = []
         self.stop_event = threading.Event()
 
     def run(self) -> None:
@@ -48,8 +54,17 @@ class SpoolWriter(threading.Thread):
                 else:
                     fh.write(data)
             self.ids.append(doc["event_id"])
+            if step % self.log_every == 0:
+                marker = f"marker-{step:06d}"
+                with open(self.log_file, "a") as fh:
+                    fh.write(f"NCCL error: unhandled system error ({marker})\n")
+                self.markers.append(marker)
             step += 1
             time.sleep(self.every_s)
+
+    def start(self) -> None:
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        super().start()
 
     def finish(self) -> set[str]:
         self.stop_event.set()
@@ -61,6 +76,11 @@ def step_ids(settings: VigilSettings, bootstrap: str) -> set[str]:
     return {e.event_id for e in read_events(settings, bootstrap, ["steps"]) if isinstance(e, StepTiming)}
 
 
+def markers(settings: VigilSettings, bootstrap: str) -> set[str]:
+    return {m.group(0) for e in read_events(settings, bootstrap, ["logs"]) if isinstance(e, LogLine)
+            if (m := re.search(r"marker-\d+", e.message))}
+
+
 @pytest.mark.kafka
 @pytest.mark.slow
 def test_broker_outage_of_20s_loses_nothing(settings: VigilSettings, tmp_path: Path) -> None:
@@ -70,15 +90,16 @@ def test_broker_outage_of_20s_loses_nothing(settings: VigilSettings, tmp_path: P
     own = settings.model_copy(update={"kafka_bootstrap": bootstrap})
     spool = tmp_path / "spool"
     writer = SpoolWriter(spool, host="h-out")
-    env = agent_env(own, bootstrap, tmp_path / "home", VIGIL_HEARTBEAT_INTERVAL="0.5")
+    env = agent_env(own, bootstrap, tmp_path / "home", VIGIL_HEARTBEAT_INTERVAL="0.5", VIGIL_FLOOD_BURST="100000")
     agent = start_agent(["collector", "--host", "h-out", "--job", "job-d", "--spool-dir", str(spool),
-                         "--delivery-timeout", "2"], env, tmp_path / "agent.log")
+                         "--log-dir", str(writer.log_file.parent), "--delivery-timeout", "2"], env, tmp_path / "agent.log")
     try:
         writer.start()
         wait_for(lambda: len(step_ids(own, bootstrap)) >= 50, 60, "steps flowing")
         os.kill(agent.pid, signal.SIGSTOP)  # freeze the agent: nothing it delivers now goes unread
         time.sleep(1.0)
         before = step_ids(own, bootstrap)
+        before_markers = markers(own, bootstrap)
         broker.stop()  # the embedded broker is memory-only: what it held is gone
         os.kill(agent.pid, signal.SIGCONT)
         time.sleep(20.0)  # the outage; the writer keeps writing
@@ -88,6 +109,9 @@ def test_broker_outage_of_20s_loses_nothing(settings: VigilSettings, tmp_path: P
         time.sleep(2.0)
         written = writer.finish()
         wait_for(lambda: written <= before | step_ids(own, bootstrap), 120, "every step after the outage")
+        assert len(writer.markers) >= 20
+        wait_for(lambda: set(writer.markers) <= before_markers | markers(own, bootstrap), 60,
+                 "every classified log line (the agent's outbox) after the outage")
         beats = [e for e in read_events(own, bootstrap, ["heartbeats"]) if isinstance(e, Heartbeat)]
         assert any(b.spooled_events > 0 for b in beats), "heartbeats written during the outage report the backlog"
         assert all(b.dropped_events == 0 for b in beats)
@@ -103,8 +127,9 @@ def test_broker_outage_of_20s_loses_nothing(settings: VigilSettings, tmp_path: P
 def test_agent_sigkill_and_restart_loses_nothing(topics: VigilSettings, broker_bootstrap: str, tmp_path: Path) -> None:
     spool = tmp_path / "spool"
     writer = SpoolWriter(spool, host="h-kill")
-    env = agent_env(topics, broker_bootstrap, tmp_path / "home")
-    args = ["collector", "--host", "h-kill", "--job", "job-d", "--spool-dir", str(spool)]
+    env = agent_env(topics, broker_bootstrap, tmp_path / "home", VIGIL_FLOOD_BURST="100000")
+    args = ["collector", "--host", "h-kill", "--job", "job-d", "--spool-dir", str(spool),
+            "--log-dir", str(writer.log_file.parent)]
     first = start_agent(args, env, tmp_path / "agent1.log")
     second = None
     try:
@@ -118,6 +143,8 @@ def test_agent_sigkill_and_restart_loses_nothing(topics: VigilSettings, broker_b
         time.sleep(2.0)
         written = writer.finish()
         wait_for(lambda: written <= step_ids(topics, broker_bootstrap), 120, "every step after the restart")
+        wait_for(lambda: set(writer.markers) <= markers(topics, broker_bootstrap), 60,
+                 "every classified log line (the agent's outbox) after the restart")
         assert "skipping malformed line" in (tmp_path / "agent2.log").read_text()
         assert second.poll() is None
     finally:
