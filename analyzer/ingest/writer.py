@@ -2,10 +2,17 @@
 
 Kafka delivers at least once (a batch is re-read after a crash between the write and
 the commit). Before inserting, the writer drops events already in the batch and asks
-ClickHouse which of the batch's event_ids are already stored (a primary-key-pruned
-lookup per kind), and inserts only the rest. Materialised rollups fire on insert, so
-skipping there — not merging later — is what keeps their sums exact. Raw tables are
+ClickHouse, per table, which of the rows' event_ids are already stored there (a
+primary-key-pruned lookup), and inserts only the rest: an event that becomes rows in
+two tables (a heartbeat: `heartbeats` and `gpu_stats`) and was cut off after the first
+insert gets its second table's rows on the retry. Materialised rollups fire on insert,
+so skipping there — not merging later — is what keeps their sums exact. Raw tables are
 ReplacingMergeTrees keyed on event_id as a second line of defence.
+
+An insert that fails because of the data (a value out of a column's range) fails on
+every retry, so the writer bisects the batch down to the events that cannot be stored
+and returns them (the consumer dead-letters them); store failures (down, busy) raise
+and are retried by the consumer.
 
 Host-keyed partitions mean one event is only ever handled by one consumer of the
 group, so the check-then-insert has no concurrent writer for the same event_id.
@@ -22,23 +29,23 @@ from datetime import UTC, datetime
 from typing import Any
 
 from analyzer.ingest.processors import COLUMNS, TableRow, process
-from vigil.contract import Event, StepTiming
+from vigil.clickhouse.failures import is_data_error, one_line
+from vigil.contract import Event
+from vigil.kafka.consumer import Unstorable
 from vigil.kafka.deadletter import DeadLetter, DeadLetterSink
 
-# kind -> (table that records its event_id, column that prunes the lookup)
-_DEDUP: dict[str, tuple[str, str]] = {
-    "step": ("step_timings", "step"), "heartbeat": ("heartbeats", "ts"), "nic": ("nic_counters", "ts"),
-    "log": ("log_lines", "ts"), "exit": ("process_exits", "ts"), "collective": ("collective_traces", "ts"),
-    "alert": ("alert_events", "ts"),
+# table -> column that prunes the lookup of its stored event_ids (tables with no rollups,
+# `jobs` and `job_ranks`, rely on their ReplacingMergeTree alone)
+_PRUNE: dict[str, str] = {
+    "step_timings": "step", "heartbeats": "ts", "gpu_stats": "ts", "nic_counters": "ts", "log_lines": "ts",
+    "process_exits": "ts", "collective_traces": "ts", "alert_events": "ts",
 }
 
 
-def _kind(e: Event) -> str:
-    return str(type(e).model_fields["kind"].default)
-
-
-def _ch_time(ts: datetime) -> str:
-    return ts.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+def _ch_param(value: Any) -> str:
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    return str(value)
 
 
 @dataclass(kw_only=True)
@@ -51,16 +58,15 @@ class ClickHouseWriter:
     skipped_duplicates: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def write(self, events: Sequence[Event]) -> None:
+    def write(self, events: Sequence[Event]) -> list[Unstorable]:
         with self._lock:
-            fresh = self._fresh(events)
-            by_table: dict[str, list[Any]] = defaultdict(list)
-            for e in fresh:
-                for table, row in process(e):
-                    by_table[table].append(row)
-            for table, rows in by_table.items():
-                self.client.insert(table, rows, column_names=list(COLUMNS[table]))
-                self.rows_written += len(rows)
+            try:
+                self._insert(events)
+                return []
+            except Exception as exc:
+                if not is_data_error(exc):
+                    raise
+                return self._isolate(list(events), exc)
 
     def write_rows(self, rows: Sequence[TableRow]) -> None:
         """Insert pre-processed rows (no dedup): for benchmarks that produce unique events."""
@@ -70,34 +76,53 @@ class ClickHouseWriter:
         for table, batch in by_table.items():
             self.client.insert(table, batch, column_names=list(COLUMNS[table]))
 
-    def _fresh(self, events: Sequence[Event]) -> list[Event]:
+    def _isolate(self, events: list[Event], exc: Exception) -> list[Unstorable]:
+        """Store what can be stored; the events that fail on their own come back with the reason."""
+        if len(events) == 1:
+            return [Unstorable(event=events[0], reason=f"ClickHouse rejected it: {one_line(exc)}")]
+        out: list[Unstorable] = []
+        mid = len(events) // 2
+        for half in (events[:mid], events[mid:]):
+            try:
+                self._insert(half)
+            except Exception as inner:
+                if not is_data_error(inner):
+                    raise
+                out += self._isolate(half, inner)
+        return out
+
+    def _insert(self, events: Sequence[Event]) -> None:
         unique: dict[str, Event] = {}
         for e in events:
             unique.setdefault(e.event_id, e)
         self.skipped_duplicates += len(events) - len(unique)
-        if not self.check_existing:
-            return list(unique.values())
-        groups: dict[str, list[Event]] = defaultdict(list)
+        by_table: dict[str, list[Any]] = defaultdict(list)
         for e in unique.values():
-            groups[_kind(e)].append(e)
-        seen: set[str] = set()
-        for kind, group in groups.items():
-            if kind in _DEDUP:
-                seen |= self._stored(kind, group)
-        self.skipped_duplicates += len(seen)
-        return [e for e in unique.values() if e.event_id not in seen]
+            for table, row in process(e):
+                by_table[table].append(row)
+        skipped: set[str] = set()
+        for table, rows in by_table.items():
+            if self.check_existing and table in _PRUNE:
+                stored = self._stored(table, rows)
+                if stored:
+                    idx = COLUMNS[table].index("event_id")
+                    rows = [r for r in rows if r[idx] not in stored]
+                    skipped |= stored
+            if rows:
+                self.client.insert(table, rows, column_names=list(COLUMNS[table]))
+                self.rows_written += len(rows)
+        self.skipped_duplicates += len(skipped)
 
-    def _stored(self, kind: str, group: list[Event]) -> set[str]:
-        table, col = _DEDUP[kind]
-        if col == "step":
-            values = [e.step for e in group if isinstance(e, StepTiming)]
-            lo, hi, typ = str(min(values)), str(max(values)), "UInt64"
-        else:
-            stamps = [e.ts for e in group]
-            lo, hi, typ = _ch_time(min(stamps)), _ch_time(max(stamps)), "DateTime64(3, 'UTC')"
+    def _stored(self, table: str, rows: list[Any]) -> set[str]:
+        cols = COLUMNS[table]
+        prune = _PRUNE[table]
+        i_id, i_job, i_prune = cols.index("event_id"), cols.index("job_id"), cols.index(prune)
+        values = [r[i_prune] for r in rows]
+        typ = "UInt64" if prune == "step" else "DateTime64(3, 'UTC')"
         sql = (f"SELECT event_id FROM {table} WHERE job_id IN {{jobs:Array(String)}} "
-               f"AND {col} BETWEEN {{lo:{typ}}} AND {{hi:{typ}}} AND event_id IN {{ids:Array(String)}}")
-        params = {"jobs": sorted({e.job_id for e in group}), "lo": lo, "hi": hi, "ids": [e.event_id for e in group]}
+               f"AND {prune} BETWEEN {{lo:{typ}}} AND {{hi:{typ}}} AND event_id IN {{ids:Array(String)}}")
+        params = {"jobs": sorted({r[i_job] for r in rows}), "lo": _ch_param(min(values)), "hi": _ch_param(max(values)),
+                  "ids": sorted({r[i_id] for r in rows})}
         return {str(r[0]) for r in self.client.query(sql, parameters=params).result_rows}
 
 

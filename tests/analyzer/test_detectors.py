@@ -194,3 +194,19 @@ def test_live_clock_waits_for_hosts_still_being_ingested(clickhouse_dsn: str, da
     # a source with nothing ingested for longer than watermark_idle_s (a dead agent) stops holding it back
     [idle] = job_clocks(client, job="lag", source_idle_s=0.5)
     assert idle.watermark == T0 + timedelta(seconds=40)
+
+
+def test_writer_completes_an_event_cut_off_between_its_tables(clickhouse_dsn: str, database: str) -> None:
+    """A heartbeat is a `heartbeats` row and `gpu_stats` rows: a crash after the first insert must not
+    make the retry skip the second table."""
+    from analyzer.ingest.processors import process
+    from vigil.contract import GpuState, Heartbeat
+
+    hb = Heartbeat(job_id="cut", host="h0", ts=T0, gpus=[GpuState(index=i, util_pct=90.0) for i in range(4)])
+    w = ClickHouseWriter(client=connect(clickhouse_dsn, database=database))
+    w.write_rows([tr for tr in process(hb) if tr[0] == "heartbeats"])  # the crash: only the first table landed
+    assert w.write([hb]) == []
+    client = connect(clickhouse_dsn, database=database)
+    count = lambda t: int(client.query(f"SELECT count() FROM {t} WHERE job_id = 'cut'").result_rows[0][0])  # noqa: E731
+    assert (count("heartbeats"), count("gpu_stats")) == (1, 4)
+    assert w.write([hb]) == [] and (count("heartbeats"), count("gpu_stats")) == (1, 4)

@@ -102,3 +102,23 @@ def test_malformed_corpus_goes_to_dead_letters_and_good_events_flow(topics: Vigi
     assert scalar(client, "SELECT count() FROM dead_letters") == expected_letters
     assert scalar(client, "SELECT count() FROM step_timings WHERE job_id = 'good'") == len(good)
     assert scalar(client, "SELECT count() FROM step_timings WHERE job_id = 'bad'") == 0
+
+
+def test_an_event_the_store_refuses_is_dead_lettered_and_ingest_goes_on(topics: VigilSettings, ingest: IngestLoop) -> None:
+    """Valid by the contract, refused by ClickHouse (rank beyond UInt32): one bad value must not stall the stream."""
+    producer = EventProducer(settings=topics, bootstrap=str(topics.kafka_bootstrap))
+    record = steps("mixed", 1, 3, gpus=1)
+    record[1] = record[1].model_copy(update={"rank": 2**40})
+    producer.send(record)
+    producer.flush()
+    later = steps("later", 2, 5)
+    producer.send(later)
+    producer.flush()
+    wait_for(lambda: ingest.stats.rejected >= 1 and ingest.stats.events >= 2 + len(later))
+    client = ingest.client
+    assert scalar(client, "SELECT count() FROM step_timings WHERE job_id = 'mixed'") == 2
+    assert scalar(client, "SELECT count() FROM step_timings WHERE job_id = 'later'") == len(later)
+    [letter] = [json.loads(r.value or b"{}") for r in read_topics(topics, str(topics.kafka_bootstrap),
+                                                                   [topics.topic("deadletter")])]
+    assert "rank" in letter["reason"] and letter["topic"] == topics.topic("steps") and letter["offset"] >= 0
+    assert letter["payload"]["event_id"] == record[1].event_id and letter["payload"]["rank"] == 2**40

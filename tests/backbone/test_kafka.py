@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import pytest
 
 from vigil.contract import Event, StepTiming
-from vigil.kafka.consumer import BatchingConsumer
+from vigil.kafka.consumer import BatchingConsumer, Unstorable
 from vigil.kafka.deadletter import KafkaDeadLetters
 from vigil.kafka.producer import EventProducer
 from vigil.kafka.reader import read_topics
@@ -25,12 +25,13 @@ class ListWriter:
         self.fail_times = fail_times
         self.calls = 0
 
-    def write(self, events: Sequence[Event]) -> None:
+    def write(self, events: Sequence[Event]) -> list[Unstorable]:
         self.calls += 1
         if self.fail_times > 0:
             self.fail_times -= 1
             raise ConnectionError("store down")
         self.events.extend(events)
+        return []
 
 
 def steps(n: int, hosts: int = 3) -> list[StepTiming]:

@@ -5,8 +5,10 @@ rejected events and undecodable records become dead letters. A batch is handed t
 the `BatchWriter` and, only once it and its dead letters are durably stored, the
 offsets are committed. A write that fails is retried (partitions paused, the
 group kept alive) until it succeeds or the consumer is stopped: nothing is
-skipped. A crash between write and commit re-delivers the batch; writers dedup
-on `event_id`.
+skipped. Events the writer can never store (valid by the contract, refused by the
+store) come back from `write` and become dead letters too, so one bad value never
+stalls the stream. A crash between write and commit re-delivers the batch; writers
+dedup on `event_id`.
 """
 
 from __future__ import annotations
@@ -29,9 +31,18 @@ from vigil.settings import VigilSettings
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True, kw_only=True)
+class Unstorable:
+    """An event its writer can never store, whatever the retries, and why."""
+
+    event: Event
+    reason: str
+
+
 class BatchWriter(Protocol):
-    def write(self, events: Sequence[Event]) -> None:
-        """Store the events durably (idempotently by event_id) before returning."""
+    def write(self, events: Sequence[Event]) -> Sequence[Unstorable]:
+        """Store the events durably (idempotently by event_id) before returning; raise while
+        the store fails; return the events that can never be stored."""
 
 
 @dataclass(kw_only=True)
@@ -48,6 +59,7 @@ class ConsumerStats:
 @dataclass
 class _Batch:
     events: list[Event] = field(default_factory=list)
+    sources: dict[str, tuple[str, int, int]] = field(default_factory=dict)  # event_id -> topic, partition, offset
     letters: list[DeadLetter] = field(default_factory=list)
     offsets: dict[tuple[str, int], int] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
@@ -95,7 +107,8 @@ class BatchingConsumer:
 
     def poll(self, timeout: float = 0.2, stop: threading.Event | None = None) -> None:
         """One iteration: consume what is there, flush the batch when it is full or old."""
-        for msg in self._consumer.consume(num_messages=500, timeout=timeout):
+        room = max(1, min(500, self.max_batch_events - len(self._batch)))  # records carry many events each
+        for msg in self._consumer.consume(num_messages=room, timeout=timeout):
             err = msg.error()
             if err is not None:
                 if err.code() != KafkaError._PARTITION_EOF:
@@ -110,6 +123,8 @@ class BatchingConsumer:
         self.stats.records += 1
         decoded = decode_batch(value)
         self._batch.events.extend(decoded.events)
+        for e in decoded.events:
+            self._batch.sources[e.event_id] = (topic, partition, offset)
         for r in decoded.rejected:
             self._batch.letters.append(DeadLetter(reason=r.reason, topic=topic, partition=partition, offset=offset, payload=r.payload))
         key = (topic, partition)
@@ -117,14 +132,20 @@ class BatchingConsumer:
 
     def _flush_once(self) -> None:
         batch = self._batch
+        letters = list(batch.letters)
+        stored = len(batch.events)
         if batch.events:
-            self.writer.write(batch.events)
-        self.dead_letters.write(batch.letters)
+            for bad in self.writer.write(batch.events):
+                topic, partition, offset = batch.sources.get(bad.event.event_id, ("", -1, -1))
+                letters.append(DeadLetter(reason=bad.reason, topic=topic, partition=partition, offset=offset,
+                                          payload=bad.event.model_dump(mode="json")))
+                stored -= 1
+        self.dead_letters.write(letters)
         offsets = [TopicPartition(t, p, o + 1) for (t, p), o in batch.offsets.items()]
         if offsets:
             self._consumer.commit(offsets=offsets, asynchronous=False)
-        self.stats.events += len(batch.events)
-        self.stats.rejected += len(batch.letters)
+        self.stats.events += stored
+        self.stats.rejected += len(letters)
         self.stats.batches += 1
         self.stats.last_commit_ts = time.time()
         self._batch = _Batch()
