@@ -48,6 +48,12 @@ def test_unknown_fields_and_naive_timestamps_are_rejected() -> None:
         validate_event("heartbeat", naive)
 
 
+@pytest.mark.parametrize("ts", ["1800-01-01T00:00:00Z", "9999-01-01T00:00:00Z", 0])
+def test_timestamps_from_a_broken_clock_are_rejected(ts: object) -> None:
+    with pytest.raises(ValueError, match="ts: Value error, timestamp .* is out of range"):
+        validate_event("heartbeat", {**spec_for("heartbeat").example, "ts": ts})
+
+
 def test_timestamps_normalise_to_utc_and_accept_unix_seconds() -> None:
     e = validate_event("step", {**spec_for("step").example, "ts": "2026-11-01T14:00:00+02:00"})
     assert e.ts == datetime(2026, 11, 1, 12, tzinfo=UTC)
