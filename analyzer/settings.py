@@ -48,6 +48,8 @@ class AnalyzerSettings(VigilBaseSettings):
     traffic_baseline_s: float = Field(default=120.0, gt=0)
     traffic_min_baseline_bps: float = Field(default=1e6, ge=0, description="quieter NICs are not judged")
     traffic_zero_bps: float = Field(default=1e3, ge=0, description="at or below this a sample counts as zero")
+    traffic_fleet_min_nics: int = Field(default=4, ge=2, description="NICs judged before half of them down "
+                                        "together counts as the whole job pausing (one alert, not one per NIC)")
     # mfu drift
     mfu_drop_pct: float = Field(default=5.0, gt=0)
     mfu_warmup_steps: int = Field(default=20, ge=0)

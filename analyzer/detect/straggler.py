@@ -5,7 +5,8 @@ phase time is compared with the median of its peer group: hosts in the same pipe
 stage(s), because first/last stages legitimately do more work (stages are read from the
 steps themselves, so they are known before the job's registration arrives); a stage group
 too small for a robust centre is judged against the whole fleet with each host's time taken
-relative to its own stage's median. A host is flagged in a window when it is at least `straggler_min_slowdown_pct` slower than the median AND
+relative to the median of the other hosts of its stage (a host alone in its stage has no
+peer and is not judged). A host is flagged in a window when it is at least `straggler_min_slowdown_pct` slower than the median AND
 its robust z-score ((x - median) / (1.4826 * MAD)) is at least `straggler_z`. It
 fires when flagged in `straggler_k` of the last `straggler_n` windows and stays
 firing while flagged in any of them. A phase slow for everyone (a checkpoint step)
@@ -98,17 +99,22 @@ def flag_window(values: Mapping[str, float], s: AnalyzerSettings) -> dict[str, t
 
 
 def stage_relative(stages: Mapping[str, Mapping[str, float]]) -> tuple[dict[str, float], dict[str, float]]:
-    """Each host's time / its stage group's median, and that median (ms), over one window."""
+    """Each host's time / the median of the other hosts of its stage group (ms), over one window.
+
+    Leaving the host out keeps a slow host from pulling its own reference up (with two
+    hosts in a stage it would halve its slowdown); a host alone in its stage has no
+    reference and is left out.
+    """
     ratios: dict[str, float] = {}
-    stage_ms: dict[str, float] = {}
+    reference: dict[str, float] = {}
     for values in stages.values():
-        m = median(list(values.values()))
-        if m <= 0:
-            continue
         for host, v in values.items():
-            ratios[host] = v / m
-            stage_ms[host] = m
-    return ratios, stage_ms
+            others = [x for h, x in values.items() if h != host]
+            m = median(others) if others else 0.0
+            if m > 0:
+                ratios[host] = v / m
+                reference[host] = m
+    return ratios, reference
 
 
 def judge(rows: Sequence[Mapping[str, Any]], peers: Mapping[str, str], s: AnalyzerSettings,
@@ -131,7 +137,7 @@ def judge(rows: Sequence[Mapping[str, Any]], peers: Mapping[str, str], s: Analyz
                 flags[(phase, host)].append((w, slow, z, m, values[host]))
             continue
         # A stage group too small for a robust centre: judge its hosts against the whole fleet,
-        # each host's time relative to its own stage's median (stages legitimately differ).
+        # each host's time relative to its stage peers' (stages legitimately differ).
         if (phase, w) not in relative:
             relative[(phase, w)] = stage_relative({g: vs for (p, ww, g), vs in groups.items() if (p, ww) == (phase, w)})
         ratios, stage_ms = relative[(phase, w)]

@@ -7,6 +7,10 @@ against its mean over the `traffic_baseline_s` before that. A drop of at least
 baseline is below `traffic_min_baseline_bps` (idle management ports) are not judged.
 While an alert fires, the reference is the larger of the NIC's own baseline and the
 fleet median for that device, so a lasting drop does not become its own new normal.
+
+When at least half of the job's judged NICs (and `traffic_fleet_min_nics` or more) drop
+or stop together, it is the job, not the NICs: a checkpoint, an evaluation, or a hang
+of every rank. That is one job-level warning (subject `job`) instead of a page per NIC.
 """
 
 from __future__ import annotations
@@ -58,7 +62,8 @@ def judge(rows: Sequence[Mapping[str, Any]], running: Mapping[str, int], s: Anal
         if int(r["n_base"]) and float(r["base_bps"]) >= s.traffic_min_baseline_bps:
             fleet[str(r["device"])].append(float(r["base_bps"]))
     fleet_median = {d: median(v) for d, v in fleet.items()}
-    out = []
+    out: list[Finding] = []
+    judged = 0
     for r in rows:
         host, device = str(r["host"]), str(r["device"])
         subject = f"{host}/{device}"
@@ -69,6 +74,7 @@ def judge(rows: Sequence[Mapping[str, Any]], running: Mapping[str, int], s: Anal
         ref = max(base, fleet_median.get(device, 0.0)) if was else base
         if ref < s.traffic_min_baseline_bps and not was:
             continue
+        judged += 1
         recent = float(r["recent_bps"])
         last, nonzero = as_utc(r["last_ts"]), as_utc(r["last_nonzero"])
         stalled_s = (last - nonzero).total_seconds() if nonzero > EPOCH else None
@@ -90,4 +96,16 @@ def judge(rows: Sequence[Mapping[str, Any]], running: Mapping[str, int], s: Anal
                     alert="traffic_stall", subject=subject, host=host, severity="warning", since=at,
                     summary=f"{host} {device}: traffic {drop:.0f}% below its baseline",
                     evidence={**evidence, "drop_pct": round(drop, 1)}))
+    if judged >= s.traffic_fleet_min_nics and len(out) * 2 >= judged:
+        return [job_wide(out, judged)]
     return out
+
+
+def job_wide(down: Sequence[Finding], judged: int) -> Finding:
+    stopped = sorted(f.subject for f in down if f.severity == "critical")
+    return Finding(
+        alert="traffic_stall", subject="job", host="*", severity="warning", since=min(f.since for f in down),
+        summary=f"traffic down on {len(down)} of {judged} NICs at once ({len(stopped)} stopped): "
+                f"the whole job paused or hangs (checkpoint, evaluation, collective hang)",
+        evidence={"nics_down": len(down), "nics_judged": judged, "nics_stopped": len(stopped),
+                  "examples": sorted(f.subject for f in down)[:8]})

@@ -50,7 +50,7 @@ def test_unknown_fields_and_naive_timestamps_are_rejected() -> None:
 
 @pytest.mark.parametrize("ts", ["1800-01-01T00:00:00Z", "9999-01-01T00:00:00Z", 0])
 def test_timestamps_from_a_broken_clock_are_rejected(ts: object) -> None:
-    with pytest.raises(ValueError, match="ts: Value error, timestamp .* is out of range"):
+    with pytest.raises(ValueError, match=r"ts: Value error, timestamp .* is out of range"):
         validate_event("heartbeat", {**spec_for("heartbeat").example, "ts": ts})
 
 

@@ -15,7 +15,6 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-
 EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 MAX_AHEAD = timedelta(days=1)  # clock skew allowance; beyond it a timestamp would drag event-time clocks
 
