@@ -11,7 +11,9 @@ The live clock of a job is its watermark, not its newest timestamp: each host's 
 pace, so the cursor stops at the earliest `last_ts` among the sources still being
 ingested. A source with nothing ingested for `watermark_idle_s` of wall clock (a dead
 agent, a lost host) no longer holds the clock back; that silence is for the heartbeat
-detector to report.
+detector to report. Nor does a source more than `watermark_max_lag_s` of event time
+behind the job's newest timestamp (a host replaying a long spool after an outage): the
+rest of the job is not left unjudged for that long.
 """
 
 from __future__ import annotations
@@ -132,10 +134,11 @@ class LiveCursor:
         s = self.settings
         out: list[Alert] = []
         for clock in job_clocks(client, idle_s=s.job_idle_s, source_idle_s=s.watermark_idle_s):
+            until = max(clock.watermark, clock.last_ts - timedelta(seconds=s.watermark_max_lag_s))
             pos = self.positions.get(clock.job)
             if pos is None:
-                pos = clock.watermark - timedelta(seconds=s.eval_step_s)
-            points = instants(pos + timedelta(seconds=s.eval_step_s), clock.watermark, s.eval_step_s)
+                pos = until - timedelta(seconds=s.eval_step_s)
+            points = instants(pos + timedelta(seconds=s.eval_step_s), until, s.eval_step_s)
             if not points:
                 continue
             for at in points[-s.max_catchup:]:

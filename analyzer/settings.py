@@ -33,6 +33,8 @@ class AnalyzerSettings(VigilBaseSettings):
     job_idle_s: float = Field(default=600.0, gt=0, description="wall clock: a job with no ingest for this long is not evaluated")
     watermark_idle_s: float = Field(default=5.0, gt=0, description="wall clock: a host's source with no ingest for this "
                                     "long stops holding the job's event-time watermark back")
+    watermark_max_lag_s: float = Field(default=120.0, gt=0, description="the watermark never trails the job's "
+                                       "newest event time by more than this")
     refresh_s: float = Field(default=60.0, gt=0, description="re-publish a firing alert at most this often")
     # straggler
     straggler_min_slowdown_pct: float = Field(default=3.0, gt=0)

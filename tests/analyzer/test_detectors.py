@@ -201,6 +201,9 @@ def test_live_clock_waits_for_hosts_still_being_ingested(clickhouse_dsn: str, da
     cursor = LiveCursor(settings=AnalyzerSettings(watermark_idle_s=60), book=AlertBook())
     cursor.turn(client)
     assert cursor.positions["lag"] == T0 + timedelta(seconds=10)
+    bounded = LiveCursor(settings=AnalyzerSettings(watermark_idle_s=60, watermark_max_lag_s=6), book=AlertBook())
+    bounded.turn(client)
+    assert bounded.positions["lag"] == T0 + timedelta(seconds=34)  # never more than 6 s behind the newest
     # a source with nothing ingested for longer than watermark_idle_s (a dead agent) stops holding it back
     [idle] = job_clocks(client, job="lag", source_idle_s=0.5)
     assert idle.watermark == T0 + timedelta(seconds=40)
