@@ -20,6 +20,8 @@ from vigil.settings import VigilSettings
 
 def register(sub: Any) -> None:
     an = sub.add_parser("analyzer", help="run ingest + detectors standalone, or replay detectors over history")
+    an.add_argument("--ingest-only", action="store_true",
+                    help="ingest without running the detectors (scale-out instances; exactly one analyzer detects)")
     an.set_defaults(handler=cmd_analyzer)
     an_sub = an.add_subparsers(dest="analyzer_command", metavar="SUBCOMMAND")
     rp = an_sub.add_parser("replay", help="re-run the detectors over stored history; print the alerts they raise")
@@ -88,13 +90,17 @@ def cmd_analyzer(args: argparse.Namespace) -> int:
     from vigil.kafka.admin import ensure_topics
 
     ensure_topics(settings, bootstrap)
+    analyzer = AnalyzerSettings.load()
+    if getattr(args, "ingest_only", False):
+        analyzer = analyzer.model_copy(update={"detect": False})
     service = AnalyzerService(StackContext(settings=settings, bootstrap=bootstrap, clickhouse=client, clickhouse_dsn=dsn),
-                              AnalyzerSettings.load())
+                              analyzer)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     service.start()
-    print(f"analyzer running: kafka {bootstrap}, clickhouse {dsn}; Ctrl-C stops it.", flush=True)
+    role = "ingest + detectors" if analyzer.detect else "ingest only"
+    print(f"analyzer running ({role}): kafka {bootstrap}, clickhouse {dsn}; Ctrl-C stops it.", flush=True)
     try:
         while not stop.wait(10.0):
             h = service.health()

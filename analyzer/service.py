@@ -5,6 +5,10 @@ ingest (Kafka -> ClickHouse, committing after each write) and detect (every
 `detect_interval_s`, evaluate active jobs on their event-time clocks and publish the
 resulting alert events to the alerts topic, which the ingest stores back into
 `alert_events`). `health()` is cheap: figures sampled by the threads.
+
+Ingest scales out (instances share the consumer group); detection does not: each
+detecting instance keeps its own alert book, so exactly one runs with `detect` on and
+the others are ingest-only (`vigil analyzer --ingest-only`).
 """
 
 from __future__ import annotations
@@ -42,14 +46,16 @@ class AnalyzerService:
         self.last_error = ""
 
     def start(self) -> None:
-        self.book.restore(read_alert_events(self.ctx.settings, self.ctx.bootstrap))
+        if self.settings.detect:
+            self.book.restore(read_alert_events(self.ctx.settings, self.ctx.bootstrap))
         self.ingest = IngestLoop(settings=self.ctx.settings, analyzer=self.settings, bootstrap=self.ctx.bootstrap,
                                  client=self.ctx.clickhouse, producer=self.producer)
         self._stop.clear()
         self._threads = [
             threading.Thread(target=self.ingest.run, args=(self._stop,), name="analyzer-ingest", daemon=True),
-            threading.Thread(target=self._detect_loop, name="analyzer-detect", daemon=True),
         ]
+        if self.settings.detect:
+            self._threads.append(threading.Thread(target=self._detect_loop, name="analyzer-detect", daemon=True))
         for t in self._threads:
             t.start()
 
@@ -96,6 +102,7 @@ class AnalyzerService:
             "rejected": stats.rejected if stats else 0,
             "duplicates_skipped": ing.writer.skipped_duplicates if ing else 0,
             "last_error": errors[0] if errors else "",
+            "detect": self.settings.detect,
             "alerts_firing": len(self.book.firing()),
             "alerts_published": self.alerts_published,
             "detect_turns": self.detect_turns,

@@ -27,6 +27,8 @@ class AnalyzerSettings(VigilBaseSettings):
     batch_events: int = Field(default=20_000, ge=1, description="flush a batch at this many events")
     batch_s: float = Field(default=1.0, gt=0, description="... or when it is this old (wall clock)")
     # detector cadence
+    detect: bool = Field(default=True, description="run the detectors; exactly one analyzer per cluster should "
+                         "(more instances with detect off scale the ingest)")
     detect_interval_s: float = Field(default=2.0, gt=0, description="wall-clock period of the detector loop")
     eval_step_s: float = Field(default=2.0, gt=0, description="event-time spacing of evaluation points")
     max_catchup: int = Field(default=60, ge=1, description="most evaluation points per job per loop turn")

@@ -1,0 +1,43 @@
+"""The deploy manifests run commands the `vigil` CLI accepts, and only one analyzer detects."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from vigil.cli.main import build_parser
+
+pytestmark = pytest.mark.pure
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+
+
+def k8s_containers() -> list[dict[str, Any]]:
+    docs = [d for d in yaml.safe_load_all((DEPLOY / "k8s" / "vigil.yaml").read_text()) if d]
+    out = []
+    for d in docs:
+        spec = d.get("spec", {})
+        pod = spec.get("template", {}).get("spec") or spec.get("jobTemplate", {}).get("spec", {}).get("template", {}).get("spec")
+        for c in (pod or {}).get("containers", []):
+            out.append({"kind": d["kind"], "name": d["metadata"]["name"], "replicas": spec.get("replicas"), **c})
+    return out
+
+
+def test_every_container_command_parses() -> None:
+    parser = build_parser()
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    commands = [c["args"] for c in k8s_containers() if "args" in c]
+    commands += [s["command"] for name, s in compose["services"].items() if "build" in s and "command" in s]
+    assert len(commands) >= 6
+    for argv in commands:
+        args = parser.parse_args(argv)  # SystemExit (a failed test) on an unknown command or flag
+        assert callable(args.handler), argv
+
+
+def test_exactly_one_detecting_analyzer() -> None:
+    analyzers = [c for c in k8s_containers() if c.get("args", [None])[0] == "analyzer"]
+    detecting = [c for c in analyzers if "--ingest-only" not in c["args"]]
+    assert [c["replicas"] for c in detecting] == [1]
