@@ -33,12 +33,16 @@ class LagProbe:
     last_error: str = ""
 
     def sample(self, timeout: float = 10.0) -> dict[str, int]:
+        return self.offsets(timeout)[0]
+
+    def offsets(self, timeout: float = 10.0) -> tuple[dict[str, int], int]:
+        """(lag per topic, the group's committed offsets summed): two samples apart give its rate."""
         admin = admin_client(self.settings, self.bootstrap)
         names = [self.settings.topic(t) for t in self.topics]
         meta = admin.list_topics(timeout=timeout)
         parts = [TopicPartition(t, p) for t in names if t in meta.topics for p in meta.topics[t].partitions]
         if not parts:
-            return {}
+            return {}, 0
         committed_req = [ConsumerGroupTopicPartitions(self.group_id, parts)]
         committed = admin.list_consumer_group_offsets(committed_req, request_timeout=timeout)[self.group_id].result()
         done = {(tp.topic, tp.partition): max(tp.offset, 0) for tp in committed.topic_partitions}
@@ -48,7 +52,7 @@ class LagProbe:
         for tp, fut in latest.items():
             high = fut.result().offset
             out[tp.topic] = out.get(tp.topic, 0) + max(0, high - done.get((tp.topic, tp.partition), 0))
-        return out
+        return out, sum(done.values())
 
     def run(self, stop: threading.Event) -> None:
         while True:

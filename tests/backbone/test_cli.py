@@ -70,6 +70,24 @@ def test_second_up_is_refused_with_one_line(stack: dict[str, str]) -> None:
     assert "already running" in res.stderr and "Traceback" not in res.stderr
 
 
+def test_status_against_an_external_cluster_shows_the_analyzer_group(stack: dict[str, str], tmp_path: Path) -> None:
+    """Production mode (no stack under VIGIL_HOME): lag and commit rate of the analyzer group from the broker."""
+    bootstrap = json.loads((Path(stack["VIGIL_HOME"]) / "stack.json").read_text())["bootstrap"]
+    producer = EventProducer(settings=VigilSettings(home=tmp_path), bootstrap=bootstrap)
+    producer.send([s.model.model_validate(s.example) for s in SPECS if s.kind == "step"])
+    producer.flush()
+    env = {**stack, "VIGIL_HOME": str(tmp_path / "elsewhere"), "VIGIL_KAFKA_BOOTSTRAP": bootstrap,
+           "VIGIL_CLICKHOUSE_DSN": f"chdb://{tmp_path / 'ch'}"}
+    res = vigil(env, "status", "--json")
+    doc = json.loads(res.stdout)
+    assert doc["mode"] == "external" and doc["parts"]["analyzer"]["group"] == "vigil-analyzer"
+    assert {"lag", "records_per_s"} <= set(doc["parts"]["analyzer"])
+    idle = vigil({**env, "VIGIL_ANALYZER_GROUP_ID": "nobody-consumes"}, "status", "--json")
+    part = json.loads(idle.stdout)["parts"]["analyzer"]
+    assert idle.returncode == 1 and part["ok"] is False and part["lag"] >= 1 and part["records_per_s"] == 0
+    assert "is an analyzer running" in part["error"]
+
+
 def test_down_leaves_nothing_and_status_fails(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("VIGIL_")}
     env["VIGIL_HOME"] = str(tmp_path)

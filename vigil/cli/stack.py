@@ -152,7 +152,29 @@ def _direct_health(settings: VigilSettings) -> dict[str, Any]:
         parts["clickhouse"] = {"ok": True, "dsn": dsn, "version": check(connect(dsn, explicit=True))}
     except VigilError as exc:
         parts["clickhouse"] = {"ok": False, "error": str(exc)}
+    if parts["kafka"]["ok"]:
+        parts["analyzer"] = _analyzer_progress(settings, bootstrap)
     return {"ok": all(p["ok"] for p in parts.values()), "mode": "external", "parts": parts}
+
+
+def _analyzer_progress(settings: VigilSettings, bootstrap: str, window_s: float = 2.0) -> dict[str, Any]:
+    """The analyzer group's lag and commit rate, from the broker: down when it lags and commits nothing."""
+    from analyzer.ingest.lag import LagProbe
+    from analyzer.ingest.loop import INGEST_TOPICS
+    from analyzer.settings import AnalyzerSettings
+
+    group = AnalyzerSettings.load().group_id
+    probe = LagProbe(settings=settings, bootstrap=bootstrap, group_id=group, topics=INGEST_TOPICS)
+    try:
+        _, before = probe.offsets()
+        time.sleep(window_s)
+        lag, after = probe.offsets()
+    except Exception as exc:
+        return {"ok": False, "group": group, "error": f"lag of group {group}: {str(exc).splitlines()[0][:200]}"}
+    rate = (after - before) / window_s
+    behind = sum(lag.values())
+    return {"ok": behind == 0 or rate > 0, "group": group, "lag": behind, "records_per_s": round(rate, 1),
+            **({} if behind == 0 or rate > 0 else {"error": "lagging and committing nothing: is an analyzer running?"})}
 
 
 def cmd_down(args: argparse.Namespace) -> int:
