@@ -81,9 +81,10 @@ def analyzer_ingest(settings: VigilSettings, bootstrap: str, events: int) -> tup
     return elapsed, rows
 
 
-def kafka_engine(bootstrap: str, topic: str, records: int, wait_s: float = 30.0) -> tuple[float, int, str]:
-    """(seconds, events seen, problem); chdb 4.4 fails to start the engine's consumers (see RESULTS.md)."""
-    client = connect(CHDB, database="kbench")
+def kafka_engine(dsn: str, bootstrap: str, topic: str, records: int, wait_s: float = 30.0) -> tuple[float, int, str]:
+    """(seconds, events seen, problem); chdb 4.4 fails to start the engine's consumers (see RESULTS.md),
+    so `--engine-dsn http://...` points this leg at a ClickHouse server that can reach the broker."""
+    client = connect(dsn, database=f"kbench_{uuid.uuid4().hex[:6]}", explicit=not dsn.startswith("chdb://"))
     client.command("CREATE TABLE sink (events UInt32, bytes UInt64) ENGINE = MergeTree ORDER BY tuple()")
     start = time.perf_counter()
     problem = ""
@@ -111,6 +112,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=200_000)
     ap.add_argument("--append", action="store_true")
+    ap.add_argument("--engine-dsn", default=CHDB, help="ClickHouse for the Kafka-engine leg (default: the in-process "
+                    "chdb, whose Kafka engine does not run); e.g. http://user:pass@localhost:8123")
+    ap.add_argument("--engine-bootstrap", default=None,
+                    help="the broker as the ClickHouse server reaches it (default: the embedded broker's address)")
     args = ap.parse_args()
     broker = EmbeddedBroker()
     bootstrap = broker.start()
@@ -126,7 +131,7 @@ def main() -> None:
         topic = settings.topic("steps")
         raw_s = raw_consume(settings, bootstrap, topic, records)
         ing_s, rows = analyzer_ingest(settings, bootstrap, args.events)
-        ke_s, ke_events, ke_problem = kafka_engine(bootstrap, topic, records)
+        ke_s, ke_events, ke_problem = kafka_engine(args.engine_dsn, args.engine_bootstrap or bootstrap, topic, records)
     finally:
         broker.stop()
     n = args.events
@@ -138,7 +143,7 @@ def main() -> None:
              f"validated, dedup look-ups, rollups; {rows:,} rows stored |",
              (f"| ClickHouse Kafka engine -> MV | {ke_s:.2f} | {records / ke_s:,.0f} | {ke_events / ke_s:,.0f} | "
               f"counts events only; {ke_events:,} events seen |" if not ke_problem else
-              f"| ClickHouse Kafka engine -> MV (chdb) | - | - | - | not usable: {ke_problem} |")]
+              f"| ClickHouse Kafka engine -> MV ({args.engine_dsn.split(':')[0]}) | - | - | - | not usable: {ke_problem} |")]
     text = "\n".join(lines)
     print(text)
     if args.append:
