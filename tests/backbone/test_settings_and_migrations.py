@@ -63,6 +63,18 @@ def test_migrations_run_twice_without_change(clickhouse_dsn: str) -> None:
 
 
 @pytest.mark.clickhouse
+def test_changed_retention_setting_is_applied_by_the_next_migrate(clickhouse_dsn: str) -> None:
+    client = connect(clickhouse_dsn, database="t_migrate_retention")
+    assert migrate(client, {"ttl_days": 7}).retention == []
+    changed = migrate(client, {"ttl_days": 30}).retention
+    assert "step_timings: 7 -> 30 days" in changed and "phase_host_windows: 7 -> 30 days" in changed
+    ttl = {str(r[0]): str(r[1]) for r in client.query(
+        "SELECT name, engine_full FROM system.tables WHERE database = 't_migrate_retention'").result_rows}
+    assert "toIntervalDay(30)" in ttl["step_timings"] and "toIntervalDay(7)" not in "".join(ttl.values())
+    assert migrate(client, {"ttl_days": 30}).retention == []
+
+
+@pytest.mark.clickhouse
 def test_failed_migration_names_itself_and_is_not_recorded(clickhouse_dsn: str, tmp_path: Path) -> None:
     (tmp_path / "0001_ok.sql").write_text("CREATE TABLE IF NOT EXISTS ok_t (x UInt8) ENGINE = MergeTree ORDER BY x;")
     (tmp_path / "0002_broken.sql").write_text("CREATE TABLE nonsense (;")

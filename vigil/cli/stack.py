@@ -221,4 +221,6 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         print(f"ok        {label}")
     for label in report["changed"]:
         print(f"CHANGED   {label} (applied earlier with different content; not re-run)")
+    for label in report.get("retention", []):
+        print(f"retention {label}")
     return 0

@@ -5,13 +5,17 @@ and raw telemetry, 0100-0199 analyzer, 0200-0299 recovery). Statements are split
 `;` at line end and may use `{ttl_days}` style placeholders filled from settings.
 Each applied migration is recorded in `vigil_migrations` with a checksum; a changed
 file that was already applied is reported, not re-run.
+
+Retention is a setting, not history: after the migrations, every table whose TTL is
+`<expr> + INTERVAL n DAY` is brought to the configured `ttl_days` (ALTER ... MODIFY TTL),
+so changing `VIGIL_RETENTION_DAYS` and running `vigil migrate` applies it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from clickhouse_connect.driver.client import Client
@@ -67,6 +71,27 @@ class MigrationReport:
     applied: list[str]
     already: list[str]
     changed: list[str]
+    retention: list[str] = field(default_factory=list)  # tables whose TTL was brought to the setting
+
+
+_TTL = re.compile(r"\bTTL (.+?) \+ toIntervalDay\((\d+)\)(?= SETTINGS|$)")
+
+
+def apply_retention(client: Client, days: int) -> list[str]:
+    """ALTER every table of the current database whose day-interval TTL differs from `days`."""
+    rows = client.query("SELECT name, engine_full FROM system.tables WHERE database = currentDatabase() "
+                        "AND engine_full LIKE '%TTL %'").result_rows
+    changed = []
+    for name, engine in rows:
+        m = _TTL.search(str(engine))
+        if m is None or int(m.group(2)) == days:
+            continue
+        try:
+            client.command(f"ALTER TABLE `{name}` MODIFY TTL {m.group(1)} + INTERVAL {int(days)} DAY")
+        except Exception as exc:
+            raise MigrationError(f"retention of {name} to {days} days failed: {str(exc).splitlines()[0][:300]}") from None
+        changed.append(f"{name}: {m.group(2)} -> {days} days")
+    return changed
 
 
 def migrate(client: Client, params: dict[str, object] | None = None, directory: Path | None = None) -> MigrationReport:
@@ -88,4 +113,6 @@ def migrate(client: Client, params: dict[str, object] | None = None, directory: 
                 raise MigrationError(f"migration {label} failed: {str(exc).splitlines()[0][:300]}") from None
         client.insert("vigil_migrations", [[mig.id, mig.name, mig.checksum]], column_names=["id", "name", "checksum"])
         applied.append(label)
-    return MigrationReport(applied=applied, already=already, changed=changed)
+    days = (params or {}).get("ttl_days")
+    retention = apply_retention(client, int(str(days))) if days is not None else []
+    return MigrationReport(applied=applied, already=already, changed=changed, retention=retention)
