@@ -23,6 +23,7 @@ from analyzer.alerts.view import read_alert_events
 from analyzer.engine import LiveCursor
 from analyzer.ingest.loop import IngestLoop
 from analyzer.settings import AnalyzerSettings
+from vigil.contract import Alert
 from vigil.kafka.producer import EventProducer
 from vigil.stack.service import StackContext
 
@@ -42,14 +43,17 @@ class AnalyzerService:
         self.cursor = LiveCursor(settings=self.settings, book=self.book)
         self.ingest: IngestLoop | None = None
         self.alerts_published = 0
+        self._unpublished: list[Alert] = []
         self.detect_turns = 0
         self.last_error = ""
 
     def start(self) -> None:
         if self.settings.detect:
             self.book.restore(read_alert_events(self.ctx.settings, self.ctx.bootstrap))
+        # its own producer: a flush reports every failure since the last one, so one user each
+        dead_letters = EventProducer(settings=self.ctx.settings, bootstrap=self.ctx.bootstrap, batch_events=500)
         self.ingest = IngestLoop(settings=self.ctx.settings, analyzer=self.settings, bootstrap=self.ctx.bootstrap,
-                                 client=self.ctx.clickhouse, producer=self.producer)
+                                 client=self.ctx.clickhouse, producer=dead_letters)
         self._stop.clear()
         self._threads = [
             threading.Thread(target=self.ingest.run, args=(self._stop,), name="analyzer-ingest", daemon=True),
@@ -66,10 +70,12 @@ class AnalyzerService:
     def detect_once(self) -> int:
         """One turn of the detector loop; the number of alert events published."""
         try:
-            alerts = self.cursor.turn(self.ctx.clickhouse)
+            alerts = self._unpublished + self.cursor.turn(self.ctx.clickhouse)
+            self._unpublished = alerts  # kept until the broker has them; ingest dedups a resend
             if alerts:
                 self.producer.send(alerts)
                 self.producer.flush()
+            self._unpublished = []
             self.alerts_published += len(alerts)
             self.detect_turns += 1
             return len(alerts)

@@ -10,6 +10,8 @@ from collections.abc import Sequence
 import pytest
 
 from vigil.contract import Event, StepTiming
+from vigil.errors import DeliveryError
+from vigil.kafka.broker import free_port
 from vigil.kafka.consumer import BatchingConsumer, Unstorable
 from vigil.kafka.deadletter import KafkaDeadLetters
 from vigil.kafka.producer import EventProducer
@@ -96,6 +98,38 @@ def test_bad_records_go_to_dead_letters_and_consumption_continues(topics: VigilS
     missing = next(r for r in reasons if r.startswith("invalid step"))
     assert "world_size: Field required" in missing and "step_ms: Field required" in missing
     assert all(item["topic"] == topic and isinstance(item["offset"], int) for item in letters)
+
+
+def test_flush_raises_when_records_failed_and_only_once() -> None:
+    settings = VigilSettings(kafka_bootstrap=f"127.0.0.1:{free_port()}")
+    producer = EventProducer(settings=settings, bootstrap=str(settings.kafka_bootstrap),
+                             extra={"message.timeout.ms": 300})
+    producer.send(steps(4))
+    with pytest.raises(DeliveryError, match="4 events not delivered"):
+        producer.flush(10)
+    producer.flush(10)  # reported already: nothing new failed
+
+
+def test_dead_letters_the_broker_did_not_take_leave_the_batch_uncommitted(topics: VigilSettings) -> None:
+    bootstrap = str(topics.kafka_bootstrap)
+    producer = EventProducer(settings=topics, bootstrap=bootstrap)
+    producer.produce_raw(topics.topic("steps"), b"garbage")
+    producer.flush()
+    nowhere = EventProducer(settings=topics, bootstrap=f"127.0.0.1:{free_port()}", extra={"message.timeout.ms": 300})
+    first = make_consumer(topics, ListWriter(), nowhere)
+    give_up = threading.Event()
+    give_up.set()  # one write attempt, then stop retrying
+    deadline = time.monotonic() + 30
+    while first.stats.write_errors == 0 and time.monotonic() < deadline:
+        first.poll(0.2, stop=give_up)
+    assert first.stats.write_errors == 1 and first.stats.rejected == 0
+    first.close()
+
+    second = make_consumer(topics, ListWriter(), producer)  # same group: the record was not committed
+    consume_until(second, lambda: second.stats.rejected == 1)
+    second.close()
+    letters = [json.loads(r.value or b"") for r in read_topics(topics, bootstrap, [topics.topic("deadletter")])]
+    assert [item["reason"][:8] for item in letters] == ["not JSON"]
 
 
 def test_failed_write_is_retried_and_not_committed_before(topics: VigilSettings) -> None:

@@ -5,7 +5,8 @@ writes each group as records of up to `batch_events` events, so one host's
 events stay ordered on one partition. librdkafka's queue is bounded; when it is
 full `send` waits up to `block_s` and then raises DeliveryError. Failed deliveries
 are counted and handed to `on_failure` with the events that were lost, so a
-caller such as the node agent can spool them to disk.
+caller such as the node agent can spool them to disk; `flush` raises DeliveryError
+when any record failed since the previous flush, so "flushed" means "stored".
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class EventProducer:
     delivered: int = field(default=0, init=False)
     failed: int = field(default=0, init=False)
     last_error: str = field(default="", init=False)
+    _failed_seen: int = field(default=0, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -101,10 +103,19 @@ class EventProducer:
         self._producer.poll(timeout)
 
     def flush(self, timeout: float = 30.0) -> None:
-        """Wait for every queued record; DeliveryError if some are still undelivered or failed."""
+        """Wait for every queued record; DeliveryError if some are still undelivered or failed.
+
+        Failures are reported once: a flush raises for the records that failed since
+        the previous flush.
+        """
         remaining = self._producer.flush(timeout)
         if remaining:
             raise DeliveryError(f"Kafka {self.bootstrap}: {remaining} records undelivered after {timeout:.0f}s")
+        with self._lock:
+            new_failures, self._failed_seen = self.failed - self._failed_seen, self.failed
+            error = self.last_error
+        if new_failures:
+            raise DeliveryError(f"Kafka {self.bootstrap}: {new_failures} events not delivered ({error})")
 
     def pending(self) -> int:
         return len(self._producer)
