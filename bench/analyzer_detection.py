@@ -13,7 +13,7 @@ the ground truth of `vigil simulate --json`. A verdict line checks the issue's t
 precision and recall >= 0.97, hard faults <= 15 s, a 5 %-slow host within 30 steps.
 Wall-clock latency through the live path is bench/analyzer_live_latency.py.
 
-    python bench/analyzer_detection.py [--seeds 3] [--big-seeds 3] [--append]
+    python bench/analyzer_detection.py [--seeds 3] [--big-seeds 3] [--no-append]
 """
 
 from __future__ import annotations
@@ -153,7 +153,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--big-seeds", type=int, default=3, help="1024-host scenarios")
     ap.add_argument("--big-steps", type=int, default=150)
-    ap.add_argument("--append", action="store_true")
+    ap.add_argument("--no-append", dest="append", action="store_false", help="print only; do not add to bench/RESULTS.md")
     args = ap.parse_args()
     client = connect(f"chdb://{tempfile.mkdtemp(prefix='vigil-bench-d-')}", database="vigil")
     migrate(client, {"ttl_days": 3650})
@@ -176,7 +176,7 @@ def main() -> None:
         append_results("Analyzer detection quality (simulator scenarios)", machine_info() + "\n\n" +
                        "Detectors fed through the ingest processors straight into chdb (no broker), evaluated every "
                        "2 s of event time as live; latency = alert event time - fault onset.\n\n"
-                       + "\n\n".join(sections) + "\n\nCommand: `python bench/analyzer_detection.py --append` "
+                       + "\n\n".join(sections) + "\n\nCommand: `python bench/analyzer_detection.py` "
                        f"(seeds {args.seeds} x 64 hosts x {args.steps} steps, {args.big_seeds} x 1024 hosts x "
                        f"{args.big_steps} steps).")
 

@@ -8,7 +8,7 @@ so it includes batching on the producer, ingest, the watermark, the detector cad
 publishing. Targets (analyzer issue): hard faults (heartbeat loss, process exit, traffic
 stop, Xid) <= 15 s; a 5 %-slow host within 30 steps.
 
-    python bench/analyzer_live_latency.py [--hosts 64] [--steps 110] [--append]
+    python bench/analyzer_live_latency.py [--hosts 64] [--steps 110] [--no-append]
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def main() -> None:
     ap.add_argument("--hosts", type=int, default=64)
     ap.add_argument("--steps", type=int, default=110)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--append", action="store_true")
+    ap.add_argument("--no-append", dest="append", action="store_false", help="print only; do not add to bench/RESULTS.md")
     args = ap.parse_args()
     broker = EmbeddedBroker()
     bootstrap = broker.start()
@@ -116,7 +116,7 @@ def report(truth: dict[str, Any], alerts: dict[str, list[tuple[Alert, float]]], 
                                                f"All targets {'met' if ok_all and not false else 'NOT met'}.")
     if args.append:
         append_results("Analyzer live detection latency (wall clock, simulator -> broker -> service)",
-                       machine_info() + "\n\n" + text + "\n\nCommand: `python bench/analyzer_live_latency.py --append`.")
+                       machine_info() + "\n\n" + text + "\n\nCommand: `python bench/analyzer_live_latency.py`.")
     return text
 
 

@@ -3,9 +3,9 @@
 Data is generated inside ClickHouse (INSERT ... SELECT FROM numbers) into the real
 raw tables, so the materialised rollups fill exactly as under ingest: 1800 steps of
 2 s (one hour) x 8192 ranks = 14.7M step rows, 7.4M NIC samples (2 NICs, 1 Hz),
-1.8M heartbeats. Prints a markdown table; `--append` adds it to bench/RESULTS.md.
+1.8M heartbeats. Prints a markdown table and adds it to bench/RESULTS.md (`--no-append`: print only).
 
-    python bench/analyzer_queries.py [--hosts 1024] [--steps 1800] [--append]
+    python bench/analyzer_queries.py [--hosts 1024] [--steps 1800] [--no-append]
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def main() -> None:
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--steps", type=int, default=1800)
     ap.add_argument("--step-s", type=float, default=2.0)
-    ap.add_argument("--append", action="store_true")
+    ap.add_argument("--no-append", dest="append", action="store_false", help="print only; do not add to bench/RESULTS.md")
     args = ap.parse_args()
     path = tempfile.mkdtemp(prefix="vigil-bench-q-")
     client = connect(f"chdb://{path}", database="vigil")
@@ -108,7 +108,7 @@ def main() -> None:
     print(text)
     if args.append:
         append_results("Analyzer query latency (1024 hosts x 8 GPUs x 1 h)", machine_info() + "\n\n" + text + "\n\n"
-                       "Command: `python bench/analyzer_queries.py --append`. Target < 1 s each.")
+                       "Command: `python bench/analyzer_queries.py`. Target < 1 s each.")
 
 
 if __name__ == "__main__":

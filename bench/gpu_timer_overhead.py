@@ -125,7 +125,7 @@ def main() -> int:
     ap.add_argument("--small", type=int, default=1024)
     ap.add_argument("--phases", type=int, default=4)
     ap.add_argument("--matmuls", type=int, default=2)
-    ap.add_argument("--no-results", action="store_true")
+    ap.add_argument("--no-append", action="store_true")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("gpu_timer_overhead: CUDA is not available here; nothing to measure.")
@@ -146,7 +146,7 @@ def main() -> int:
                 lines.append("\n" + verdict(rows))
     text = "\n".join(lines)
     print(text)
-    if not args.no_results:
+    if not args.no_append:
         gpu = torch.cuda.get_device_name()
         header = (
             f"\n## gpu_timer_overhead.py — {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}\n\n"

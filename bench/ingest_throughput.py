@@ -9,7 +9,7 @@ per record, as `vigil simulate` and the node agent produce them.
 * ClickHouse Kafka table engine (inside chdb): records as RawBLOB -> materialised view that
   counts events with JSONExtractArrayRaw (no validation, no dedup, no rollups).
 
-    python bench/ingest_throughput.py [--events 200000] [--append]
+    python bench/ingest_throughput.py [--events 200000] [--no-append]
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def kafka_engine(dsn: str, bootstrap: str, topic: str, records: int, wait_s: flo
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=200_000)
-    ap.add_argument("--append", action="store_true")
+    ap.add_argument("--no-append", dest="append", action="store_false", help="print only; do not add to bench/RESULTS.md")
     ap.add_argument("--engine-dsn", default=CHDB, help="ClickHouse for the Kafka-engine leg (default: the in-process "
                     "chdb, whose Kafka engine does not run); e.g. http://user:pass@localhost:8123")
     ap.add_argument("--engine-bootstrap", default=None,
@@ -148,7 +148,7 @@ def main() -> None:
     print(text)
     if args.append:
         append_results("Ingest throughput: raw consume vs analyzer ingest vs ClickHouse Kafka engine",
-                       machine_info() + "\n\n" + text + "\n\nCommand: `python bench/ingest_throughput.py --append`.")
+                       machine_info() + "\n\n" + text + "\n\nCommand: `python bench/ingest_throughput.py`.")
 
 
 if __name__ == "__main__":

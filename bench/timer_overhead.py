@@ -113,7 +113,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=200_000)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--no-results", action="store_true", help="do not append to bench/RESULTS.md")
+    ap.add_argument("--no-append", action="store_true", help="do not append to bench/RESULTS.md")
     args = ap.parse_args()
     n, r = args.n, args.repeats
     torch.set_num_threads(1)
@@ -153,7 +153,7 @@ def main() -> int:
     verdict = f"StepTimer.phase: {phase_us:.3f} µs (target < {TARGET_US} µs: {'met' if phase_us < TARGET_US else 'MISSED'})"
     print("\n".join(lines))
     print(verdict)
-    if not args.no_results:
+    if not args.no_append:
         header = (
             f"\n## timer_overhead.py — {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}\n\n"
             f"Machine: `{platform.node()}`, {os.cpu_count()} CPUs, {platform.platform()}, "
