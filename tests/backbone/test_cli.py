@@ -116,3 +116,50 @@ def test_unreachable_cluster_names_the_address(tmp_path: Path) -> None:
     doc = json.loads(res.stdout)
     assert "127.0.0.1:1" in doc["parts"]["kafka"]["error"] and "VIGIL_KAFKA_BOOTSTRAP" in doc["parts"]["kafka"]["error"]
     assert "VIGIL_CLICKHOUSE_DSN" in doc["parts"]["clickhouse"]["error"]
+
+
+def _commands() -> list[tuple[str, list[tuple[str, str | None]]]]:
+    """Every command path (`analyzer alerts` too) with its options and their help texts."""
+    import argparse
+
+    from vigil.cli.main import build_parser
+
+    found: list[tuple[str, list[tuple[str, str | None]]]] = []
+
+    def walk(parser: argparse.ArgumentParser, path: str) -> None:
+        options: list[tuple[str, str | None]] = []
+        for a in parser._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for name, child in a.choices.items():
+                    walk(child, f"{path} {name}".strip())
+            else:
+                options.append(("/".join(a.option_strings) or a.dest, a.help))
+        if path:
+            found.append((path, options))
+
+    walk(build_parser(), "")
+    return found
+
+
+@pytest.mark.pure
+def test_every_command_documents_every_option() -> None:
+    undocumented = [(cmd, opt) for cmd, opts in _commands() for opt, text in opts if not text]
+    assert len(_commands()) >= 10 and undocumented == []
+
+
+@pytest.mark.pure
+def test_help_works_on_every_command() -> None:
+    for cmd, _ in _commands():
+        res = vigil(dict(os.environ), *cmd.split(), "--help", timeout=60)
+        assert res.returncode == 0 and f"usage: vigil {cmd}" in res.stdout, (cmd, res.stderr)
+
+
+@pytest.mark.parametrize(("args", "setting"), [(("tail", "--max", "1", "--timeout", "5"), "VIGIL_KAFKA_BOOTSTRAP=127.0.0.1:1"),
+                                               (("migrate",), "VIGIL_CLICKHOUSE_DSN=http://127.0.0.1:1")])
+def test_unreachable_part_is_one_line_naming_setting_and_address(tmp_path: Path, args: tuple[str, ...],
+                                                                 setting: str) -> None:
+    env = {**os.environ, "VIGIL_HOME": str(tmp_path), "VIGIL_KAFKA_BOOTSTRAP": "127.0.0.1:1",
+           "VIGIL_CLICKHOUSE_DSN": "http://127.0.0.1:1"}
+    res = vigil(env, *args)
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr.strip().count("\n") == 0 and setting in res.stderr, res.stderr

@@ -167,3 +167,21 @@ def test_run_stops_and_commits_pending_batch(topics: VigilSettings) -> None:
         second.poll(0.2)
     second.close()
     assert len(writer.events) == 10 and again.events == []
+
+
+def test_topics_are_created_once_with_configured_partitions_and_retention(broker_bootstrap: str) -> None:
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    from vigil.kafka.admin import admin_client, ensure_topics
+
+    settings = VigilSettings(kafka_bootstrap=broker_bootstrap, topic_prefix=f"cfg{time.monotonic_ns()}.",
+                             topic_partitions=3, topic_retention_ms=3_600_000)
+    created = ensure_topics(settings, broker_bootstrap, ["steps", "alerts"])
+    assert sorted(created) == [settings.topic("alerts"), settings.topic("steps")]
+    assert ensure_topics(settings, broker_bootstrap, ["steps", "alerts"]) == []
+    admin = admin_client(settings, broker_bootstrap)
+    meta = admin.list_topics(timeout=10)
+    assert len(meta.topics[settings.topic("steps")].partitions) == 3
+    resource = ConfigResource(ResourceType.TOPIC, settings.topic("steps"))
+    config = admin.describe_configs([resource])[resource].result(10)
+    assert config["retention.ms"].value == "3600000"

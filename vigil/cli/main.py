@@ -42,6 +42,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    if not args.verbose:  # their connection retries are reported by us as one clear line
+        for noisy in ("urllib3.connectionpool", "clickhouse_connect"):  # clickhouse_connect resets "urllib3"
+            logging.getLogger(noisy).setLevel(logging.ERROR)
     try:
         return int(args.handler(args))
     except (VigilError, ValueError) as exc:

@@ -30,7 +30,7 @@ def register(sub: Any) -> None:
     st.set_defaults(handler=cmd_status)
 
     down = sub.add_parser("down", help="stop the embedded stack and everything it started")
-    down.add_argument("--timeout", type=float, default=30.0)
+    down.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for a clean stop before killing")
     down.set_defaults(handler=cmd_down)
 
     mig = sub.add_parser("migrate", help="apply pending ClickHouse migrations (idempotent)")
@@ -208,8 +208,14 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     settings = VigilSettings.load()
     dsn = settings.effective_clickhouse_dsn
     state = read_state(settings)
-    if dsn.startswith("chdb://") and state is not None:
-        report = httpx.post(f"{state.control_url}/migrate", timeout=120).json()
+    if dsn.startswith("chdb://") and state is not None and state.clickhouse_dsn == dsn:
+        try:  # the running stack holds this engine (one per process): it migrates for us
+            resp = httpx.post(f"{state.control_url}/migrate", timeout=120)
+            report = resp.json()
+        except (httpx.HTTPError, ValueError) as exc:
+            raise Unreachable(f"vigil up control port {state.control_url}: {exc}") from None
+        if resp.status_code != 200:
+            raise Unreachable(f"migrating via {state.control_url}: {report.get('error', resp.status_code)}")
     else:
         from dataclasses import asdict
 

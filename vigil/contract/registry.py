@@ -1,6 +1,6 @@
 """One table of what travels where: event kind <-> schema version <-> model <-> topic.
 
-Topics are logical names (`steps`, `alerts`, ...); `vigil.kafka.topics` adds the
+Topics are logical names (`steps`, `alerts`, ...); `VigilSettings.topic()` adds the
 configured prefix. Each (kind, version) carries an example payload that the test
 suite validates, so the registry doubles as the contract's documentation.
 """

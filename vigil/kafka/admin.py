@@ -33,9 +33,16 @@ def check_reachable(settings: VigilSettings, bootstrap: str, timeout: float = 5.
     try:
         meta = admin.list_topics(timeout=timeout)
     except KafkaException as exc:
-        source = "VIGIL_KAFKA_BOOTSTRAP" if settings.kafka_bootstrap else "embedded broker"
-        raise Unreachable(f"{source}={bootstrap}: Kafka not reachable ({exc.args[0]})") from None
+        raise unreachable(settings, bootstrap, exc) from None
     return sorted(meta.topics)
+
+
+def unreachable(settings: VigilSettings, bootstrap: str, exc: KafkaException) -> Unreachable:
+    """One line naming the setting and the address Kafka was not reachable at."""
+    source = "VIGIL_KAFKA_BOOTSTRAP" if settings.kafka_bootstrap else "embedded broker"
+    err = exc.args[0]
+    reason = err.str() if isinstance(err, KafkaError) else str(err)
+    return Unreachable(f"{source}={bootstrap}: Kafka not reachable ({reason})")
 
 
 def ensure_topics(

@@ -15,8 +15,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
-from vigil.errors import Unreachable
-from vigil.kafka.admin import client_config
+from vigil.kafka.admin import client_config, unreachable
 from vigil.settings import VigilSettings
 
 
@@ -53,7 +52,7 @@ def read_topics(
         try:
             meta = consumer.list_topics(timeout=call_timeout)
         except KafkaException as exc:
-            raise Unreachable(f"Kafka {bootstrap}: {exc.args[0].str()}") from None
+            raise unreachable(settings, bootstrap, exc) from None
         parts = [TopicPartition(t, p, OFFSET_BEGINNING) for t in topics if t in meta.topics for p in meta.topics[t].partitions]
         started_ms = int(time.time() * 1000)
         if not from_beginning:

@@ -48,6 +48,6 @@ def clickhouse_for_cli(settings: VigilSettings) -> QueryClient:
     dsn = settings.effective_clickhouse_dsn
     if dsn.startswith("chdb://"):
         state = read_state(settings)
-        if state is not None:
+        if state is not None and state.clickhouse_dsn == dsn:
             return RemoteClient(state.control_url)
     return connect(dsn, explicit=settings.clickhouse_dsn is not None)  # type: ignore[return-value]
