@@ -5,7 +5,9 @@ side by side:
 1. a real PyTorch job: `train.py` under DDP/gloo, 4 ranks as 2 hosts, each host a
    `vigil run -- torchrun ...` agent; one rank is slowed part-way, another prints an Xid line;
 2. a simulated 256-host job with a straggler, a NIC stall and MFU decay injected.
-It prints where to look and runs until Ctrl-C (or --duration), then stops every child.
+It prints where to look and runs until Ctrl-C (or --duration), then stops every child:
+SIGINT first (each agent forwards it to torchrun and SIGKILLs the tree `KILL_GRACE_S` later),
+then, past `STOP_WAIT_S`, SIGKILL to every process still left under it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 from vigil.contract import JobRegistered, RankPlacement
 from vigil.contract.telemetry import ParallelCoords
 from vigil.kafka.broker import free_port
@@ -30,6 +34,9 @@ TRAIN = Path(__file__).with_name("train.py")
 TORCH_JOB, SIM_JOB = "demo-torch", "demo-sim"
 HOSTS = ("demo-host-0", "demo-host-1")
 SLOW_RANK, XID_RANK = 3, 0
+# An agent SIGKILLs torchrun's tree KILL_GRACE_S after the forwarded SIGINT, then delivers
+# for at most DRAIN_S; the demo waits STOP_WAIT_S (> both, plus its output threads' 2 x 5 s).
+KILL_GRACE_S, DRAIN_S, STOP_WAIT_S = 5.0, 5.0, 30.0
 # (kind, host index at 256 hosts, options); indices wrap for smaller --sim-hosts.
 SIM_FAULTS = (
     ("straggler", 42, "start=20,magnitude=0.10"),
@@ -72,7 +79,8 @@ class Demo:
         for node, host in enumerate(HOSTS):
             env = {**os.environ, "VIGIL_KAFKA_BOOTSTRAP": bootstrap, "OMP_NUM_THREADS": "1",
                    "VIGIL_SPOOL_DIR": str(self.settings.home / "demo" / "spool" / host)}
-            argv = [sys.executable, "-m", "vigil", "run", "--host", host, "--job", TORCH_JOB, "--",
+            argv = [sys.executable, "-m", "vigil", "run", "--host", host, "--job", TORCH_JOB,
+                    "--kill-grace", str(KILL_GRACE_S), "--drain-timeout", str(DRAIN_S), "--",
                     sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
                     "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
                     str(TRAIN), "--slow-rank", str(SLOW_RANK), "--slow-from", "60", "--xid-rank", str(XID_RANK),
@@ -87,7 +95,7 @@ class Demo:
             argv += ["--fault", f"{kind}:host={sim_host(index, self.sim_hosts)},{opts}"]
         self._spawn(argv, "simulate.log", env)
 
-    def stop_children(self, timeout: float = 15.0) -> None:
+    def stop_children(self, timeout: float = STOP_WAIT_S) -> None:
         for child in self.children:
             if child.poll() is None:
                 child.send_signal(signal.SIGINT)
@@ -96,9 +104,23 @@ class Demo:
             try:
                 child.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                os.killpg(child.pid, signal.SIGKILL)
-                child.wait()
+                kill_tree(child)
         self.children.clear()
+
+
+def kill_tree(child: subprocess.Popen[bytes]) -> None:
+    """SIGKILL `child` and every descendant: torchrun runs in a session of its own, out of the child's group."""
+    try:
+        family = psutil.Process(child.pid).children(recursive=True)
+    except psutil.Error:
+        family = []
+    for p in [*family]:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    child.kill()
+    child.wait()
 
 
 def guide(urls: dict[str, str], sim_hosts: int) -> str:
@@ -109,7 +131,8 @@ vigil demo is running.  Open {dash}
 
 What to look at (give it a minute or two to develop):
   Overview  two jobs: {TORCH_JOB} (real PyTorch, 4 ranks on 2 hosts) and {SIM_JOB} ({sim_hosts} simulated hosts).
-  Heatmap   {TORCH_JOB}: {HOSTS[1]} turns red in 'forward' once rank {SLOW_RANK} is slowed (step 60);
+  Heatmap   {TORCH_JOB}: {HOSTS[1]} turns red in 'forward' once rank {SLOW_RANK} is slowed (step 60)
+            ({HOSTS[0]} warms in 'backward': its ranks wait for the slow one in the all-reduce);
             {SIM_JOB}: {straggler} stands out in 'forward' (10% slower from step 20).
   Alerts    a straggler alert for each, an Xid 79 alert from {HOSTS[0]}, a NIC drop on {nic},
             a traffic stop on {stop}, MFU drift on {TORCH_JOB} (its slowed rank drags every step);

@@ -1,4 +1,4 @@
-"""DashboardService as `vigil up` hosts it, and the `vigil dashboard` command line."""
+"""DashboardService as `vigil up` hosts it (its pages fetched over HTTP), and the `vigil dashboard` command line."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import pytest
 
 from dashboard.service import DashboardService
 from dashboard.settings import DashboardSettings
+from tests.dashboard.dashhttp import figure_of, find, render_page, texts
+from tests.dashboard.simdata import HOSTS, JOB, STEPS, STRAGGLER, SimRun
 from vigil.cli.main import build_parser
 from vigil.settings import VigilSettings
 from vigil.stack.service import StackContext
@@ -57,3 +59,23 @@ def test_busy_port_is_reported_not_raised(sim_client: Any) -> None:
         second.stop()
     finally:
         first.stop()
+
+
+def test_pages_render_over_http(sim_client: Any, sim_run: SimRun) -> None:
+    """What the browser gets from the `render` callback: the simulated job's steps, straggler and ranks."""
+    svc = DashboardService(client=sim_client, settings=DashboardSettings(port=0))
+    svc.start()
+    try:
+        url = svc.health()["urls"]["dashboard"]
+        overview = render_page(url, "/overview", f"?job={JOB}&range=all")
+        steps = figure_of(overview, "step-graph")["data"]
+        assert steps and len(steps[0]["x"]) > 0 and all(ms > 500 for ms in steps[0]["y"])
+        assert find(overview, "jobs-table") is not None and str(STEPS - 1) in texts(overview)
+        heat = figure_of(render_page(url, "/heatmap", f"?job={JOB}&range=all"),
+                         {"type": "host-click", "page": "heatmap"})
+        assert heat["data"][0]["y"][0] == STRAGGLER
+        ranks = figure_of(render_page(url, "/parallel", f"?job={JOB}"), {"type": "host-click", "page": "parallel"})
+        assert sum(z is not None for row in ranks["data"][0]["z"] for z in row) == HOSTS * 4
+        assert figure_of(render_page(url, "/overview", "?job=no-such-job"), "step-graph")["data"] == []
+    finally:
+        svc.stop()

@@ -1,5 +1,6 @@
 """`vigil demo` (what `make demo` runs) as a real subprocess: the dashboard answers, the real
-torch job's steps reach ClickHouse, and Ctrl-C leaves no process behind."""
+torch job's steps reach ClickHouse and the dashboard's pages (its step chart, both of its hosts
+on the heatmap, fetched over HTTP as the browser gets them), and Ctrl-C leaves no process behind."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -15,7 +17,10 @@ import httpx
 import psutil
 import pytest
 
-pytestmark = [pytest.mark.kafka, pytest.mark.clickhouse, pytest.mark.slow]
+from tests.dashboard.dashhttp import figure_of, render_page, texts
+
+pytestmark = [pytest.mark.kafka, pytest.mark.clickhouse, pytest.mark.slow, pytest.mark.timeout(480)]
+TORCH_HOSTS = {"demo-host-0", "demo-host-1"}
 
 
 def _sql(control_url: str, sql: str) -> list[list[object]]:
@@ -47,6 +52,9 @@ def test_demo_runs_shows_torch_steps_and_stops_clean(tmp_path: Path) -> None:
             if m := re.search(r"Open (http://\S+)", line):
                 dashboard = m.group(1)
         assert control and dashboard, "".join(out)
+        # keep reading the demo's output, so a full pipe never blocks it while the test polls
+        stream = proc.stdout
+        threading.Thread(target=lambda: out.extend(iter(stream.readline, "")), daemon=True).start()
         assert httpx.get(dashboard, timeout=30).status_code == 200
 
         ranks: set[object] = set()
@@ -56,13 +64,30 @@ def test_demo_runs_shows_torch_steps_and_stops_clean(tmp_path: Path) -> None:
             time.sleep(2)
         assert ranks == {0, 1, 2, 3}, f"torch ranks seen: {ranks}\n" + "".join(out)
         hosts = {r[0] for r in _sql(control, "SELECT DISTINCT host FROM step_timings WHERE job_id = 'demo-torch'")}
-        assert hosts == {"demo-host-0", "demo-host-1"}
+        assert hosts == TORCH_HOSTS
+
+        # the same steps on the dashboard: the torch job's step chart, its hosts as heatmap rows
+        page_deadline = time.monotonic() + 120
+        step_points: list[object] = []
+        heat_rows: set[object] = set()
+        overview: object = None
+        while time.monotonic() < page_deadline and not (step_points and heat_rows == TORCH_HOSTS):
+            overview = render_page(dashboard, "/overview", "?job=demo-torch&range=all")
+            chart = figure_of(overview, "step-graph")["data"]
+            step_points = list(chart[0]["x"]) if chart else []
+            heat = figure_of(render_page(dashboard, "/heatmap", "?job=demo-torch&range=all"),
+                             {"type": "host-click", "page": "heatmap"})["data"]
+            heat_rows = set(heat[0]["y"]) if heat else set()
+            time.sleep(2)
+        assert step_points, f"no steps on the overview of demo-torch: {overview}"
+        assert heat_rows == TORCH_HOSTS
+        assert "demo-torch" in texts(overview)  # the jobs table lists it
         descendants = psutil.Process(proc.pid).children(recursive=True)
         assert len(descendants) >= 6  # broker, 2 agents, 2 torchrun, 4 ranks, simulator
     finally:
         proc.send_signal(signal.SIGINT)
         try:
-            proc.wait(60)
+            proc.wait(120)  # the demo gives its agents 30 s, then stops the stack
         except subprocess.TimeoutExpired:
             proc.kill()
             raise
