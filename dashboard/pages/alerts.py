@@ -1,4 +1,8 @@
-"""Alerts — current and past alerts with their evidence, filterable by job, kind, severity, host, status."""
+"""Alerts — current and past alerts with their evidence, filterable by job, kind, severity, host, status.
+
+The shared time range applies (anchored at each job's latest event): incidents last seen in
+it or still firing, and the state changes that happened in it.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from dashboard.components import panel, selector, stat, table
 from dashboard.pages.base import PageView
 from dashboard.queries import alerts as q
 from dashboard.queries.window import to_dt
-from dashboard.selection import SEVERITIES, STATUSES, page_href
+from dashboard.selection import RANGE_LABELS, SEVERITIES, STATUSES, page_href
 
 
 def _when(ms: object) -> str:
@@ -27,7 +31,7 @@ def _evidence(raw: str) -> str:
 
 def _filter(v: PageView) -> q.AlertFilter:
     return q.AlertFilter(job=v.sel.job, kind=v.sel.kind, severity=v.sel.severity, host=v.sel.host,
-                         status=v.sel.status)
+                         status=v.sel.status, range_s=v.sel.range_seconds)
 
 
 def _controls(v: PageView) -> Component:
@@ -42,7 +46,7 @@ def _controls(v: PageView) -> Component:
 
 def _current(v: PageView) -> Component:
     f = _filter(v)
-    counts = q.counts(v.store, q.AlertFilter(job=f.job, kind=f.kind, host=f.host))
+    counts = q.counts(v.store, q.AlertFilter(job=f.job, kind=f.kind, host=f.host, range_s=f.range_s))
     cards = [stat(f"{sev} firing", str(counts.get((sev, "firing"), 0)),
                   tone=sev if counts.get((sev, "firing")) else "") for sev in SEVERITIES]
     rows = [[
@@ -66,9 +70,9 @@ def _history(v: PageView) -> Component:
 
 
 def render(v: PageView) -> Component:
-    scope = v.sel.job or "all jobs"
+    scope = f"{v.sel.job or 'all jobs'}, {RANGE_LABELS[v.sel.range]}"
     return html.Div([
         panel(None, lambda: _controls(v)),
-        panel(f"Alerts — {scope}", lambda: _current(v), id="alerts-panel"),
-        panel("History (every state change)", lambda: _history(v), id="history-panel"),
+        panel(f"Alerts — {scope} (and all still firing)", lambda: _current(v), id="alerts-panel"),
+        panel(f"History (every state change, {RANGE_LABELS[v.sel.range]})", lambda: _history(v), id="history-panel"),
     ])

@@ -1,7 +1,7 @@
 """3D view — is the slowness one rank, one host, one pipeline stage or one data-parallel group?
 
-Each rank's mean phase (or step) time over the last 50 steps, laid out by its
-(dp, pp, tp) coordinates from the job's rank table; clicking a rank opens its host.
+Each rank's mean phase (or step) time over the selected time range (at most 50 of its
+steps, evenly spaced), laid out by its (dp, pp, tp) coordinates; clicking a rank opens its host.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def _body(v: PageView) -> Component:
     assert v.job is not None and v.window is not None
     phases = qh.phases(v.store, v.window)
     phase = v.sel.phase if v.sel.phase in phases else None
-    pv = q.parallel_view(v.store, v.job.job_id, phase=phase)
+    pv = q.parallel_view(v.store, v.window, phase=phase)
     return html.Div([
         html.Div(selector("phase", [(p, p) for p in phases], phase, label="phase", placeholder="whole step"),
                  className="controls"),

@@ -1,7 +1,10 @@
 """Alerts: current state per incident (`alerts_current`) and the transition history (`alert_events`).
 
 Filters (job, alert kind, severity, host, status) are bound parameters; an empty value
-means "any". Evidence is the detector's JSON, shown as stored.
+means "any". The time range, like every page's, is anchored at each job's latest event
+(`job_clock`): an incident is shown when it was last seen within `range_s` of it or is
+still firing, a state change when it happened within the range. Evidence is the
+detector's JSON, shown as stored.
 """
 
 from __future__ import annotations
@@ -15,20 +18,30 @@ _FILTER = """({job:String} = '' OR job_id = {job:String})
   AND ({severity:String} = '' OR severity = {severity:String})
   AND ({host:String} = '' OR host = {host:String})"""
 
+# each job's clock; a job missing from it (no telemetry yet) gets the epoch, i.e. no cut
+_CLOCK = "LEFT JOIN (SELECT job_id, max(last_ts) AS job_last FROM job_clock GROUP BY job_id) AS c USING (job_id)"
+
+
+def _since(col: str) -> str:
+    return f"({{range_s:UInt32}} = 0 OR {col} >= job_last - toIntervalSecond({{range_s:UInt32}}))"
+
+
+_IN_RANGE = f"(status = 'firing' OR {_since('last_seen')})"
+
 _CURRENT_SQL = f"""
 SELECT job_id, fingerprint, alert, subject, host, status, severity, summary,
        toUnixTimestamp64Milli(first_seen) AS first_ms, toUnixTimestamp64Milli(last_seen) AS last_ms,
        toUnixTimestamp64Milli(updated) AS updated_ms, evidence
-FROM alerts_current
-WHERE {_FILTER} AND ({{status:String}} = '' OR status = {{status:String}})
+FROM alerts_current {_CLOCK}
+WHERE {_FILTER} AND ({{status:String}} = '' OR status = {{status:String}}) AND {_IN_RANGE}
 ORDER BY status = 'firing' DESC, indexOf(['critical', 'error', 'warning', 'info'], severity), updated DESC
 LIMIT {{limit:UInt32}}
 """
 
 _HISTORY_SQL = f"""
 SELECT toUnixTimestamp64Milli(ts) AS t_ms, job_id, fingerprint, alert, subject, host, status, severity, summary
-FROM alert_events
-WHERE {_FILTER} AND ({{status:String}} = '' OR status = {{status:String}})
+FROM alert_events {_CLOCK}
+WHERE {_FILTER} AND ({{status:String}} = '' OR status = {{status:String}}) AND {_since('ts')}
 ORDER BY ts DESC LIMIT {{limit:UInt32}}
 """
 
@@ -38,7 +51,8 @@ FROM alerts_current WHERE ({job:String} = '' OR job_id = {job:String})
 """
 
 _COUNTS_SQL = f"""
-SELECT severity, status, count() AS n FROM alerts_current WHERE {_FILTER} GROUP BY severity, status
+SELECT severity, status, count() AS n FROM alerts_current {_CLOCK} WHERE {_FILTER} AND {_IN_RANGE}
+GROUP BY severity, status
 """
 
 
@@ -49,10 +63,11 @@ class AlertFilter:
     severity: str | None = None
     host: str | None = None
     status: str | None = None
+    range_s: int | None = None  # seconds before each job's latest event; None: the whole history
 
     def params(self, **extra: object) -> dict[str, object]:
         return {"job": self.job or "", "kind": self.kind or "", "severity": self.severity or "",
-                "host": self.host or "", "status": self.status or "", **extra}
+                "host": self.host or "", "status": self.status or "", "range_s": self.range_s or 0, **extra}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -2,9 +2,13 @@
 
 Peers are the hosts of the same pipeline stage(s) (from `job_ranks`; first and last
 stages legitimately do more work), which is the whole fleet when pp = 1. Deviation =
-(host mean - peer median) / peer median. Rows are ranked by their largest |deviation|
-(window functions, one scan of `phase_host_windows`) so the worst hosts come first and
-a 1024-host job can be cut to its top rows without losing the outlier.
+(host mean - peer median) / peer median. The peer median is the lower median
+(`quantileExactLow`): in an even group it is the faster of the two middle hosts, so a
+group split in half shows its slow half as slower. With two hosts (a small DDP job) the
+slow one reads +x% against the healthy one, which reads 0%; the upper median would
+instead show the slow host at 0% and the healthy one below it. Rows are ranked by their
+largest |deviation| (window functions, one scan of `phase_host_windows`) so the worst
+hosts come first and a 1024-host job can be cut to its top rows without losing the outlier.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ FROM (
         SELECT *, if(median_ms > 0, (mean_ms - median_ms) / median_ms, 0) AS dev
         FROM (
             SELECT c.host AS host, c.col AS col, c.mean_ms AS mean_ms, c.peak_ms AS max_ms, c.samples AS n,
-                   quantileExact(0.5)(c.mean_ms) OVER (PARTITION BY c.col, if(p.stages = '', '-', p.stages))
+                   quantileExactLow(0.5)(c.mean_ms) OVER (PARTITION BY c.col, if(p.stages = '', '-', p.stages))
                        AS median_ms
             FROM ({per_cell}) AS c LEFT JOIN {_PEERS} AS p ON p.host = c.host)))
 """

@@ -1,24 +1,32 @@
-"""3D-parallel view: each rank's recent phase (or step) time laid out by its (dp, pp, tp) coordinates.
+"""3D-parallel view: each rank's phase (or step) time over the time range, laid out by its (dp, pp, tp) coordinates.
 
-Reads only the last `steps` steps of `step_timings` (the primary key starts with
-(job_id, step), so this is a narrow range read) and aggregates per rank in ClickHouse.
+The range's steps come from the `job_steps` rollup (steps whose time overlaps the window);
+at most `steps` of them are read from `step_timings`, evenly spaced and ending at the
+range's last step. Its primary key starts with (job_id, step), so the read stays narrow
+and its cost does not grow with the range; the per-rank means are aggregated in ClickHouse.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dashboard.queries.window import Window
 from dashboard.store import Store
 
-_SQL = """
-SELECT *, quantileExact(0.5)(mean_ms) OVER () AS median_ms FROM (
-WITH (SELECT max(step) FROM step_timings WHERE job_id = {job:String}) AS newest_step
+_STEPS_IN_RANGE = ("FROM job_steps WHERE job_id = {job:String} "
+                   "AND last_ts >= fromUnixTimestamp64Milli({t0:Int64}, 'UTC') "
+                   "AND first_ts <= fromUnixTimestamp64Milli({t1:Int64}, 'UTC')")
+
+_SQL = f"""
+SELECT *, quantileExactLow(0.5)(mean_ms) OVER () AS median_ms FROM (
+WITH (SELECT minOrNull(step) {_STEPS_IN_RANGE}) AS lo, (SELECT maxOrNull(step) {_STEPS_IN_RANGE}) AS hi,
+     intDiv(hi - lo + {{steps:UInt64}}, {{steps:UInt64}}) AS every
 SELECT rank, any(host) AS host, any(dp) AS dp, any(tp) AS tp, any(pp) AS pp,
-       avg(if({phase:String} = '', step_ms, phases[{phase:String}])) AS mean_ms, count() AS samples,
-       min(step) AS first_step, max(step) AS last_step
+       avg(if({{phase:String}} = '', step_ms, phases[{{phase:String}}])) AS mean_ms, count() AS samples,
+       min(step) AS first_step, max(step) AS last_step, any(every) AS stride
 FROM step_timings
-WHERE job_id = {job:String} AND step + {steps:UInt64} > newest_step
-      AND ({phase:String} = '' OR mapContains(phases, {phase:String}))
+WHERE job_id = {{job:String}} AND step >= lo AND step <= hi AND (hi - step) % every = 0
+      AND ({{phase:String}} = '' OR mapContains(phases, {{phase:String}}))
 GROUP BY rank) ORDER BY rank
 """
 
@@ -43,7 +51,7 @@ class RankCell:
     tp: int
     pp: int
     mean_ms: float
-    median_ms: float  # over all ranks
+    median_ms: float  # lower median over all ranks (as the heatmap's: a 2-rank job's slow rank reads slower)
 
     @property
     def dev(self) -> float:
@@ -55,15 +63,18 @@ class ParallelView:
     phase: str  # '' = whole step
     first_step: int
     last_step: int
+    stride: int  # every `stride`-th step of the range was read (1: all of them)
     ranks: list[RankCell]
 
 
-def parallel_view(store: Store, job: str, *, phase: str | None, steps: int = 50) -> ParallelView:
-    rows = store.rows("per-rank times", _SQL, {"job": job, "phase": phase or "", "steps": steps})
+def parallel_view(store: Store, win: Window, *, phase: str | None, steps: int = 50) -> ParallelView:
+    """Per-rank means over the range's steps (at most `steps` of them, evenly spaced, the last one included)."""
+    rows = store.rows("per-rank times", _SQL, win.params(phase=phase or "", steps=max(1, steps)))
     cells = [RankCell(rank=int(r["rank"]), host=str(r["host"]), dp=int(r["dp"]), tp=int(r["tp"]), pp=int(r["pp"]),
                       mean_ms=float(r["mean_ms"]), median_ms=float(r["median_ms"])) for r in rows]
     return ParallelView(phase=phase or "", first_step=min((int(r["first_step"]) for r in rows), default=0),
-                        last_step=max((int(r["last_step"]) for r in rows), default=0), ranks=cells)
+                        last_step=max((int(r["last_step"]) for r in rows), default=0),
+                        stride=max((int(r["stride"]) for r in rows), default=1), ranks=cells)
 
 
 def host_at(store: Store, job: str, *, dp: int, pp: int, tp: int) -> str | None:
