@@ -18,6 +18,7 @@ from dashboard.store import StoreError
 from vigil.errors import VigilError
 
 GRAPH_CONFIG = {"displaylogo": False, "responsive": True}
+SPARK_BARS = "▁▂▃▄▅▆▇█"
 
 
 def store_error(message: str) -> Component:
@@ -94,3 +95,18 @@ def fmt_ms(v: float | None) -> str:
 
 def fmt_pct(v: float | None, digits: int = 1) -> str:
     return "-" if v is None else f"{100 * v:.{digits}f}%"
+
+
+def sparkline(values: Sequence[float | None], *, min_span: float = 0.1) -> str:
+    """One bar character per value (None: a space), scaled from the smallest to the largest value.
+
+    The scale spans at least `min_span` x the largest value, so a flat series with a few
+    percent of noise stays low and flat instead of filling the full height.
+    """
+    known = [v for v in values if v is not None]
+    if not known:
+        return ""
+    lo, hi = min(known), max(known)
+    span = max(hi - lo, min_span * abs(hi)) or 1.0
+    top = len(SPARK_BARS) - 1
+    return "".join(" " if v is None else SPARK_BARS[min(top, int((v - lo) / span * (top + 1)))] for v in values)

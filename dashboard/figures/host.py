@@ -1,4 +1,4 @@
-"""Host figures: heartbeats, NIC throughput per device, GPU state per GPU, phase deviation."""
+"""Host figures: heartbeats, NIC throughput per port, GPU state per GPU and throttle reasons, phase deviation."""
 
 from __future__ import annotations
 
@@ -27,13 +27,16 @@ def heartbeat_figure(v: HostView) -> go.Figure:
 
 
 def nic_figure(v: HostView) -> go.Figure:
-    title = "NIC throughput (tx + rx)"
+    title = "NIC throughput per port (tx + rx)"
     if not v.nics:
         return empty(title, "no NIC samples from this host in this time range")
     fig = go.Figure()
     for s in v.nics:
+        split = [[float(t) / 1e9, float(r) / 1e9]
+                 for t, r in zip(s.values["tx_mean_bps"], s.values["rx_mean_bps"], strict=True)]
         fig.add_trace(go.Scatter(x=times(s.t_ms), y=[b / 1e9 for b in s.values["bps"]], name=s.name, mode="lines",
-                                 hovertemplate="%{x}<br>%{y:.2f} GB/s<extra>" + s.name + "</extra>"))
+                                 customdata=split, hovertemplate="%{x}<br>%{y:.2f} GB/s (tx %{customdata[0]:.2f}, "
+                                 "rx %{customdata[1]:.2f})<extra>" + s.name + "</extra>"))
     fig.update_yaxes(title_text="GB/s", rangemode="tozero")
     return styled(fig, title=title, height=280, key=f"nic/{v.host}")
 
@@ -42,17 +45,24 @@ def gpu_figure(v: HostView) -> go.Figure:
     title = "GPUs: utilisation, temperature, SM clock, throttling"
     if not v.gpus:
         return empty(title, "no GPU readings from this host in this time range")
+    throttle_title = "throttle reasons (GPU samples)" if v.throttle else "throttle reasons: none reported"
     fig = make_subplots(rows=4, cols=1, shared_xaxes=True, vertical_spacing=0.04,
-                        subplot_titles=("utilisation %", "temperature °C", "SM clock MHz", "throttled samples"))
+                        subplot_titles=("utilisation %", "temperature °C", "SM clock MHz", throttle_title))
     for s in v.gpus:
         x = times(s.t_ms)
         name = f"GPU {s.name}"
-        for row, key in enumerate(("util_pct", "temp_c", "sm_clock_mhz", "throttled"), start=1):
+        for row, key in enumerate(("util_pct", "temp_c", "sm_clock_mhz"), start=1):
             values = s.values[key]
             if all(val is None for val in values):
                 continue
             fig.add_trace(go.Scatter(x=x, y=values, name=name, legendgroup=name, showlegend=row == 1, mode="lines",
                                      hovertemplate="%{x}<br>%{y}<extra>" + name + "</extra>"), row=row, col=1)
+    for s in v.throttle:  # stacked: one colour per NVML reason
+        fig.add_trace(go.Bar(x=times(s.t_ms), y=s.values["samples"], name=s.name, legendgroup="throttle",
+                             customdata=s.values["gpus"],
+                             hovertemplate="%{x}<br>%{y} samples, GPUs %{customdata}<extra>" + s.name + "</extra>"),
+                      row=4, col=1)
+    fig.update_layout(barmode="stack")
     return styled(fig, title=title, height=560, key=f"gpu/{v.host}")
 
 

@@ -1,7 +1,7 @@
 """Host — what is wrong with this machine?
 
-Its alerts, phase times against its peers, heartbeats, NIC throughput per device,
-GPU utilisation / temperature / clocks / throttling, and recent classified log lines.
+Its alerts, phase times against its peers, heartbeats, NIC throughput per port,
+GPU utilisation / temperature / clocks / throttle reasons, and recent classified log lines.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Overview — which jobs run, and are they healthy?
 
-Every job: latest step time and MFU, effective training time ratio so far, hosts
-reporting, firing alerts by severity. The selected job: step time and MFU over the
-chosen range.
+Every job: latest step time and MFU with their trend over the chosen range (a
+sparkline each), effective training time ratio so far, hosts reporting, firing alerts
+by severity. The selected job: step time and MFU over the chosen range, charted.
 """
 
 from __future__ import annotations
@@ -10,11 +10,12 @@ from __future__ import annotations
 from dash import dcc, html
 from dash.development.base_component import Component
 
-from dashboard.components import fmt_ms, fmt_pct, graph, notice, panel, stat, table
+from dashboard.components import fmt_ms, fmt_pct, graph, notice, panel, sparkline, stat, table
 from dashboard.figures.overview import step_figure
 from dashboard.pages.base import PageView
 from dashboard.queries import heatmap as qh
 from dashboard.queries import overview as q
+from dashboard.queries import trends as qt
 from dashboard.queries.window import to_dt
 from dashboard.selection import page_href
 
@@ -24,23 +25,36 @@ def _alerts_cell(alerts: dict[str, int]) -> Component:
     return html.Span(parts) if parts else html.Span("none", className="ok")
 
 
+def _trend(values: list[float | None], fmt: str, cls: str) -> Component:
+    known = [x for x in values if x is not None]
+    if not known:
+        return html.Span("-")
+    span = f"{fmt.format(min(known))} - {fmt.format(max(known))}"
+    return html.Span(sparkline(values), className=f"spark {cls}", title=f"{span} over {len(values)} buckets")
+
+
 def _jobs_table(v: PageView) -> Component:
     health = q.job_health(v.store)
+    trends = qt.job_trends(v.store, v.sel.range_seconds)
     rows = []
     for j in v.jobs:
         h = health.get(j.job_id)
+        t = trends.get(j.job_id)
         link = dcc.Link(j.job_id, href=page_href("/overview", v.sel, job=j.job_id))
         reporting = "-" if h is None or not h.hosts_known else f"{h.hosts_reporting}/{max(h.hosts_known, j.n_hosts)}"
         rows.append([
             link, j.name, f"{j.world_size} GPUs" if j.world_size else "-",
             f"tp{j.tp} pp{j.pp} dp{j.dp}" if j.world_size else "-",
             "-" if h is None or h.last_step is None else str(h.last_step),
-            fmt_ms(None if h is None else h.last_step_ms), fmt_pct(None if h is None else h.last_mfu),
+            fmt_ms(None if h is None else h.last_step_ms), _trend(t.step_ms if t else [], "{:,.0f} ms", "step"),
+            fmt_pct(None if h is None else h.last_mfu),
+            _trend([None if m is None else 100 * m for m in t.mfu] if t else [], "{:.1f}%", "mfu"),
             fmt_pct(None if h is None else h.ettr), reporting,
             _alerts_cell(h.alerts if h else {}), to_dt(j.last_ms).strftime("%Y-%m-%d %H:%M:%S"),
         ])
-    return table(["job", "name", "size", "layout", "step", "step time", "MFU", "ETTR", "hosts reporting",
-                  "firing alerts", "latest event (UTC)"], rows, id="jobs-table", empty="no jobs have reported yet")
+    return table(["job", "name", "size", "layout", "step", "step time", "step time trend", "MFU", "MFU trend", "ETTR",
+                  "hosts reporting", "firing alerts", "latest event (UTC)"], rows, id="jobs-table",
+                 empty="no jobs have reported yet")
 
 
 def _job_detail(v: PageView) -> Component:
@@ -54,7 +68,7 @@ def _job_detail(v: PageView) -> Component:
         cards = [
             stat("effective training time ratio", fmt_pct(health.ettr),
                  tone="bad" if health.ettr is not None and health.ettr < 0.9 else "",
-                 title="distinct steps x median step time / wall time since the first step"),
+                 title="distinct steps x median step time / wall time from the first step to the job's latest event"),
             stat("median step time", fmt_ms(health.median_step_ms)),
             stat("latest MFU", fmt_pct(health.last_mfu)),
             stat("hosts reporting", f"{health.hosts_reporting}/{max(health.hosts_known, v.job.n_hosts)}",

@@ -1,4 +1,10 @@
-"""Host: one machine's heartbeats, NIC throughput, GPU state, classified logs and alerts."""
+"""Host: one machine's heartbeats, NIC throughput per port, GPU state, classified logs and alerts.
+
+One host's raw rows are a primary-key range of each table (`job_id, host, ...`), so the
+page reads them directly and buckets them in ClickHouse: NIC throughput per (device,
+port) from `nic_counters` (the `nic_windows` rollup has no port), GPU throttling per
+reason (NVML's reasons, one `ARRAY JOIN` over `gpu_stats.throttle_reasons`).
+"""
 
 from __future__ import annotations
 
@@ -26,16 +32,25 @@ SELECT {_BUCKET} AS t_ms, count() AS beats, max(interval_s) AS interval_s,
 FROM heartbeats WHERE {_HOST} AND {ts_in_window()} GROUP BY t_ms ORDER BY t_ms
 """
 
+# an Ethernet interface has port 0 (named by its device alone); RDMA ports count from 1
 _NIC_SQL = f"""
-SELECT device, {_BUCKET.replace("ts,", "bucket,")} AS t_ms, sum(sum_bps) / sum(n) AS bps, min(min_bps) AS low_bps
-FROM nic_windows WHERE {_HOST} AND {ts_in_window("bucket")} GROUP BY device, t_ms ORDER BY device, t_ms
+SELECT if(port = 0, toString(device), concat(device, ' port ', toString(port))) AS nic, {_BUCKET} AS t_ms,
+       avg(tx_bps + rx_bps) AS bps, min(tx_bps + rx_bps) AS low_bps,
+       avg(tx_bps) AS tx_mean_bps, avg(rx_bps) AS rx_mean_bps
+FROM nic_counters WHERE {_HOST} AND {ts_in_window()} GROUP BY device, port, t_ms ORDER BY device, port, t_ms
 """
 
 _GPU_SQL = f"""
 SELECT gpu, {_BUCKET} AS t_ms, avg(util_pct) AS util_pct, max(temp_c) AS temp_c, avg(sm_clock_mhz) AS sm_clock_mhz,
-       avg(power_w) AS power_w, countIf(notEmpty(throttle_reasons)) AS throttled,
-       arrayStringConcat(groupUniqArrayArray(throttle_reasons), ',') AS reasons
+       avg(power_w) AS power_w
 FROM gpu_stats WHERE {_HOST} AND {ts_in_window()} GROUP BY gpu, t_ms ORDER BY gpu, t_ms
+"""
+
+_THROTTLE_SQL = f"""
+SELECT reason, {_BUCKET} AS t_ms, count() AS samples, arrayStringConcat(arraySort(groupUniqArray(toString(gpu))), ',')
+           AS gpus
+FROM gpu_stats ARRAY JOIN throttle_reasons AS reason
+WHERE {_HOST} AND {ts_in_window()} GROUP BY reason, t_ms ORDER BY reason, t_ms
 """
 
 _LOG_COUNTS_SQL = f"""
@@ -76,8 +91,9 @@ class HostView:
     identity: Row | None
     bucket_s: int
     heartbeats: Series
-    nics: list[Series]
+    nics: list[Series]  # one per NIC port
     gpus: list[Series]
+    throttle: list[Series]  # one per throttle reason: GPU samples reporting it, and which GPUs
     log_counts: list[Row]
     logs: list[Row]
     exits: list[Row]
@@ -100,14 +116,14 @@ def host_view(store: Store, win: Window, host: str, *, max_points: int, log_limi
     if ident is not None and not int(ident["n"]):
         ident = None
     hb = store.rows("heartbeats", _HEARTBEATS_SQL, p)
-    nic_p = dict(p, bucket=win.bucket_s(max_points, minimum=10))
     return HostView(
         host=host, identity=ident, bucket_s=int(p["bucket"]),
         heartbeats=Series(name="heartbeats", t_ms=[int(r["t_ms"]) for r in hb], values={
             f: [r[f] for r in hb] for f in ("beats", "interval_s", "procs_running", "gpus_throttled", "ecc")}),
-        nics=_series_by(store.rows("NIC throughput", _NIC_SQL, nic_p), "device", ("bps", "low_bps")),
-        gpus=_series_by(store.rows("GPU state", _GPU_SQL, p), "gpu",
-                        ("util_pct", "temp_c", "sm_clock_mhz", "power_w", "throttled", "reasons")),
+        nics=_series_by(store.rows("NIC throughput per port", _NIC_SQL, p), "nic",
+                        ("bps", "low_bps", "tx_mean_bps", "rx_mean_bps")),
+        gpus=_series_by(store.rows("GPU state", _GPU_SQL, p), "gpu", ("util_pct", "temp_c", "sm_clock_mhz", "power_w")),
+        throttle=_series_by(store.rows("GPU throttle reasons", _THROTTLE_SQL, p), "reason", ("samples", "gpus")),
         log_counts=store.rows("log line counts", _LOG_COUNTS_SQL, p),
         logs=store.rows("recent log lines", _LOGS_SQL, p),
         exits=store.rows("process exits", _EXITS_SQL, p),

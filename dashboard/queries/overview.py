@@ -1,8 +1,11 @@
 """Overview: per job health figures (so far) and the step time / MFU series of one job.
 
 Effective training time ratio (MegaScale): distinct steps completed x median step time
-/ wall time since the job's first event. Re-run steps (after a restart from a
-checkpoint) count once, and stalls and restarts add wall time, so the ratio drops.
+/ wall time from the first step to the job's latest event (its event-time clock: steps,
+heartbeats, NIC samples), never the wall clock. Re-run steps (after a restart from a
+checkpoint) count once; stalls and restarts add wall time, also a stall still going on
+(the agents keep reporting while no step completes), so the ratio drops; a finished job,
+whose agents have stopped, keeps its final ratio.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from dashboard.queries.window import Window, ts_in_window
 from dashboard.store import Store
 
 # one row per (job, step): job_steps is an AggregatingMergeTree whose parts may not be merged yet
-_PER_STEP = """
+PER_STEP = """
 SELECT job_id, step, sum(sum_step_ms) / greatest(sum(ranks), 1) AS step_ms, max(max_step_ms) AS max_step_ms,
        if(sum(n_mfu) > 0, sum(sum_mfu) / sum(n_mfu), NULL) AS mfu, sum(sum_tokens) AS tokens,
        sum(failed) AS failed, min(first_ts) AS s_first_ts, max(last_ts) AS s_last_ts
@@ -21,11 +24,11 @@ FROM job_steps {where} GROUP BY job_id, step
 """
 
 _HEALTH_SQL = f"""
-WITH steps AS ({_PER_STEP.format(where="")}),
+WITH steps AS ({PER_STEP.format(where="")}),
 per_job AS (
     SELECT job_id, count() AS steps, max(step) AS last_step, quantileExact(0.5)(step_ms) AS median_step_ms,
            argMax(step_ms, step) AS last_step_ms, argMax(mfu, step) AS last_mfu,
-           (toUnixTimestamp64Milli(max(s_last_ts)) - toUnixTimestamp64Milli(min(s_first_ts))) AS span_ms
+           toUnixTimestamp64Milli(min(s_first_ts)) AS first_ms, toUnixTimestamp64Milli(max(s_last_ts)) AS last_ms
     FROM steps GROUP BY job_id),
 clock AS (SELECT job_id, max(last_ts) AS last_ts FROM job_clock GROUP BY job_id),
 presence AS (
@@ -40,7 +43,8 @@ firing AS (
     FROM alerts_current WHERE status = 'firing' GROUP BY job_id)
 SELECT c.job_id AS job_id, s.steps AS steps, s.last_step AS last_step, s.median_step_ms AS median_step_ms,
        s.last_step_ms AS last_step_ms, s.last_mfu AS last_mfu,
-       if(s.steps > 0, least(1.0, s.steps * s.median_step_ms / (s.span_ms + s.median_step_ms)), NULL) AS ettr,
+       if(s.steps > 0, least(1.0, s.steps * s.median_step_ms / (greatest(toUnixTimestamp64Milli(c.last_ts), s.last_ms)
+                                                               - s.first_ms + s.median_step_ms)), NULL) AS ettr,
        p.reporting AS reporting, p.known AS known,
        f.critical AS critical, f.error AS error, f.warning AS warning, f.info AS info
 FROM clock AS c
@@ -51,7 +55,7 @@ SETTINGS join_use_nulls = 1
 """
 
 _SERIES_SQL = f"""
-WITH steps AS ({_PER_STEP.format(where="WHERE job_id = {job:String} AND " + ts_in_window("last_ts"))})
+WITH steps AS ({PER_STEP.format(where="WHERE job_id = {job:String} AND " + ts_in_window("last_ts"))})
 SELECT toUnixTimestamp64Milli(toDateTime64(toStartOfInterval(s_last_ts, toIntervalSecond({{bucket:UInt32}})), 3))
            AS t_ms,
        avg(step_ms) AS step_ms, max(max_step_ms) AS max_step_ms, avg(mfu) AS mfu,

@@ -34,24 +34,20 @@ def _recent() -> datetime:
     return (datetime.now(UTC) - timedelta(hours=1)).replace(second=0, microsecond=0)
 
 
-def populate(client: Any, *, job: str = JOB, hosts: int = HOSTS, steps: int = STEPS) -> SimRun:
-    """Simulate `job` into the database of `client`; returns what was injected and raised."""
-    from analyzer.engine import replay
+def simulate(client: Any, *, job: str, hosts: int, steps: int, faults: list[str], pp: int = 1,
+             start: datetime | None = None) -> tuple[list[str], int]:
+    """Simulate `job` (fault specs as for `vigil simulate --fault`) into `client`'s database.
+
+    Returns the job's host names and the number of events written."""
     from analyzer.ingest.writer import ClickHouseWriter
-    from analyzer.settings import AnalyzerSettings
     from analyzer.simulator.faults import parse_fault
     from analyzer.simulator.layout import Layout
     from analyzer.simulator.model import SimConfig, Simulation
     from analyzer.simulator.runner import run
 
-    faults = [
-        parse_fault(f"straggler:host={STRAGGLER},phase={STRAGGLER_PHASE},start=40,magnitude=0.2"),
-        parse_fault(f"traffic_stop:host={STALL_HOST},nic={STALL_NIC},start=120,duration=40"),
-        parse_fault(f"xid:host={XID_HOST},start=150"),
-    ]
-    layout = Layout(hosts=hosts, gpus_per_host=4)
-    sim = Simulation(SimConfig(job=job, layout=layout, faults=faults, seed=7,
-                               start=_recent()))
+    layout = Layout(hosts=hosts, gpus_per_host=4, pp=pp)
+    sim = Simulation(SimConfig(job=job, layout=layout, faults=[parse_fault(f) for f in faults], seed=7,
+                               start=start or _recent()))
     writer = ClickHouseWriter(client=client, check_existing=False)
     pending: list[Any] = []
 
@@ -63,6 +59,20 @@ def populate(client: Any, *, job: str = JOB, hosts: int = HOSTS, steps: int = ST
 
     events = run(sim, steps, send, speed=0)
     writer.write(pending)
+    return layout.host_names(), events
+
+
+def populate(client: Any, *, job: str = JOB, hosts: int = HOSTS, steps: int = STEPS) -> SimRun:
+    """Simulate `job` into the database of `client`; returns what was injected and raised."""
+    from analyzer.engine import replay
+    from analyzer.ingest.writer import ClickHouseWriter
+    from analyzer.settings import AnalyzerSettings
+
+    names, events = simulate(client, job=job, hosts=hosts, steps=steps, faults=[
+        f"straggler:host={STRAGGLER},phase={STRAGGLER_PHASE},start=40,magnitude=0.2",
+        f"traffic_stop:host={STALL_HOST},nic={STALL_NIC},start=120,duration=40",
+        f"xid:host={XID_HOST},start=150",
+    ])
     alerts = replay(client, AnalyzerSettings(eval_step_s=4.0), job)
-    writer.write(alerts)
-    return SimRun(job=job, hosts=layout.host_names(), alerts=alerts, events=events)
+    ClickHouseWriter(client=client, check_existing=False).write(alerts)
+    return SimRun(job=job, hosts=names, alerts=alerts, events=events)

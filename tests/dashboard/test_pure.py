@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from dashboard.components import sparkline
 from dashboard.figures.heatmap import heatmap_figure
 from dashboard.figures.network import network_figure
 from dashboard.queries.heatmap import Cell, Matrix
@@ -62,3 +63,11 @@ def test_settings_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     s = DashboardSettings.load()
     assert (s.port, s.refresh_s, s.host) == (0, 30.0, "127.0.0.1")
     assert DashboardSettings.config_section == "dashboard"
+
+
+def test_sparkline_scales_and_keeps_gaps() -> None:
+    assert sparkline([]) == "" and sparkline([None, None]) == ""
+    assert sparkline([100.0, None, 200.0, 150.0]) == "▁ █▅"
+    assert sparkline([1000.0, 1010.0, 1000.0]) == "▁▁▁"  # 1% noise stays flat
+    assert sparkline([1000.0, 1050.0, 1200.0]) == "▁▃█"
+    assert sparkline([5.0, 5.0]) == "▁▁" and sparkline([0.0, 0.0]) == "▁▁"

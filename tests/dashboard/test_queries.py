@@ -68,7 +68,7 @@ def test_heatmap_ranks_the_straggler_first(store: Store) -> None:
 def test_host_view(store: Store) -> None:
     v = host.host_view(store, window(store), XID_HOST, max_points=200)
     assert v.identity is not None and v.identity["gpus"] == 4
-    assert {s.name for s in v.nics} == {"mlx5_0", "mlx5_1"} and len(v.gpus) == 4
+    assert {s.name for s in v.nics} == {"mlx5_0 port 1", "mlx5_1 port 1"} and len(v.gpus) == 4 and v.throttle == []
     assert any(r["category"] == "xid" and r["xid"] == 79 for r in v.logs)
     assert sum(v.heartbeats.values["beats"]) > 0
     cells = heatmap.host_phases(store, window(store), STRAGGLER)
@@ -97,7 +97,7 @@ def test_alert_filters_are_bound_parameters(store: Store) -> None:
 
 
 def test_parallel_view_lays_out_ranks(store: Store) -> None:
-    v = parallel.parallel_view(store, JOB, phase=STRAGGLER_PHASE)
+    v = parallel.parallel_view(store, window(store), phase=STRAGGLER_PHASE)
     assert len(v.ranks) == HOSTS * 4 and v.last_step == STEPS - 1
     slow = {r.host for r in v.ranks if r.dev > 0.1}
     assert slow == {STRAGGLER}
