@@ -3,20 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import plotly.graph_objects as go
-
-from dashboard.queries.window import to_dt
 
 TEMPLATE = "plotly_white"
 SEVERITY_COLORS = {"critical": "#b2182b", "error": "#ef6548", "warning": "#fdae61", "info": "#74add1"}
 DEVIATION_SCALE = "RdBu_r"
 
 
-def times(t_ms: Sequence[int]) -> list[datetime]:
-    return [to_dt(t) for t in t_ms]
+def times(t_ms: Sequence[int]) -> npt.NDArray[np.datetime64]:
+    """UTC instants as one array: plotly validates and serialises it whole, not item by item."""
+    return np.asarray(t_ms, dtype="datetime64[ms]")
+
+
+def instant(t_ms: int) -> str:
+    """One UTC instant as the axes above show it (ISO, no offset)."""
+    return str(np.datetime64(int(t_ms), "ms"))
 
 
 def styled(fig: go.Figure, *, title: str, height: int = 320, key: str = "", **layout: Any) -> go.Figure:

@@ -30,13 +30,14 @@ def nic_figure(v: HostView) -> go.Figure:
     title = "NIC throughput per port (tx + rx)"
     if not v.nics:
         return empty(title, "no NIC samples from this host in this time range")
-    fig = go.Figure()
+    traces = []
     for s in v.nics:
         split = [[float(t) / 1e9, float(r) / 1e9]
                  for t, r in zip(s.values["tx_mean_bps"], s.values["rx_mean_bps"], strict=True)]
-        fig.add_trace(go.Scatter(x=times(s.t_ms), y=[b / 1e9 for b in s.values["bps"]], name=s.name, mode="lines",
+        traces.append(go.Scatter(x=times(s.t_ms), y=[b / 1e9 for b in s.values["bps"]], name=s.name, mode="lines",
                                  customdata=split, hovertemplate="%{x}<br>%{y:.2f} GB/s (tx %{customdata[0]:.2f}, "
                                  "rx %{customdata[1]:.2f})<extra>" + s.name + "</extra>"))
+    fig = go.Figure(traces)  # one call: adding traces one by one re-validates the figure each time
     fig.update_yaxes(title_text="GB/s", rangemode="tozero")
     return styled(fig, title=title, height=280, key=f"nic/{v.host}")
 
@@ -48,6 +49,8 @@ def gpu_figure(v: HostView) -> go.Figure:
     throttle_title = "throttle reasons (GPU samples)" if v.throttle else "throttle reasons: none reported"
     fig = make_subplots(rows=4, cols=1, shared_xaxes=True, vertical_spacing=0.04,
                         subplot_titles=("utilisation %", "temperature °C", "SM clock MHz", throttle_title))
+    traces: list[go.Scatter | go.Bar] = []
+    rows: list[int] = []
     for s in v.gpus:
         x = times(s.t_ms)
         name = f"GPU {s.name}"
@@ -55,13 +58,15 @@ def gpu_figure(v: HostView) -> go.Figure:
             values = s.values[key]
             if all(val is None for val in values):
                 continue
-            fig.add_trace(go.Scatter(x=x, y=values, name=name, legendgroup=name, showlegend=row == 1, mode="lines",
-                                     hovertemplate="%{x}<br>%{y}<extra>" + name + "</extra>"), row=row, col=1)
+            traces.append(go.Scatter(x=x, y=values, name=name, legendgroup=name, showlegend=row == 1, mode="lines",
+                                     hovertemplate="%{x}<br>%{y}<extra>" + name + "</extra>"))
+            rows.append(row)
     for s in v.throttle:  # stacked: one colour per NVML reason
-        fig.add_trace(go.Bar(x=times(s.t_ms), y=s.values["samples"], name=s.name, legendgroup="throttle",
+        traces.append(go.Bar(x=times(s.t_ms), y=s.values["samples"], name=s.name, legendgroup="throttle",
                              customdata=s.values["gpus"],
-                             hovertemplate="%{x}<br>%{y} samples, GPUs %{customdata}<extra>" + s.name + "</extra>"),
-                      row=4, col=1)
+                             hovertemplate="%{x}<br>%{y} samples, GPUs %{customdata}<extra>" + s.name + "</extra>"))
+        rows.append(4)
+    fig.add_traces(traces, rows=rows, cols=[1] * len(rows))
     fig.update_layout(barmode="stack")
     return styled(fig, title=title, height=560, key=f"gpu/{v.host}")
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from dashboard.figures.base import empty, styled, times
+from dashboard.figures.base import empty, instant, styled, times
 from dashboard.queries.network import NetworkView
-from dashboard.queries.window import to_dt
 
 STALL_COLORS = {"stop": "rgba(178,24,43,0.18)", "drop": "rgba(253,174,97,0.25)"}
 
@@ -36,7 +35,7 @@ def network_figure(v: NetworkView, *, title: str) -> go.Figure:
                                      marker={"symbol": "x", "size": 9, "color": "#b2182b"}, name=f"stall {name}",
                                      showlegend=False, hovertemplate="%{x}<br>stalled<extra>" + name + "</extra>"))
     for st in v.stalls[:30]:
-        fig.add_vrect(x0=to_dt(st.start_ms), x1=to_dt(st.end_ms), fillcolor=STALL_COLORS.get(st.kind, "#ccc"),
+        fig.add_vrect(x0=instant(st.start_ms), x1=instant(st.end_ms), fillcolor=STALL_COLORS.get(st.kind, "#ccc"),
                       line_width=0, layer="below",
                       annotation_text=f"{st.kind}: {st.host}/{st.device}", annotation_position="top left",
                       annotation_font_size=10)

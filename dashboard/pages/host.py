@@ -73,11 +73,11 @@ def _phases(v: PageView, host: str) -> Component:
 def _picker(v: PageView) -> Component:
     assert v.job is not None and v.window is not None
     hosts = q.job_hosts(v.store, v.job.job_id)
-    worst = qh.phase_matrix(v.store, v.window, rows=5, mode="worst").hosts
+    worst = [] if v.sel.host else qh.phase_matrix(v.store, v.window, rows=5, mode="worst").hosts
     return html.Div([
         selector("host", [(h, h) for h in hosts], v.sel.host, label="host", placeholder="pick a host"),
         html.Span(["slowest hosts: "] + [dcc.Link(h, href=page_href("/host", v.sel, host=h), className="chip")
-                                         for h in worst], className="hint") if worst and not v.sel.host else None,
+                                         for h in worst], className="hint") if worst else None,
     ], className="controls")
 
 
