@@ -40,6 +40,8 @@ class AnalyzerSettings(VigilBaseSettings):
     refresh_s: float = Field(default=60.0, gt=0, description="re-publish a firing alert at most this often")
     # straggler
     straggler_min_slowdown_pct: float = Field(default=3.0, gt=0)
+    straggler_min_excess_ms: float = Field(default=1.0, ge=0,
+                                           description="a flagged window is also this many ms above the median")
     straggler_z: float = Field(default=4.0, gt=0, description="robust z-score (MAD) a window must also exceed")
     straggler_k: int = Field(default=3, ge=1, description="flagged windows out of the last n to fire")
     straggler_n: int = Field(default=5, ge=1)

@@ -6,8 +6,10 @@ stage(s), because first/last stages legitimately do more work (stages are read f
 steps themselves, so they are known before the job's registration arrives); a stage group
 too small for a robust centre is judged against the whole fleet with each host's time taken
 relative to the median of the other hosts of its stage (a host alone in its stage has no
-peer and is not judged). A host is flagged in a window when it is at least `straggler_min_slowdown_pct` slower than the median AND
-its robust z-score ((x - median) / (1.4826 * MAD)) is at least `straggler_z`. It
+peer and is not judged). A host is flagged in a window when it is at least `straggler_min_slowdown_pct` slower than the median,
+at least `straggler_min_excess_ms` slower in absolute terms (a tiny phase's jitter is large
+in % and costs the step nothing) AND its robust z-score ((x - median) / (1.4826 * MAD)) is
+at least `straggler_z`. It
 fires when flagged in `straggler_k` of the last `straggler_n` windows and stays
 firing while flagged in any of them. A phase slow for everyone (a checkpoint step)
 moves the median with it and flags nobody.
@@ -134,7 +136,8 @@ def judge(rows: Sequence[Mapping[str, Any]], peers: Mapping[str, str], s: Analyz
     for (phase, w, group), values in groups.items():
         if sizes[(phase, group)] >= s.straggler_min_hosts:
             for host, (slow, z, m) in flag_window(values, s).items():
-                flags[(phase, host)].append((w, slow, z, m, values[host]))
+                if values[host] - m >= s.straggler_min_excess_ms:
+                    flags[(phase, host)].append((w, slow, z, m, values[host]))
             continue
         # A stage group too small for a robust centre: judge its hosts against the whole fleet,
         # each host's time relative to its stage peers' (stages legitimately differ).
@@ -142,7 +145,7 @@ def judge(rows: Sequence[Mapping[str, Any]], peers: Mapping[str, str], s: Analyz
             relative[(phase, w)] = stage_relative({g: vs for (p, ww, g), vs in groups.items() if (p, ww) == (phase, w)})
         ratios, stage_ms = relative[(phase, w)]
         for host, (slow, z, m) in flag_window(ratios, s).items():
-            if host in values:
+            if host in values and values[host] - m * stage_ms[host] >= s.straggler_min_excess_ms:
                 flags[(phase, host)].append((w, slow, z, m * stage_ms[host], values[host]))
     windows = sorted(ends)
     findings = []

@@ -75,6 +75,16 @@ def test_straggler_tiny_stage_groups_compare_hosts_to_their_own_stage() -> None:
     assert judge(healthy, peers, s) == []
 
 
+def test_straggler_ignores_a_tiny_phase_whose_excess_costs_nothing() -> None:
+    # a 0.2 ms data-loading phase 3x slower on one host: huge in %, 0.4 ms of a step
+    s = AnalyzerSettings()
+    rows = [{"phase": phase, "window": w, "host": f"h{h}",
+             "mean_ms": base * (3.0 if h == 3 else 1 + h * 0.001), "window_end": T0 + timedelta(seconds=w)}
+            for w in range(5) for h in range(10) for phase, base in (("data", 0.2), ("forward", 5.0))]
+    assert {f.subject for f in judge(rows, {}, s)} == {"h3/forward"}
+    assert {f.subject for f in judge(rows, {}, AnalyzerSettings(straggler_min_excess_ms=0))} == {"h3/data", "h3/forward"}
+
+
 @pytest.mark.parametrize("spec, message", [
     ("bogus:host=a", "unknown kind"),
     ("straggler:start=3", "host=NAME is required"),
