@@ -4,9 +4,11 @@ Uses one embedded ClickHouse holding both jobs: the benchmark's 1024-host x 8-GP
 (bench/dashboard_render.py; straggler bench-host-0517 in `forward`) and the small
 simulated job of the dashboard tests (straggler sim-host-0005 in `backward`, a NIC stop,
 Xid errors, alerts from the analyzer's detectors). Serves the app, opens it in headless
-Chromium, writes PNGs.
+Chromium, writes PNGs. With `--url`, shoots a running dashboard instead: `make demo`'s,
+a few minutes in (the real torch job's heatmap and the alerts).
 
     python bench/dashboard_screenshots.py [--chdb /tmp/bench-dash] [--out docs]
+    python bench/dashboard_screenshots.py --url http://127.0.0.1:8050 [--out docs]
 """
 
 from __future__ import annotations
@@ -30,6 +32,10 @@ SHOTS = [
     ("dashboard-overview.png", "/overview?job=dash-sim", "#step-graph .main-svg"),
     ("dashboard-heatmap-sim.png", "/heatmap?job=dash-sim", "#heatmap-panel .main-svg"),
     ("dashboard-network.png", "/network?job=dash-sim", "#network-graph .main-svg"),
+]
+DEMO_SHOTS = [
+    ("demo-heatmap-torch.png", "/heatmap?job=demo-torch&range=15m", "#heatmap-panel .main-svg"),
+    ("demo-alerts.png", "/alerts", "#alerts-table"),
 ]
 
 
@@ -59,10 +65,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--chdb", default="/tmp/bench-dash")
     ap.add_argument("--out", default=str(ROOT / "docs"))
+    ap.add_argument("--url", default=None, help="shoot this running dashboard (e.g. make demo's) instead")
     args = ap.parse_args(argv)
-    client = ensure_data(args.chdb)
-    server = ThreadedServer(app=create_app(client, DashboardSettings(refresh_s=3600)).server)  # type: ignore[arg-type]
-    base = server.start().rstrip("/")
+    server: ThreadedServer | None = None
+    if args.url:
+        base, shots = args.url.rstrip("/"), DEMO_SHOTS
+    else:
+        client = ensure_data(args.chdb)
+        server = ThreadedServer(app=create_app(client, DashboardSettings(refresh_s=3600)).server)  # type: ignore[arg-type]
+        base, shots = server.start().rstrip("/"), SHOTS
 
     from selenium import webdriver
     from selenium.webdriver.remote.remote_connection import RemoteConnection
@@ -79,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     try:
-        for name, path, ready in SHOTS:
+        for name, path, ready in shots:
             driver.get(base + path)
             WebDriverWait(driver, 60).until(ec.presence_of_element_located(("css selector", ready)))
             time.sleep(1.5)  # let plotly finish drawing
@@ -87,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{out / name}: {(out / name).stat().st_size // 1024} KB")
     finally:
         driver.quit()
-        server.stop()
+        if server is not None:
+            server.stop()
     return 0
 
 
