@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from analyzer_helpers import heartbeats, nic, steps
+from crafted import heartbeats, nic, steps
 
 from vigil.kafka.producer import EventProducer
 from vigil.settings import VigilSettings

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
-from analyzer_helpers import T0, fingerprints, heartbeats, nic, steps
+from crafted import T0, heartbeats, nic, steps
 
 from analyzer.alerts.book import AlertBook
 from analyzer.engine import LiveCursor, evaluate, job_clocks, replay
@@ -26,6 +27,10 @@ def load(dsn: str, db: str, events: list[Event]) -> ClickHouseWriter:
 
 def run(dsn: str, db: str, job: str, **overrides: object) -> list:  # type: ignore[type-arg]
     return replay(connect(dsn, database=db), AnalyzerSettings(**overrides), job)  # type: ignore[arg-type]
+
+
+def fingerprints(alerts: list[Any], status: str = "firing") -> set[str]:
+    return {a.fingerprint for a in alerts if a.status == status}
 
 
 def test_straggler_5pct_among_1024_hosts_is_named_with_phase_and_slowdown(clickhouse_dsn: str, database: str) -> None:

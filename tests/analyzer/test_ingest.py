@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
-from analyzer_helpers import heartbeats, nic, steps
+from crafted import heartbeats, nic, steps
 
 from analyzer.ingest.loop import IngestLoop
 from analyzer.settings import AnalyzerSettings

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from analyzer_helpers import T0, heartbeats, steps
+from crafted import T0, heartbeats, steps
 
 from analyzer.alerts.book import AlertBook
 from analyzer.alerts.view import current

@@ -12,7 +12,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from collector_helpers import agent_env, read_events, start_agent, step_line, wait_for
+from agent_harness import agent_env, read_events, start_agent, step_line, wait_for
 
 from collector.agent import Agent
 from collector.settings import CollectorSettings, resolve_paths

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from collector_helpers import FakeNode
+from fake_node import FakeNode
 
 from collector.nic import RateTracker, counter_delta, read_ethernet, read_rdma
 

@@ -9,7 +9,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from collector_helpers import FakeNode, agent_env, read_events, wait_for
+from agent_harness import agent_env, read_events, wait_for
+from fake_node import FakeNode
 
 from vigil.contract import Heartbeat, LogLine, NicCounters, ProcessExit
 from vigil.settings import VigilSettings
@@ -115,7 +116,7 @@ def test_collector_mode_classifies_log_files_and_ships_fr_dumps(
 ) -> None:
     import json
 
-    from collector_helpers import start_agent
+    from agent_harness import start_agent
 
     from vigil.contract import CollectiveTrace
 

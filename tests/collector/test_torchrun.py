@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from collector_helpers import agent_env, read_events, wait_for
+from agent_harness import agent_env, read_events, wait_for
 
 from vigil.contract import ProcessExit, StepTiming
 from vigil.kafka.broker import free_port

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import random
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from vigil.contract import Heartbeat, NicCounters, ParallelCoords, ProcessState, StepTiming
 
@@ -70,7 +69,3 @@ def heartbeats(job: str, hosts: int, seconds: int, *, silent: dict[str, tuple[in
                                  processes=[ProcessState(pid=1, status="running")]))
         t += interval
     return out
-
-
-def fingerprints(alerts: list[Any], status: str = "firing") -> set[str]:
-    return {a.fingerprint for a in alerts if a.status == status}

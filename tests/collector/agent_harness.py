@@ -1,10 +1,9 @@
-"""Shared helpers of the node agent's tests: fake node trees, agent subprocesses, reading events."""
+"""Driving a real node agent in tests: its environment and subprocess, spool lines to feed it, what reached Kafka."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -18,38 +17,7 @@ from vigil.contract.wire import decode_batch
 from vigil.kafka.reader import read_topics
 from vigil.settings import VigilSettings
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 PYTHON = sys.executable
-
-
-class FakeNode:
-    """A copy of tests/fixtures' sysfs and procfs trees whose counters the test advances."""
-
-    def __init__(self, root: Path) -> None:
-        self.sysfs = root / "sysfs"
-        self.procfs = root / "procfs"
-        shutil.copytree(FIXTURES / "sysfs", self.sysfs)
-        shutil.copytree(FIXTURES / "procfs", self.procfs)
-
-    def rdma_dir(self, dev: str, port: int = 1) -> Path:
-        return self.sysfs / "class" / "infiniband" / dev / "ports" / str(port)
-
-    def set_rdma(self, dev: str, *, tx_words: int, rx_words: int, port: int = 1, **hw: int) -> None:
-        d = self.rdma_dir(dev, port)
-        (d / "counters").mkdir(parents=True, exist_ok=True)
-        (d / "counters" / "port_xmit_data").write_text(f"{tx_words}\n")
-        (d / "counters" / "port_rcv_data").write_text(f"{rx_words}\n")
-        for name, value in hw.items():
-            (d / "hw_counters").mkdir(exist_ok=True)
-            (d / "hw_counters" / name).write_text(f"{value}\n")
-
-    def set_eth(self, counters: dict[str, tuple[int, int]]) -> None:
-        """Rewrite net/dev with (rx_bytes, tx_bytes) per interface (lo always included)."""
-        lines = ["Inter-|   Receive                                                |  Transmit",
-                 " face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed"]
-        for name, (rx, tx) in {"lo": (1, 1), **counters}.items():
-            lines.append(f"{name:>6}: {rx} 10 0 0 0 0 0 0 {tx} 10 0 0 0 0 0 0")
-        (self.procfs / "net" / "dev").write_text("\n".join(lines) + "\n")
 
 
 def step_line(*, job: str, host: str, rank: int, step: int, phases: int = 3) -> dict[str, Any]:
