@@ -114,7 +114,7 @@ def kill_tree(child: subprocess.Popen[bytes]) -> None:
         family = psutil.Process(child.pid).children(recursive=True)
     except psutil.Error:
         family = []
-    for p in [*family]:
+    for p in family:
         try:
             p.kill()
         except psutil.Error:
