@@ -29,8 +29,10 @@ browser:
 demo: install
 	$(VENV)/bin/vigil demo
 
+# ruff (style, and bare `import timer`-style names) and import-linter (the layers in pyproject.toml).
 lint: install
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
 typecheck: install
 	$(VENV)/bin/mypy

@@ -23,16 +23,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from analyzer.alerts.book import AlertBook
-from analyzer.detect.base import Detector, EvalContext, as_utc
-from analyzer.detect.heartbeat import HeartbeatDetector
-from analyzer.detect.logs import ExitDetector, LogDetector
-from analyzer.detect.mfu import MfuDriftDetector
-from analyzer.detect.straggler import StragglerDetector
-from analyzer.detect.traffic import TrafficDetector
-from analyzer.settings import AnalyzerSettings
+from vigil.analyzer.alerts.book import AlertBook
+from vigil.analyzer.detect.base import Detector, EvalContext, as_utc
+from vigil.analyzer.detect.heartbeat import HeartbeatDetector
+from vigil.analyzer.detect.logs import ExitDetector, LogDetector
+from vigil.analyzer.detect.mfu import MfuDriftDetector
+from vigil.analyzer.detect.straggler import StragglerDetector
+from vigil.analyzer.detect.traffic import TrafficDetector
+from vigil.analyzer.settings import AnalyzerSettings
 from vigil.clickhouse.query import QueryClient
 from vigil.contract import Alert
+from vigil.errors import one_line
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ def evaluate(client: QueryClient, settings: AnalyzerSettings, book: AlertBook, j
             findings.extend(d.detect(ctx))
             ran.append(d.name)
         except Exception as exc:  # one broken detector must not silence the others
-            msg = f"{d.name} on {job} at {at.isoformat()}: {str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__}"
+            msg = f"{d.name} on {job} at {at.isoformat()}: {one_line(exc)}"
             log.warning("detector failed: %s", msg)
             if errors is not None:
                 errors.append(msg)

@@ -18,14 +18,15 @@ import threading
 import time
 from typing import Any
 
-from analyzer.alerts.book import AlertBook
-from analyzer.alerts.view import read_alert_events
-from analyzer.engine import LiveCursor
-from analyzer.ingest.loop import IngestLoop
-from analyzer.settings import AnalyzerSettings
+from vigil.analyzer.alerts.book import AlertBook
+from vigil.analyzer.alerts.view import read_alert_events
+from vigil.analyzer.engine import LiveCursor
+from vigil.analyzer.ingest.loop import IngestLoop
+from vigil.analyzer.settings import AnalyzerSettings
 from vigil.contract import Alert
+from vigil.errors import one_line
 from vigil.kafka.producer import EventProducer
-from vigil.stack.service import StackContext
+from vigil.service import StackContext
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +81,7 @@ class AnalyzerService:
             self.detect_turns += 1
             return len(alerts)
         except Exception as exc:
-            self.last_error = f"detect: {str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__}"
+            self.last_error = f"detect: {one_line(exc)}"
             log.exception("detector turn failed")
             return 0
 

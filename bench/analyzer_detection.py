@@ -27,14 +27,15 @@ from typing import Any
 
 from analyzer_common import append_results, machine_info
 
-from analyzer.engine import replay
-from analyzer.ingest.writer import ClickHouseWriter
-from analyzer.settings import AnalyzerSettings
-from analyzer.simulator.faults import parse_fault
-from analyzer.simulator.layout import Layout
-from analyzer.simulator.model import SimConfig, Simulation
-from analyzer.simulator.runner import ground_truth
-from vigil.clickhouse import connect, migrate
+from vigil.analyzer.engine import replay
+from vigil.analyzer.ingest.writer import ClickHouseWriter
+from vigil.analyzer.settings import AnalyzerSettings
+from vigil.analyzer.simulator.faults import parse_fault
+from vigil.analyzer.simulator.layout import Layout
+from vigil.analyzer.simulator.model import SimConfig, Simulation
+from vigil.analyzer.simulator.runner import ground_truth
+from vigil.app.components import migrate_all
+from vigil.clickhouse.client import connect
 from vigil.contract import Event
 
 
@@ -156,7 +157,7 @@ def main() -> None:
     ap.add_argument("--no-append", dest="append", action="store_false", help="print only; do not add to bench/RESULTS.md")
     args = ap.parse_args()
     client = connect(f"chdb://{tempfile.mkdtemp(prefix='vigil-bench-d-')}", database="vigil")
-    migrate(client, {"ttl_days": 3650})
+    migrate_all(client, 3650)
     sections = []
     for hosts, seeds, steps in ((64, args.seeds, args.steps), (1024, args.big_seeds, args.big_steps)):
         if seeds <= 0:

@@ -21,21 +21,22 @@ from typing import Any
 
 from analyzer_common import append_results, machine_info
 
-from analyzer.service import AnalyzerService
-from analyzer.settings import AnalyzerSettings
-from analyzer.simulator.faults import parse_fault
-from analyzer.simulator.layout import Layout
-from analyzer.simulator.model import SimConfig, Simulation
-from analyzer.simulator.runner import ground_truth, run
-from vigil.clickhouse import connect, migrate
+from vigil.analyzer.service import AnalyzerService
+from vigil.analyzer.settings import AnalyzerSettings
+from vigil.analyzer.simulator.faults import parse_fault
+from vigil.analyzer.simulator.layout import Layout
+from vigil.analyzer.simulator.model import SimConfig, Simulation
+from vigil.analyzer.simulator.runner import ground_truth, run
+from vigil.app.components import migrate_all
+from vigil.clickhouse.client import connect
 from vigil.contract import Alert
 from vigil.contract.wire import decode_batch
 from vigil.kafka.admin import ensure_topics
 from vigil.kafka.broker import EmbeddedBroker
 from vigil.kafka.producer import EventProducer
 from vigil.kafka.reader import read_topics
+from vigil.service import StackContext
 from vigil.settings import VigilSettings
-from vigil.stack.service import StackContext
 
 HARD = ("heartbeat_loss", "process_exit", "traffic_stop", "xid")
 
@@ -71,7 +72,7 @@ def main() -> None:
         ensure_topics(settings, bootstrap)
         dsn = f"chdb://{tempfile.mkdtemp(prefix='vigil-bench-l-')}"
         client = connect(dsn, database="vigil")
-        migrate(client, {"ttl_days": 30})
+        migrate_all(client, 30)
         service = AnalyzerService(StackContext(settings=settings, bootstrap=bootstrap, clickhouse=client,
                                                clickhouse_dsn=dsn), AnalyzerSettings())
         service.start()

@@ -18,11 +18,12 @@ from datetime import UTC, datetime, timedelta
 
 from analyzer_common import append_results, machine_info
 
-from analyzer.alerts.book import AlertBook
-from analyzer.detect.base import EvalContext
-from analyzer.engine import DETECTORS
-from analyzer.settings import AnalyzerSettings
-from vigil.clickhouse import connect, migrate
+from vigil.analyzer.alerts.book import AlertBook
+from vigil.analyzer.detect.base import EvalContext
+from vigil.analyzer.engine import DETECTORS
+from vigil.analyzer.settings import AnalyzerSettings
+from vigil.app.components import migrate_all
+from vigil.clickhouse.client import connect
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
@@ -89,7 +90,7 @@ def main() -> None:
     args = ap.parse_args()
     path = tempfile.mkdtemp(prefix="vigil-bench-q-")
     client = connect(f"chdb://{path}", database="vigil")
-    migrate(client, {"ttl_days": 3650})
+    migrate_all(client, 3650)
     gen = generate(client, args.hosts, args.gpus, args.steps, args.step_s)
     rows = client.query("SELECT count() FROM step_timings").result_rows[0][0]
     at = T0 + timedelta(seconds=args.steps * args.step_s)

@@ -29,11 +29,12 @@ import plotly.utils
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dashboard.app import RENDERERS
-from dashboard.callbacks import render_page
-from dashboard.settings import DashboardSettings
-from dashboard.store import Store
-from vigil.clickhouse import connect, migrate
+from vigil.app.components import migrate_all
+from vigil.clickhouse.client import connect
+from vigil.dashboard.app import RENDERERS
+from vigil.dashboard.callbacks import render_page
+from vigil.dashboard.settings import DashboardSettings
+from vigil.dashboard.store import Store
 
 JOB = "bench-1024"
 GPUS = 8
@@ -181,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     client = connect(f"chdb://{os.path.abspath(where)}", database="bench")
     fresh = int(client.query("SELECT count() FROM system.tables WHERE database = 'bench' "
                              "AND name = 'step_timings'").result_rows[0][0]) == 0
-    migrate(client, {"ttl_days": 3650})
+    migrate_all(client, 3650)
     rows = int(client.query("SELECT count() FROM step_timings WHERE job_id = {j:String}",
                             parameters={"j": JOB}).result_rows[0][0])
     gen: dict[str, float] = {}

@@ -22,10 +22,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from dashboard.app import create_app  # noqa: E402
-from dashboard.server import ThreadedServer  # noqa: E402
-from dashboard.settings import DashboardSettings  # noqa: E402
-from vigil.clickhouse import connect, migrate  # noqa: E402
+from vigil.app.components import migrate_all  # noqa: E402
+from vigil.clickhouse.client import connect  # noqa: E402
+from vigil.dashboard.app import create_app  # noqa: E402
+from vigil.dashboard.server import ThreadedServer  # noqa: E402
+from vigil.dashboard.settings import DashboardSettings  # noqa: E402
 
 SHOTS = [
     ("dashboard-heatmap.png", "/heatmap?job=bench-1024&rows=worst", "#heatmap-panel .main-svg"),
@@ -45,7 +46,7 @@ def ensure_data(chdb_dir: str) -> object:
     from tests.dashboard.simdata import JOB, populate
 
     client = connect(f"chdb://{os.path.abspath(chdb_dir)}", database="bench")
-    migrate(client, {"ttl_days": 3650})
+    migrate_all(client, 3650)
 
     def count(job: str) -> int:
         return int(client.query("SELECT count() FROM job_clock WHERE job_id = {j:String}",

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from timer import StepTimer
+from vigil.timer import StepTimer
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 NAMES = ("forward", "backward", "allreduce", "optimizer")

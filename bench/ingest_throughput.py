@@ -24,10 +24,12 @@ from datetime import UTC, datetime, timedelta
 from analyzer_common import append_results, machine_info
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from analyzer.ingest.loop import IngestLoop
-from analyzer.settings import AnalyzerSettings
-from vigil.clickhouse import connect, migrate
+from vigil.analyzer.ingest.loop import IngestLoop
+from vigil.analyzer.settings import AnalyzerSettings
+from vigil.app.components import migrate_all
+from vigil.clickhouse.client import connect
 from vigil.contract import ParallelCoords, StepTiming
+from vigil.errors import one_line
 from vigil.kafka.admin import ensure_topics
 from vigil.kafka.broker import EmbeddedBroker
 from vigil.kafka.producer import EventProducer
@@ -65,7 +67,7 @@ CHDB = f"chdb://{tempfile.mkdtemp(prefix='vigil-bench-i-')}"  # one engine per p
 
 def analyzer_ingest(settings: VigilSettings, bootstrap: str, events: int) -> tuple[float, int]:
     client = connect(CHDB, database="vigil")
-    migrate(client, {"ttl_days": 3650})
+    migrate_all(client, 3650)
     loop = IngestLoop(settings=settings, analyzer=AnalyzerSettings(group_id=f"ing-{uuid.uuid4().hex[:6]}"),
                       bootstrap=bootstrap, client=client, producer=EventProducer(settings=settings, bootstrap=bootstrap))
     stop = threading.Event()
@@ -93,7 +95,7 @@ def kafka_engine(dsn: str, bootstrap: str, topic: str, records: int, wait_s: flo
             kafka_topic_list = '{topic}', kafka_group_name = 'ch-{uuid.uuid4().hex[:6]}', kafka_format = 'RawBLOB',
             kafka_num_consumers = 1, kafka_max_block_size = 1000, kafka_flush_interval_ms = 200""")
     except Exception as exc:  # the table is created, but its background consumer is not
-        problem = f"CREATE ... ENGINE = Kafka: {str(exc).splitlines()[0][:120]}"
+        problem = f"CREATE ... ENGINE = Kafka: {one_line(exc, 120)}"
     client.command("""CREATE MATERIALIZED VIEW kmv TO sink AS
         SELECT length(JSONExtractArrayRaw(raw, 'events')) AS events, length(raw) AS bytes FROM kq""")
     deadline = time.monotonic() + wait_s

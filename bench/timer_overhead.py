@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from timer import StepTimer
+from vigil.timer import StepTimer
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 TARGET_US = 3.0

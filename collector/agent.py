@@ -18,19 +18,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from collector.flightrec import FlightRecorderWatcher
-from collector.gpu import NvmlProbe
-from collector.heartbeat import HeartbeatBuilder, Identity
-from collector.logstream import LogStream
-from collector.nic import RateTracker, read_ethernet, read_rdma
-from collector.offsets import OffsetStore
-from collector.outbox import Outbox
-from collector.procs import ProcessTracker
-from collector.rules import Rule, load_rules
-from collector.settings import AgentPaths, CollectorSettings
-from collector.shipper import LineDecoder, OutboxSource, Shipper, SpoolSource
-from collector.sink import Sink
-from collector.tailer import Tailer
+from vigil.collector.flightrec import FlightRecorderWatcher
+from vigil.collector.gpu import NvmlProbe
+from vigil.collector.heartbeat import HeartbeatBuilder, Identity
+from vigil.collector.logstream import LogStream
+from vigil.collector.nic import RateTracker, read_ethernet, read_rdma
+from vigil.collector.offsets import OffsetStore
+from vigil.collector.outbox import Outbox
+from vigil.collector.procs import ProcessTracker
+from vigil.collector.rules import Rule, load_rules
+from vigil.collector.settings import AgentPaths, CollectorSettings
+from vigil.collector.shipper import LineDecoder, OutboxSource, Shipper, SpoolSource
+from vigil.collector.sink import Sink
+from vigil.collector.tailer import Tailer
 from vigil.contract import Event, NicCounters
 
 log = logging.getLogger(__name__)

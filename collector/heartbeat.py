@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib.metadata import PackageNotFoundError, version
 
-from collector.gpu import NvmlProbe
-from collector.procs import ProcessTracker
+from vigil.collector.gpu import NvmlProbe
+from vigil.collector.procs import ProcessTracker
 from vigil.contract import Heartbeat
 
 

@@ -26,10 +26,10 @@ from typing import IO, Any
 
 import psutil
 
-from collector.agent import Agent
-from collector.logstream import LogStream
-from collector.rotating import RotatingFile
-from collector.summary import ErrorMemory, summarize
+from vigil.collector.agent import Agent
+from vigil.collector.logstream import LogStream
+from vigil.collector.rotating import RotatingFile
+from vigil.collector.summary import ErrorMemory, summarize
 from vigil.contract import ProcessExit
 
 log = logging.getLogger(__name__)

@@ -16,9 +16,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Literal
 
-from collector.flood import FloodLimiter
-from collector.rules import Rule, classify
-from collector.summary import ErrorMemory, Key, last_line
+from vigil.collector.flood import FloodLimiter
+from vigil.collector.rules import Rule, classify
+from vigil.collector.summary import ErrorMemory, Key, last_line
 from vigil.contract import LogLine, new_event_id, utcnow
 
 PREFIX = re.compile(r"^\[(?P<role>[A-Za-z_]*)(?P<n>\d+)\]:\s?")

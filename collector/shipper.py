@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from collector.outbox import Outbox, OutboxBatch
-from collector.sink import Sink
-from collector.tailer import Tailer
+from vigil.collector.outbox import Outbox, OutboxBatch
+from vigil.collector.sink import Sink
+from vigil.collector.tailer import Tailer
 from vigil.contract import Event, validate_event
 
 log = logging.getLogger(__name__)

@@ -11,12 +11,12 @@ from pathlib import Path
 
 from dash import Dash
 
-from dashboard import callbacks
-from dashboard.layout import shell
-from dashboard.pages import alerts, heatmap, host, network, overview, parallel
-from dashboard.settings import DashboardSettings
-from dashboard.store import Store
 from vigil.clickhouse.query import QueryClient
+from vigil.dashboard import callbacks
+from vigil.dashboard.layout import shell
+from vigil.dashboard.pages import alerts, heatmap, host, network, overview, parallel
+from vigil.dashboard.settings import DashboardSettings
+from vigil.dashboard.store import Store
 
 RENDERERS: dict[str, callbacks.Renderer] = {
     "/overview": overview.render, "/heatmap": heatmap.render, "/host": host.render,

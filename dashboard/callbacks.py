@@ -17,14 +17,14 @@ from typing import Any
 from dash import ALL, Dash, Input, Output, State, ctx, html, no_update
 from dash.development.base_component import Component
 
-from dashboard.components import guarded, store_error
-from dashboard.layout import PAGES, PageSpec, nav_id
-from dashboard.pages.base import PageView
-from dashboard.queries.jobs import list_jobs, pick_job
-from dashboard.queries.parallel import host_at
-from dashboard.selection import SHARED_KEYS, Selection, page_href
-from dashboard.settings import DashboardSettings
-from dashboard.store import Store, StoreError
+from vigil.dashboard.components import guarded, store_error
+from vigil.dashboard.layout import PAGES, PageSpec, nav_id
+from vigil.dashboard.pages.base import PageView
+from vigil.dashboard.queries.jobs import list_jobs, pick_job
+from vigil.dashboard.queries.parallel import host_at
+from vigil.dashboard.selection import SHARED_KEYS, Selection, page_href
+from vigil.dashboard.settings import DashboardSettings
+from vigil.dashboard.store import Store, StoreError
 
 Renderer = Callable[[PageView], Component]
 

@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 from dash import dcc, html
 from dash.development.base_component import Component
 
-from dashboard.store import StoreError
+from vigil.dashboard.store import StoreError
 from vigil.errors import VigilError
 
 GRAPH_CONFIG = {"displaylogo": False, "responsive": True}

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from dash import dcc, html
 from dash.development.base_component import Component
 
-from dashboard.selection import RANGE_LABELS
+from vigil.dashboard.selection import RANGE_LABELS
 
 
 @dataclass(frozen=True, kw_only=True)

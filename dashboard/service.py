@@ -1,6 +1,6 @@
 """`vigil up` hosts the dashboard: `DashboardService(ctx)` serves pages over the shared ClickHouse client.
 
-    svc = DashboardService(ctx)        # ctx: vigil.stack.service.StackContext
+    svc = DashboardService(ctx)        # ctx: vigil.service.StackContext
     svc.start()                        # threaded HTTP server on VIGIL_DASHBOARD_HOST:PORT (0 = free port)
     svc.health()                       # {"ok", "urls": {"dashboard": url}, "queries", "query_errors", ...}
     svc.stop()
@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboard.app import create_app
-from dashboard.server import ThreadedServer
-from dashboard.settings import DashboardSettings
-from dashboard.store import Store
 from vigil.clickhouse.query import QueryClient
-from vigil.stack.service import StackContext
+from vigil.dashboard.app import create_app
+from vigil.dashboard.server import ThreadedServer
+from vigil.dashboard.settings import DashboardSettings
+from vigil.dashboard.store import Store
+from vigil.service import StackContext
 
 
 class DashboardService:

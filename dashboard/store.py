@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vigil.clickhouse.query import QueryClient
-from vigil.errors import VigilError
+from vigil.errors import VigilError, one_line
 
 
 class StoreError(VigilError):
@@ -22,12 +22,6 @@ class StoreError(VigilError):
 
 
 Row = dict[str, Any]
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
-    text = lines[0] if lines else type(exc).__name__
-    return text[:400]
 
 
 @dataclass(kw_only=True)
@@ -50,8 +44,8 @@ class Store:
                 return [dict(zip(names, row, strict=False)) for row in result.result_rows]
             except Exception as exc:
                 self.errors += 1
-                self.last_error = f"{what}: {_first_line(exc)}"
-                raise StoreError(f"could not load {what} from ClickHouse: {_first_line(exc)}") from exc
+                self.last_error = f"{what}: {one_line(exc, 400)}"
+                raise StoreError(f"could not load {what} from ClickHouse: {one_line(exc, 400)}") from exc
 
     def one(self, what: str, sql: str, params: dict[str, Any] | None = None) -> Row | None:
         rows = self.rows(what, sql, params)

@@ -71,8 +71,9 @@ def topics(settings: VigilSettings, broker_bootstrap: str) -> VigilSettings:
 @pytest.fixture
 def database(clickhouse_dsn: str) -> str:
     """A fresh, migrated database on the session's ClickHouse; returns its name."""
-    from vigil.clickhouse import connect, migrate
+    from vigil.app.components import migrate_all
+    from vigil.clickhouse.client import connect
 
     name = f"t_{uuid.uuid4().hex[:10]}"
-    migrate(connect(clickhouse_dsn, database=name), {"ttl_days": 30})
+    migrate_all(connect(clickhouse_dsn, database=name), 30)
     return name

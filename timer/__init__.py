@@ -1,6 +1,6 @@
 """In-process step timer for training loops (CUDA events when available, host clock otherwise).
 
-    from timer import StepTimer
+    from vigil.timer import StepTimer
 
     t = StepTimer()
     with t.step(tokens=4096):
@@ -11,9 +11,9 @@ Imports only the standard library here; torch is imported when a `StepTimer` is 
 See `timer/README.md` for the environment variables and the spool format.
 """
 
-from timer.core import StepTimer, default_spool_dir
-from timer.identity import Identity
-from timer.mfu import PEAK_BF16_TFLOPS, peak_for_device
-from timer.step import Step
+from vigil.timer.core import StepTimer, default_spool_dir
+from vigil.timer.identity import Identity
+from vigil.timer.mfu import PEAK_BF16_TFLOPS, peak_for_device
+from vigil.timer.step import Step
 
 __all__ = ["PEAK_BF16_TFLOPS", "Identity", "Step", "StepTimer", "default_spool_dir", "peak_for_device"]

@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from timer.step import HOST_KEY, Step
+from vigil.timer.step import HOST_KEY, Step
 
 Emit = Callable[[Step], None]
 _perf_ns = time.perf_counter_ns

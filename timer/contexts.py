@@ -10,10 +10,10 @@ from __future__ import annotations
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING
 
-from timer.step import Step
+from vigil.timer.step import Step
 
 if TYPE_CHECKING:
-    from timer.core import StepTimer
+    from vigil.timer.core import StepTimer
 
 # Shared no-op contexts of disabled / compiling mode. `contextlib.nullcontext` because
 # torch.compile (dynamo) knows how to trace it even with fullgraph=True.

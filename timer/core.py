@@ -38,12 +38,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar, overload
 
-from timer import mfu
-from timer.clocks import CudaClock, HostClock
-from timer.contexts import NULL, NULL_STEP, PhaseContext, StepContext
-from timer.identity import Identity, resolve_identity, safe_name
-from timer.spool import SpoolWriter
-from timer.step import Step, render
+from vigil.timer import mfu
+from vigil.timer.clocks import CudaClock, HostClock
+from vigil.timer.contexts import NULL, NULL_STEP, PhaseContext, StepContext
+from vigil.timer.identity import Identity, resolve_identity, safe_name
+from vigil.timer.spool import SpoolWriter
+from vigil.timer.step import Step, render
 
 P = ParamSpec("P")
 R = TypeVar("R")

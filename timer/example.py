@@ -1,6 +1,6 @@
 """A runnable example: a small MLP trained on the CPU, timed with `StepTimer`.
 
-    python -m timer.example          # or: python timer/example.py
+    python -m vigil.timer.example          # or: python timer/example.py
 
 Writes to a temporary spool directory and prints the files and the last record.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from timer import StepTimer
+from vigil.timer import StepTimer
 
 
 def main(steps: int = 20, spool_dir: str | None = None) -> Path:

@@ -37,7 +37,7 @@ from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 _os_write = os.write  # module-level so tests can simulate a full disk
-log = logging.getLogger("timer.spool")
+log = logging.getLogger("vigil.timer.spool")
 
 
 class SpoolWriter(Generic[T]):

@@ -16,8 +16,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from timer.identity import Identity
-from timer.mfu import throughput
+from vigil.timer.identity import Identity
+from vigil.timer.mfu import throughput
 
 HOST_KEY = "_host"
 

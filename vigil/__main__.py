@@ -1,5 +1,5 @@
 import sys
 
-from vigil.cli.main import main
+from vigil.app.cli.main import main
 
 sys.exit(main())

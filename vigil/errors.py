@@ -8,7 +8,8 @@
     └── StackError                        the embedded stack could not start or stop
 
 Messages are one line that names the setting or address involved, so the CLI can
-print them as they are, without a traceback.
+print them as they are, without a traceback; `one_line` makes such a line of any
+exception (a driver's multi-line error, an empty message).
 """
 
 from __future__ import annotations
@@ -32,3 +33,11 @@ class MigrationError(VigilError):
 
 class StackError(VigilError):
     """The embedded stack could not start, or is not running when it should be."""
+
+
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """The first non-empty line of `exc`'s message (cut to `limit`), or its type name when it has none."""
+    for line in str(exc).splitlines():
+        if line.strip():
+            return line.strip()[:limit]
+    return type(exc).__name__

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from analyzer.detect.base import Finding
+from vigil.analyzer.detect.base import Finding
 from vigil.contract import Alert
 
 

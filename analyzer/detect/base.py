@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol
 
-from analyzer.settings import AnalyzerSettings
+from vigil.analyzer.settings import AnalyzerSettings
 from vigil.clickhouse.query import QueryClient
 
 Severity = Literal["info", "warning", "error", "critical"]

@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from analyzer.detect.base import AT, EPOCH, EvalContext, Finding, as_utc
-from analyzer.settings import AnalyzerSettings
+from vigil.analyzer.detect.base import AT, EPOCH, EvalContext, Finding, as_utc
+from vigil.analyzer.settings import AnalyzerSettings
 
 LOOKBACK_S = 600.0
 

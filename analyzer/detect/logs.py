@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from analyzer.detect.base import AT, EvalContext, Finding, Severity, as_utc, ch_time
-from analyzer.settings import AnalyzerSettings
+from vigil.analyzer.detect.base import AT, EvalContext, Finding, Severity, as_utc, ch_time
+from vigil.analyzer.settings import AnalyzerSettings
 
 _LEVELS: dict[str, int] = {"info": 0, "warning": 1, "error": 2, "critical": 3}
 EXIT_LOOKBACK_S = 86400.0

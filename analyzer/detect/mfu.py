@@ -17,8 +17,8 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from analyzer.detect.base import AT, EvalContext, Finding, as_utc, last_complete_step, median
-from analyzer.settings import AnalyzerSettings
+from vigil.analyzer.detect.base import AT, EvalContext, Finding, as_utc, last_complete_step, median
+from vigil.analyzer.settings import AnalyzerSettings
 
 _STEPS_SQL = f"""
 SELECT step, max(max_step_ms) AS step_ms, sum(sum_mfu) AS smfu, sum(n_mfu) AS nmfu, max(last_ts) AS last_ts

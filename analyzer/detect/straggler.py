@@ -30,8 +30,8 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from analyzer.detect.base import EPOCH, EvalContext, Finding, as_utc, last_complete_step, median
-from analyzer.settings import ROLLUP_WINDOW_STEPS, AnalyzerSettings
+from vigil.analyzer.detect.base import EPOCH, EvalContext, Finding, as_utc, last_complete_step, median
+from vigil.analyzer.settings import ROLLUP_WINDOW_STEPS, AnalyzerSettings
 
 _WINDOWS_SQL = """
 SELECT phase, window, host, sum(sum_ms) / sum(n) AS mean_ms, sum(n) AS samples, max(last_ts) AS window_end

@@ -20,8 +20,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from analyzer.detect.base import AT, EPOCH, EvalContext, Finding, as_utc, median
-from analyzer.settings import AnalyzerSettings
+from vigil.analyzer.detect.base import AT, EPOCH, EvalContext, Finding, as_utc, median
+from vigil.analyzer.settings import AnalyzerSettings
 
 _NIC_SQL = f"""
 SELECT host, device,

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 
+from vigil.errors import one_line
 from vigil.kafka.admin import admin_client
 from vigil.settings import VigilSettings
 
@@ -60,7 +61,7 @@ class LagProbe:
                 self.lag = self.sample()
                 self.last_error = ""
             except Exception as exc:
-                self.last_error = f"lag: {str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}"
+                self.last_error = f"lag: {one_line(exc, 200)}"
                 log.debug("lag sample failed: %s", exc)
             if stop.wait(self.every_s):
                 return

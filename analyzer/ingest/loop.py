@@ -12,9 +12,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from analyzer.ingest.lag import LagProbe
-from analyzer.ingest.writer import ClickHouseDeadLetters, ClickHouseWriter
-from analyzer.settings import AnalyzerSettings
+from vigil.analyzer.ingest.lag import LagProbe
+from vigil.analyzer.ingest.writer import ClickHouseDeadLetters, ClickHouseWriter
+from vigil.analyzer.settings import AnalyzerSettings
 from vigil.contract.registry import TELEMETRY_TOPICS
 from vigil.kafka.consumer import BatchingConsumer
 from vigil.kafka.deadletter import KafkaDeadLetters

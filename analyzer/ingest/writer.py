@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from analyzer.ingest.processors import COLUMNS, TableRow, process
-from vigil.clickhouse.failures import is_data_error, one_line
+from vigil.analyzer.ingest.processors import COLUMNS, TableRow, process
+from vigil.clickhouse.failures import is_data_error
 from vigil.contract import Event
+from vigil.errors import one_line
 from vigil.kafka.consumer import Unstorable
 from vigil.kafka.deadletter import DeadLetter, DeadLetterSink
 

@@ -17,8 +17,8 @@ import random
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from analyzer.simulator.faults import Fault
-from analyzer.simulator.layout import Layout
+from vigil.analyzer.simulator.faults import Fault
+from vigil.analyzer.simulator.layout import Layout
 from vigil.contract import (
     Event,
     GpuState,

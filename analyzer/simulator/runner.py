@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from analyzer.simulator.model import Simulation
+from vigil.analyzer.simulator.model import Simulation
 from vigil.contract import Event
 
 Send = Callable[[Sequence[Event]], Any]

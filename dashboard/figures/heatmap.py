@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from dashboard.figures.base import DEVIATION_SCALE, empty, styled
-from dashboard.queries.heatmap import Matrix
+from vigil.dashboard.figures.base import DEVIATION_SCALE, empty, styled
+from vigil.dashboard.queries.heatmap import Matrix
 
 
 def heatmap_figure(m: Matrix, *, title: str, clip: float = 20.0) -> go.Figure:

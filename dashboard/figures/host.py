@@ -5,9 +5,9 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dashboard.figures.base import DEVIATION_SCALE, empty, styled, times
-from dashboard.queries.heatmap import Cell
-from dashboard.queries.host import HostView
+from vigil.dashboard.figures.base import DEVIATION_SCALE, empty, styled, times
+from vigil.dashboard.queries.heatmap import Cell
+from vigil.dashboard.queries.host import HostView
 
 
 def heartbeat_figure(v: HostView) -> go.Figure:

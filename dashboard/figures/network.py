@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from dashboard.figures.base import empty, instant, styled, times
-from dashboard.queries.network import NetworkView
+from vigil.dashboard.figures.base import empty, instant, styled, times
+from vigil.dashboard.queries.network import NetworkView
 
 STALL_COLORS = {"stop": "rgba(178,24,43,0.18)", "drop": "rgba(253,174,97,0.25)"}
 

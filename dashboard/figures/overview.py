@@ -5,8 +5,8 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dashboard.figures.base import empty, styled, times
-from dashboard.queries.overview import StepSeries
+from vigil.dashboard.figures.base import empty, styled, times
+from vigil.dashboard.queries.overview import StepSeries
 
 
 def step_figure(series: StepSeries, job: str) -> go.Figure:

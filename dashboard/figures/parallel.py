@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from dashboard.figures.base import DEVIATION_SCALE, empty, styled
-from dashboard.queries.parallel import ParallelView
+from vigil.dashboard.figures.base import DEVIATION_SCALE, empty, styled
+from vigil.dashboard.queries.parallel import ParallelView
 
 
 def parallel_figure(v: ParallelView, *, job: str, clip: float = 20.0) -> go.Figure:

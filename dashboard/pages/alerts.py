@@ -11,11 +11,11 @@ import json
 from dash import dcc, html
 from dash.development.base_component import Component
 
-from dashboard.components import panel, selector, stat, table
-from dashboard.pages.base import PageView
-from dashboard.queries import alerts as q
-from dashboard.queries.window import to_dt
-from dashboard.selection import RANGE_LABELS, SEVERITIES, STATUSES, page_href
+from vigil.dashboard.components import panel, selector, stat, table
+from vigil.dashboard.pages.base import PageView
+from vigil.dashboard.queries import alerts as q
+from vigil.dashboard.queries.window import to_dt
+from vigil.dashboard.selection import RANGE_LABELS, SEVERITIES, STATUSES, page_href
 
 
 def _when(ms: object) -> str:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dashboard.queries.jobs import JobInfo, job_window
-from dashboard.queries.window import Window
-from dashboard.selection import Selection
-from dashboard.settings import DashboardSettings
-from dashboard.store import Store
+from vigil.dashboard.queries.jobs import JobInfo, job_window
+from vigil.dashboard.queries.window import Window
+from vigil.dashboard.selection import Selection
+from vigil.dashboard.settings import DashboardSettings
+from vigil.dashboard.store import Store
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,10 +9,10 @@ from __future__ import annotations
 from dash import html
 from dash.development.base_component import Component
 
-from dashboard.components import graph, notice, panel, selector
-from dashboard.figures.heatmap import heatmap_figure
-from dashboard.pages.base import PageView
-from dashboard.queries import heatmap as q
+from vigil.dashboard.components import graph, notice, panel, selector
+from vigil.dashboard.figures.heatmap import heatmap_figure
+from vigil.dashboard.pages.base import PageView
+from vigil.dashboard.queries import heatmap as q
 
 
 def _controls(v: PageView, phases: list[str], phase: str | None) -> Component:

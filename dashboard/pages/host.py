@@ -11,14 +11,14 @@ import json
 from dash import dcc, html
 from dash.development.base_component import Component
 
-from dashboard.components import graph, notice, panel, selector, table
-from dashboard.figures.host import gpu_figure, heartbeat_figure, nic_figure, phase_figure
-from dashboard.pages.base import PageView
-from dashboard.queries import alerts as qa
-from dashboard.queries import heatmap as qh
-from dashboard.queries import host as q
-from dashboard.queries.window import to_dt
-from dashboard.selection import page_href
+from vigil.dashboard.components import graph, notice, panel, selector, table
+from vigil.dashboard.figures.host import gpu_figure, heartbeat_figure, nic_figure, phase_figure
+from vigil.dashboard.pages.base import PageView
+from vigil.dashboard.queries import alerts as qa
+from vigil.dashboard.queries import heatmap as qh
+from vigil.dashboard.queries import host as q
+from vigil.dashboard.queries.window import to_dt
+from vigil.dashboard.selection import page_href
 
 
 def _time(ms: object) -> str:

@@ -9,13 +9,13 @@ from __future__ import annotations
 from dash import dcc, html
 from dash.development.base_component import Component
 
-from dashboard.components import graph, notice, panel, selector, table
-from dashboard.figures.network import network_figure
-from dashboard.pages.base import PageView
-from dashboard.queries import host as qh
-from dashboard.queries import network as q
-from dashboard.queries.window import to_dt
-from dashboard.selection import page_href
+from vigil.dashboard.components import graph, notice, panel, selector, table
+from vigil.dashboard.figures.network import network_figure
+from vigil.dashboard.pages.base import PageView
+from vigil.dashboard.queries import host as qh
+from vigil.dashboard.queries import network as q
+from vigil.dashboard.queries.window import to_dt
+from vigil.dashboard.selection import page_href
 
 
 def _body(v: PageView) -> Component:

@@ -10,14 +10,14 @@ from __future__ import annotations
 from dash import dcc, html
 from dash.development.base_component import Component
 
-from dashboard.components import fmt_ms, fmt_pct, graph, notice, panel, sparkline, stat, table
-from dashboard.figures.overview import step_figure
-from dashboard.pages.base import PageView
-from dashboard.queries import heatmap as qh
-from dashboard.queries import overview as q
-from dashboard.queries import trends as qt
-from dashboard.queries.window import to_dt
-from dashboard.selection import page_href
+from vigil.dashboard.components import fmt_ms, fmt_pct, graph, notice, panel, sparkline, stat, table
+from vigil.dashboard.figures.overview import step_figure
+from vigil.dashboard.pages.base import PageView
+from vigil.dashboard.queries import heatmap as qh
+from vigil.dashboard.queries import overview as q
+from vigil.dashboard.queries import trends as qt
+from vigil.dashboard.queries.window import to_dt
+from vigil.dashboard.selection import page_href
 
 
 def _alerts_cell(alerts: dict[str, int]) -> Component:

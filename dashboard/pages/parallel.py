@@ -9,11 +9,11 @@ from __future__ import annotations
 from dash import html
 from dash.development.base_component import Component
 
-from dashboard.components import graph, notice, panel, selector
-from dashboard.figures.parallel import parallel_figure
-from dashboard.pages.base import PageView
-from dashboard.queries import heatmap as qh
-from dashboard.queries import parallel as q
+from vigil.dashboard.components import graph, notice, panel, selector
+from vigil.dashboard.figures.parallel import parallel_figure
+from vigil.dashboard.pages.base import PageView
+from vigil.dashboard.queries import heatmap as qh
+from vigil.dashboard.queries import parallel as q
 
 
 def _body(v: PageView) -> Component:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dashboard.store import Row, Store
+from vigil.dashboard.store import Row, Store
 
 _FILTER = """({job:String} = '' OR job_id = {job:String})
   AND ({kind:String} = '' OR alert = {kind:String})

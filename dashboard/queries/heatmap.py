@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dashboard.queries.window import Window
-from dashboard.store import Row, Store
+from vigil.dashboard.queries.window import Window
+from vigil.dashboard.store import Row, Store
 
 ROLLUP_STEPS = 5  # steps per window of phase_host_windows (migration 0100)
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dashboard.queries.window import Window, ts_in_window
-from dashboard.store import Row, Store
+from vigil.dashboard.queries.window import Window, ts_in_window
+from vigil.dashboard.store import Row, Store
 
 _BUCKET = "toUnixTimestamp64Milli(toDateTime64(toStartOfInterval(ts, toIntervalSecond({bucket:UInt32})), 3))"
 _HOST = "job_id = {job:String} AND host = {host:String}"

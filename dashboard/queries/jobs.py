@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dashboard.queries.window import Window, window_for
-from dashboard.store import Store
+from vigil.dashboard.queries.window import Window, window_for
+from vigil.dashboard.store import Store
 
 _JOBS_SQL = """
 SELECT c.job_id AS job_id, toUnixTimestamp64Milli(c.first_ts) AS first_ms,

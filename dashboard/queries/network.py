@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dashboard.queries.window import Window, ts_in_window
-from dashboard.store import Row, Store
+from vigil.dashboard.queries.window import Window, ts_in_window
+from vigil.dashboard.store import Row, Store
 
 ZERO_BPS = 1e3  # at or below: no traffic
 NATIVE_S = 10  # nic_windows bucket (migration 0100)

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dashboard.queries.window import Window, ts_in_window
-from dashboard.store import Store
+from vigil.dashboard.queries.window import Window, ts_in_window
+from vigil.dashboard.store import Store
 
 # one row per (job, step): job_steps is an AggregatingMergeTree whose parts may not be merged yet
 PER_STEP = """

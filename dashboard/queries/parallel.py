@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dashboard.queries.window import Window
-from dashboard.store import Store
+from vigil.dashboard.queries.window import Window
+from vigil.dashboard.store import Store
 
 _STEPS_IN_RANGE = ("FROM job_steps WHERE job_id = {job:String} "
                    "AND last_ts >= fromUnixTimestamp64Milli({t0:Int64}, 'UTC') "

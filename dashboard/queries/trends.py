@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dashboard.queries.overview import PER_STEP
-from dashboard.store import Store
+from vigil.dashboard.queries.overview import PER_STEP
+from vigil.dashboard.store import Store
 
 _TRENDS_SQL = f"""
 WITH steps AS ({PER_STEP.format(where="")}),

@@ -11,10 +11,11 @@ import threading
 import time
 from collections.abc import Sequence
 
-from analyzer.ingest.loop import IngestLoop
-from analyzer.ingest.writer import ClickHouseWriter
-from analyzer.settings import AnalyzerSettings
-from vigil.clickhouse import connect, migrate
+from vigil.analyzer.ingest.loop import IngestLoop
+from vigil.analyzer.ingest.writer import ClickHouseWriter
+from vigil.analyzer.settings import AnalyzerSettings
+from vigil.app.components import migrate_all
+from vigil.clickhouse.client import connect
 from vigil.contract import Event
 from vigil.kafka.consumer import Unstorable
 from vigil.kafka.producer import EventProducer
@@ -39,7 +40,7 @@ class DieAfterWrite:
 def main() -> None:
     mode, bootstrap, prefix, dsn = sys.argv[1:5]
     client = connect(dsn, database="vigil")
-    migrate(client, {"ttl_days": 30})
+    migrate_all(client, 30)
     if mode == "count":
         q = {
             "steps": "SELECT count() FROM step_timings",

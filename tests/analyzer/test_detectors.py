@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 from crafted import T0, heartbeats, nic, steps
 
-from analyzer.alerts.book import AlertBook
-from analyzer.engine import LiveCursor, evaluate, job_clocks, replay
-from analyzer.ingest.writer import ClickHouseWriter
-from analyzer.settings import AnalyzerSettings
-from vigil.clickhouse import connect
+from vigil.analyzer.alerts.book import AlertBook
+from vigil.analyzer.engine import LiveCursor, evaluate, job_clocks, replay
+from vigil.analyzer.ingest.writer import ClickHouseWriter
+from vigil.analyzer.settings import AnalyzerSettings
+from vigil.clickhouse.client import connect
 from vigil.contract import Event, LogLine, ProcessExit
 
 pytestmark = pytest.mark.clickhouse
@@ -217,7 +217,7 @@ def test_live_clock_waits_for_hosts_still_being_ingested(clickhouse_dsn: str, da
 def test_writer_completes_an_event_cut_off_between_its_tables(clickhouse_dsn: str, database: str) -> None:
     """A heartbeat is a `heartbeats` row and `gpu_stats` rows: a crash after the first insert must not
     make the retry skip the second table."""
-    from analyzer.ingest.processors import process
+    from vigil.analyzer.ingest.processors import process
     from vigil.contract import GpuState, Heartbeat
 
     hb = Heartbeat(job_id="cut", host="h0", ts=T0, gpus=[GpuState(index=i, util_pct=90.0) for i in range(4)])

@@ -10,9 +10,9 @@ from collections.abc import Callable, Iterator
 import pytest
 from crafted import heartbeats, nic, steps
 
-from analyzer.ingest.loop import IngestLoop
-from analyzer.settings import AnalyzerSettings
-from vigil.clickhouse import connect
+from vigil.analyzer.ingest.loop import IngestLoop
+from vigil.analyzer.settings import AnalyzerSettings
+from vigil.clickhouse.client import connect
 from vigil.kafka.producer import EventProducer
 from vigil.kafka.reader import read_topics
 from vigil.settings import VigilSettings

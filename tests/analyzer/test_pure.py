@@ -7,14 +7,14 @@ from datetime import timedelta
 import pytest
 from crafted import T0, heartbeats, steps
 
-from analyzer.alerts.book import AlertBook
-from analyzer.alerts.view import current
-from analyzer.detect.base import Finding
-from analyzer.detect.straggler import judge
-from analyzer.ingest.processors import COLUMNS, process
-from analyzer.settings import AnalyzerSettings
-from analyzer.simulator.faults import parse_fault
-from analyzer.simulator.layout import Layout
+from vigil.analyzer.alerts.book import AlertBook
+from vigil.analyzer.alerts.view import current
+from vigil.analyzer.detect.base import Finding
+from vigil.analyzer.detect.straggler import judge
+from vigil.analyzer.ingest.processors import COLUMNS, process
+from vigil.analyzer.settings import AnalyzerSettings
+from vigil.analyzer.simulator.faults import parse_fault
+from vigil.analyzer.simulator.layout import Layout
 from vigil.settings import SettingsError
 
 pytestmark = pytest.mark.pure

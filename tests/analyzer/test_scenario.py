@@ -7,17 +7,17 @@ from datetime import UTC, datetime
 
 import pytest
 
-from analyzer.alerts.view import current, read_alert_events
-from analyzer.service import AnalyzerService
-from analyzer.settings import AnalyzerSettings
-from analyzer.simulator.faults import parse_fault
-from analyzer.simulator.layout import Layout
-from analyzer.simulator.model import SimConfig, Simulation
-from analyzer.simulator.runner import ground_truth, run
-from vigil.clickhouse import connect
+from vigil.analyzer.alerts.view import current, read_alert_events
+from vigil.analyzer.service import AnalyzerService
+from vigil.analyzer.settings import AnalyzerSettings
+from vigil.analyzer.simulator.faults import parse_fault
+from vigil.analyzer.simulator.layout import Layout
+from vigil.analyzer.simulator.model import SimConfig, Simulation
+from vigil.analyzer.simulator.runner import ground_truth, run
+from vigil.clickhouse.client import connect
 from vigil.kafka.producer import EventProducer
+from vigil.service import StackContext
 from vigil.settings import VigilSettings
-from vigil.stack.service import StackContext
 
 pytestmark = [pytest.mark.kafka, pytest.mark.clickhouse, pytest.mark.slow]
 

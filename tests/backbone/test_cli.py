@@ -122,7 +122,7 @@ def _commands() -> list[tuple[str, list[tuple[str, str | None]]]]:
     """Every command path (`analyzer alerts` too) with its options and their help texts."""
     import argparse
 
-    from vigil.cli.main import build_parser
+    from vigil.app.cli.main import build_parser
 
     found: list[tuple[str, list[tuple[str, str | None]]]] = []
 

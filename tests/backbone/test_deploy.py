@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from vigil.cli.main import build_parser
+from vigil.app.cli.main import build_parser
 
 pytestmark = pytest.mark.pure
 

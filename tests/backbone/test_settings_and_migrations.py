@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from vigil.clickhouse import connect, migrate
-from vigil.clickhouse.migrations import discover
+from vigil.app.components import MIGRATIONS, migrate_all
+from vigil.clickhouse.client import connect
+from vigil.clickhouse.migrations import MigrationSet, discover, migrate
 from vigil.errors import MigrationError
 from vigil.settings import SettingsError, VigilSettings
 
@@ -52,26 +53,26 @@ def test_unreadable_config_file_is_a_settings_error(monkeypatch: pytest.MonkeyPa
 @pytest.mark.clickhouse
 def test_migrations_run_twice_without_change(clickhouse_dsn: str) -> None:
     client = connect(clickhouse_dsn, database="t_migrate_twice")
-    first = migrate(client, {"ttl_days": 7})
+    first = migrate_all(client, 7)
     tables = sorted(r[0] for r in client.query("SHOW TABLES").result_rows)
-    second = migrate(client, {"ttl_days": 7})
+    second = migrate_all(client, 7)
     assert first.applied and not first.already
     assert second.applied == [] and second.already == first.applied and second.changed == []
     assert sorted(r[0] for r in client.query("SHOW TABLES").result_rows) == tables
     ledger = client.query("SELECT count() FROM vigil_migrations FINAL").result_rows[0][0]
-    assert ledger == len(discover())
+    assert ledger == len(discover(MIGRATIONS))
 
 
 @pytest.mark.clickhouse
 def test_changed_retention_setting_is_applied_by_the_next_migrate(clickhouse_dsn: str) -> None:
     client = connect(clickhouse_dsn, database="t_migrate_retention")
-    assert migrate(client, {"ttl_days": 7}).retention == []
-    changed = migrate(client, {"ttl_days": 30}).retention
+    assert migrate_all(client, 7).retention == []
+    changed = migrate_all(client, 30).retention
     assert "step_timings: 7 -> 30 days" in changed and "phase_host_windows: 7 -> 30 days" in changed
     ttl = {str(r[0]): str(r[1]) for r in client.query(
         "SELECT name, engine_full FROM system.tables WHERE database = 't_migrate_retention'").result_rows}
     assert "toIntervalDay(30)" in ttl["step_timings"] and "toIntervalDay(7)" not in "".join(ttl.values())
-    assert migrate(client, {"ttl_days": 30}).retention == []
+    assert migrate_all(client, 30).retention == []
 
 
 @pytest.mark.clickhouse
@@ -80,9 +81,20 @@ def test_failed_migration_names_itself_and_is_not_recorded(clickhouse_dsn: str, 
     (tmp_path / "0002_broken.sql").write_text("CREATE TABLE nonsense (;")
     client = connect(clickhouse_dsn, database="t_migrate_broken")
     with pytest.raises(MigrationError, match="0002_broken"):
-        migrate(client, directory=tmp_path)
+        migrate(client, [MigrationSet(owner="t", directory=tmp_path, ids=range(1, 10))])
     recorded = [r[0] for r in client.query("SELECT name FROM vigil_migrations FINAL").result_rows]
     assert recorded == ["ok"]
+
+
+@pytest.mark.pure
+def test_components_own_disjoint_migration_numbers(tmp_path: Path) -> None:
+    (tmp_path / "0150_x.sql").write_text("SELECT 1;")
+    with pytest.raises(MigrationError, match="owns migration numbers 0200-0299"):
+        MigrationSet(owner="recovery", directory=tmp_path, ids=range(200, 300)).discover()
+    overlapping = [MigrationSet(owner="a", directory=tmp_path, ids=range(100, 200)),
+                   MigrationSet(owner="b", directory=tmp_path, ids=range(150, 250))]
+    with pytest.raises(MigrationError, match="ranges of a and b overlap"):
+        discover(overlapping)
 
 
 @pytest.mark.pure

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from agent_harness import agent_env, read_events, start_agent, step_line, wait_for
 
-from collector.agent import Agent
-from collector.settings import CollectorSettings, resolve_paths
-from collector.sink import MemorySink
+from vigil.collector.agent import Agent
+from vigil.collector.settings import CollectorSettings, resolve_paths
+from vigil.collector.sink import MemorySink
 from vigil.contract import Heartbeat, LogLine, StepTiming
 from vigil.kafka.broker import EmbeddedBroker, free_port
 from vigil.settings import VigilSettings

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from collector.outbox import Outbox
-from collector.tailer import Tailer
+from vigil.collector.outbox import Outbox
+from vigil.collector.tailer import Tailer
 from vigil.contract import Heartbeat
 
 pytestmark = pytest.mark.pure

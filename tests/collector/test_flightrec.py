@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.flightrec import FlightRecorderWatcher, parse_dump
+from vigil.collector.flightrec import FlightRecorderWatcher, parse_dump
 
 pytestmark = pytest.mark.pure
 

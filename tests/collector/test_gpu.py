@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from collector.gpu import NvmlProbe, throttle_names
+from vigil.collector.gpu import NvmlProbe, throttle_names
 
 pytestmark = pytest.mark.pure
 

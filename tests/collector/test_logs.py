@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from collector.flood import FloodLimiter
-from collector.logstream import LogStream, split_prefix
-from collector.rules import BUILTIN, classify, load_rules
-from collector.summary import ErrorMemory, summarize
+from vigil.collector.flood import FloodLimiter
+from vigil.collector.logstream import LogStream, split_prefix
+from vigil.collector.rules import BUILTIN, classify, load_rules
+from vigil.collector.summary import ErrorMemory, summarize
 
 pytestmark = pytest.mark.pure
 

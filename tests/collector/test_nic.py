@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from fake_node import FakeNode
 
-from collector.nic import RateTracker, counter_delta, read_ethernet, read_rdma
+from vigil.collector.nic import RateTracker, counter_delta, read_ethernet, read_rdma
 
 pytestmark = pytest.mark.pure
 

@@ -8,7 +8,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from timer import StepTimer
+from vigil.timer import StepTimer
 
 STEPS = int(os.environ.get("TRAIN_STEPS", "8"))
 FAIL_RANK = int(os.environ.get("TRAIN_FAIL_RANK", "-1"))  # this rank raises at step 3

@@ -46,10 +46,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def sim_client(clickhouse_dsn: str) -> Any:
     """A client on a session database holding the simulated job (see simdata.py)."""
-    from vigil.clickhouse import connect, migrate
+    from vigil.app.components import migrate_all
+    from vigil.clickhouse.client import connect
 
     client = connect(clickhouse_dsn, database=f"t_dash_{uuid.uuid4().hex[:8]}")
-    migrate(client, {"ttl_days": 30})
+    migrate_all(client, 30)
     return client
 
 

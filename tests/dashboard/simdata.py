@@ -39,11 +39,11 @@ def simulate(client: Any, *, job: str, hosts: int, steps: int, faults: list[str]
     """Simulate `job` (fault specs as for `vigil simulate --fault`) into `client`'s database.
 
     Returns the job's host names and the number of events written."""
-    from analyzer.ingest.writer import ClickHouseWriter
-    from analyzer.simulator.faults import parse_fault
-    from analyzer.simulator.layout import Layout
-    from analyzer.simulator.model import SimConfig, Simulation
-    from analyzer.simulator.runner import run
+    from vigil.analyzer.ingest.writer import ClickHouseWriter
+    from vigil.analyzer.simulator.faults import parse_fault
+    from vigil.analyzer.simulator.layout import Layout
+    from vigil.analyzer.simulator.model import SimConfig, Simulation
+    from vigil.analyzer.simulator.runner import run
 
     layout = Layout(hosts=hosts, gpus_per_host=4, pp=pp)
     sim = Simulation(SimConfig(job=job, layout=layout, faults=[parse_fault(f) for f in faults], seed=7,
@@ -64,9 +64,9 @@ def simulate(client: Any, *, job: str, hosts: int, steps: int, faults: list[str]
 
 def populate(client: Any, *, job: str = JOB, hosts: int = HOSTS, steps: int = STEPS) -> SimRun:
     """Simulate `job` into the database of `client`; returns what was injected and raised."""
-    from analyzer.engine import replay
-    from analyzer.ingest.writer import ClickHouseWriter
-    from analyzer.settings import AnalyzerSettings
+    from vigil.analyzer.engine import replay
+    from vigil.analyzer.ingest.writer import ClickHouseWriter
+    from vigil.analyzer.settings import AnalyzerSettings
 
     names, events = simulate(client, job=job, hosts=hosts, steps=steps, faults=[
         f"straggler:host={STRAGGLER},phase={STRAGGLER_PHASE},start=40,magnitude=0.2",

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from selenium.webdriver.common.action_chains import ActionChains
 
-from dashboard.app import create_app
-from dashboard.settings import DashboardSettings
 from tests.dashboard.simdata import JOB, STALL_HOST, STALL_NIC, STRAGGLER, STRAGGLER_PHASE, XID_HOST, SimRun
+from vigil.dashboard.app import create_app
+from vigil.dashboard.settings import DashboardSettings
 
 pytestmark = [pytest.mark.browser, pytest.mark.clickhouse]
 

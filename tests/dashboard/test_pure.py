@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from dashboard.components import sparkline
-from dashboard.figures.heatmap import heatmap_figure
-from dashboard.figures.network import network_figure
-from dashboard.queries.heatmap import Cell, Matrix
-from dashboard.queries.network import NetworkView, NicSeries, Stall
-from dashboard.queries.window import Window, window_for
-from dashboard.selection import Selection, page_href
-from dashboard.settings import DashboardSettings
+from vigil.dashboard.components import sparkline
+from vigil.dashboard.figures.heatmap import heatmap_figure
+from vigil.dashboard.figures.network import network_figure
+from vigil.dashboard.queries.heatmap import Cell, Matrix
+from vigil.dashboard.queries.network import NetworkView, NicSeries, Stall
+from vigil.dashboard.queries.window import Window, window_for
+from vigil.dashboard.selection import Selection, page_href
+from vigil.dashboard.settings import DashboardSettings
 
 pytestmark = pytest.mark.pure
 

@@ -6,11 +6,6 @@ from typing import Any
 
 import pytest
 
-from dashboard.app import RENDERERS
-from dashboard.callbacks import render_page
-from dashboard.queries import alerts, heatmap, host, jobs, network, overview, parallel
-from dashboard.settings import DashboardSettings
-from dashboard.store import Store, StoreError
 from tests.dashboard.simdata import (
     HOSTS,
     JOB,
@@ -22,6 +17,11 @@ from tests.dashboard.simdata import (
     XID_HOST,
     SimRun,
 )
+from vigil.dashboard.app import RENDERERS
+from vigil.dashboard.callbacks import render_page
+from vigil.dashboard.queries import alerts, heatmap, host, jobs, network, overview, parallel
+from vigil.dashboard.settings import DashboardSettings
+from vigil.dashboard.store import Store, StoreError
 
 pytestmark = pytest.mark.clickhouse
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from dashboard.queries import alerts, jobs, parallel
-from dashboard.store import Store
 from tests.dashboard.simdata import HOSTS, JOB, STEPS, STRAGGLER, STRAGGLER_PHASE, SimRun
+from vigil.dashboard.queries import alerts, jobs, parallel
+from vigil.dashboard.store import Store
 
 pytestmark = pytest.mark.clickhouse
 

@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
-from dashboard.service import DashboardService
-from dashboard.settings import DashboardSettings
 from tests.dashboard.dashhttp import figure_of, find, render_page, texts
 from tests.dashboard.simdata import HOSTS, JOB, STEPS, STRAGGLER, SimRun
-from vigil.cli.main import build_parser
+from vigil.app.cli.main import build_parser
+from vigil.dashboard.service import DashboardService
+from vigil.dashboard.settings import DashboardSettings
+from vigil.service import StackContext
 from vigil.settings import VigilSettings
-from vigil.stack.service import StackContext
 
 pytestmark = pytest.mark.clickhouse
 

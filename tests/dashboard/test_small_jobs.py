@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from dashboard.queries import heatmap, host, jobs, overview, parallel, trends
-from dashboard.queries.window import to_dt
-from dashboard.store import Store
 from tests.dashboard.simdata import simulate
 from vigil.contract.telemetry import GpuState, Heartbeat, NicCounters
+from vigil.dashboard.queries import heatmap, host, jobs, overview, parallel, trends
+from vigil.dashboard.queries.window import to_dt
+from vigil.dashboard.store import Store
 
 pytestmark = pytest.mark.clickhouse
 
@@ -27,10 +27,11 @@ HANG_S = 600
 
 @pytest.fixture(scope="module")
 def store(clickhouse_dsn: str) -> Store:
-    from vigil.clickhouse import connect, migrate
+    from vigil.app.components import migrate_all
+    from vigil.clickhouse.client import connect
 
     client: Any = connect(clickhouse_dsn, database=f"t_small_{uuid.uuid4().hex[:8]}")
-    migrate(client, {"ttl_days": 30})
+    migrate_all(client, 30)
     simulate(client, job=PAIR, hosts=2, steps=STEPS,
              faults=[f"straggler:host={SLOW},phase=forward,start=0,magnitude=0.3"])
     _write(client, _second_port_and_throttling(_step_ts(client, PAIR, "min"), PAIR, SLOW))
@@ -47,7 +48,7 @@ def _step_ts(client: Any, job: str, agg: str) -> datetime:
 
 
 def _write(client: Any, events: list[Any]) -> None:
-    from analyzer.ingest.writer import ClickHouseWriter
+    from vigil.analyzer.ingest.writer import ClickHouseWriter
 
     ClickHouseWriter(client=client, check_existing=False).write(events)
 

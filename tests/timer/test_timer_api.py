@@ -9,7 +9,7 @@ import pytest
 import torch
 from timer_testutil import read_records
 
-from timer import StepTimer
+from vigil.timer import StepTimer
 
 pytestmark = pytest.mark.pure
 
@@ -213,7 +213,7 @@ def test_context_manager_closes(tmp_path: Path) -> None:
 
 
 def test_example_script_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from timer.example import main
+    from vigil.timer.example import main
 
     main(steps=3, spool_dir=str(tmp_path))
     recs = read_records(tmp_path)

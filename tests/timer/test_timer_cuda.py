@@ -11,7 +11,7 @@ import pytest
 import torch
 from timer_testutil import read_records
 
-from timer import StepTimer
+from vigil.timer import StepTimer
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from timer_testutil import read_records
 
-from timer import StepTimer
-from timer.clocks import CudaClock
+from vigil.timer import StepTimer
+from vigil.timer.clocks import CudaClock
 
 pytestmark = pytest.mark.pure
 

@@ -10,8 +10,8 @@ import pytest
 import torch.distributed as dist
 from timer_testutil import read_records
 
-from timer import StepTimer
-from timer.identity import derive_coords, resolve_coords, resolve_identity
+from vigil.timer import StepTimer
+from vigil.timer.identity import derive_coords, resolve_coords, resolve_identity
 
 pytestmark = pytest.mark.pure
 

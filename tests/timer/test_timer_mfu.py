@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from timer_testutil import read_records
 
-from timer import StepTimer, peak_for_device
-from timer.mfu import resolve_flops, resolve_peak, throughput
+import vigil.timer.mfu
+from vigil.timer import StepTimer, peak_for_device
+from vigil.timer.mfu import resolve_flops, resolve_peak, throughput
 
 pytestmark = pytest.mark.pure
 
@@ -53,9 +54,8 @@ def test_peak_table_by_device_name(name: str, peak: float | None) -> None:
 
 
 def test_peak_table_entries_added_at_run_time_count(monkeypatch: pytest.MonkeyPatch) -> None:
-    import timer.mfu
 
-    monkeypatch.setitem(timer.mfu.PEAK_BF16_TFLOPS, "RTX 4090", 165.0)
+    monkeypatch.setitem(vigil.timer.mfu.PEAK_BF16_TFLOPS, "RTX 4090", 165.0)
     assert peak_for_device("NVIDIA GeForce RTX 4090") == 165.0
 
 

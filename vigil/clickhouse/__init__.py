@@ -1,6 +1,3 @@
-"""ClickHouse plumbing: the client factory (chdb or server) and numbered migrations."""
-
-from vigil.clickhouse.client import DATABASE, check, connect
-from vigil.clickhouse.migrations import MigrationReport, migrate
-
-__all__ = ["DATABASE", "MigrationReport", "check", "connect", "migrate"]
+"""ClickHouse plumbing: the client factory (chdb or server), the query Protocol, failure
+classification and the migration runner. Import the modules directly (`vigil.clickhouse.client`
+loads clickhouse-connect; the others do not)."""

@@ -14,7 +14,7 @@ from urllib.parse import urlparse
 import clickhouse_connect
 from clickhouse_connect.driver.client import Client
 
-from vigil.errors import Unreachable
+from vigil.errors import Unreachable, one_line
 
 DATABASE = "vigil"
 _shared: dict[tuple[str, str], Client] = {}
@@ -45,7 +45,7 @@ def connect(dsn: str, *, database: str = DATABASE, explicit: bool = True, create
         except ValueError:
             raise
         except Exception as exc:
-            raise Unreachable(f"{_source(dsn, explicit)}: ClickHouse not reachable ({_first_line(exc)})") from None
+            raise Unreachable(f"{_source(dsn, explicit)}: ClickHouse not reachable ({one_line(exc)})") from None
         _shared[key] = client
         return client
 
@@ -65,11 +65,6 @@ def _http_client(dsn: str, database: str, create: bool) -> Client:
     if create:
         clickhouse_connect.get_client(**kwargs).command(f"CREATE DATABASE IF NOT EXISTS {database}")
     return clickhouse_connect.get_client(database=database, **kwargs)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:300] if text else type(exc).__name__
 
 
 def check(client: Client) -> str:

@@ -41,7 +41,3 @@ def is_data_error(exc: BaseException) -> bool:
         return m is not None and int(m.group(1)) in DATA_ERROR_CODES
     return False
 
-
-def one_line(exc: BaseException, limit: int = 300) -> str:
-    text = str(exc).strip()
-    return (text.splitlines()[0][:limit] if text else type(exc).__name__)

@@ -1,10 +1,13 @@
-"""Numbered, idempotent ClickHouse migrations recorded in a table.
+"""Numbered, idempotent ClickHouse migrations recorded in a ledger table: the runner, not the DDL.
 
-Migrations are `NNNN_name.sql` files in `vigil/migrations/` (ranges: 0001-0099 core
-and raw telemetry, 0100-0199 analyzer, 0200-0299 recovery). Statements are split on
-`;` at line end and may use `{ttl_days}` style placeholders filled from settings.
-Each applied migration is recorded in `vigil_migrations` with a checksum; a changed
-file that was already applied is reported, not re-run.
+Each component owns its tables: its migrations are `NNNN_name.sql` files in its own
+`migrations/` folder, declared as a `MigrationSet` with the number range it owns (the
+analyzer 0001-0199, recovery 0200-0299, the dashboard 0300-0399), so numbers never
+collide across components and the ledger stays keyed by number. The application layer
+passes every component's set to `migrate`. Statements are split on `;` at line end and
+may use `{ttl_days}` style placeholders filled from settings. Each applied migration is
+recorded in `vigil_migrations` with a checksum; a changed file that was already applied
+is reported, not re-run.
 
 Retention is a setting, not history: after the migrations, every table whose TTL is
 `<expr> + INTERVAL n DAY` is brought to the configured `ttl_days` (ALTER ... MODIFY TTL),
@@ -15,12 +18,12 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from clickhouse_connect.driver.client import Client
-
-from vigil.errors import MigrationError
+from vigil.errors import MigrationError, one_line
 
 _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
@@ -52,18 +55,38 @@ def _only_comments(s: str) -> bool:
     return all(not line.strip() or line.strip().startswith("--") for line in s.splitlines())
 
 
-def discover(directory: Path | None = None) -> list[Migration]:
-    root = directory if directory is not None else Path(__file__).resolve().parent.parent / "migrations"
-    found: list[Migration] = []
-    for path in sorted(root.glob("*.sql")):
-        m = _NAME.match(path.name)
-        if not m:
-            raise MigrationError(f"{path}: migration files are named NNNN_lower_snake.sql")
-        found.append(Migration(id=int(m.group(1)), name=m.group(2), sql=path.read_text()))
-    ids = [m.id for m in found]
-    if len(ids) != len(set(ids)):
-        raise MigrationError(f"duplicate migration number in {root}")
-    return found
+@dataclass(frozen=True, kw_only=True)
+class MigrationSet:
+    """The migrations one component owns: a folder of `NNNN_name.sql` files numbered in `ids`."""
+
+    owner: str
+    directory: Path
+    ids: range
+
+    def discover(self) -> list[Migration]:
+        found: list[Migration] = []
+        for path in sorted(self.directory.glob("*.sql")):
+            m = _NAME.match(path.name)
+            if not m:
+                raise MigrationError(f"{path}: migration files are named NNNN_lower_snake.sql")
+            number = int(m.group(1))
+            if number not in self.ids:
+                raise MigrationError(f"{path}: {self.owner} owns migration numbers "
+                                     f"{self.ids.start:04d}-{self.ids.stop - 1:04d}")
+            found.append(Migration(id=number, name=m.group(2), sql=path.read_text()))
+        ids = [m.id for m in found]
+        if len(ids) != len(set(ids)):
+            raise MigrationError(f"duplicate migration number in {self.directory}")
+        return found
+
+
+def discover(sets: Sequence[MigrationSet]) -> list[Migration]:
+    """Every migration of `sets` in number order; MigrationError when two owners' ranges overlap."""
+    for i, a in enumerate(sets):
+        for b in sets[i + 1:]:
+            if a.ids.start < b.ids.stop and b.ids.start < a.ids.stop:
+                raise MigrationError(f"migration ranges of {a.owner} and {b.owner} overlap")
+    return sorted((m for s in sets for m in s.discover()), key=lambda m: m.id)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,7 +100,7 @@ class MigrationReport:
 _TTL = re.compile(r"\bTTL (.+?) \+ toIntervalDay\((\d+)\)(?= SETTINGS|$)")
 
 
-def apply_retention(client: Client, days: int) -> list[str]:
+def apply_retention(client: Any, days: int) -> list[str]:
     """ALTER every table of the current database whose day-interval TTL differs from `days`."""
     rows = client.query("SELECT name, engine_full FROM system.tables WHERE database = currentDatabase() "
                         "AND engine_full LIKE '%TTL %'").result_rows
@@ -89,19 +112,19 @@ def apply_retention(client: Client, days: int) -> list[str]:
         try:
             client.command(f"ALTER TABLE `{name}` MODIFY TTL {m.group(1)} + INTERVAL {int(days)} DAY")
         except Exception as exc:
-            raise MigrationError(f"retention of {name} to {days} days failed: {str(exc).splitlines()[0][:300]}") from None
+            raise MigrationError(f"retention of {name} to {days} days failed: {one_line(exc)}") from None
         changed.append(f"{name}: {m.group(2)} -> {days} days")
     return changed
 
 
-def migrate(client: Client, params: dict[str, object] | None = None, directory: Path | None = None) -> MigrationReport:
-    """Apply every migration not yet recorded; safe to run any number of times."""
+def migrate(client: Any, sets: Sequence[MigrationSet], params: dict[str, object] | None = None) -> MigrationReport:
+    """Apply every migration of `sets` not yet recorded; safe to run any number of times."""
     client.command(LEDGER)
     done = {int(r[0]): str(r[1]) for r in client.query("SELECT id, checksum FROM vigil_migrations FINAL").result_rows}
     applied: list[str] = []
     already: list[str] = []
     changed: list[str] = []
-    for mig in discover(directory):
+    for mig in discover(sets):
         label = f"{mig.id:04d}_{mig.name}"
         if mig.id in done:
             (changed if done[mig.id] != mig.checksum else already).append(label)
@@ -110,7 +133,7 @@ def migrate(client: Client, params: dict[str, object] | None = None, directory: 
             try:
                 client.command(stmt)
             except Exception as exc:
-                raise MigrationError(f"migration {label} failed: {str(exc).splitlines()[0][:300]}") from None
+                raise MigrationError(f"migration {label} failed: {one_line(exc)}") from None
         client.insert("vigil_migrations", [[mig.id, mig.name, mig.checksum]], column_names=["id", "name", "checksum"])
         applied.append(label)
     days = (params or {}).get("ttl_days")

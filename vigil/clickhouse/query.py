@@ -1,7 +1,7 @@
 """The read side every consumer of ClickHouse relies on, as a Protocol.
 
 A clickhouse-connect client satisfies it, and so does the query-only proxy to a
-running `vigil up` (`vigil.stack.access.RemoteClient`), so detectors, replay and
+running `vigil up` (`vigil.app.stack.access.RemoteClient`), so detectors, replay and
 the dashboard run unchanged against the embedded engine, a server, or the proxy.
 """
 

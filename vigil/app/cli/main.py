@@ -1,7 +1,7 @@
-"""The `vigil` command: one entry point, subcommands registered by each package.
+"""The `vigil` command: one entry point; each module of `vigil.app.cli` registers its subcommands.
 
-Each package with commands has a `cli.py` exposing `register(subparsers)`; its
-handlers import heavy modules lazily so `vigil --help` stays fast. A handler
+Every command module exposes `register(subparsers)`; its handlers import heavy modules
+lazily so `vigil --help` stays fast. A handler
 returns the exit code. VigilError (and ValueError from bad input) print one line
 on stderr and exit 2, never a traceback.
 """
@@ -9,27 +9,21 @@ on stderr and exit 2, never a traceback.
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import sys
 from collections.abc import Sequence
 
+from vigil.app.cli import analyzer, collector, dashboard, demo, stack
 from vigil.errors import VigilError
 
-COMMAND_MODULES = ("vigil.cli.stack", "vigil.cli.demo", "collector.cli", "analyzer.cli", "recovery.cli", "dashboard.cli")
+COMMAND_MODULES = (stack, demo, collector, analyzer, dashboard)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vigil", description="Fault diagnosis and recovery for large training jobs.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug output")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:  # that package has no commands yet
-                continue
-            raise
+    for module in COMMAND_MODULES:
         module.register(sub)
     return parser
 

@@ -1,13 +1,11 @@
 """The body of `vigil up`: broker, ClickHouse, topics, migrations, hosted services, control port.
 
-Parts come up in dependency order and go down in reverse. Hosted services are
-found by name (`analyzer.service.AnalyzerService`, `dashboard.service.DashboardService`,
-...) so the backbone runs on its own before those packages exist.
+Parts come up in dependency order and go down in reverse. The hosted services are the
+`ServiceSpec`s given (by default every one in `vigil.app.components.SERVICES`).
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import threading
@@ -16,40 +14,33 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from vigil.clickhouse import check, connect, migrate
+from vigil.app.components import SERVICES, migrate_all
+from vigil.app.stack.control import ControlServer
+from vigil.app.stack.state import StackState, clear_state, read_state, write_state
+from vigil.clickhouse.client import check, connect
 from vigil.errors import StackError
 from vigil.kafka.admin import check_reachable, ensure_topics
 from vigil.kafka.broker import EmbeddedBroker, port_open
+from vigil.service import Service, ServiceSpec, StackContext
 from vigil.settings import VigilSettings
-from vigil.stack.control import ControlServer
-from vigil.stack.service import Service, StackContext
-from vigil.stack.state import StackState, clear_state, read_state, write_state
 
 log = logging.getLogger(__name__)
 
-HOSTED: dict[str, str] = {
-    "analyzer": "analyzer.service:AnalyzerService",
-    "recovery": "recovery.service:RecoveryService",
-    "dashboard": "dashboard.service:DashboardService",
-}
-
-
-def load_service(spec: str, ctx: StackContext) -> Service | None:
-    module_name, _, cls_name = spec.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name and module_name.startswith(exc.name):
-            return None
-        raise
-    factory: Callable[[StackContext], Service] = getattr(module, cls_name)
-    return factory(ctx)
+def prepare(settings: VigilSettings, bootstrap: str) -> StackContext:
+    """Reach Kafka and ClickHouse, create missing topics, apply pending migrations: what every
+    service needs before it starts, whether `vigil up` hosts it or it runs on its own."""
+    check_reachable(settings, bootstrap)
+    ensure_topics(settings, bootstrap)
+    dsn = settings.effective_clickhouse_dsn
+    client = connect(dsn, explicit=settings.clickhouse_dsn is not None)
+    migrate_all(client, settings.retention_days)
+    return StackContext(settings=settings, bootstrap=bootstrap, clickhouse=client, clickhouse_dsn=dsn)
 
 
 @dataclass(kw_only=True)
 class Stack:
     settings: VigilSettings
-    services: Sequence[str] = tuple(HOSTED)
+    services: Sequence[ServiceSpec] = SERVICES
     broker: EmbeddedBroker | None = None
     hosted: list[Service] = field(default_factory=list)
     control: ControlServer | None = None
@@ -73,22 +64,17 @@ class Stack:
             bootstrap = self.broker.start()
         else:
             bootstrap = str(s.kafka_bootstrap)
-        check_reachable(s, bootstrap)
-        ensure_topics(s, bootstrap)
-        dsn = s.effective_clickhouse_dsn
-        client = connect(dsn, explicit=s.clickhouse_dsn is not None)
-        migrate(client, {"ttl_days": s.retention_days})
-        self.ctx = StackContext(settings=s, bootstrap=bootstrap, clickhouse=client, clickhouse_dsn=dsn)
-        for name in self.services:
-            svc = load_service(HOSTED[name], self.ctx)
-            if svc is not None:
-                svc.start()
-                self.hosted.append(svc)
+        self.ctx = prepare(s, bootstrap)
+        client = self.ctx.clickhouse
+        for spec in self.services:
+            svc = spec.factory(self.ctx)
+            svc.start()
+            self.hosted.append(svc)
         self.control = ControlServer(port=s.control_port, client=client, health=self.health, migrate=self._migrate)
         self.control.start()
         urls = {str(k): str(v) for svc in self.hosted for k, v in self._health_of(svc).get("urls", {}).items()}
         state = StackState(
-            pid=os.getpid(), bootstrap=bootstrap, clickhouse_dsn=dsn, control_url=self.control.url,
+            pid=os.getpid(), bootstrap=bootstrap, clickhouse_dsn=self.ctx.clickhouse_dsn, control_url=self.control.url,
             broker_pid=self.broker.pid if self.broker else None, urls=urls,
         )
         write_state(s, state)
@@ -96,7 +82,7 @@ class Stack:
 
     def _migrate(self) -> dict[str, Any]:
         assert self.ctx is not None
-        return asdict(migrate(self.ctx.clickhouse, {"ttl_days": self.settings.retention_days}))
+        return asdict(migrate_all(self.ctx.clickhouse, self.settings.retention_days))
 
     @staticmethod
     def _health_of(svc: Service) -> dict[str, Any]:

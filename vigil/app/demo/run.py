@@ -23,12 +23,12 @@ from pathlib import Path
 
 import psutil
 
+from vigil.app.stack.runner import Stack
 from vigil.contract import JobRegistered, RankPlacement
 from vigil.contract.telemetry import ParallelCoords
 from vigil.kafka.broker import free_port
 from vigil.kafka.producer import EventProducer
 from vigil.settings import VigilSettings
-from vigil.stack.runner import Stack
 
 TRAIN = Path(__file__).with_name("train.py")
 TORCH_JOB, SIM_JOB = "demo-torch", "demo-sim"

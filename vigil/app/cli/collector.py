@@ -61,7 +61,7 @@ def register(sub: Any) -> None:
 
 
 def _settings(args: argparse.Namespace) -> Any:
-    from collector.settings import CollectorSettings
+    from vigil.collector.settings import CollectorSettings
 
     overrides = {field: getattr(args, arg) for arg, field in _OVERRIDES.items() if getattr(args, arg, None) is not None}
     return CollectorSettings.load(**overrides)
@@ -69,12 +69,12 @@ def _settings(args: argparse.Namespace) -> Any:
 
 def _build(args: argparse.Namespace, *, launching: bool) -> tuple[Any, Any, dict[str, str]]:
     """(agent, paths, child environment additions)."""
-    from collector.agent import Agent
-    from collector.procs import ProcessTracker
-    from collector.settings import resolve_paths, safe_name
-    from collector.sink import KafkaSink
+    from vigil.app.stack.state import resolve_bootstrap
+    from vigil.collector.agent import Agent
+    from vigil.collector.procs import ProcessTracker
+    from vigil.collector.settings import resolve_paths, safe_name
+    from vigil.collector.sink import KafkaSink
     from vigil.settings import VigilSettings
-    from vigil.stack.state import resolve_bootstrap
 
     core = VigilSettings.load()
     settings = _settings(args)
@@ -102,8 +102,8 @@ def _build(args: argparse.Namespace, *, launching: bool) -> tuple[Any, Any, dict
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from collector.launcher import Launcher
-    from collector.settings import safe_name
+    from vigil.collector.launcher import Launcher
+    from vigil.collector.settings import safe_name
 
     command = list(args.argv)
     if command[:1] == ["--"]:

@@ -76,31 +76,24 @@ def parse_time(text: str) -> datetime:
 def cmd_analyzer(args: argparse.Namespace) -> int:
     import signal
 
-    from analyzer.service import AnalyzerService
-    from analyzer.settings import AnalyzerSettings
-    from vigil.clickhouse import connect, migrate
-    from vigil.stack.service import StackContext
-    from vigil.stack.state import resolve_bootstrap
+    from vigil.analyzer.service import AnalyzerService
+    from vigil.analyzer.settings import AnalyzerSettings
+    from vigil.app.stack.runner import prepare
+    from vigil.app.stack.state import resolve_bootstrap
 
     settings = VigilSettings.load()
     bootstrap = resolve_bootstrap(settings)
-    dsn = settings.effective_clickhouse_dsn
-    client = connect(dsn, explicit=settings.clickhouse_dsn is not None)
-    migrate(client, {"ttl_days": settings.retention_days})
-    from vigil.kafka.admin import ensure_topics
-
-    ensure_topics(settings, bootstrap)
+    ctx = prepare(settings, bootstrap)
     analyzer = AnalyzerSettings.load()
     if getattr(args, "ingest_only", False):
         analyzer = analyzer.model_copy(update={"detect": False})
-    service = AnalyzerService(StackContext(settings=settings, bootstrap=bootstrap, clickhouse=client, clickhouse_dsn=dsn),
-                              analyzer)
+    service = AnalyzerService(ctx, analyzer)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     service.start()
     role = "ingest + detectors" if analyzer.detect else "ingest only"
-    print(f"analyzer running ({role}): kafka {bootstrap}, clickhouse {dsn}; Ctrl-C stops it.", flush=True)
+    print(f"analyzer running ({role}): kafka {bootstrap}, clickhouse {ctx.clickhouse_dsn}; Ctrl-C stops it.", flush=True)
     try:
         while not stop.wait(10.0):
             h = service.health()
@@ -112,10 +105,10 @@ def cmd_analyzer(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from analyzer.alerts.view import as_json, format_line
-    from analyzer.engine import replay
-    from analyzer.settings import AnalyzerSettings
-    from vigil.stack.access import clickhouse_for_cli
+    from vigil.analyzer.alerts.view import as_json, format_line
+    from vigil.analyzer.engine import replay
+    from vigil.analyzer.settings import AnalyzerSettings
+    from vigil.app.stack.access import clickhouse_for_cli
 
     settings = VigilSettings.load()
     client = clickhouse_for_cli(settings)
@@ -131,8 +124,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_alerts(args: argparse.Namespace) -> int:
-    from analyzer.alerts.view import as_json, current, format_line, read_alert_events
-    from vigil.stack.state import resolve_bootstrap
+    from vigil.analyzer.alerts.view import as_json, current, format_line, read_alert_events
+    from vigil.app.stack.state import resolve_bootstrap
 
     settings = VigilSettings.load()
     events = read_alert_events(settings, resolve_bootstrap(settings), timeout=args.timeout)
@@ -148,12 +141,12 @@ def cmd_alerts(args: argparse.Namespace) -> int:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from analyzer.simulator.faults import parse_fault
-    from analyzer.simulator.layout import Layout
-    from analyzer.simulator.model import SimConfig, Simulation
-    from analyzer.simulator.runner import ground_truth, run
+    from vigil.analyzer.simulator.faults import parse_fault
+    from vigil.analyzer.simulator.layout import Layout
+    from vigil.analyzer.simulator.model import SimConfig, Simulation
+    from vigil.analyzer.simulator.runner import ground_truth, run
+    from vigil.app.stack.state import resolve_bootstrap
     from vigil.kafka.producer import EventProducer
-    from vigil.stack.state import resolve_bootstrap
 
     if args.hosts < 1 or args.steps < 1 or args.step_ms <= 0 or args.nics < 1:
         raise ValueError("--hosts, --steps, --nics must be >= 1 and --step-ms > 0")

@@ -13,11 +13,11 @@ from typing import Any
 
 import httpx
 
-from vigil.clickhouse import connect
+from vigil.app.stack.state import read_state
+from vigil.clickhouse.client import connect
 from vigil.clickhouse.query import QueryClient
 from vigil.errors import Unreachable
 from vigil.settings import VigilSettings
-from vigil.stack.state import read_state
 
 
 @dataclass(frozen=True)

@@ -12,16 +12,18 @@ import threading
 import time
 from typing import Any
 
+from vigil.app.components import SERVICES
 from vigil.errors import StackError, Unreachable, VigilError
+from vigil.service import ServiceSpec
 from vigil.settings import VigilSettings
 
 
 def register(sub: Any) -> None:
-    up = sub.add_parser("up", help="start the embedded stack (broker, ClickHouse, analyzer, dashboard)")
+    names = ", ".join(s.name for s in SERVICES)
+    up = sub.add_parser("up", help=f"start the embedded stack (broker, ClickHouse, {names})")
     up.add_argument("--detach", action="store_true", help="return once everything is ready; stop with `vigil down`")
-    up.add_argument("--no-analyzer", action="store_true", help="do not host the analyzer")
-    up.add_argument("--no-dashboard", action="store_true", help="do not host the dashboard")
-    up.add_argument("--no-recovery", action="store_true", help="do not host the recovery controller")
+    for spec in SERVICES:
+        up.add_argument(f"--no-{spec.name}", action="store_true", help=f"do not host the {spec.name} ({spec.help})")
     up.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for readiness with --detach")
     up.set_defaults(handler=cmd_up)
 
@@ -36,23 +38,20 @@ def register(sub: Any) -> None:
     mig = sub.add_parser("migrate", help="apply pending ClickHouse migrations (idempotent)")
     mig.set_defaults(handler=cmd_migrate)
 
-    from vigil.cli import tail
+    from vigil.app.cli import tail
 
     tail.register(sub)
 
 
-def _services(args: argparse.Namespace) -> list[str]:
-    return [
-        name for name, off in (("analyzer", args.no_analyzer), ("recovery", args.no_recovery),
-                               ("dashboard", args.no_dashboard)) if not off
-    ]
+def _services(args: argparse.Namespace) -> list[ServiceSpec]:
+    return [spec for spec in SERVICES if not getattr(args, f"no_{spec.name}")]
 
 
 def cmd_up(args: argparse.Namespace) -> int:
     settings = VigilSettings.load()
     if args.detach:
         return _up_detached(settings, args)
-    from vigil.stack.runner import Stack
+    from vigil.app.stack.runner import Stack
 
     stack = Stack(settings=settings, services=_services(args))
     stop = threading.Event()
@@ -70,14 +69,14 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def _up_detached(settings: VigilSettings, args: argparse.Namespace) -> int:
-    from vigil.stack.runner import wait_for_state
-    from vigil.stack.state import read_state
+    from vigil.app.stack.runner import wait_for_state
+    from vigil.app.stack.state import read_state
 
     if (running := read_state(settings)) is not None:
         raise StackError(f"a stack is already running under VIGIL_HOME={settings.home} (pid {running.pid})")
     settings.home.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "vigil", "up"]
-    argv += [f"--no-{n}" for n in ("analyzer", "recovery", "dashboard") if getattr(args, f"no_{n}")]
+    argv += [f"--no-{s.name}" for s in SERVICES if getattr(args, f"no_{s.name}")]
     with open(settings.home / "up.log", "ab") as logf:
         child = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                  start_new_session=True, env=os.environ.copy())
@@ -121,7 +120,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 def stack_health(settings: VigilSettings) -> dict[str, Any]:
     import httpx
 
-    from vigil.stack.state import read_state
+    from vigil.app.stack.state import read_state
 
     state = read_state(settings)
     if state is not None:
@@ -138,7 +137,7 @@ def stack_health(settings: VigilSettings) -> dict[str, Any]:
 
 
 def _direct_health(settings: VigilSettings) -> dict[str, Any]:
-    from vigil.clickhouse import check, connect
+    from vigil.clickhouse.client import check, connect
     from vigil.kafka.admin import check_reachable
 
     parts: dict[str, dict[str, Any]] = {}
@@ -153,32 +152,14 @@ def _direct_health(settings: VigilSettings) -> dict[str, Any]:
     except VigilError as exc:
         parts["clickhouse"] = {"ok": False, "error": str(exc)}
     if parts["kafka"]["ok"]:
-        parts["analyzer"] = _analyzer_progress(settings, bootstrap)
+        for spec in SERVICES:
+            if spec.probe is not None:
+                parts[spec.name] = spec.probe(settings, bootstrap)
     return {"ok": all(p["ok"] for p in parts.values()), "mode": "external", "parts": parts}
 
 
-def _analyzer_progress(settings: VigilSettings, bootstrap: str, window_s: float = 2.0) -> dict[str, Any]:
-    """The analyzer group's lag and commit rate, from the broker: down when it lags and commits nothing."""
-    from analyzer.ingest.lag import LagProbe
-    from analyzer.ingest.loop import INGEST_TOPICS
-    from analyzer.settings import AnalyzerSettings
-
-    group = AnalyzerSettings.load().group_id
-    probe = LagProbe(settings=settings, bootstrap=bootstrap, group_id=group, topics=INGEST_TOPICS)
-    try:
-        _, before = probe.offsets()
-        time.sleep(window_s)
-        lag, after = probe.offsets()
-    except Exception as exc:
-        return {"ok": False, "group": group, "error": f"lag of group {group}: {str(exc).splitlines()[0][:200]}"}
-    rate = (after - before) / window_s
-    behind = sum(lag.values())
-    return {"ok": behind == 0 or rate > 0, "group": group, "lag": behind, "records_per_s": round(rate, 1),
-            **({} if behind == 0 or rate > 0 else {"error": "lagging and committing nothing: is an analyzer running?"})}
-
-
 def cmd_down(args: argparse.Namespace) -> int:
-    from vigil.stack.state import clear_state, pid_alive, read_state
+    from vigil.app.stack.state import clear_state, pid_alive, read_state
 
     settings = VigilSettings.load()
     state = read_state(settings)
@@ -202,8 +183,9 @@ def cmd_down(args: argparse.Namespace) -> int:
 def cmd_migrate(args: argparse.Namespace) -> int:
     import httpx
 
-    from vigil.clickhouse import connect, migrate
-    from vigil.stack.state import read_state
+    from vigil.app.components import migrate_all
+    from vigil.app.stack.state import read_state
+    from vigil.clickhouse.client import connect
 
     settings = VigilSettings.load()
     dsn = settings.effective_clickhouse_dsn
@@ -219,8 +201,8 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     else:
         from dataclasses import asdict
 
-        report = asdict(migrate(connect(dsn, explicit=settings.clickhouse_dsn is not None),
-                                {"ttl_days": settings.retention_days}))
+        report = asdict(migrate_all(connect(dsn, explicit=settings.clickhouse_dsn is not None),
+                                    settings.retention_days))
     for label in report["applied"]:
         print(f"applied   {label}")
     for label in report["already"]:

@@ -24,10 +24,10 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dashboard.service import DashboardService
-    from dashboard.settings import DashboardSettings
+    from vigil.app.stack.access import clickhouse_for_cli
+    from vigil.dashboard.service import DashboardService
+    from vigil.dashboard.settings import DashboardSettings
     from vigil.settings import VigilSettings
-    from vigil.stack.access import clickhouse_for_cli
 
     overrides = {k: getattr(args, k) for k in ("host", "port", "refresh_s") if getattr(args, k, None) is not None}
     settings = DashboardSettings.load(**overrides)

@@ -17,6 +17,6 @@ def register(sub: Any) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from dashboard.demo.run import run_demo
+    from vigil.app.demo.run import run_demo
 
     return run_demo(VigilSettings.load(), duration=args.duration, sim_hosts=args.sim_hosts, sim_speed=args.sim_speed)

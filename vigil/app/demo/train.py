@@ -20,7 +20,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from timer import StepTimer
+from vigil.timer import StepTimer
 
 
 class TinyLM(nn.Module):

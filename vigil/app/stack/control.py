@@ -23,6 +23,8 @@ from uuid import UUID
 
 from clickhouse_connect.driver.client import Client
 
+from vigil.errors import one_line
+
 log = logging.getLogger(__name__)
 _READ_ONLY = re.compile(r"^\s*(SELECT|WITH|SHOW|DESCRIBE|DESC|EXPLAIN)\b", re.I)
 
@@ -81,7 +83,7 @@ class ControlServer:
                 except ValueError as exc:
                     self._reply(400, {"error": str(exc)})
                 except Exception as exc:
-                    self._reply(500, {"error": str(exc).splitlines()[0][:500] if str(exc) else type(exc).__name__})
+                    self._reply(500, {"error": one_line(exc, 500)})
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._httpd.daemon_threads = True

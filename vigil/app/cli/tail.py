@@ -34,8 +34,8 @@ def format_event(doc: dict[str, Any]) -> str:
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
+    from vigil.app.stack.state import resolve_bootstrap
     from vigil.kafka.reader import read_topics
-    from vigil.stack.state import resolve_bootstrap
 
     settings = VigilSettings.load()
     bootstrap = resolve_bootstrap(settings)

@@ -1,0 +1,33 @@
+"""What the application is made of: the services `vigil up` can host and the schemas it migrates.
+
+This is the one place that names the components. Adding a service or a component's
+tables means adding its spec here; there is no lookup by string, so a service that
+cannot be imported fails loudly instead of being skipped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vigil.analyzer import hosting as analyzer_hosting
+from vigil.analyzer import schema as analyzer_schema
+from vigil.clickhouse.migrations import MigrationReport, MigrationSet, migrate
+from vigil.dashboard import hosting as dashboard_hosting
+from vigil.service import ServiceSpec
+
+SERVICES: tuple[ServiceSpec, ...] = (analyzer_hosting.SPEC, dashboard_hosting.SPEC)
+"""In start order; `vigil up --no-<name>` leaves one out."""
+
+MIGRATIONS: tuple[MigrationSet, ...] = (analyzer_schema.MIGRATIONS,)
+
+
+def service(name: str) -> ServiceSpec:
+    for spec in SERVICES:
+        if spec.name == name:
+            return spec
+    raise ValueError(f"no service named {name!r}; services: {', '.join(s.name for s in SERVICES)}")
+
+
+def migrate_all(client: Any, ttl_days: int) -> MigrationReport:
+    """Apply every component's pending migrations (idempotent) and bring TTLs to `ttl_days`."""
+    return migrate(client, MIGRATIONS, {"ttl_days": ttl_days})
