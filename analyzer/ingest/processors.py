@@ -1,7 +1,8 @@
 """Pure processors: one event -> the rows it becomes, per ClickHouse table.
 
-`process(event)` returns `[(table, row), ...]` with rows ordered as `COLUMNS[table]`.
-No I/O here: the writer, the benchmarks and the tests share these functions.
+`process(event)` returns `[(table, row), ...]` where each row is a dict keyed by column
+name: the writer inserts by those names, and the test suite checks every table's rows
+against the migrated schema and every like-named field against its event. No I/O here: the writer, the benchmarks and the tests share these functions.
 A heartbeat becomes one `heartbeats` row and one `gpu_stats` row per GPU; a job
 registration one `jobs` row and one `job_ranks` row per rank.
 """
@@ -24,94 +25,91 @@ from vigil.contract import (
     StepTiming,
 )
 
-Row = tuple[Any, ...]
+Row = dict[str, Any]
+"""One table row, keyed by column name (the writer inserts by these names)."""
 TableRow = tuple[str, Row]
-
-COLUMNS: dict[str, tuple[str, ...]] = {
-    "jobs": ("job_id", "ts", "event_id", "name", "world_size", "tp", "pp", "dp", "gpus_per_host", "gpu_model",
-             "gpu_peak_tflops", "model_flops_per_step", "hosts"),
-    "job_ranks": ("job_id", "rank", "host", "local_rank", "dp", "tp", "pp", "ts"),
-    "step_timings": ("event_id", "job_id", "host", "rank", "local_rank", "world_size", "dp", "tp", "pp", "step",
-                     "ts", "step_ms", "phases", "tokens", "tflops", "mfu", "failed", "dropped"),
-    "heartbeats": ("event_id", "job_id", "host", "ts", "ip", "pod", "node", "agent_version", "uptime_s",
-                   "interval_s", "procs_total", "procs_running", "gpus", "gpu_util_avg", "gpu_temp_max",
-                   "gpu_ecc_uncorrected", "gpus_throttled", "dropped_events", "spooled_events"),
-    "gpu_stats": ("event_id", "job_id", "host", "gpu", "ts", "name", "util_pct", "mem_used_mib", "temp_c",
-                  "power_w", "sm_clock_mhz", "throttle_reasons", "ecc_uncorrected"),
-    "nic_counters": ("event_id", "job_id", "host", "device", "port", "link", "ts", "tx_bytes", "rx_bytes",
-                     "tx_bps", "rx_bps", "interval_s"),
-    "log_lines": ("event_id", "job_id", "host", "ts", "rank", "local_rank", "stream", "category", "severity",
-                  "message", "xid", "repeats"),
-    "process_exits": ("event_id", "job_id", "host", "ts", "rank", "local_rank", "pid", "exit_code", "signal",
-                      "summary", "traceback"),
-    "collective_traces": ("event_id", "job_id", "host", "rank", "ts", "dumped_at", "process_groups",
-                          "last_started_seq", "last_completed_seq", "entries"),
-    "alert_events": ("event_id", "ts", "job_id", "host", "fingerprint", "alert", "subject", "status", "severity",
-                     "summary", "first_seen", "last_seen", "evidence"),
-}
 
 _RUNNING = {"running", "sleeping", "disk-sleep", "R", "S", "D"}
 
 
 def _step(e: StepTiming) -> list[TableRow]:
     c = e.coords
-    return [("step_timings", (e.event_id, e.job_id, e.host, e.rank, e.local_rank, e.world_size, c.dp, c.tp, c.pp,
-                              e.step, e.ts, e.step_ms, dict(e.phases), e.tokens, e.tflops, e.mfu, int(e.failed),
-                              e.dropped))]
+    return [("step_timings", {
+        "event_id": e.event_id, "job_id": e.job_id, "host": e.host, "rank": e.rank, "local_rank": e.local_rank,
+        "world_size": e.world_size, "dp": c.dp, "tp": c.tp, "pp": c.pp, "step": e.step, "ts": e.ts,
+        "step_ms": e.step_ms, "phases": dict(e.phases), "tokens": e.tokens, "tflops": e.tflops, "mfu": e.mfu,
+        "failed": int(e.failed), "dropped": e.dropped})]
 
 
 def _heartbeat(e: Heartbeat) -> list[TableRow]:
     utils = [g.util_pct for g in e.gpus if g.util_pct is not None]
     temps = [g.temp_c for g in e.gpus if g.temp_c is not None]
-    running = sum(1 for p in e.processes if p.status in _RUNNING)
-    rows: list[TableRow] = [("heartbeats", (
-        e.event_id, e.job_id, e.host, e.ts, e.ip, e.pod, e.node, e.agent_version, e.uptime_s, e.interval_s,
-        len(e.processes), running, len(e.gpus), sum(utils) / len(utils) if utils else None,
-        max(temps) if temps else None, sum(g.ecc_uncorrected or 0 for g in e.gpus),
-        sum(1 for g in e.gpus if g.throttle_reasons), e.dropped_events, e.spooled_events))]
+    rows: list[TableRow] = [("heartbeats", {
+        "event_id": e.event_id, "job_id": e.job_id, "host": e.host, "ts": e.ts, "ip": e.ip, "pod": e.pod,
+        "node": e.node, "agent_version": e.agent_version, "uptime_s": e.uptime_s, "interval_s": e.interval_s,
+        "procs_total": len(e.processes), "procs_running": sum(1 for p in e.processes if p.status in _RUNNING),
+        "gpus": len(e.gpus), "gpu_util_avg": sum(utils) / len(utils) if utils else None,
+        "gpu_temp_max": max(temps) if temps else None,
+        "gpu_ecc_uncorrected": sum(g.ecc_uncorrected or 0 for g in e.gpus),
+        "gpus_throttled": sum(1 for g in e.gpus if g.throttle_reasons),
+        "dropped_events": e.dropped_events, "spooled_events": e.spooled_events})]
     for g in e.gpus:
-        rows.append(("gpu_stats", (e.event_id, e.job_id, e.host, g.index, e.ts, g.name, g.util_pct, g.mem_used_mib,
-                                   g.temp_c, g.power_w, g.sm_clock_mhz, list(g.throttle_reasons),
-                                   g.ecc_uncorrected)))
+        rows.append(("gpu_stats", {
+            "event_id": e.event_id, "job_id": e.job_id, "host": e.host, "gpu": g.index, "ts": e.ts, "name": g.name,
+            "util_pct": g.util_pct, "mem_used_mib": g.mem_used_mib, "temp_c": g.temp_c, "power_w": g.power_w,
+            "sm_clock_mhz": g.sm_clock_mhz, "throttle_reasons": list(g.throttle_reasons),
+            "ecc_uncorrected": g.ecc_uncorrected}))
     return rows
 
 
 def _nic(e: NicCounters) -> list[TableRow]:
-    return [("nic_counters", (e.event_id, e.job_id, e.host, e.device, e.port, e.link, e.ts, e.tx_bytes,
-                              e.rx_bytes, e.tx_bps, e.rx_bps, e.interval_s))]
+    return [("nic_counters", {
+        "event_id": e.event_id, "job_id": e.job_id, "host": e.host, "device": e.device, "port": e.port,
+        "link": e.link, "ts": e.ts, "tx_bytes": e.tx_bytes, "rx_bytes": e.rx_bytes, "tx_bps": e.tx_bps,
+        "rx_bps": e.rx_bps, "interval_s": e.interval_s})]
 
 
 def _log(e: LogLine) -> list[TableRow]:
-    return [("log_lines", (e.event_id, e.job_id, e.host, e.ts, e.rank, e.local_rank, e.stream, e.category,
-                           e.severity, e.message, e.xid, e.repeats))]
+    return [("log_lines", {
+        "event_id": e.event_id, "job_id": e.job_id, "host": e.host, "ts": e.ts, "rank": e.rank,
+        "local_rank": e.local_rank, "stream": e.stream, "category": e.category, "severity": e.severity,
+        "message": e.message, "xid": e.xid, "repeats": e.repeats})]
 
 
 def _exit(e: ProcessExit) -> list[TableRow]:
-    return [("process_exits", (e.event_id, e.job_id, e.host, e.ts, e.rank, e.local_rank, e.pid, e.exit_code,
-                               e.signal or "", e.summary, e.traceback))]
+    return [("process_exits", {
+        "event_id": e.event_id, "job_id": e.job_id, "host": e.host, "ts": e.ts, "rank": e.rank,
+        "local_rank": e.local_rank, "pid": e.pid, "exit_code": e.exit_code, "signal": e.signal or "",
+        "summary": e.summary, "traceback": e.traceback})]
 
 
 def _collective(e: CollectiveTrace) -> list[TableRow]:
-    entries = json.dumps([x.model_dump(mode="json") for x in e.entries])
-    return [("collective_traces", (e.event_id, e.job_id, e.host, e.rank, e.ts, e.dumped_at, dict(e.process_groups),
-                                   dict(e.last_started_seq), dict(e.last_completed_seq), entries))]
+    return [("collective_traces", {
+        "event_id": e.event_id, "job_id": e.job_id, "host": e.host, "rank": e.rank, "ts": e.ts,
+        "dumped_at": e.dumped_at, "process_groups": dict(e.process_groups),
+        "last_started_seq": dict(e.last_started_seq), "last_completed_seq": dict(e.last_completed_seq),
+        "entries": json.dumps([x.model_dump(mode="json") for x in e.entries])})]
 
 
 def _job(e: JobRegistered) -> list[TableRow]:
-    hosts = sorted({r.host for r in e.ranks})
-    rows: list[TableRow] = [("jobs", (e.job_id, e.ts, e.event_id, e.name, e.world_size, e.tp, e.pp, e.dp,
-                                      e.gpus_per_host, e.gpu_model, e.gpu_peak_tflops, e.model_flops_per_step,
-                                      hosts))]
+    rows: list[TableRow] = [("jobs", {
+        "job_id": e.job_id, "ts": e.ts, "event_id": e.event_id, "name": e.name, "world_size": e.world_size,
+        "tp": e.tp, "pp": e.pp, "dp": e.dp, "gpus_per_host": e.gpus_per_host, "gpu_model": e.gpu_model,
+        "gpu_peak_tflops": e.gpu_peak_tflops, "model_flops_per_step": e.model_flops_per_step,
+        "hosts": sorted({r.host for r in e.ranks})})]
     for r in e.ranks:
-        rows.append(("job_ranks", (e.job_id, r.rank, r.host, r.local_rank, r.coords.dp, r.coords.tp, r.coords.pp,
-                                   e.ts)))
+        rows.append(("job_ranks", {
+            "job_id": e.job_id, "rank": r.rank, "host": r.host, "local_rank": r.local_rank, "dp": r.coords.dp,
+            "tp": r.coords.tp, "pp": r.coords.pp, "ts": e.ts}))
     return rows
 
 
 def _alert(e: Alert) -> list[TableRow]:
-    return [("alert_events", (e.event_id, e.ts, e.job_id, e.host, e.fingerprint, e.alert, e.subject, e.status,
-                              e.severity, e.summary, e.first_seen, e.last_seen,
-                              json.dumps(e.evidence, default=str, sort_keys=True)))]
+    return [("alert_events", {
+        "event_id": e.event_id, "ts": e.ts, "job_id": e.job_id, "host": e.host, "fingerprint": e.fingerprint,
+        "alert": e.alert, "subject": e.subject, "status": e.status, "severity": e.severity, "summary": e.summary,
+        "first_seen": e.first_seen, "last_seen": e.last_seen,
+        "evidence": json.dumps(e.evidence, default=str, sort_keys=True)})]
 
 
 _BY_TYPE: dict[type[Event], Callable[[Any], list[TableRow]]] = {

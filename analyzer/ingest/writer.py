@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from vigil.analyzer.ingest.processors import COLUMNS, TableRow, process
+from vigil.analyzer.ingest.processors import Row, TableRow, process
 from vigil.clickhouse.failures import is_data_error
 from vigil.contract import Event
 from vigil.errors import one_line
@@ -47,6 +47,12 @@ def _ch_param(value: Any) -> str:
     if isinstance(value, datetime):
         return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
     return str(value)
+
+
+def insert_rows(client: Any, table: str, rows: Sequence[Row]) -> None:
+    """Insert named rows of one table, column by column (every row of a table has the same columns)."""
+    names = list(rows[0])
+    client.insert(table, [[r[n] for r in rows] for n in names], column_names=names, column_oriented=True)
 
 
 @dataclass(kw_only=True)
@@ -71,11 +77,11 @@ class ClickHouseWriter:
 
     def write_rows(self, rows: Sequence[TableRow]) -> None:
         """Insert pre-processed rows (no dedup): for benchmarks that produce unique events."""
-        by_table: dict[str, list[Any]] = defaultdict(list)
+        by_table: dict[str, list[Row]] = defaultdict(list)
         for table, row in rows:
             by_table[table].append(row)
         for table, batch in by_table.items():
-            self.client.insert(table, batch, column_names=list(COLUMNS[table]))
+            insert_rows(self.client, table, batch)
 
     def _isolate(self, events: list[Event], exc: Exception) -> list[Unstorable]:
         """Store what can be stored; the events that fail on their own come back with the reason."""
@@ -97,7 +103,7 @@ class ClickHouseWriter:
         for e in events:
             unique.setdefault(e.event_id, e)
         self.skipped_duplicates += len(events) - len(unique)
-        by_table: dict[str, list[Any]] = defaultdict(list)
+        by_table: dict[str, list[Row]] = defaultdict(list)
         for e in unique.values():
             for table, row in process(e):
                 by_table[table].append(row)
@@ -106,24 +112,21 @@ class ClickHouseWriter:
             if self.check_existing and table in _PRUNE:
                 stored = self._stored(table, rows)
                 if stored:
-                    idx = COLUMNS[table].index("event_id")
-                    rows = [r for r in rows if r[idx] not in stored]
+                    rows = [r for r in rows if r["event_id"] not in stored]
                     skipped |= stored
             if rows:
-                self.client.insert(table, rows, column_names=list(COLUMNS[table]))
+                insert_rows(self.client, table, rows)
                 self.rows_written += len(rows)
         self.skipped_duplicates += len(skipped)
 
-    def _stored(self, table: str, rows: list[Any]) -> set[str]:
-        cols = COLUMNS[table]
+    def _stored(self, table: str, rows: list[Row]) -> set[str]:
         prune = _PRUNE[table]
-        i_id, i_job, i_prune = cols.index("event_id"), cols.index("job_id"), cols.index(prune)
-        values = [r[i_prune] for r in rows]
+        values = [r[prune] for r in rows]
         typ = "UInt64" if prune == "step" else "DateTime64(3, 'UTC')"
         sql = (f"SELECT event_id FROM {table} WHERE job_id IN {{jobs:Array(String)}} "
                f"AND {prune} BETWEEN {{lo:{typ}}} AND {{hi:{typ}}} AND event_id IN {{ids:Array(String)}}")
-        params = {"jobs": sorted({r[i_job] for r in rows}), "lo": _ch_param(min(values)), "hi": _ch_param(max(values)),
-                  "ids": sorted({r[i_id] for r in rows})}
+        params = {"jobs": sorted({r["job_id"] for r in rows}), "lo": _ch_param(min(values)),
+                  "hi": _ch_param(max(values)), "ids": sorted({r["event_id"] for r in rows})}
         return {str(r[0]) for r in self.client.query(sql, parameters=params).result_rows}
 
 
