@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vigil.dashboard.store import Row, Store
+from vigil.dashboard.tables import ALERT_EVENTS, ALERTS_CURRENT, JOB_CLOCK
 
 _FILTER = """({job:String} = '' OR job_id = {job:String})
   AND ({kind:String} = '' OR alert = {kind:String})
@@ -19,7 +20,7 @@ _FILTER = """({job:String} = '' OR job_id = {job:String})
   AND ({host:String} = '' OR host = {host:String})"""
 
 # each job's clock; a job missing from it (no telemetry yet) gets the epoch, i.e. no cut
-_CLOCK = "LEFT JOIN (SELECT job_id, max(last_ts) AS job_last FROM job_clock GROUP BY job_id) AS c USING (job_id)"
+_CLOCK = f"LEFT JOIN (SELECT job_id, max(last_ts) AS job_last FROM {JOB_CLOCK} GROUP BY job_id) AS c USING (job_id)"
 
 
 def _since(col: str) -> str:
@@ -32,7 +33,7 @@ _CURRENT_SQL = f"""
 SELECT job_id, fingerprint, alert, subject, host, status, severity, summary,
        toUnixTimestamp64Milli(first_seen) AS first_ms, toUnixTimestamp64Milli(last_seen) AS last_ms,
        toUnixTimestamp64Milli(updated) AS updated_ms, evidence
-FROM alerts_current {_CLOCK}
+FROM {ALERTS_CURRENT} {_CLOCK}
 WHERE {_FILTER} AND ({{status:String}} = '' OR status = {{status:String}}) AND {_IN_RANGE}
 ORDER BY status = 'firing' DESC, indexOf(['critical', 'error', 'warning', 'info'], severity), updated DESC
 LIMIT {{limit:UInt32}}
@@ -40,18 +41,18 @@ LIMIT {{limit:UInt32}}
 
 _HISTORY_SQL = f"""
 SELECT toUnixTimestamp64Milli(ts) AS t_ms, job_id, fingerprint, alert, subject, host, status, severity, summary
-FROM alert_events {_CLOCK}
+FROM {ALERT_EVENTS} {_CLOCK}
 WHERE {_FILTER} AND ({{status:String}} = '' OR status = {{status:String}}) AND {_since('ts')}
 ORDER BY ts DESC LIMIT {{limit:UInt32}}
 """
 
-_OPTIONS_SQL = """
+_OPTIONS_SQL = f"""
 SELECT groupUniqArray(alert) AS kinds, groupUniqArray(host) AS hosts
-FROM alerts_current WHERE ({job:String} = '' OR job_id = {job:String})
+FROM {ALERTS_CURRENT} WHERE ({{job:String}} = '' OR job_id = {{job:String}})
 """
 
 _COUNTS_SQL = f"""
-SELECT severity, status, count() AS n FROM alerts_current {_CLOCK} WHERE {_FILTER} AND {_IN_RANGE}
+SELECT severity, status, count() AS n FROM {ALERTS_CURRENT} {_CLOCK} WHERE {_FILTER} AND {_IN_RANGE}
 GROUP BY severity, status
 """
 

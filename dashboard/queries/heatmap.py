@@ -19,14 +19,15 @@ from typing import Any
 
 from vigil.dashboard.queries.window import Window
 from vigil.dashboard.store import Row, Store
+from vigil.dashboard.tables import JOB_RANKS, PHASE_HOST_WINDOWS
 
 ROLLUP_STEPS = 5  # steps per window of phase_host_windows (migration 0100)
 
 _IN_RANGE = ("job_id = {job:String} AND last_ts >= fromUnixTimestamp64Milli({t0:Int64}, 'UTC') "
              "AND first_ts <= fromUnixTimestamp64Milli({t1:Int64}, 'UTC')")
 
-_PEERS = """(SELECT host, arrayStringConcat(arraySort(groupUniqArray(toString(pp))), ',') AS stages
-             FROM job_ranks FINAL WHERE job_id = {job:String} GROUP BY host)"""
+_PEERS = f"""(SELECT host, arrayStringConcat(arraySort(groupUniqArray(toString(pp))), ',') AS stages
+             FROM {JOB_RANKS} FINAL WHERE job_id = {{job:String}} GROUP BY host)"""
 
 
 def _ranked(per_cell: str) -> str:
@@ -48,16 +49,16 @@ FROM (
 
 _PHASE_CELLS = f"""
 SELECT host, phase AS col, sum(sum_ms) / sum(n) AS mean_ms, max(max_ms) AS peak_ms, sum(n) AS samples
-FROM phase_host_windows WHERE {_IN_RANGE} GROUP BY host, col
+FROM {PHASE_HOST_WINDOWS} WHERE {_IN_RANGE} GROUP BY host, col
 """
 
 _WINDOW_CELLS = f"""
 SELECT host, intDiv(window - {{w0:UInt64}}, {{k:UInt64}}) AS col, sum(sum_ms) / sum(n) AS mean_ms,
        max(max_ms) AS peak_ms, sum(n) AS samples
-FROM phase_host_windows WHERE {_IN_RANGE} AND phase = {{phase:String}} GROUP BY host, col
+FROM {PHASE_HOST_WINDOWS} WHERE {_IN_RANGE} AND phase = {{phase:String}} GROUP BY host, col
 """
 
-_BOUNDS = (f"SELECT min(window) AS w0, max(window) AS w1, count() AS n FROM phase_host_windows "
+_BOUNDS = (f"SELECT min(window) AS w0, max(window) AS w1, count() AS n FROM {PHASE_HOST_WINDOWS} "
            f"WHERE {_IN_RANGE} AND phase = {{phase:String}}")
 
 
@@ -103,7 +104,7 @@ def _matrix(rows: list[Row], label: Callable[[Any], str], hosts_total: int, step
 
 
 def _count_hosts(store: Store, win: Window) -> int:
-    row = store.one("host count", f"SELECT uniqExact(host) AS n FROM phase_host_windows WHERE {_IN_RANGE}",
+    row = store.one("host count", f"SELECT uniqExact(host) AS n FROM {PHASE_HOST_WINDOWS} WHERE {_IN_RANGE}",
                     win.params())
     return int(row["n"]) if row else 0
 
@@ -139,6 +140,6 @@ def host_phases(store: Store, win: Window, host: str) -> list[Cell]:
 
 
 def phases(store: Store, win: Window) -> list[str]:
-    rows = store.rows("phases", f"SELECT DISTINCT phase FROM phase_host_windows WHERE {_IN_RANGE} ORDER BY phase",
+    rows = store.rows("phases", f"SELECT DISTINCT phase FROM {PHASE_HOST_WINDOWS} WHERE {_IN_RANGE} ORDER BY phase",
                       win.params())
     return [str(r["phase"]) for r in rows]

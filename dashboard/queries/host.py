@@ -13,6 +13,16 @@ from typing import Any
 
 from vigil.dashboard.queries.window import Window, ts_in_window
 from vigil.dashboard.store import Row, Store
+from vigil.dashboard.tables import (
+    GPU_STATS,
+    HEARTBEATS,
+    HOST_PRESENCE,
+    JOB_RANKS,
+    LOG_LINES,
+    NIC_COUNTERS,
+    PHASE_HOST_WINDOWS,
+    PROCESS_EXITS,
+)
 
 _BUCKET = "toUnixTimestamp64Milli(toDateTime64(toStartOfInterval(ts, toIntervalSecond({bucket:UInt32})), 3))"
 _HOST = "job_id = {job:String} AND host = {host:String}"
@@ -22,14 +32,14 @@ SELECT argMax(ip, ts) AS ip, argMax(pod, ts) AS pod, argMax(node, ts) AS node,
        argMax(agent_version, ts) AS agent_version, argMax(gpus, ts) AS gpus,
        toUnixTimestamp64Milli(max(ts)) AS last_ms, argMax(interval_s, ts) AS interval_s,
        argMax(procs_running, ts) AS procs_running, argMax(procs_total, ts) AS procs_total, count() AS n
-FROM heartbeats WHERE {_HOST}
+FROM {HEARTBEATS} WHERE {_HOST}
 """
 
 _HEARTBEATS_SQL = f"""
 SELECT {_BUCKET} AS t_ms, count() AS beats, max(interval_s) AS interval_s,
        min(procs_running) AS procs_running, max(gpus_throttled) AS gpus_throttled,
        max(gpu_ecc_uncorrected) AS ecc, sum(dropped_events) AS dropped
-FROM heartbeats WHERE {_HOST} AND {ts_in_window()} GROUP BY t_ms ORDER BY t_ms
+FROM {HEARTBEATS} WHERE {_HOST} AND {ts_in_window()} GROUP BY t_ms ORDER BY t_ms
 """
 
 # an Ethernet interface has port 0 (named by its device alone); RDMA ports count from 1
@@ -37,43 +47,43 @@ _NIC_SQL = f"""
 SELECT if(port = 0, toString(device), concat(device, ' port ', toString(port))) AS nic, {_BUCKET} AS t_ms,
        avg(tx_bps + rx_bps) AS bps, min(tx_bps + rx_bps) AS low_bps,
        avg(tx_bps) AS tx_mean_bps, avg(rx_bps) AS rx_mean_bps
-FROM nic_counters WHERE {_HOST} AND {ts_in_window()} GROUP BY device, port, t_ms ORDER BY device, port, t_ms
+FROM {NIC_COUNTERS} WHERE {_HOST} AND {ts_in_window()} GROUP BY device, port, t_ms ORDER BY device, port, t_ms
 """
 
 _GPU_SQL = f"""
 SELECT gpu, {_BUCKET} AS t_ms, avg(util_pct) AS util_pct, max(temp_c) AS temp_c, avg(sm_clock_mhz) AS sm_clock_mhz,
        avg(power_w) AS power_w
-FROM gpu_stats WHERE {_HOST} AND {ts_in_window()} GROUP BY gpu, t_ms ORDER BY gpu, t_ms
+FROM {GPU_STATS} WHERE {_HOST} AND {ts_in_window()} GROUP BY gpu, t_ms ORDER BY gpu, t_ms
 """
 
 _THROTTLE_SQL = f"""
 SELECT reason, {_BUCKET} AS t_ms, count() AS samples, arrayStringConcat(arraySort(groupUniqArray(toString(gpu))), ',')
            AS gpus
-FROM gpu_stats ARRAY JOIN throttle_reasons AS reason
+FROM {GPU_STATS} ARRAY JOIN throttle_reasons AS reason
 WHERE {_HOST} AND {ts_in_window()} GROUP BY reason, t_ms ORDER BY reason, t_ms
 """
 
 _LOG_COUNTS_SQL = f"""
 SELECT category, severity, sum(repeats) AS lines, toUnixTimestamp64Milli(max(ts)) AS last_ms
-FROM log_lines WHERE {_HOST} AND {ts_in_window()} GROUP BY category, severity ORDER BY lines DESC LIMIT 50
+FROM {LOG_LINES} WHERE {_HOST} AND {ts_in_window()} GROUP BY category, severity ORDER BY lines DESC LIMIT 50
 """
 
 _LOGS_SQL = f"""
 SELECT toUnixTimestamp64Milli(ts) AS t_ms, rank, category, severity, substring(message, 1, 300) AS message,
        xid, repeats
-FROM log_lines WHERE {_HOST} AND {ts_in_window()} ORDER BY ts DESC LIMIT {{limit:UInt32}}
+FROM {LOG_LINES} WHERE {_HOST} AND {ts_in_window()} ORDER BY ts DESC LIMIT {{limit:UInt32}}
 """
 
 _EXITS_SQL = f"""
 SELECT toUnixTimestamp64Milli(ts) AS t_ms, rank, exit_code, signal, substring(summary, 1, 300) AS summary
-FROM process_exits WHERE {_HOST} AND {ts_in_window()} ORDER BY ts DESC LIMIT 20
+FROM {PROCESS_EXITS} WHERE {_HOST} AND {ts_in_window()} ORDER BY ts DESC LIMIT 20
 """
 
 
-_HOSTS_SQL = """
-SELECT host FROM (SELECT host FROM host_presence WHERE job_id = {job:String}
-                  UNION DISTINCT SELECT host FROM job_ranks WHERE job_id = {job:String}
-                  UNION DISTINCT SELECT DISTINCT host FROM phase_host_windows WHERE job_id = {job:String})
+_HOSTS_SQL = f"""
+SELECT host FROM (SELECT host FROM {HOST_PRESENCE} WHERE job_id = {{job:String}}
+                  UNION DISTINCT SELECT host FROM {JOB_RANKS} WHERE job_id = {{job:String}}
+                  UNION DISTINCT SELECT DISTINCT host FROM {PHASE_HOST_WINDOWS} WHERE job_id = {{job:String}})
 ORDER BY host
 """
 

@@ -6,18 +6,19 @@ from dataclasses import dataclass
 
 from vigil.dashboard.queries.window import Window, window_for
 from vigil.dashboard.store import Store
+from vigil.dashboard.tables import JOB_CLOCK, JOBS
 
-_JOBS_SQL = """
+_JOBS_SQL = f"""
 SELECT c.job_id AS job_id, toUnixTimestamp64Milli(c.first_ts) AS first_ms,
        toUnixTimestamp64Milli(c.last_ts) AS last_ms, toUnixTimestamp64Milli(c.ingested) AS ingested_ms,
        j.name AS name, j.world_size AS world_size, j.tp AS tp, j.pp AS pp, j.dp AS dp,
        j.gpus_per_host AS gpus_per_host, j.gpu_model AS gpu_model, j.n_hosts AS n_hosts
 FROM (SELECT job_id, min(first_ts) AS first_ts, max(last_ts) AS last_ts, max(last_ingested) AS ingested
-      FROM job_clock GROUP BY job_id) AS c
+      FROM {JOB_CLOCK} GROUP BY job_id) AS c
 LEFT JOIN (SELECT job_id, argMax(name, ts) AS name, argMax(world_size, ts) AS world_size, argMax(tp, ts) AS tp,
                   argMax(pp, ts) AS pp, argMax(dp, ts) AS dp, argMax(gpus_per_host, ts) AS gpus_per_host,
                   argMax(gpu_model, ts) AS gpu_model, length(argMax(hosts, ts)) AS n_hosts
-           FROM jobs GROUP BY job_id) AS j ON j.job_id = c.job_id
+           FROM {JOBS} GROUP BY job_id) AS j ON j.job_id = c.job_id
 ORDER BY last_ms DESC, job_id
 """
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from vigil.dashboard.queries.window import Window, ts_in_window
 from vigil.dashboard.store import Row, Store
+from vigil.dashboard.tables import NIC_WINDOWS
 
 ZERO_BPS = 1e3  # at or below: no traffic
 NATIVE_S = 10  # nic_windows bucket (migration 0100)
@@ -30,7 +31,7 @@ _RATIO = f"(sum_bps / n) / transform({_T_MS}, {{med_t:Array(Int64)}}, {{med_v:Ar
 # each stored row is one NIC's mean over (part of) a bucket: a sample of the fleet's distribution
 _FLEET_SQL = f"""
 SELECT {_T_MS} AS t_ms, quantile(0.5)(sum_bps / n) AS median_bps, quantile(0.1)(sum_bps / n) AS p10_bps
-FROM nic_windows WHERE {_WHERE} AND n > 0
+FROM {NIC_WINDOWS} WHERE {_WHERE} AND n > 0
 GROUP BY t_ms ORDER BY t_ms
 """
 
@@ -44,7 +45,7 @@ SELECT host, device, worst, segments FROM (
            arrayMap(r -> (r[1].1, r[-1].1 + {NATIVE_S * 1000}, length(r), arrayMin(x -> x.3, r),
                           arrayMin(x -> x.2, r)), runs) AS segments
     FROM (SELECT host, device, {_T_MS} AS t_ms, sum_bps / n AS bps, {_RATIO} AS ratio
-          FROM nic_windows WHERE {_WHERE} AND n > 0)
+          FROM {NIC_WINDOWS} WHERE {_WHERE} AND n > 0)
     WHERE isFinite(ratio)
     GROUP BY host, device)
 ORDER BY worst, host, device
@@ -55,7 +56,7 @@ _SERIES_SQL = f"""
 SELECT host, device,
        toUnixTimestamp64Milli(toDateTime64(toStartOfInterval(bucket, toIntervalSecond({{bucket:UInt32}})), 3)) AS t_ms,
        sum(sum_bps) / sum(n) AS bps, avgIf({_RATIO}, n > 0) AS ratio
-FROM nic_windows
+FROM {NIC_WINDOWS}
 WHERE {_WHERE} AND if({{host:String}} = '', (toString(host), toString(device)) IN {{pairs:Array(Tuple(String, String))}},
                       host = {{host:String}})
 GROUP BY host, device, t_ms ORDER BY host, device, t_ms

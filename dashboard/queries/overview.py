@@ -14,13 +14,14 @@ from dataclasses import dataclass
 
 from vigil.dashboard.queries.window import Window, ts_in_window
 from vigil.dashboard.store import Store
+from vigil.dashboard.tables import ALERTS_CURRENT, HOST_PRESENCE, JOB_CLOCK, JOB_STEPS
 
 # one row per (job, step): job_steps is an AggregatingMergeTree whose parts may not be merged yet
-PER_STEP = """
+PER_STEP = f"""
 SELECT job_id, step, sum(sum_step_ms) / greatest(sum(ranks), 1) AS step_ms, max(max_step_ms) AS max_step_ms,
        if(sum(n_mfu) > 0, sum(sum_mfu) / sum(n_mfu), NULL) AS mfu, sum(sum_tokens) AS tokens,
        sum(failed) AS failed, min(first_ts) AS s_first_ts, max(last_ts) AS s_last_ts
-FROM job_steps {where} GROUP BY job_id, step
+FROM {JOB_STEPS} {{where}} GROUP BY job_id, step
 """
 
 _HEALTH_SQL = f"""
@@ -30,17 +31,17 @@ per_job AS (
            argMax(step_ms, step) AS last_step_ms, argMax(mfu, step) AS last_mfu,
            toUnixTimestamp64Milli(min(s_first_ts)) AS first_ms, toUnixTimestamp64Milli(max(s_last_ts)) AS last_ms
     FROM steps GROUP BY job_id),
-clock AS (SELECT job_id, max(last_ts) AS last_ts FROM job_clock GROUP BY job_id),
+clock AS (SELECT job_id, max(last_ts) AS last_ts FROM {JOB_CLOCK} GROUP BY job_id),
 presence AS (
     SELECT p.job_id AS job_id, countIf(p.last_ts >= c.last_ts - toIntervalMillisecond(
                toUInt64(1000 * greatest(3 * p.interval_s, 10)))) AS reporting, count() AS known
     FROM (SELECT job_id, host, max(last_ts) AS last_ts, max(interval_s) AS interval_s
-          FROM host_presence GROUP BY job_id, host) AS p
+          FROM {HOST_PRESENCE} GROUP BY job_id, host) AS p
     INNER JOIN clock AS c ON c.job_id = p.job_id GROUP BY p.job_id),
 firing AS (
     SELECT job_id, countIf(severity = 'critical') AS critical, countIf(severity = 'error') AS error,
            countIf(severity = 'warning') AS warning, countIf(severity = 'info') AS info
-    FROM alerts_current WHERE status = 'firing' GROUP BY job_id)
+    FROM {ALERTS_CURRENT} WHERE status = 'firing' GROUP BY job_id)
 SELECT c.job_id AS job_id, s.steps AS steps, s.last_step AS last_step, s.median_step_ms AS median_step_ms,
        s.last_step_ms AS last_step_ms, s.last_mfu AS last_mfu,
        if(s.steps > 0, least(1.0, s.steps * s.median_step_ms / (greatest(toUnixTimestamp64Milli(c.last_ts), s.last_ms)

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 from vigil.dashboard.queries.window import Window
 from vigil.dashboard.store import Store
+from vigil.dashboard.tables import JOB_RANKS, JOB_STEPS, STEP_TIMINGS
 
-_STEPS_IN_RANGE = ("FROM job_steps WHERE job_id = {job:String} "
+_STEPS_IN_RANGE = (f"FROM {JOB_STEPS} WHERE job_id = {{job:String}} "
                    "AND last_ts >= fromUnixTimestamp64Milli({t0:Int64}, 'UTC') "
                    "AND first_ts <= fromUnixTimestamp64Milli({t1:Int64}, 'UTC')")
 
@@ -24,21 +25,21 @@ WITH (SELECT minOrNull(step) {_STEPS_IN_RANGE}) AS lo, (SELECT maxOrNull(step) {
 SELECT rank, any(host) AS host, any(dp) AS dp, any(tp) AS tp, any(pp) AS pp,
        avg(if({{phase:String}} = '', step_ms, phases[{{phase:String}}])) AS mean_ms, count() AS samples,
        min(step) AS first_step, max(step) AS last_step, any(every) AS stride
-FROM step_timings
+FROM {STEP_TIMINGS}
 WHERE job_id = {{job:String}} AND step >= lo AND step <= hi AND (hi - step) % every = 0
       AND ({{phase:String}} = '' OR mapContains(phases, {{phase:String}}))
 GROUP BY rank) ORDER BY rank
 """
 
 
-_HOST_AT_SQL = """
+_HOST_AT_SQL = f"""
 SELECT host FROM (
-    SELECT host, 0 AS pref FROM job_ranks FINAL
-    WHERE job_id = {job:String} AND dp = {dp:UInt32} AND pp = {pp:UInt32} AND tp = {tp:UInt32}
+    SELECT host, 0 AS pref FROM {JOB_RANKS} FINAL
+    WHERE job_id = {{job:String}} AND dp = {{dp:UInt32}} AND pp = {{pp:UInt32}} AND tp = {{tp:UInt32}}
     UNION ALL
-    SELECT host, 1 AS pref FROM step_timings
-    WHERE job_id = {job:String} AND dp = {dp:UInt32} AND pp = {pp:UInt32} AND tp = {tp:UInt32}
-      AND step = (SELECT max(step) FROM step_timings WHERE job_id = {job:String}))
+    SELECT host, 1 AS pref FROM {STEP_TIMINGS}
+    WHERE job_id = {{job:String}} AND dp = {{dp:UInt32}} AND pp = {{pp:UInt32}} AND tp = {{tp:UInt32}}
+      AND step = (SELECT max(step) FROM {STEP_TIMINGS} WHERE job_id = {{job:String}}))
 ORDER BY pref LIMIT 1
 """
 

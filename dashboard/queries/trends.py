@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from vigil.dashboard.queries.overview import PER_STEP
 from vigil.dashboard.store import Store
+from vigil.dashboard.tables import JOB_CLOCK
 
 _TRENDS_SQL = f"""
 WITH steps AS ({PER_STEP.format(where="")}),
@@ -20,7 +21,7 @@ bounds AS (
            if({{range_s:UInt32}} = 0, toUnixTimestamp64Milli(min(first_ts)),
               greatest(toUnixTimestamp64Milli(min(first_ts)), t1_ms - 1000 * {{range_s:UInt32}})) AS t0_ms,
            intDiv(t1_ms - t0_ms, {{points:UInt32}}) + 1 AS width_ms
-    FROM job_clock GROUP BY job_id)
+    FROM {JOB_CLOCK} GROUP BY job_id)
 SELECT job_id, groupArray((b, step_ms, mfu)) AS buckets
 FROM (
     SELECT s.job_id AS job_id,

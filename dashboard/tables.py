@@ -1,0 +1,52 @@
+"""The analyzer's tables as the dashboard reads them: names and the columns its queries use.
+
+The dashboard does not import the analyzer (components depend on the kernel only), so it
+declares here what it relies on, and every query names its tables through these objects
+(`f"FROM {STEP_TIMINGS}"`). The test suite checks the declarations against the migrated
+schema and that the queries use no column of these tables left undeclared, so a change to
+the analyzer's schema fails there, not on a page.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    columns: tuple[str, ...]
+
+    def __format__(self, spec: str) -> str:
+        return self.name
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def _t(name: str, columns: str) -> Table:
+    return Table(name, tuple(columns.split()))
+
+
+JOBS = _t("jobs", "job_id ts name world_size tp pp dp gpus_per_host gpu_model hosts")
+JOB_RANKS = _t("job_ranks", "job_id rank host dp tp pp ts")
+STEP_TIMINGS = _t("step_timings", "job_id host rank world_size dp tp pp step ts step_ms phases tokens mfu failed dropped")
+HEARTBEATS = _t("heartbeats", "job_id host ts ip pod node agent_version interval_s procs_total procs_running gpus "
+                              "gpu_ecc_uncorrected gpus_throttled dropped_events")
+GPU_STATS = _t("gpu_stats", "job_id host gpu ts name util_pct temp_c power_w sm_clock_mhz throttle_reasons")
+NIC_COUNTERS = _t("nic_counters", "job_id host device port ts tx_bps rx_bps interval_s")
+LOG_LINES = _t("log_lines", "job_id host ts rank category severity message xid repeats")
+PROCESS_EXITS = _t("process_exits", "job_id host ts rank exit_code signal summary")
+ALERT_EVENTS = _t("alert_events", "ts job_id host fingerprint alert subject status severity summary first_seen "
+                                  "last_seen evidence")
+ALERTS_CURRENT = _t("alerts_current", "job_id fingerprint alert subject host status severity summary first_seen "
+                                      "last_seen evidence updated")
+PHASE_HOST_WINDOWS = _t("phase_host_windows", "job_id phase window host sum_ms n max_ms first_ts last_ts")
+JOB_STEPS = _t("job_steps", "job_id step ranks sum_step_ms max_step_ms sum_mfu n_mfu sum_tokens failed first_ts last_ts")
+NIC_WINDOWS = _t("nic_windows", "job_id bucket host device sum_bps n")
+HOST_PRESENCE = _t("host_presence", "job_id host first_ts last_ts interval_s")
+JOB_CLOCK = _t("job_clock", "job_id first_ts last_ts last_ingested")
+
+ALL: tuple[Table, ...] = (JOBS, JOB_RANKS, STEP_TIMINGS, HEARTBEATS, GPU_STATS, NIC_COUNTERS, LOG_LINES, PROCESS_EXITS,
+                          ALERT_EVENTS, ALERTS_CURRENT, PHASE_HOST_WINDOWS, JOB_STEPS, NIC_WINDOWS, HOST_PRESENCE,
+                          JOB_CLOCK)
