@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 from crafted import heartbeats, nic, steps
 
+from tests.waiting import wait_until
 from vigil.analyzer.ingest.loop import IngestLoop
 from vigil.analyzer.settings import AnalyzerSettings
 from vigil.clickhouse.client import connect
@@ -34,15 +34,6 @@ def ingest(topics: VigilSettings, clickhouse_dsn: str, database: str) -> Iterato
     t.join(30)
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError("condition not reached in time")
-
-
 def scalar(client: object, sql: str) -> int:
     return int(client.query(sql).result_rows[0][0])  # type: ignore[attr-defined]
 
@@ -54,10 +45,10 @@ def test_duplicates_and_redelivery_never_double_count(topics: VigilSettings, ing
     producer.send(list(reversed(evs[:200])))  # the same events again, out of order
     producer.flush()
     client = ingest.client
-    wait_for(lambda: ingest.stats.events >= len(evs) + 200)
+    wait_until(lambda: ingest.stats.events >= len(evs) + 200)
     producer.send(evs)  # a whole re-delivery
     producer.flush()
-    wait_for(lambda: ingest.stats.events >= 2 * len(evs) + 200)
+    wait_until(lambda: ingest.stats.events >= 2 * len(evs) + 200)
     assert scalar(client, "SELECT count() FROM step_timings") == 8 * 2 * 20
     assert scalar(client, "SELECT count() FROM heartbeats") == 8 * 10
     assert scalar(client, "SELECT count() FROM nic_counters") == 8 * 20
@@ -90,7 +81,7 @@ def test_malformed_corpus_goes_to_dead_letters_and_good_events_flow(topics: Vigi
     producer.send(good)
     producer.flush()
     expected_letters = len(CORPUS) + 2  # the mixed record yields three rejected events
-    wait_for(lambda: ingest.stats.rejected >= expected_letters and ingest.stats.events >= len(good))
+    wait_until(lambda: ingest.stats.rejected >= expected_letters and ingest.stats.events >= len(good))
     letters = [json.loads(r.value or b"{}") for r in read_topics(topics, str(topics.kafka_bootstrap),
                                                                   [topics.topic("deadletter")])]
     reasons = [str(x["reason"]) for x in letters]
@@ -114,7 +105,7 @@ def test_an_event_the_store_refuses_is_dead_lettered_and_ingest_goes_on(topics: 
     later = steps("later", 2, 5)
     producer.send(later)
     producer.flush()
-    wait_for(lambda: ingest.stats.rejected >= 1 and ingest.stats.events >= 2 + len(later))
+    wait_until(lambda: ingest.stats.rejected >= 1 and ingest.stats.events >= 2 + len(later))
     client = ingest.client
     assert scalar(client, "SELECT count() FROM step_timings WHERE job_id = 'mixed'") == 2
     assert scalar(client, "SELECT count() FROM step_timings WHERE job_id = 'later'") == len(later)

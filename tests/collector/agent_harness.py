@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -53,13 +53,3 @@ def read_events(settings: VigilSettings, bootstrap: str, logical: Iterable[str],
     for rec in read_topics(settings, bootstrap, [settings.topic(t) for t in logical], timeout=timeout):
         events += decode_batch(rec.value).events
     return events
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str, every: float = 0.5) -> None:
-    """Polls `predicate` until true; the timeout only bounds a failing test, nothing is timed."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(every)
-    raise AssertionError(f"timed out waiting for {what}")

@@ -12,8 +12,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-from agent_harness import agent_env, read_events, start_agent, step_line, wait_for
+from agent_harness import agent_env, read_events, start_agent, step_line
 
+from tests.waiting import wait_until
 from vigil.collector.agent import Agent
 from vigil.collector.settings import CollectorSettings, resolve_paths
 from vigil.collector.sink import MemorySink
@@ -95,7 +96,7 @@ def test_broker_outage_of_20s_loses_nothing(settings: VigilSettings, tmp_path: P
                          "--log-dir", str(writer.log_file.parent), "--delivery-timeout", "2"], env, tmp_path / "agent.log")
     try:
         writer.start()
-        wait_for(lambda: len(step_ids(own, bootstrap)) >= 50, 60, "steps flowing")
+        wait_until(lambda: len(step_ids(own, bootstrap)) >= 50, 60, "steps flowing")
         os.kill(agent.pid, signal.SIGSTOP)  # freeze the agent: nothing it delivers now goes unread
         time.sleep(1.0)
         before = step_ids(own, bootstrap)
@@ -108,9 +109,9 @@ def test_broker_outage_of_20s_loses_nothing(settings: VigilSettings, tmp_path: P
         broker.start()
         time.sleep(2.0)
         written = writer.finish()
-        wait_for(lambda: written <= before | step_ids(own, bootstrap), 120, "every step after the outage")
+        wait_until(lambda: written <= before | step_ids(own, bootstrap), 120, "every step after the outage")
         assert len(writer.markers) >= 20
-        wait_for(lambda: set(writer.markers) <= before_markers | markers(own, bootstrap), 60,
+        wait_until(lambda: set(writer.markers) <= before_markers | markers(own, bootstrap), 60,
                  "every classified log line (the agent's outbox) after the outage")
         beats = [e for e in read_events(own, bootstrap, ["heartbeats"]) if isinstance(e, Heartbeat)]
         assert any(b.spooled_events > 0 for b in beats), "heartbeats written during the outage report the backlog"
@@ -134,7 +135,7 @@ def test_agent_sigkill_and_restart_loses_nothing(topics: VigilSettings, broker_b
     second = None
     try:
         writer.start()
-        wait_for(lambda: len(step_ids(topics, broker_bootstrap)) >= 100, 60, "steps flowing")
+        wait_until(lambda: len(step_ids(topics, broker_bootstrap)) >= 100, 60, "steps flowing")
         first.kill()
         first.wait()
         (spool / "job-d" / "h-kill-rank0.999999.jsonl").write_text('{"kind": "step", "broken\n[1, 2]\n')
@@ -142,8 +143,8 @@ def test_agent_sigkill_and_restart_loses_nothing(topics: VigilSettings, broker_b
         second = start_agent(args, env, tmp_path / "agent2.log")
         time.sleep(2.0)
         written = writer.finish()
-        wait_for(lambda: written <= step_ids(topics, broker_bootstrap), 120, "every step after the restart")
-        wait_for(lambda: set(writer.markers) <= markers(topics, broker_bootstrap), 60,
+        wait_until(lambda: written <= step_ids(topics, broker_bootstrap), 120, "every step after the restart")
+        wait_until(lambda: set(writer.markers) <= markers(topics, broker_bootstrap), 60,
                  "every classified log line (the agent's outbox) after the restart")
         assert "skipping malformed line" in (tmp_path / "agent2.log").read_text()
         assert second.poll() is None
@@ -166,10 +167,10 @@ def test_unwritable_spool_keeps_running_and_counts_drops(tmp_path: Path) -> None
     agent = Agent(settings=settings, paths=resolve_paths(settings, tmp_path), sink=sink, spool_roots=[])
     agent.start()
     try:
-        wait_for(lambda: agent.outbox.dropped > 20, 30, "drops while the sink is down and the disk refuses", 0.05)
+        wait_until(lambda: agent.outbox.dropped > 20, 30, "drops while the sink is down and the disk refuses", 0.05)
         assert agent.outbox.write_errors > 0
         sink.down = False
-        wait_for(lambda: any(isinstance(e, Heartbeat) and e.dropped_events > 0 for e in list(sink.events)), 30,
+        wait_until(lambda: any(isinstance(e, Heartbeat) and e.dropped_events > 0 for e in list(sink.events)), 30,
                  "a delivered heartbeat reporting the drops", 0.05)
         assert all(t.is_alive() for t in agent._threads)
     finally:
@@ -187,9 +188,9 @@ def test_sink_outage_in_process_keeps_order_and_everything(tmp_path: Path) -> No
     sent = [Heartbeat(job_id="j", host="h-mem", uptime_s=float(i), event_id=uuid.uuid4().hex) for i in range(300)]
     for i in range(0, 300, 30):
         agent.emit(sent[i:i + 30])
-    wait_for(lambda: agent.shipper.failures >= 2, 30, "failed deliveries", 0.05)
+    wait_until(lambda: agent.shipper.failures >= 2, 30, "failed deliveries", 0.05)
     sink.down = False
-    wait_for(lambda: {e.event_id for e in sent} <= {e.event_id for e in list(sink.events)}, 30, "the backlog", 0.05)
+    wait_until(lambda: {e.event_id for e in sent} <= {e.event_id for e in list(sink.events)}, 30, "the backlog", 0.05)
     agent.stop(drain_timeout_s=5)
     mine = [e.uptime_s for e in sink.events if isinstance(e, Heartbeat) and e.uptime_s < 1000 and e.event_id in
             {s.event_id for s in sent}]

@@ -9,9 +9,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from agent_harness import agent_env, read_events, wait_for
+from agent_harness import agent_env, read_events
 from fake_node import FakeNode
 
+from tests.waiting import wait_until
 from vigil.contract import Heartbeat, LogLine, NicCounters, ProcessExit
 from vigil.settings import VigilSettings
 
@@ -83,13 +84,13 @@ def test_signals_are_forwarded_and_the_child_env_is_set(
         proc = subprocess.Popen([sys.executable, "-m", "vigil", "run", "--host", "node-b", "--job", "job-b",
                                  "--heartbeat-interval", "0.2", "--", sys.executable, "-c", child],
                                 env=env, stdout=fh, stderr=subprocess.STDOUT)
-    wait_for(lambda: "ready" in out.read_text(), 60, "the child to start")
+    wait_until(lambda: "ready" in out.read_text(), 60, "the child to start")
 
     def child_in_heartbeat() -> bool:
         beats = [e for e in read_events(topics, broker_bootstrap, ["heartbeats"]) if isinstance(e, Heartbeat)]
         return any(p.status in ("sleeping", "running") for b in beats for p in b.processes)
 
-    wait_for(child_in_heartbeat, 60, "a heartbeat listing the child")
+    wait_until(child_in_heartbeat, 60, "a heartbeat listing the child")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 128 + signal.SIGTERM
     assert f"env node-b job-b {tmp_path / 'home' / 'spool' / 'node-b'}" in out.read_text()
@@ -141,10 +142,10 @@ def test_collector_mode_classifies_log_files_and_ships_fr_dumps(
         def kinds() -> set[str]:
             return {e.kind for e in read_events(topics, broker_bootstrap, ["logs", "collectives"])}
 
-        wait_for(lambda: {"log", "collective"} <= kinds(), 60, "a classified line and a trace")
+        wait_until(lambda: {"log", "collective"} <= kinds(), 60, "a classified line and a trace")
         with open(logs / "stderr.log", "a") as fh:
             fh.write("NVRM: Xid (PCI:0000:3b:00): 31, pid=99, MMU Fault\n")
-        wait_for(lambda: any(isinstance(e, LogLine) and e.xid == 31
+        wait_until(lambda: any(isinstance(e, LogLine) and e.xid == 31
                              for e in read_events(topics, broker_bootstrap, ["logs"])), 60, "the appended Xid line")
     finally:
         agent.terminate()

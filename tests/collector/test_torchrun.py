@@ -7,8 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from agent_harness import agent_env, read_events, wait_for
+from agent_harness import agent_env, read_events
 
+from tests.waiting import wait_until
 from vigil.contract import ProcessExit, StepTiming
 from vigil.kafka.broker import free_port
 from vigil.settings import VigilSettings
@@ -35,7 +36,7 @@ def test_two_rank_training_steps_reach_kafka(topics: VigilSettings, broker_boots
     def steps() -> list[StepTiming]:
         return [e for e in read_events(topics, broker_bootstrap, ["steps"]) if isinstance(e, StepTiming)]
 
-    wait_for(lambda: len(steps()) >= 16, 60, "16 step records")  # delivered before exit; read side may lag
+    wait_until(lambda: len(steps()) >= 16, 60, "16 step records")  # delivered before exit; read side may lag
     got = steps()
     assert {(e.rank, e.step) for e in got} == {(r, s) for r in (0, 1) for s in range(8)}
     for e in got:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -11,6 +10,7 @@ import pytest
 import torch
 from timer_testutil import read_records
 
+from tests.waiting import wait_until
 from vigil.timer import StepTimer
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
@@ -32,15 +32,6 @@ def forbid_sync(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "synchronize", forbidden)
     monkeypatch.setattr(torch.cuda.Event, "synchronize", forbidden)
     monkeypatch.setattr(torch.cuda.Event, "elapsed_time", checked)
-
-
-def wait_for(cond: Callable[[], bool], timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.01)
-    return cond()
 
 
 def test_cuda_events_time_steps_and_phases(tmp_path: Path) -> None:
@@ -75,7 +66,7 @@ def test_steps_are_emitted_by_the_background_poller(tmp_path: Path) -> None:
         torch.cuda._sleep(int(1e9))  # type: ignore[no-untyped-call]
     assert t.written == 0  # not emitted yet: the events have not completed
     # no further step boundary and no flush: the spool thread polls the events
-    assert wait_for(lambda: t.written == 1)
+    wait_until(lambda: t.written == 1, 10, 'the record to be written', 0.005)
     (rec,) = read_records(tmp_path)
     assert rec["phases"]["busy"] > rec["phases"]["_host"]  # device time, not host launch time
     t.close()

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from timer_testutil import read_records
 
+from tests.waiting import wait_until
 from vigil.timer import StepTimer
 from vigil.timer.clocks import CudaClock
 
@@ -52,13 +53,6 @@ def cuda_timer(tmp_path: Path, gpu: FakeGpu, **kw: Any) -> StepTimer:
         event_factory=lambda: FakeEvent(gpu), device_name="NVIDIA H100 80GB HBM3",
     )  # fmt: skip
     return t
-
-
-def wait_for(cond: Any, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not cond():
-        time.sleep(0.005)
-    return bool(cond())
 
 
 def test_steps_wait_for_their_events_then_use_device_time(tmp_path: Path) -> None:
@@ -105,7 +99,7 @@ def test_spool_thread_emits_without_further_steps(tmp_path: Path) -> None:
     time.sleep(0.1)
     assert t.written == 0
     gpu.finish_all()  # the training thread is now "stuck" elsewhere: only the spool thread polls
-    assert wait_for(lambda: t.written == 1)
+    wait_until(lambda: t.written == 1, 10, 'the record to be written', 0.005)
     t.close()
 
 
