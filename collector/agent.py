@@ -183,6 +183,7 @@ class Agent:
             log.warning("%d events not delivered yet; they stay in %s for the next agent",
                         self.outbox.backlog(), self.paths.outbox_dir)
         self.sink.close()
+        self.outbox.close()
         if self.gpus is not None:
             self.gpus.close()
         return done

@@ -1,8 +1,9 @@
 """The child of `vigil run`: start it, capture and echo its output, forward signals, report its end.
 
 The command runs in its own session with stdout and stderr piped. One thread per
-stream echoes each line to the agent's own stream, appends it to a rotating file and
-feeds it to a LogStream (classified lines become events). SIGINT, SIGTERM and SIGHUP
+stream echoes each line to the agent's own stream, appends it to numbered segment files
+(`stdout.000000001.log`, ...: `max_bytes` each, the newest `keep` + 1 kept; a disk that
+refuses is counted in `output_errors`, never raised) and feeds it to a LogStream (classified lines become events). SIGINT, SIGTERM and SIGHUP
 are forwarded to the child (torchrun passes them on to its workers); a second signal,
 or `kill_grace_s` after the first, kills the whole process tree. When the child ends,
 a ProcessExit carries its exit code or signal and the error summary (the failing
@@ -28,7 +29,7 @@ import psutil
 
 from vigil.collector.agent import Agent
 from vigil.collector.logstream import LogStream
-from vigil.collector.rotating import RotatingFile
+from vigil.collector.segments import SegmentWriter
 from vigil.collector.summary import ErrorMemory, summarize
 from vigil.contract import ProcessExit
 
@@ -59,6 +60,7 @@ class Launcher:
     echo: bool = True
     memory: ErrorMemory = field(default_factory=ErrorMemory)
     proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
+    output_errors: int = field(default=0, init=False)
     _signals: int = field(default=0, init=False)
     _kill_at: float | None = field(default=None, init=False)
 
@@ -130,15 +132,15 @@ class Launcher:
         except ProcessLookupError:
             pass
 
-    def _reader(self, pipe: IO[bytes] | None, name: str, echo_to: Any) -> tuple[threading.Thread, LogStream, RotatingFile]:
+    def _reader(self, pipe: IO[bytes] | None, name: str, echo_to: Any) -> tuple[threading.Thread, LogStream, SegmentWriter]:
         assert pipe is not None
         stream = self.agent.new_stream(stream=name, memory=self.memory)
-        out = RotatingFile(path=self.output_dir / f"{name}.log", max_bytes=self.max_bytes, keep=self.keep)
+        out = SegmentWriter(directory=self.output_dir, stem=f"{name}.", suffix=".log", segment_bytes=self.max_bytes,
+                            keep=self.keep)
         sink = getattr(echo_to, "buffer", None) if self.echo else None
 
         def pump() -> None:
             nonlocal sink
-            last_flush = time.monotonic()
             for raw in iter(lambda: pipe.readline(1 << 16), b""):
                 if sink is not None:
                     try:
@@ -146,15 +148,17 @@ class Launcher:
                         sink.flush()
                     except (OSError, ValueError):
                         sink = None  # our own stdout went away: keep capturing
-                out.write(raw)
+                try:
+                    out.append(raw)
+                except OSError as exc:
+                    self.output_errors += 1
+                    if self.output_errors == 1 or self.output_errors % 1000 == 0:
+                        log.warning("output of %s: write failed (%s); %d failures so far", name, exc,
+                                    self.output_errors)
                 try:
                     self.agent.emit(stream.feed(raw))
                 except Exception:
                     log.exception("classifying a %s line failed", name)
-                if time.monotonic() - last_flush >= 1.0:
-                    out.flush()
-                    last_flush = time.monotonic()
-            out.flush()
 
         thread = threading.Thread(target=pump, name=f"vigil-run-{name}", daemon=True)
         thread.start()

@@ -14,8 +14,6 @@ drops the oldest, counted too. Nothing here raises on I/O trouble.
 from __future__ import annotations
 
 import logging
-import os
-import re
 import threading
 import time
 from collections import deque
@@ -24,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vigil.collector.segments import SegmentWriter
 from vigil.contract import Event
 
 log = logging.getLogger(__name__)
-_SEG = re.compile(r"^seg-(\d{9,})\.jsonl$")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,20 +48,22 @@ class Outbox:
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _memory: deque[Event] = field(default_factory=deque, init=False, repr=False)
     _memory_first: int = field(default=0, init=False)  # sequence number of _memory[0]
-    _active: int = field(default=-1, init=False)
-    _active_size: int = field(default=0, init=False)
     _cursor: tuple[int, int] = field(default=(0, 0), init=False)
     _read: tuple[int, int] = field(default=(0, 0), init=False)
     _disk_ok_after: float = field(default=0.0, init=False)
     _pending: int = field(default=0, init=False)
 
+    def __post_init__(self) -> None:
+        self._segs = SegmentWriter(directory=self.directory, stem="seg-", suffix=".jsonl",
+                                   segment_bytes=self.segment_bytes)
+
     def restore(self, cursor: Sequence[int] | None) -> None:
         """Resume from a persisted cursor (None: ship every segment found)."""
         with self._lock:
-            segs = self._segments()
+            segs = self._segs.segments()
             start = (int(cursor[0]), int(cursor[1])) if cursor else ((segs[0], 0) if segs else (0, 0))
             self._cursor = self._read = start
-            self._active = max([*segs, start[0]], default=0) + 1
+            self._segs.start_after(start[0])
             self._pending = sum(self._count_unshipped(n) for n in segs)
 
     # ---- writing (any thread) ----------------------------------------------------------------
@@ -84,24 +84,8 @@ class Outbox:
                 self._memory.append(e)
 
     def _write(self, data: bytes) -> bool:
-        if self._active < 0:
-            self._active = max(self._segments(), default=0) + 1
-        if self._active_size and self._active_size + len(data) > self.segment_bytes:
-            self._active, self._active_size = self._active + 1, 0
-        path = self._path(self._active)
-        fd = -1
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            before = os.fstat(fd).st_size
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-            except OSError:
-                os.ftruncate(fd, before)  # never leave half a line behind
-                raise
-            self._active_size = before + len(data)
+            self._segs.append(data)  # whole lines only: a failed write is truncated back
             return True
         except OSError as exc:
             self.write_errors += 1
@@ -109,24 +93,20 @@ class Outbox:
             if self.write_errors == 1 or self.write_errors % 100 == 0:
                 log.warning("outbox %s: cannot write (%s); buffering in memory (%d write errors)",
                             self.directory, exc, self.write_errors)
-            self._active, self._active_size = self._active + 1, 0
             return False
-        finally:
-            if fd >= 0:
-                os.close(fd)
 
     def _enforce_bound(self) -> None:
-        sizes = {n: self._size(n) for n in self._segments()}
+        sizes = {n: self._segs.size(n) for n in self._segs.segments()}
         total = sum(sizes.values())
         for n in sorted(sizes):
-            if total <= self.max_bytes or n == self._active:
+            if total <= self.max_bytes or n == self._segs.active:
                 break
             lost = self._count_unshipped(n)
             self.dropped += lost
             self._pending -= lost
             log.warning("outbox %s: over %d bytes, deleting %s (%d unshipped events)",
-                        self.directory, self.max_bytes, self._path(n).name, lost)
-            self._path(n).unlink(missing_ok=True)
+                        self.directory, self.max_bytes, self._segs.path(n).name, lost)
+            self._segs.delete(n)
             total -= sizes[n]
             if self._cursor[0] <= n:
                 self._cursor = self._read = (n + 1, 0)
@@ -135,7 +115,7 @@ class Outbox:
         if n < self._cursor[0]:
             return 0
         try:
-            with open(self._path(n), "rb") as fh:
+            with open(self._segs.path(n), "rb") as fh:
                 fh.seek(self._cursor[1] if n == self._cursor[0] else 0)
                 return fh.read().count(b"\n")
         except OSError:
@@ -147,13 +127,13 @@ class Outbox:
             memory = list(self._memory)[:max_events]
             lines: list[bytes] = []
             seg, off = self._read
-            for n in [s for s in self._segments() if s >= seg]:
+            for n in [s for s in self._segs.segments() if s >= seg]:
                 if len(lines) + len(memory) >= max_events:
                     break
                 if n != seg:
                     seg, off = n, 0
                 try:
-                    with open(self._path(n), "rb") as fh:
+                    with open(self._segs.path(n), "rb") as fh:
                         fh.seek(off)
                         data = fh.read(4 << 20)
                 except OSError:
@@ -164,7 +144,7 @@ class Outbox:
                 got = data[: end + 1].split(b"\n")[:-1][: max_events - len(lines) - len(memory)]
                 lines += got
                 off += sum(len(ln) + 1 for ln in got)
-                if off < self._size(n):
+                if off < self._segs.size(n):
                     break  # more in this segment than this poll takes
             self._read = (seg, off)
             return OutboxBatch(lines=lines, memory=memory, cursor=(seg, off),
@@ -179,9 +159,9 @@ class Outbox:
             if batch.cursor > self._cursor:
                 self._cursor = batch.cursor
                 self._pending = max(0, self._pending - len(batch.lines))
-            for n in self._segments():
-                if n < self._cursor[0] and n != self._active:
-                    self._path(n).unlink(missing_ok=True)
+            for n in self._segs.segments():
+                if n < self._cursor[0] and n != self._segs.active:
+                    self._segs.delete(n)
 
     def rewind(self) -> None:
         with self._lock:
@@ -199,19 +179,6 @@ class Outbox:
     def stats(self) -> dict[str, Any]:
         return {"dropped": self.dropped, "write_errors": self.write_errors, "memory": len(self._memory)}
 
-    # ---- helpers -----------------------------------------------------------------------------
-    def _path(self, n: int) -> Path:
-        return self.directory / f"seg-{n:09d}.jsonl"
-
-    def _segments(self) -> list[int]:
-        try:
-            names = os.listdir(self.directory)
-        except OSError:
-            return []
-        return sorted(int(m[1]) for name in names if (m := _SEG.match(name)))
-
-    def _size(self, n: int) -> int:
-        try:
-            return self._path(n).stat().st_size
-        except OSError:
-            return 0
+    def close(self) -> None:
+        with self._lock:
+            self._segs.close()

@@ -148,3 +148,18 @@ def test_outbox_unwritable_directory_never_raises(tmp_path: Path) -> None:
     for i in range(5):
         box.append([hb(i)])
     assert box.write_errors == 5 and box.dropped == 3 and box.backlog() == 2
+
+
+@pytest.mark.pure
+def test_segments_roll_whole_records_keep_the_newest_and_continue_after_a_restart(tmp_path: Path) -> None:
+    from vigil.collector.segments import SegmentWriter
+
+    w = SegmentWriter(directory=tmp_path, stem="out.", suffix=".log", segment_bytes=10, keep=2)
+    for i in range(8):
+        w.append(f"line{i}\n".encode())  # 6 bytes: one record per segment
+    w.close()
+    assert [p.name for p in sorted(tmp_path.iterdir())] == ["out.000000006.log", "out.000000007.log",
+                                                            "out.000000008.log"]
+    assert (tmp_path / "out.000000008.log").read_text() == "line7\n"
+    again = SegmentWriter(directory=tmp_path, stem="out.", suffix=".log", segment_bytes=10)
+    assert again.append(b"after\n") == 9  # a restarted writer never appends to an old segment

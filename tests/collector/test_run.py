@@ -63,10 +63,10 @@ def test_failing_child_is_classified_summarised_and_its_code_returned(
     assert exit_event.summary == "ValueError: boom: corrupt shard 17"
     assert exit_event.traceback.startswith("Traceback (most recent call last):")
     assert any(isinstance(e, Heartbeat) for e in events)
-    # all output, classified or not, is in the rotating files
+    # all output, classified or not, is in the segment files
     out_dir = tmp_path / "home" / "output" / "job-a" / "node-a"
-    assert "epoch 0 step 1 loss 2.5" in (out_dir / "stdout.log").read_text()
-    assert "GPU has fallen off the bus" in (out_dir / "stderr.log").read_text()
+    assert "epoch 0 step 1 loss 2.5" in (out_dir / "stdout.000000001.log").read_text()
+    assert "GPU has fallen off the bus" in (out_dir / "stderr.000000001.log").read_text()
 
 
 def test_signals_are_forwarded_and_the_child_env_is_set(
