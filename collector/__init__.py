@@ -13,7 +13,7 @@ Modules, one concept each:
     logstream    one output stream -> LogLine events (rank prefixes, tracebacks, floods)
     flood        rate limiting of repeated log events, summarised as repeats=N
     summary      the error summary of a failed run (torchrun root cause, last traceback)
-    rotating     size-rotated files for the child's stdout/stderr
+    segments     numbered append-only segment files (the outbox, the child's stdout/stderr)
     nic          RDMA (sysfs) and Ethernet (procfs) byte counters -> rates
     gpu          NVML readings, when NVML is present
     procs        the training process tree (psutil)
