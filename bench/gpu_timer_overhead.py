@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from vigil.timer import StepTimer
+from vigil.timer import SpoolConfig, StepTimer, TimerConfig
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 NAMES = ("forward", "backward", "allreduce", "optimizer")
@@ -56,7 +56,7 @@ def run(size: int, steps: int, phases: int, matmuls: int, spool: str) -> list[tu
             for _ in names:
                 work()
 
-    t = StepTimer(spool_dir=spool, job_id="bench", host="gpu", max_pending=steps + 8)
+    t = StepTimer(TimerConfig(job_id="bench", host="gpu", max_pending=steps + 8, spool=SpoolConfig(directory=spool)))
 
     def timed(n: int) -> None:
         for _ in range(n):

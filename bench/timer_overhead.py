@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from vigil.timer import StepTimer
+from vigil.timer import SpoolConfig, StepTimer, TimerConfig
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 TARGET_US = 3.0
@@ -120,8 +120,8 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as spool:
         base = best_ns(bare, n, r)
-        on = StepTimer(spool_dir=spool, device="cpu", job_id="bench", host="bench")
-        off = StepTimer(spool_dir=spool, device="cpu", enabled=False)
+        on = StepTimer(TimerConfig(device="cpu", job_id="bench", host="bench", spool=SpoolConfig(directory=spool)))
+        off = StepTimer(TimerConfig(device="cpu", enabled=False, spool=SpoolConfig(directory=spool)))
         rows = [
             ("StepTimer.phase", best_ns(make_phase_loop(on), n, r) - base),
             ("StepTimer.phase disabled", best_ns(make_phase_loop(off), n, r) - base),
@@ -130,8 +130,8 @@ def main() -> int:
         ]
         on.close()
         steps = min(n, 50_000)
-        hot = StepTimer(spool_dir=spool, device="cpu", job_id="bench", host="hot", queue_size=steps + 1,
-                        flush_interval_s=3600)  # fmt: skip
+        hot = StepTimer(TimerConfig(device="cpu", job_id="bench", host="hot", spool=SpoolConfig(
+            directory=spool, queue_size=steps + 1, flush_interval_s=3600)))  # fmt: skip
         hot_ns = best_ns(step_loop(hot), steps, 1) - base
         t0 = time.perf_counter_ns()
         hot.flush(timeout=120)

@@ -32,7 +32,7 @@ import atexit
 import functools
 import os
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from types import TracebackType
@@ -40,6 +40,7 @@ from typing import Any, ParamSpec, TypeVar, overload
 
 from vigil.timer import mfu
 from vigil.timer.clocks import CudaClock, HostClock
+from vigil.timer.config import TimerConfig
 from vigil.timer.contexts import NULL, NULL_STEP, PhaseContext, StepContext
 from vigil.timer.identity import Identity, resolve_identity, safe_name
 from vigil.timer.spool import SpoolWriter
@@ -64,64 +65,47 @@ def _env_enabled() -> bool:
 class StepTimer:
     """Times training steps and named phases and spools one JSON line per step.
 
-    Every argument is keyword-only and optional; see the module docstring of each
-    concern (`timer.identity`, `timer.mfu`, `timer.spool`, `timer.clocks`).
-    ``device``: ``"cpu"`` forces the host clock; ``"cuda"``/``"cuda:N"``/a `torch.device`
-    forces CUDA events; None picks CUDA when ``torch.cuda.is_available()``.
+    Configured by one `TimerConfig` (every field optional, the environment fills the
+    rest; see `timer.config`). Its ``device``: ``"cpu"`` forces the host clock;
+    ``"cuda"``/``"cuda:N"``/a `torch.device` forces CUDA events; None picks CUDA when
+    ``torch.cuda.is_available()``.
     """
 
-    def __init__(
-        self,
-        *,
-        job_id: str | None = None,
-        host: str | None = None,
-        rank: int | None = None,
-        local_rank: int | None = None,
-        world_size: int | None = None,
-        coords: Mapping[str, int] | None = None,
-        spool_dir: str | os.PathLike[str] | None = None,
-        enabled: bool | None = None,
-        flops_per_step: float | None = None,
-        gpu_peak_tflops: float | None = None,
-        device: Any = None,
-        start_step: int = 0,
-        max_file_bytes: int = 16 << 20,
-        keep_files: int | None = 8,
-        queue_size: int = 4096,
-        max_pending: int = 64,
-        flush_interval_s: float = 0.5,
-        retry_s: float = 5.0,
-    ) -> None:
+    def __init__(self, config: TimerConfig | None = None) -> None:
         import time
 
         import torch
 
-        if start_step < 0:
-            raise ValueError(f"start_step must be >= 0, got {start_step}")
-        self.enabled = _env_enabled() if enabled is None else bool(enabled)
+        cfg = config if config is not None else TimerConfig()
+
+        self.config = cfg
+        self.enabled = _env_enabled() if cfg.enabled is None else bool(cfg.enabled)
         self._id_args: dict[str, Any] = dict(
-            job_id=job_id, host=host, rank=rank, local_rank=local_rank, world_size=world_size, coords=coords
-        )
-        self._flops = mfu.resolve_flops(flops_per_step)
-        self._peak_arg = gpu_peak_tflops
+            job_id=cfg.job_id, host=cfg.host, rank=cfg.rank, local_rank=cfg.local_rank, world_size=cfg.world_size,
+            coords=cfg.coords,
+        )  # fmt: skip
+        self._flops = mfu.resolve_flops(cfg.flops_per_step)
+        self._peak_arg = cfg.gpu_peak_tflops
         self._peak: float | None = None
-        self._spool_dir = Path(spool_dir).expanduser() if spool_dir is not None else default_spool_dir()
+        sp = cfg.spool
+        self._spool_dir = Path(sp.directory).expanduser() if sp.directory is not None else default_spool_dir()
         self._spool_opts: dict[str, Any] = dict(
-            max_bytes=max_file_bytes, keep_files=keep_files, queue_size=queue_size,
-            flush_interval_s=flush_interval_s, retry_s=retry_s,
+            max_bytes=sp.max_file_bytes, keep_files=sp.keep_files, queue_size=sp.queue_size,
+            flush_interval_s=sp.flush_interval_s, retry_s=sp.retry_s,
         )  # fmt: skip
         self._compiling: Callable[[], bool] = torch.compiler.is_compiling
         self._wall = time.time
         self._stack: list[str] = []
         self._cur = Step()
-        self._next_index = start_step
+        self._next_index = cfg.start_step
         self._early_drops = 0
         self.identity: Identity | None = None
         self._writer: SpoolWriter[Step] | None = None
         self._clock: HostClock | CudaClock
+        device = cfg.device
         use_cuda = torch.cuda.is_available() if device is None else torch.device(device).type == "cuda"
         if self.enabled and use_cuda:
-            self._clock = CudaClock(self._emit, self._drop, device=device, max_pending=max_pending)
+            self._clock = CudaClock(self._emit, self._drop, device=device, max_pending=cfg.max_pending)
         else:
             self._clock = HostClock(self._emit)
         self._closed = False

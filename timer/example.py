@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from vigil.timer import StepTimer
+from vigil.timer import SpoolConfig, StepTimer, TimerConfig
 
 
 def main(steps: int = 20, spool_dir: str | None = None) -> Path:
@@ -24,7 +24,8 @@ def main(steps: int = 20, spool_dir: str | None = None) -> Path:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     batch, params = 64, sum(p.numel() for p in model.parameters())
     # forward + backward of a dense model: ~6 FLOPs per parameter per sample
-    t = StepTimer(spool_dir=spool, job_id="example", device="cpu", flops_per_step=6 * params * batch)
+    t = StepTimer(TimerConfig(job_id="example", device="cpu", flops_per_step=6 * params * batch,
+                               spool=SpoolConfig(directory=spool)))
 
     @t.timed("optimizer")
     def optimizer_step() -> None:

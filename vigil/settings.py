@@ -3,8 +3,14 @@
 Environment variables use the prefix `VIGIL_` (fixed names other tooling relies on:
 `VIGIL_HOME`, `VIGIL_KAFKA_BOOTSTRAP`, `VIGIL_CLICKHOUSE_DSN`). An optional TOML file
 named by `VIGIL_CONFIG` supplies defaults; the environment wins over it. Each
-service defines its own class from `section_settings(...)` with its own prefix
-(`VIGIL_ANALYZER_...`) and reads the matching `[analyzer]` table of the file.
+service subclasses `VigilBaseSettings` with its own prefix (`VIGIL_ANALYZER_...`) and
+`config_section`, and reads the matching `[analyzer]` table of the file.
+
+A service's settings may be sectioned: a field whose type is a pydantic model (the
+analyzer's `straggler: StragglerSettings`) is one section. Its values keep flat names
+everywhere a user sets them — `VIGIL_ANALYZER_STRAGGLER_K`, `straggler_k = 3` in the
+file's `[analyzer]` table (or `k = 3` in `[analyzer.straggler]`), `straggler_k=3` as a
+keyword — and are folded into the section.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from vigil.errors import VigilError
@@ -48,14 +54,60 @@ class _FileSource(PydanticBaseSettingsSource):
         return self._values.get(field_name), field_name, False
 
     def __call__(self) -> dict[str, Any]:
-        return {k: v for k, v in self._values.items() if k in self.settings_cls.model_fields}
+        values = fold_sections(self.settings_cls, self._values)
+        return {k: v for k, v in values.items() if k in self.settings_cls.model_fields}
+
+
+def sections(settings_cls: type[BaseModel]) -> dict[str, type[BaseModel]]:
+    """The section fields of a settings class: name -> its model."""
+    out: dict[str, type[BaseModel]] = {}
+    for name, info in settings_cls.model_fields.items():
+        if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel):
+            out[name] = info.annotation
+    return out
+
+
+def fold_sections(settings_cls: type[BaseModel], values: dict[str, Any]) -> dict[str, Any]:
+    """`{"straggler_k": 3}` -> `{"straggler": {"k": 3}}` for each section; other keys as they are."""
+    secs = sections(settings_cls)
+    if not secs:
+        return values
+    out: dict[str, Any] = {}
+    flat: dict[str, dict[str, Any]] = {}
+    for key, value in values.items():
+        sec = next((s for s in secs if key.startswith(s + "_") and key[len(s) + 1:] in secs[s].model_fields), None)
+        if sec is None:
+            out[key] = value
+        else:
+            flat.setdefault(sec, {})[key[len(sec) + 1:]] = value
+    for sec, sub in flat.items():
+        given = out.get(sec, {})
+        given = given.model_dump() if isinstance(given, BaseModel) else dict(given)
+        out[sec] = {**given, **sub}
+    return out
+
+
+class _FoldedInit(PydanticBaseSettingsSource):
+    """Keyword arguments, with flat section names folded into their sections."""
+
+    def __init__(self, settings_cls: type[BaseSettings], inner: PydanticBaseSettingsSource) -> None:
+        super().__init__(settings_cls)
+        self._inner = inner
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return fold_sections(self.settings_cls, self._inner())
 
 
 class VigilBaseSettings(BaseSettings):
     """Base of every settings class: env first, then the `VIGIL_CONFIG` file, then defaults."""
 
     config_section: ClassVar[str | None] = None
-    model_config = SettingsConfigDict(env_prefix="VIGIL_", extra="ignore")
+    # env `<PREFIX><SECTION>_<NAME>` -> section field NAME (the first `_` after the prefix splits)
+    model_config = SettingsConfigDict(env_prefix="VIGIL_", extra="ignore", env_nested_delimiter="_",
+                                      env_nested_max_split=1)
 
     @classmethod
     def settings_customise_sources(
@@ -66,7 +118,7 @@ class VigilBaseSettings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, env_settings, _FileSource(settings_cls, cls.config_section))
+        return (_FoldedInit(settings_cls, init_settings), env_settings, _FileSource(settings_cls, cls.config_section))
 
     @classmethod
     def load(cls, **overrides: Any) -> Any:
@@ -76,7 +128,8 @@ class VigilBaseSettings(BaseSettings):
         except ValidationError as exc:
             prefix = str(cls.model_config.get("env_prefix", "VIGIL_"))
             parts = [
-                f"{prefix}{str(e['loc'][0]).upper()}: {e['msg']}" if e["loc"] else f"{cls.__name__}: {e['msg']}"
+                f"{prefix}{'_'.join(str(p) for p in e['loc']).upper()}: {e['msg']}" if e["loc"]
+                else f"{cls.__name__}: {e['msg']}"
                 for e in exc.errors(include_url=False)
             ]
             raise SettingsError("bad setting: " + "; ".join(parts)) from None

@@ -2,8 +2,8 @@
 
 Silence is measured on the job's event-time clock (`at`), never the wall clock, so a
 replay or a fast simulation that ends does not declare every host lost. Threshold =
-`heartbeat_miss_intervals` x the host's own heartbeat interval. Live, a host is also
-required to have had nothing ingested for `heartbeat_quiet_s` of wall clock, so a
+`heartbeat.miss_intervals` x the host's own heartbeat interval. Live, a host is also
+required to have had nothing ingested for `heartbeat.quiet_s` of wall clock, so a
 host whose partition merely lags behind the others is not taken for dead. The
 finding's `since` is the instant the silence crossed the threshold.
 """
@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from vigil.analyzer.detect.base import AT, EPOCH, EvalContext, Finding, as_utc
-from vigil.analyzer.settings import AnalyzerSettings
+from vigil.analyzer.settings import HeartbeatSettings
 
 LOOKBACK_S = 600.0
 
@@ -37,17 +37,17 @@ class HeartbeatDetector:
     def detect(self, ctx: EvalContext) -> list[Finding]:
         rows = ctx.rows(_SQL, lo=ctx.ago(LOOKBACK_S))
         wall = datetime.now(tz=ctx.at.tzinfo) if ctx.live else None
-        return judge(rows, ctx.settings, ctx.at, wall)
+        return judge(rows, ctx.settings.heartbeat, ctx.at, wall)
 
 
-def judge(rows: Sequence[Mapping[str, Any]], s: AnalyzerSettings, at: datetime,
+def judge(rows: Sequence[Mapping[str, Any]], s: HeartbeatSettings, at: datetime,
           wall_now: datetime | None = None) -> list[Finding]:
     out = []
     for r in rows:
         host = str(r["host"])
         last = as_utc(r["last_ts"]) if r["last_ts"] is not None else EPOCH
         interval = float(r["interval_s"] or 0) or float(r["base_interval"] or 0) or 2.0
-        threshold = s.heartbeat_miss_intervals * interval
+        threshold = s.miss_intervals * interval
         if last <= EPOCH:
             last = at - timedelta(seconds=LOOKBACK_S)
         silent = (at - last).total_seconds()
@@ -55,7 +55,7 @@ def judge(rows: Sequence[Mapping[str, Any]], s: AnalyzerSettings, at: datetime,
             continue
         if wall_now is not None and r["last_ingested"] is not None:
             ingested = as_utc(r["last_ingested"])
-            if ingested > EPOCH and (wall_now - ingested).total_seconds() < s.heartbeat_quiet_s:
+            if ingested > EPOCH and (wall_now - ingested).total_seconds() < s.quiet_s:
                 continue
         out.append(Finding(
             alert="heartbeat_loss", subject=host, host=host, severity="critical",

@@ -1,9 +1,9 @@
 """Error logs and process exits: classified error lines and non-zero exits become alerts.
 
-Log lines of severity >= `log_min_severity` aggregate per (host, category) into one
+Log lines of severity >= `log.min_severity` aggregate per (host, category) into one
 incident: its alert names the ranks, the line count (flood summaries counted by
 their `repeats`) and the latest message; it resolves once the host has been quiet in
-that category for `log_resolve_s`. A process that exits non-zero or by a signal
+that category for `log.resolve_s`. A process that exits non-zero or by a signal
 raises a critical alert per (host, rank) that resolves when that rank reports a
 training step again (restart).
 """
@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from vigil.analyzer.detect.base import AT, EvalContext, Finding, Severity, as_utc, ch_time
-from vigil.analyzer.settings import AnalyzerSettings
+from vigil.analyzer.settings import LogSettings
 
 _LEVELS: dict[str, int] = {"info": 0, "warning": 1, "error": 2, "critical": 3}
 EXIT_LOOKBACK_S = 86400.0
@@ -59,9 +59,9 @@ class LogDetector:
     name = "error_log"
 
     def detect(self, ctx: EvalContext) -> list[Finding]:
-        s = ctx.settings
-        sev = [k for k, v in _LEVELS.items() if v >= _LEVELS[s.log_min_severity]]
-        return judge_logs(ctx.rows(_LOG_SQL, lo=ctx.ago(s.log_resolve_s), severities=sev), s)
+        s = ctx.settings.log
+        sev = [k for k, v in _LEVELS.items() if v >= _LEVELS[s.min_severity]]
+        return judge_logs(ctx.rows(_LOG_SQL, lo=ctx.ago(s.resolve_s), severities=sev), s)
 
 
 class ExitDetector:
@@ -79,7 +79,7 @@ class ExitDetector:
         return judge_exits(exits, restarted)
 
 
-def judge_logs(rows: Sequence[Mapping[str, Any]], s: AnalyzerSettings) -> list[Finding]:
+def judge_logs(rows: Sequence[Mapping[str, Any]], s: LogSettings) -> list[Finding]:
     out = []
     for r in rows:
         host, category = str(r["host"]), str(r["category"])

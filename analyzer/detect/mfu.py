@@ -2,12 +2,12 @@
 
 Per step (`job_steps`): MFU (mean over ranks) when the timer reports it, else step time
 (MFU is inversely proportional to it for a fixed model). Baseline = median over
-`mfu_baseline_steps` steps after `mfu_warmup_steps`; current = median over the last
-`mfu_current_steps` complete steps. Medians ignore checkpoint steps. It fires when
-the drop is >= `mfu_drop_pct`, or when a least-squares trend over the last
-`mfu_trend_steps` (on 10-step medians) projects a decline >= `mfu_trend_pct`; in both
+`mfu.baseline_steps` steps after `mfu.warmup_steps`; current = median over the last
+`mfu.current_steps` complete steps. Medians ignore checkpoint steps. It fires when
+the drop is >= `mfu.drop_pct`, or when a least-squares trend over the last
+`mfu.trend_steps` (on 10-step medians) projects a decline >= `mfu.trend_pct`; in both
 cases only when some phase's fleet-mean time (`job_phase_steps`) grew by at least
-`mfu_phase_growth_pct` — those phases are named. A drop that no phase explains
+`mfu.phase_growth_pct` — those phases are named. A drop that no phase explains
 fleet-wide is one slow host: the straggler detector's business.
 """
 
@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vigil.analyzer.detect.base import AT, EvalContext, Finding, as_utc, last_complete_step, median
-from vigil.analyzer.settings import AnalyzerSettings
+from vigil.analyzer.settings import MfuSettings
 
 _STEPS_SQL = f"""
 SELECT step, max(max_step_ms) AS step_ms, sum(sum_mfu) AS smfu, sum(n_mfu) AS nmfu, max(last_ts) AS last_ts
@@ -40,14 +40,14 @@ class MfuDriftDetector:
     name = "mfu_drift"
 
     def detect(self, ctx: EvalContext) -> list[Finding]:
-        s = ctx.settings
+        s = ctx.settings.mfu
         last = last_complete_step(ctx)
-        b_lo, b_hi = s.mfu_warmup_steps, s.mfu_warmup_steps + s.mfu_baseline_steps
-        if last is None or last < b_hi + s.mfu_current_steps:
+        b_lo, b_hi = s.warmup_steps, s.warmup_steps + s.baseline_steps
+        if last is None or last < b_hi + s.current_steps:
             return []
-        r_lo = max(b_hi, last - max(s.mfu_trend_steps, s.mfu_current_steps) + 1)
+        r_lo = max(b_hi, last - max(s.trend_steps, s.current_steps) + 1)
         steps = ctx.rows(_STEPS_SQL, b_lo=b_lo, b_hi=b_hi, r_lo=r_lo)
-        phases = ctx.rows(_PHASES_SQL, b_lo=b_lo, b_hi=b_hi, c_lo=last - s.mfu_current_steps, last=last)
+        phases = ctx.rows(_PHASES_SQL, b_lo=b_lo, b_hi=b_hi, c_lo=last - s.current_steps, last=last)
         return judge(steps, phases, s, firing=ctx.is_firing("mfu_drift", "job"))
 
 
@@ -74,25 +74,25 @@ def _trend_pct(values: dict[int, float], base: float, span: int) -> float:
     return -slope * span / base * 100
 
 
-def judge(steps: Sequence[Mapping[str, Any]], phases: Sequence[Mapping[str, Any]], s: AnalyzerSettings,
+def judge(steps: Sequence[Mapping[str, Any]], phases: Sequence[Mapping[str, Any]], s: MfuSettings,
           firing: bool = False) -> list[Finding]:
-    b_lo, b_hi = s.mfu_warmup_steps, s.mfu_warmup_steps + s.mfu_baseline_steps
+    b_lo, b_hi = s.warmup_steps, s.warmup_steps + s.baseline_steps
     eff, metric = _efficiency(steps)
     if not eff:
         return []
     last = max(eff)
     base_vals = [v for k, v in eff.items() if b_lo <= k < b_hi]
-    cur_vals = [v for k, v in eff.items() if k > last - s.mfu_current_steps and k >= b_hi]
-    if len(base_vals) < s.mfu_baseline_steps // 2 or len(cur_vals) < s.mfu_current_steps // 2:
+    cur_vals = [v for k, v in eff.items() if k > last - s.current_steps and k >= b_hi]
+    if len(base_vals) < s.baseline_steps // 2 or len(cur_vals) < s.current_steps // 2:
         return []
     base, cur = median(base_vals), median(cur_vals)
     drop = (base - cur) / base * 100 if base > 0 else 0.0
-    trend = _trend_pct({k: v for k, v in eff.items() if k > last - s.mfu_trend_steps and k >= b_hi},
-                       base, s.mfu_trend_steps) if last - b_hi >= s.mfu_trend_steps else 0.0
-    threshold = s.mfu_drop_pct / 2 if firing else s.mfu_drop_pct
-    if drop < threshold and trend < s.mfu_trend_pct:
+    trend = _trend_pct({k: v for k, v in eff.items() if k > last - s.trend_steps and k >= b_hi},
+                       base, s.trend_steps) if last - b_hi >= s.trend_steps else 0.0
+    threshold = s.drop_pct / 2 if firing else s.drop_pct
+    if drop < threshold and trend < s.trend_pct:
         return []
-    grown = _grown_phases(phases, b_lo, b_hi, last - s.mfu_current_steps, s)
+    grown = _grown_phases(phases, b_lo, b_hi, last - s.current_steps, s)
     if not grown:
         return []
     since = max((as_utc(r["last_ts"]) for r in steps if int(r["step"]) == last), default=None)
@@ -105,12 +105,12 @@ def judge(steps: Sequence[Mapping[str, Any]], phases: Sequence[Mapping[str, Any]
         evidence={"metric": metric, "baseline": round(base, 5), "current": round(cur, 5),
                   "drop_pct": round(drop, 2), "trend_pct": round(trend, 2), "phases": list(grown),
                   "phase_growth_pct": {p: round(g, 2) for p, g in grown.items()},
-                  "baseline_steps": [b_lo, b_hi - 1], "current_steps": [last - s.mfu_current_steps + 1, last]},
+                  "baseline_steps": [b_lo, b_hi - 1], "current_steps": [last - s.current_steps + 1, last]},
     )]
 
 
 def _grown_phases(rows: Sequence[Mapping[str, Any]], b_lo: int, b_hi: int, c_lo: int,
-                  s: AnalyzerSettings) -> dict[str, float]:
+                  s: MfuSettings) -> dict[str, float]:
     base: dict[str, list[float]] = defaultdict(list)
     cur: dict[str, list[float]] = defaultdict(list)
     for r in rows:
@@ -122,6 +122,6 @@ def _grown_phases(rows: Sequence[Mapping[str, Any]], b_lo: int, b_hi: int, c_lo:
     out = {}
     for phase in base.keys() & cur.keys():
         b, c = median(base[phase]), median(cur[phase])
-        if b > 0 and (c - b) / b * 100 >= s.mfu_phase_growth_pct:
+        if b > 0 and (c - b) / b * 100 >= s.phase_growth_pct:
             out[phase] = (c - b) / b * 100
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))

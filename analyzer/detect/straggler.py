@@ -6,15 +6,15 @@ stage(s), because first/last stages legitimately do more work (stages are read f
 steps themselves, so they are known before the job's registration arrives); a stage group
 too small for a robust centre is judged against the whole fleet with each host's time taken
 relative to the median of the other hosts of its stage (a host alone in its stage has no
-peer and is not judged). A host is flagged in a window when it is at least `straggler_min_slowdown_pct` slower than the median,
-at least `straggler_min_excess_ms` slower in absolute terms (a tiny phase's jitter is large
+peer and is not judged). A host is flagged in a window when it is at least `straggler.min_slowdown_pct` slower than the median,
+at least `straggler.min_excess_ms` slower in absolute terms (a tiny phase's jitter is large
 in % and costs the step nothing) AND its robust z-score ((x - median) / (1.4826 * MAD)) is
-at least `straggler_z`. It
-fires when flagged in `straggler_k` of the last `straggler_n` windows and stays
+at least `straggler.z`. It
+fires when flagged in `straggler.k` of the last `straggler.n` windows and stays
 firing while flagged in any of them. A phase slow for everyone (a checkpoint step)
 moves the median with it and flags nobody.
 
-A job with fewer hosts than `straggler_min_hosts` has no robust centre of hosts, so its
+A job with fewer hosts than `straggler.min_hosts` has no robust centre of hosts, so its
 ranks are compared instead (from raw rows: a job that small is cheap to scan). That also
 keeps a data-parallel trap out: with two hosts, the healthy one's backward grows while
 it waits in all-reduce for the slow one, and host-vs-host would blame it; rank-vs-rank
@@ -31,7 +31,7 @@ from datetime import datetime
 from typing import Any
 
 from vigil.analyzer.detect.base import EPOCH, EvalContext, Finding, as_utc, last_complete_step, median
-from vigil.analyzer.settings import ROLLUP_WINDOW_STEPS, AnalyzerSettings
+from vigil.analyzer.settings import ROLLUP_WINDOW_STEPS, StragglerSettings
 
 _WINDOWS_SQL = """
 SELECT phase, window, host, sum(sum_ms) / sum(n) AS mean_ms, sum(n) AS samples, max(last_ts) AS window_end
@@ -63,17 +63,17 @@ class StragglerDetector:
     name = "straggler"
 
     def detect(self, ctx: EvalContext) -> list[Finding]:
-        s = ctx.settings
+        s = ctx.settings.straggler
         last = last_complete_step(ctx)
         if last is None:
             return []
-        hi = (last - s.straggler_lag_steps + 1) // ROLLUP_WINDOW_STEPS - 1
+        hi = (last - s.lag_steps + 1) // ROLLUP_WINDOW_STEPS - 1
         if hi < 0:
             return []
-        lo = max(0, hi - s.straggler_n + 1)
+        lo = max(0, hi - s.n + 1)
         rows = ctx.rows(_WINDOWS_SQL, lo=lo, hi=hi)
         firing = {subj.split(":", 1)[1] for subj in ctx.firing if subj.startswith("straggler:")}
-        if 0 < len({r["host"] for r in rows}) < s.straggler_min_hosts:
+        if 0 < len({r["host"] for r in rows}) < s.min_hosts:
             w = ROLLUP_WINDOW_STEPS
             ranks = ctx.rows(_RANK_WINDOWS_SQL, w=w, lo_step=lo * w, hi_step=(hi + 1) * w - 1)
             return judge_ranks(ranks, s, firing)
@@ -83,9 +83,9 @@ class StragglerDetector:
         return judge(rows, peers, s, firing)
 
 
-def flag_window(values: Mapping[str, float], s: AnalyzerSettings) -> dict[str, tuple[float, float, float]]:
+def flag_window(values: Mapping[str, float], s: StragglerSettings) -> dict[str, tuple[float, float, float]]:
     """Hosts flagged in one window of one peer group -> (slowdown %, robust z, median ms)."""
-    if len(values) < s.straggler_min_hosts:
+    if len(values) < s.min_hosts:
         return {}
     m = median(list(values.values()))
     if m <= 0:
@@ -95,7 +95,7 @@ def flag_window(values: Mapping[str, float], s: AnalyzerSettings) -> dict[str, t
     for host, v in values.items():
         slow = (v - m) / m * 100
         z = (v - m) / mad if mad > 0 else (float("inf") if v > m else 0.0)
-        if slow >= s.straggler_min_slowdown_pct and z >= s.straggler_z:
+        if slow >= s.min_slowdown_pct and z >= s.z:
             out[host] = (slow, z, m)
     return out
 
@@ -119,7 +119,7 @@ def stage_relative(stages: Mapping[str, Mapping[str, float]]) -> tuple[dict[str,
     return ratios, reference
 
 
-def judge(rows: Sequence[Mapping[str, Any]], peers: Mapping[str, str], s: AnalyzerSettings,
+def judge(rows: Sequence[Mapping[str, Any]], peers: Mapping[str, str], s: StragglerSettings,
           firing: set[str] | frozenset[str] = frozenset()) -> list[Finding]:
     """Findings from window rows {phase, window, host, mean_ms, last_ts}; `firing` = subjects already firing."""
     groups: dict[tuple[str, int, str], dict[str, float]] = defaultdict(dict)
@@ -134,9 +134,9 @@ def judge(rows: Sequence[Mapping[str, Any]], peers: Mapping[str, str], s: Analyz
     flags: dict[tuple[str, str], list[tuple[int, float, float, float, float]]] = defaultdict(list)
     relative: dict[tuple[str, int], tuple[dict[str, float], dict[str, float]]] = {}
     for (phase, w, group), values in groups.items():
-        if sizes[(phase, group)] >= s.straggler_min_hosts:
+        if sizes[(phase, group)] >= s.min_hosts:
             for host, (slow, z, m) in flag_window(values, s).items():
-                if values[host] - m >= s.straggler_min_excess_ms:
+                if values[host] - m >= s.min_excess_ms:
                     flags[(phase, host)].append((w, slow, z, m, values[host]))
             continue
         # A stage group too small for a robust centre: judge its hosts against the whole fleet,
@@ -145,18 +145,18 @@ def judge(rows: Sequence[Mapping[str, Any]], peers: Mapping[str, str], s: Analyz
             relative[(phase, w)] = stage_relative({g: vs for (p, ww, g), vs in groups.items() if (p, ww) == (phase, w)})
         ratios, stage_ms = relative[(phase, w)]
         for host, (slow, z, m) in flag_window(ratios, s).items():
-            if host in values and values[host] - m * stage_ms[host] >= s.straggler_min_excess_ms:
+            if host in values and values[host] - m * stage_ms[host] >= s.min_excess_ms:
                 flags[(phase, host)].append((w, slow, z, m * stage_ms[host], values[host]))
     windows = sorted(ends)
     findings = []
     for (phase, host), hits in flags.items():
         subject = f"{host}/{phase}"
         hits = sorted(set(hits))
-        need = 1 if subject in firing else s.straggler_k
+        need = 1 if subject in firing else s.k
         if len(hits) < need:
             continue
         slow = sum(h[1] for h in hits) / len(hits)
-        since = ends[hits[min(len(hits), s.straggler_k) - 1][0]]
+        since = ends[hits[min(len(hits), s.k) - 1][0]]
         findings.append(Finding(
             alert="straggler", subject=subject, host=host, severity="warning", since=since,
             summary=f"{host} {phase} is {slow:.1f}% slower than its peers' median "
@@ -170,7 +170,7 @@ def judge(rows: Sequence[Mapping[str, Any]], peers: Mapping[str, str], s: Analyz
     return findings
 
 
-def judge_ranks(rows: Sequence[Mapping[str, Any]], s: AnalyzerSettings,
+def judge_ranks(rows: Sequence[Mapping[str, Any]], s: StragglerSettings,
                 firing: set[str] | frozenset[str] = frozenset()) -> list[Finding]:
     """Findings of a small job from per-rank window rows whose `host` is `host#rank`; one per host/phase."""
     units = {str(r["host"]) for r in rows}

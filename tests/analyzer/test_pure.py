@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from crafted import T0
@@ -44,7 +45,7 @@ def test_book_lifecycle_firing_refresh_escalate_resolve_restore() -> None:
 
 
 def test_straggler_judge_needs_k_of_n_and_peers() -> None:
-    s = AnalyzerSettings()
+    s = AnalyzerSettings().straggler
     rows = [{"phase": "forward", "window": w, "host": f"h{h}", "mean_ms": 100.0 * (1.06 if h == 3 and w >= 2 else 1 + h * 0.001),
              "window_end": T0 + timedelta(seconds=w)} for w in range(5) for h in range(10)]
     assert {f.subject for f in judge(rows, {}, s)} == {"h3/forward"}
@@ -55,7 +56,7 @@ def test_straggler_judge_needs_k_of_n_and_peers() -> None:
 def test_straggler_tiny_stage_groups_compare_hosts_to_their_own_stage() -> None:
     # 8 hosts in 4 pipeline stages of 2: too few per stage for a robust centre of its own. The
     # last stage is legitimately 6% heavier; only h2 (stage 1) is really slow.
-    s = AnalyzerSettings()
+    s = AnalyzerSettings().straggler
     peers = {f"h{h}": str(h // 2) for h in range(8)}
     rows = [{"phase": "forward", "window": w, "host": f"h{h}",
              "mean_ms": 100.0 * (1.06 if h >= 6 else 1.0) * (1.10 if h == 2 else 1 + h * 0.001),
@@ -70,12 +71,12 @@ def test_straggler_tiny_stage_groups_compare_hosts_to_their_own_stage() -> None:
 
 def test_straggler_ignores_a_tiny_phase_whose_excess_costs_nothing() -> None:
     # a 0.2 ms data-loading phase 3x slower on one host: huge in %, 0.4 ms of a step
-    s = AnalyzerSettings()
+    s = AnalyzerSettings().straggler
     rows = [{"phase": phase, "window": w, "host": f"h{h}",
              "mean_ms": base * (3.0 if h == 3 else 1 + h * 0.001), "window_end": T0 + timedelta(seconds=w)}
             for w in range(5) for h in range(10) for phase, base in (("data", 0.2), ("forward", 5.0))]
     assert {f.subject for f in judge(rows, {}, s)} == {"h3/forward"}
-    assert {f.subject for f in judge(rows, {}, AnalyzerSettings(straggler_min_excess_ms=0))} == {"h3/data", "h3/forward"}
+    assert {f.subject for f in judge(rows, {}, AnalyzerSettings(straggler_min_excess_ms=0).straggler)} == {"h3/data", "h3/forward"}
 
 
 @pytest.mark.parametrize("spec, message", [
@@ -112,5 +113,17 @@ def test_layout_names_and_3d_coords() -> None:
 
 def test_settings_reject_bad_k_of_n(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("VIGIL_ANALYZER_STRAGGLER_K", "6")
-    with pytest.raises(SettingsError, match=r"STRAGGLER_N.*straggler_k"):
+    with pytest.raises(SettingsError, match=r"VIGIL_ANALYZER_STRAGGLER: .*straggler_k \(6\) must not exceed straggler_n \(5\)"):
         AnalyzerSettings.load()
+
+
+def test_sectioned_settings_keep_their_flat_names(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    cfg = tmp_path / "vigil.toml"
+    cfg.write_text("[analyzer]\nstraggler_k = 2\ntraffic_drop_pct = 40\n[analyzer.mfu]\ndrop_pct = 7\n")
+    monkeypatch.setenv("VIGIL_CONFIG", str(cfg))
+    monkeypatch.setenv("VIGIL_ANALYZER_STRAGGLER_Z", "5.5")
+    monkeypatch.setenv("VIGIL_ANALYZER_TRAFFIC_DROP_PCT", "30")  # the environment wins over the file
+    s = AnalyzerSettings.load(heartbeat_miss_intervals=4)  # keywords too
+    assert (s.straggler.k, s.straggler.z, s.traffic.drop_pct, s.mfu.drop_pct, s.heartbeat.miss_intervals) == (
+        2, 5.5, 30.0, 7.0, 4.0)
+    assert s.straggler.n == 5 and s.group_id == "vigil-analyzer"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from timer_testutil import read_records
+from timer_testutil import read_records, timer_config
 
 from vigil.timer import StepTimer
 
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.pure
 
 
 def make(tmp_path: Path, **kw: object) -> StepTimer:
-    return StepTimer(spool_dir=tmp_path, device="cpu", job_id="j", host="h", rank=0, world_size=1, **kw)  # type: ignore[arg-type]
+    return StepTimer(timer_config(spool_dir=tmp_path, device="cpu", job_id="j", host="h", rank=0, world_size=1, **kw))  # type: ignore[arg-type]
 
 
 def test_step_and_phase_durations_are_measured(tmp_path: Path) -> None:
@@ -160,9 +160,9 @@ def test_disabled_mode_writes_nothing_and_returns_functions_unchanged(
 ) -> None:
     if how == "env":
         monkeypatch.setenv("VIGIL_TIMER", "0")
-        t = StepTimer(spool_dir=tmp_path, device="cpu")
+        t = StepTimer(timer_config(spool_dir=tmp_path, device="cpu"))
     else:
-        t = StepTimer(spool_dir=tmp_path, device="cpu", enabled=False)
+        t = StepTimer(timer_config(spool_dir=tmp_path, device="cpu", enabled=False))
 
     def f() -> int:
         return 1

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from timer_testutil import read_records
+from timer_testutil import read_records, timer_config
 
 from vigil.contract.telemetry import StepTiming
 from vigil.timer import StepTimer
@@ -19,11 +19,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_every_record_validates_against_step_timing(tmp_path: Path) -> None:
-    t = StepTimer(
-        spool_dir=tmp_path, device="cpu", job_id="job-1", host="node-1", rank=3, local_rank=3, world_size=8,
+    t = StepTimer(timer_config(spool_dir=tmp_path, device="cpu", job_id="job-1", host="node-1", rank=3, local_rank=3, world_size=8,
         coords={"dp": 1, "tp": 1, "pp": 0}, flops_per_step=1e9, gpu_peak_tflops=1.0, queue_size=2,
-        flush_interval_s=3600,
-    )  # fmt: skip
+        flush_interval_s=3600,))  # fmt: skip
     with t.phase("data"):
         pass
     for i in range(4):  # 2 of them are dropped: the next written record reports it
@@ -53,7 +51,7 @@ def test_import_pulls_in_no_platform_dependency(tmp_path: Path) -> None:
              "'pydantic','psutil','vigil.')) and not m.startswith('vigil.timer')]; assert not bad, bad; ")
     code = (
         "import sys; import vigil.timer as timer; " + check +
-        "t = timer.StepTimer(spool_dir=sys.argv[1], device='cpu'); "
+        "t = timer.StepTimer(timer.TimerConfig(device='cpu', spool=timer.SpoolConfig(directory=sys.argv[1]))); "
         "ctx = t.step(); ctx.__enter__(); ctx.__exit__(None, None, None); t.close(); " + check +
         "assert t.written == 1"
     )  # fmt: skip

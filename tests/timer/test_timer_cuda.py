@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import torch
-from timer_testutil import read_records
+from timer_testutil import read_records, timer_config
 
 from tests.waiting import wait_until
 from vigil.timer import StepTimer
@@ -38,7 +38,7 @@ def test_cuda_events_time_steps_and_phases(tmp_path: Path) -> None:
     from vigil.contract.telemetry import StepTiming
 
     a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
-    t = StepTimer(spool_dir=tmp_path, job_id="j", host="h", flops_per_step=4 * 2 * 4096**3)
+    t = StepTimer(timer_config(spool_dir=tmp_path, job_id="j", host="h", flops_per_step=4 * 2 * 4096**3))
     for _ in range(10):
         with t.step(tokens=4096):
             with t.phase("forward"):
@@ -60,7 +60,7 @@ def test_cuda_events_time_steps_and_phases(tmp_path: Path) -> None:
 
 
 def test_steps_are_emitted_by_the_background_poller(tmp_path: Path) -> None:
-    t = StepTimer(spool_dir=tmp_path, job_id="j", host="h", flush_interval_s=0.05)
+    t = StepTimer(timer_config(spool_dir=tmp_path, job_id="j", host="h", flush_interval_s=0.05))
     with t.step(), t.phase("busy"):
         # keeps the GPU busy well after the step exits on the host
         torch.cuda._sleep(int(1e9))  # type: ignore[no-untyped-call]
@@ -73,7 +73,7 @@ def test_steps_are_emitted_by_the_background_poller(tmp_path: Path) -> None:
 
 
 def test_too_many_pending_steps_drop_the_oldest(tmp_path: Path) -> None:
-    t = StepTimer(spool_dir=tmp_path, job_id="j", host="h", max_pending=2, flush_interval_s=3600)
+    t = StepTimer(timer_config(spool_dir=tmp_path, job_id="j", host="h", max_pending=2, flush_interval_s=3600))
     for _ in range(8):
         with t.step():
             torch.cuda._sleep(int(5e7))  # type: ignore[no-untyped-call]

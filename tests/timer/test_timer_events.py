@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from timer_testutil import read_records
+from timer_testutil import read_records, timer_config
 
 from tests.waiting import wait_until
 from vigil.timer import StepTimer
@@ -47,7 +47,7 @@ class FakeEvent:
 
 
 def cuda_timer(tmp_path: Path, gpu: FakeGpu, **kw: Any) -> StepTimer:
-    t = StepTimer(spool_dir=tmp_path, device="cpu", job_id="j", host="h", **kw)
+    t = StepTimer(timer_config(spool_dir=tmp_path, device="cpu", job_id="j", host="h", **kw))
     t._clock = CudaClock(
         t._emit, t._drop, device=None, max_pending=kw.get("max_pending", 64),
         event_factory=lambda: FakeEvent(gpu), device_name="NVIDIA H100 80GB HBM3",
@@ -120,7 +120,7 @@ def test_events_are_reused_after_completion(tmp_path: Path) -> None:
         created.append(FakeEvent(gpu))
         return created[-1]
 
-    t = StepTimer(spool_dir=tmp_path, device="cpu", job_id="j", host="h", flush_interval_s=3600)
+    t = StepTimer(timer_config(spool_dir=tmp_path, device="cpu", job_id="j", host="h", flush_interval_s=3600))
     t._clock = CudaClock(t._emit, t._drop, device=None, max_pending=8, event_factory=factory)
     for _ in range(10):
         with t.step(), t.phase("x"):

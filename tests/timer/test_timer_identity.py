@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch.distributed as dist
-from timer_testutil import read_records
+from timer_testutil import read_records, timer_config
 
 from vigil.timer import StepTimer
 from vigil.timer.identity import derive_coords, resolve_coords, resolve_identity
@@ -33,7 +33,7 @@ def test_no_argument_timer_takes_identity_from_torchrun_env(
     monkeypatch.setenv("LOCAL_RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "8")
     monkeypatch.setenv("VIGIL_SPOOL_DIR", str(tmp_path))
-    t = StepTimer(device="cpu")
+    t = StepTimer(timer_config(device="cpu"))
     with t.step():
         pass
     t.close()
@@ -54,7 +54,7 @@ def test_defaults_without_env(tmp_path: Path) -> None:
 
 def test_spool_dir_from_vigil_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("VIGIL_HOME", str(tmp_path / "home"))
-    t = StepTimer(device="cpu", host="h")
+    t = StepTimer(timer_config(device="cpu", host="h"))
     assert t.spool_dir == tmp_path / "home" / "spool"
     with t.step():
         pass

@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 import pytest
-from timer_testutil import read_records
+from timer_testutil import read_records, timer_config
 
 import vigil.timer.mfu
 from vigil.timer import StepTimer, peak_for_device
@@ -72,7 +72,7 @@ def test_peak_and_flops_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_records_carry_tflops_and_mfu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("VIGIL_FLOPS_PER_STEP", "1e12")
-    t = StepTimer(spool_dir=tmp_path, device="cpu", gpu_peak_tflops=50.0, job_id="j", host="h")
+    t = StepTimer(timer_config(spool_dir=tmp_path, device="cpu", gpu_peak_tflops=50.0, job_id="j", host="h"))
     with t.step():
         time.sleep(0.05)
     with t.step(flops=2e12):  # per-step override
@@ -87,7 +87,7 @@ def test_records_carry_tflops_and_mfu(tmp_path: Path, monkeypatch: pytest.Monkey
 
 
 def test_no_flops_no_throughput(tmp_path: Path) -> None:
-    t = StepTimer(spool_dir=tmp_path, device="cpu", gpu_peak_tflops=50.0, job_id="j", host="h")
+    t = StepTimer(timer_config(spool_dir=tmp_path, device="cpu", gpu_peak_tflops=50.0, job_id="j", host="h"))
     with t.step():
         pass
     t.close()

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from timer_testutil import read_records, spool_files
+from timer_testutil import read_records, spool_files, timer_config
 
 import vigil.timer.spool
 from vigil.timer import StepTimer
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.pure
 
 
 def make(spool: Path, **kw: Any) -> StepTimer:
-    return StepTimer(spool_dir=spool, device="cpu", job_id="job", host="h", rank=2, world_size=4, **kw)
+    return StepTimer(timer_config(spool_dir=spool, device="cpu", job_id="job", host="h", rank=2, world_size=4, **kw))
 
 
 def run_steps(t: StepTimer, n: int, first: int | None = None) -> None:

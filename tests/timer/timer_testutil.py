@@ -24,3 +24,14 @@ def read_records(root: Path) -> list[dict[str, Any]]:
         assert not data or data.endswith(b"\n"), f"{path} ends in a torn line"
         out.extend(json.loads(line) for line in data.splitlines())
     return out
+
+
+SPOOL_KEYS = {"max_file_bytes", "keep_files", "queue_size", "flush_interval_s", "retry_s"}
+
+
+def timer_config(*, spool_dir: Any = None, **kw: Any) -> Any:
+    """A TimerConfig from flat keywords, the spool's own going to its SpoolConfig."""
+    from vigil.timer import SpoolConfig, TimerConfig
+
+    spool = SpoolConfig(directory=spool_dir, **{k: v for k, v in kw.items() if k in SPOOL_KEYS})
+    return TimerConfig(spool=spool, **{k: v for k, v in kw.items() if k not in SPOOL_KEYS})

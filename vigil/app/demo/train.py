@@ -20,7 +20,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from vigil.timer import StepTimer
+from vigil.timer import StepTimer, TimerConfig
 
 
 class TinyLM(nn.Module):
@@ -66,8 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     opt = torch.optim.AdamW(ddp.parameters(), lr=1e-3)
     params = sum(p.numel() for p in model.parameters())
     tokens_per_step = args.batch * args.seq
-    timer = StepTimer(flops_per_step=6.0 * params * tokens_per_step, gpu_peak_tflops=args.peak_tflops,
-                      coords={"dp": rank, "tp": 0, "pp": 0})
+    timer = StepTimer(TimerConfig(flops_per_step=6.0 * params * tokens_per_step, gpu_peak_tflops=args.peak_tflops,
+                                  coords={"dp": rank, "tp": 0, "pp": 0}))
     gen = torch.Generator().manual_seed(rank)
     step = 0
     try:
