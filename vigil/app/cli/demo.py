@@ -1,4 +1,4 @@
-"""`vigil demo`: the main job on embedded defaults (see dashboard/demo/run.py)."""
+"""`vigil demo`: the main job on embedded defaults (see vigil/app/demo/run.py)."""
 
 from __future__ import annotations
 

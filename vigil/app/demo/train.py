@@ -5,7 +5,7 @@ VIGIL_SPOOL_DIR). For the demo one rank is slowed part-way through (its forward
 pass takes longer, so its host stands out on the heatmap, as a fail-slow GPU would)
 and another prints an Xid-style driver error line once.
 
-    python -m torch.distributed.run --nproc-per-node 2 dashboard/demo/train.py --steps 50
+    python -m torch.distributed.run --nproc-per-node 2 vigil/app/demo/train.py --steps 50
 """
 
 from __future__ import annotations
