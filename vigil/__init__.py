@@ -1,7 +1,11 @@
 """vigil: event-sourced fault diagnosis and recovery for large PyTorch/LLM training jobs.
 
-This package holds only what every part shares: the event contract, settings,
-Kafka and ClickHouse plumbing, the embedded stack and the `vigil` CLI.
+One import name for everything. This package's own modules are the kernel every component
+shares (`contract`, `settings`, `errors`, `kafka`, `clickhouse`, `service`); `vigil.app` is
+the application that wires the components; the components (`vigil.timer`, `vigil.collector`,
+`vigil.analyzer`, `vigil.dashboard`, `vigil.recovery`) live in the repository's root
+folders, linked in here. Importing `vigil` itself loads nothing: a training process that
+imports `vigil.timer` gets the standard library and torch only.
 """
 
 __version__ = "0.1.0"
