@@ -27,7 +27,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     home = tmp_path_factory.mktemp("vigil-home")
     env = {k: v for k, v in os.environ.items() if not k.startswith("VIGIL_")}
     env["VIGIL_HOME"] = str(home)
-    up = vigil(env, "up", "--detach", "--no-dashboard", "--no-recovery")
+    up = vigil(env, "up", "--detach", "--no-dashboard")
     assert up.returncode == 0, up.stderr + up.stdout
     yield env
     vigil(env, "down")
@@ -91,7 +91,7 @@ def test_status_against_an_external_cluster_shows_the_analyzer_group(stack: dict
 def test_down_leaves_nothing_and_status_fails(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("VIGIL_")}
     env["VIGIL_HOME"] = str(tmp_path)
-    assert vigil(env, "up", "--detach", "--no-analyzer", "--no-dashboard", "--no-recovery").returncode == 0
+    assert vigil(env, "up", "--detach", "--no-analyzer", "--no-dashboard").returncode == 0
     state = json.loads((tmp_path / "stack.json").read_text())
     assert vigil(env, "down").returncode == 0
     for pid in (state["pid"], state["broker_pid"]):
@@ -163,3 +163,12 @@ def test_unreachable_part_is_one_line_naming_setting_and_address(tmp_path: Path,
     res = vigil(env, *args)
     assert res.returncode == 2 and res.stdout == ""
     assert res.stderr.strip().count("\n") == 0 and setting in res.stderr, res.stderr
+
+
+@pytest.mark.pure
+def test_up_offers_to_leave_out_exactly_the_hosted_services() -> None:
+    from vigil.app.components import SERVICES
+
+    up = next(opts for cmd, opts in _commands() if cmd == "up")
+    flags = {opt for opt, _ in up if opt.startswith("--no-")}
+    assert flags == {f"--no-{s.name}" for s in SERVICES} and {"--no-analyzer", "--no-dashboard"} <= flags
