@@ -1,7 +1,15 @@
 """The event contract: pydantic models of every fact and decision, their registry and wire format."""
 
 from vigil.contract.base import Event, RankScoped, new_event_id, utcnow
-from vigil.contract.decisions import Alert, Checkpoint, JobRegistered, RankPlacement, RecoveryAction
+from vigil.contract.decisions import (
+    Alert,
+    Checkpoint,
+    Incident,
+    JobRegistered,
+    RankPlacement,
+    RankRef,
+    RecoveryAction,
+)
 from vigil.contract.registry import (
     DEAD_LETTER_TOPIC,
     SPECS,
@@ -27,8 +35,8 @@ from vigil.contract.wire import Decoded, Rejected, decode_batch, encode_batch, v
 
 __all__ = [
     "DEAD_LETTER_TOPIC", "SPECS", "TELEMETRY_TOPICS", "TOPICS", "Alert", "Checkpoint",
-    "CollectiveEntry", "CollectiveTrace", "Decoded", "Event", "EventSpec", "GpuState", "Heartbeat",
+    "CollectiveEntry", "CollectiveTrace", "Decoded", "Event", "EventSpec", "GpuState", "Heartbeat", "Incident",
     "JobRegistered", "LogLine", "NicCounters", "ParallelCoords", "ProcessExit", "ProcessState",
-    "RankPlacement", "RankScoped", "RecoveryAction", "Rejected", "StepTiming", "decode_batch",
+    "RankPlacement", "RankRef", "RankScoped", "RecoveryAction", "Rejected", "StepTiming", "decode_batch",
     "encode_batch", "new_event_id", "spec_for", "topic_of", "utcnow", "validate_event",
 ]

@@ -1,7 +1,8 @@
-"""Jobs and decisions: topology registration, alerts, recovery actions, checkpoints.
+"""Jobs and decisions: topology registration, alerts, incidents, recovery actions, checkpoints.
 
-The analyzer publishes alerts, the recovery controller publishes its actions and
-the checkpoints it relies on; each is an event like any fact, so history replays.
+The analyzer publishes alerts and incidents (alerts that share a cause, with the culprit
+named), the recovery controller publishes its actions and the checkpoints it relies on;
+each is an event like any fact, so history replays.
 """
 
 from __future__ import annotations
@@ -65,6 +66,44 @@ class Alert(Event):
     summary: str = Field(max_length=2048)
     first_seen: UtcDatetime
     last_seen: UtcDatetime
+    evidence: dict[str, Any] = Field(default_factory=dict)
+
+
+class RankRef(BaseModel):
+    """One rank of a job (or a whole host when `rank` is None) and what it said last."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    host: Name
+    rank: int | None = Field(default=None, ge=0)
+    local_rank: int | None = Field(default=None, ge=0)
+    coords: ParallelCoords | None = None
+    message: str = Field(default="", max_length=4096, description="its own last error, when it said one")
+
+
+class Incident(Event):
+    """Findings that share one cause, with the culprit named and its victims listed.
+
+    One `incident_id` is one incident across its life: `open` when first detected, re-published
+    (`open`) when what is known changes, `resolved` when it ends. Alerts of its victims are linked
+    (`alerts`) and do not page on their own.
+    """
+
+    kind: Literal["incident"] = "incident"
+    schema_version: Literal[1] = 1
+    incident_id: Name = Field(description="stable id, the same on every event of this incident")
+    category: Name = Field(description="crash_cascade, collective_hang, host_fault, ...")
+    cause: Literal["hardware", "network", "software", "unknown"]
+    status: Literal["open", "resolved"]
+    severity: Severity
+    summary: str = Field(max_length=2048)
+    culprits: list[RankRef] = Field(default_factory=list, description="who caused it, most certain first")
+    victims: list[RankRef] = Field(default_factory=list, description="who failed or waited because of it")
+    confidence: Literal["strong", "weak"] = Field(default="strong", description="weak: inferred without direct "
+                                                  "evidence (e.g. no Flight Recorder traces)")
+    alerts: list[str] = Field(default_factory=list, description="fingerprints of the alerts it groups")
+    first_sign: UtcDatetime = Field(description="earliest evidence of the cause")
+    detected: UtcDatetime = Field(description="when the incident was first published")
     evidence: dict[str, Any] = Field(default_factory=dict)
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vigil.contract.base import Event
-from vigil.contract.decisions import Alert, Checkpoint, JobRegistered, RecoveryAction
+from vigil.contract.decisions import Alert, Checkpoint, Incident, JobRegistered, RecoveryAction
 from vigil.contract.telemetry import (
     CollectiveTrace,
     Heartbeat,
@@ -76,6 +76,16 @@ SPECS: tuple[EventSpec, ...] = (
         "subject": "node-0007/forward", "status": "firing", "severity": "warning",
         "summary": "node-0007 forward is 9.8% slower than the fleet median",
         "first_seen": _TS, "last_seen": _TS, "evidence": {"slowdown_pct": 9.8, "windows": "4/5"}}),
+    EventSpec(kind="incident", version=1, model=Incident, topic="incidents", example={
+        **_ORIGIN, "incident_id": "llama-70b/crash_cascade/node-0007/r5/20261101T115958", "category": "crash_cascade",
+        "cause": "hardware", "status": "open", "severity": "critical",
+        "summary": "node-0007 rank 5 failed first (CUDA error: uncorrectable NVLink error); 7 ranks failed after it",
+        "culprits": [{"host": "node-0007", "rank": 5, "local_rank": 5, "coords": {"dp": 1, "tp": 1, "pp": 0},
+                      "message": "RuntimeError: CUDA error: uncorrectable NVLink error detected"}],
+        "victims": [{"host": "node-0003", "rank": 1, "message": "RuntimeError: Connection closed by peer"}],
+        "alerts": ["llama-70b/process_exit/node-0007/rank5", "llama-70b/process_exit/node-0003/rank1"],
+        "first_sign": "2026-11-01T11:59:58Z", "detected": _TS,
+        "evidence": {"first_exit": "2026-11-01T11:59:58Z", "nvlink_lines": 3}}),
     EventSpec(kind="recovery", version=1, model=RecoveryAction, topic="recovery", example={
         **_ORIGIN, "action": "cordon", "target": "node-0007", "status": "succeeded",
         "reason": "traffic stopped for 30 s", "alert_fingerprint": "llama-70b/traffic_stall/node-0007"}),
