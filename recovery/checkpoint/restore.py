@@ -13,8 +13,8 @@ Collective: every rank calls it at the same point. In order:
    (one object broadcast); every member checks its own state has the same tensors
    (paths, shapes, dtypes) and ranks agree again, so a misconfigured `dp_group` is an
    error everywhere instead of silently wrong weights. Then the tensors are broadcast
-   over the DP group (in place: small ones packed into byte buckets, large ones directly
-   into the live tensors; DTensors by their local shard).
+   over the DP group: tensors of 1 MiB and more straight into the live tensors, smaller
+   ones packed into byte buckets (fewer collectives); DTensors by their local shard.
 4. Every rank hands the loaded values to its `Stateful`s (``load_state_dict``) or replaces
    the plain values, like `dcp.load`.
 
@@ -45,7 +45,8 @@ from vigil.recovery.checkpoint.persist import describe
 from vigil.recovery.checkpoint.staging import local_tensor, to_state_dict
 
 log = logging.getLogger("vigil.recovery.checkpoint")
-BUCKET_BYTES = 64 << 20
+BUCKET_BYTES = 16 << 20  # small tensors travel packed in buckets of up to this many bytes
+DIRECT_BYTES = 1 << 20  # larger tensors are broadcast straight into the live tensor (no copies)
 LeafPath = tuple[Any, ...]
 
 
@@ -173,7 +174,7 @@ def _broadcast_tensors(tensors: list[torch.Tensor], topology: Topology) -> None:
         n = _nbytes(t)
         if n == 0:
             continue
-        if n >= BUCKET_BYTES // 2:
+        if n >= DIRECT_BYTES:
             flush()
             if t.is_contiguous():
                 dist.broadcast(_as_bytes(t), src=src, group=group)  # straight into the live tensor

@@ -133,10 +133,13 @@ def reads(rank: int, work: Path, layout: str) -> None:
         tensors: dict[str, Any] = {
             f"w{i}": distribute_tensor(full(i, 256), mesh, [Replicate(), Shard(0)]) for i in range(3)
         }
+        tensors["big"] = distribute_tensor(full(9, 8192), mesh, [Replicate(), Shard(0)])  # 1 MiB shards
         dp_group: Any = mesh["dp"].get_group()
     else:  # "lists": plain tensors, a TP-like shard per tp rank under its own key; DP groups as rank lists
         tp = rank % 2
         tensors = {f"w{i}.tp{tp}": full(i, 128) + 1000 * tp for i in range(3)}
+        tensors[f"big.tp{tp}"] = full(9, 4096) + tp  # 1 MiB: broadcast straight into the tensor
+        tensors[f"t.tp{tp}"] = (full(5, 64) + tp).t()  # not contiguous
         dp_group = [[0, 2], [1, 3]]
     expected = {k: (v.to_local() if isinstance(v, DTensor) else v).clone() for k, v in tensors.items()}
     state: dict[str, Any] = {"model": tensors, "meta": {"lr": 0.5, "name": "x"}}
