@@ -69,6 +69,7 @@ class Stats:
     committed: int  # checkpoints committed (rank 0 only)
     events_dropped: int
     last_blocked_s: float  # how long the last save() blocked the caller
+    last_copy_s: float  # of which the copy to host memory (the rest: waiting for peers or a busy save)
 
 
 class Checkpointer:
@@ -94,7 +95,7 @@ class Checkpointer:
             events=self.events, on_error=self._set_error,
         )  # fmt: skip
         self._requested = self._staged = self._skipped = self._failed = 0
-        self._last_blocked_s = 0.0
+        self._last_blocked_s = self._last_copy_s = 0.0
         self.last_restore: RestoreReport | None = None
         self._closed = False
         atexit.register(self._atexit)
@@ -143,6 +144,7 @@ class Checkpointer:
         )
         self._persister.submit(job)
         self._staged += 1
+        self._last_copy_s = staged.seconds
         self._emit_staged(job, staged, t0)
         return True
 
@@ -238,7 +240,7 @@ class Checkpointer:
         return Stats(
             requested=self._requested, staged=self._staged, skipped=self._skipped, failed=self._failed + p.failed,
             persisted=p.persisted, committed=p.committed, events_dropped=self.events.dropped,
-            last_blocked_s=self._last_blocked_s,
+            last_blocked_s=self._last_blocked_s, last_copy_s=self._last_copy_s,
         )  # fmt: skip
 
     def close(self, timeout: float | None = None) -> bool:
