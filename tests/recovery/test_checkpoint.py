@@ -6,6 +6,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -312,3 +313,22 @@ def test_cuda_model_round_trips(tmp_path: Path) -> None:
                 p.zero_()
         assert ckpt.load_latest(state) == 1
     assert all(v.is_cuda and torch.equal(saved[k], v) for k, v in model.state_dict().items())
+
+
+def test_the_readme_example_runs_and_resumes(tmp_path: Path) -> None:
+    readme = Path(__file__).resolve().parents[2] / "recovery" / "README.md"
+    example = re.search(r"```python\n(.*?)```", readme.read_text(), re.S)
+    assert example is not None
+    script = tmp_path / "example.py"
+    script.write_text(example.group(1))
+    env = {**os.environ, "CKPT_DIR": str(tmp_path / "ckpt"), "VIGIL_SPOOL_DIR": str(tmp_path / "spool"),
+           "PYTHONPATH": str(readme.parents[1]), "OMP_NUM_THREADS": "1"}  # fmt: skip
+    env.pop("RANK", None)
+    outputs = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, str(script)], env=env, cwd=tmp_path, capture_output=True, text=True,
+                              timeout=120)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        outputs.append(done.stdout.strip())
+    assert outputs == ["starting at step 1, 0 samples seen", "starting at step 51, 1600 samples seen"]
+    assert phases(tmp_path / "spool")[-3:] == [(100, "staged"), (100, "persisted"), (100, "committed")]
