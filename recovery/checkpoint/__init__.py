@@ -13,7 +13,8 @@
 
 Modules, one concept each: `config` (the settings), `staging` (phase 1: copy to host
 memory), `persist` (phase 2: background `dcp.save`, commit, retention), `layout`
-(attempt directories, the commit marker, pruning), `coordination` (the checkpointer's
+(attempt directories, the commit marker, pruning), `stores` (DCP writers/readers and the
+marker's atomic write, on a path or an fsspec URL), `coordination` (the checkpointer's
 process groups and how ranks agree), `restore` (one reader per DP group + broadcast),
 `events` / `spool` (``checkpoint`` event lines for the node agent), `state`
 (`TrainState`), `errors` (the error tree), `checkpointer` (the facade).

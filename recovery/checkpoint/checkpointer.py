@@ -36,7 +36,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter
 
 from vigil.recovery.checkpoint.config import CheckpointConfig
@@ -49,10 +48,11 @@ from vigil.recovery.checkpoint.errors import (
     StagingFailed,
 )
 from vigil.recovery.checkpoint.events import EventLog, resolve_identity
-from vigil.recovery.checkpoint.layout import Commit, Layout, dir_name, open_store
+from vigil.recovery.checkpoint.layout import Commit, Layout, dir_name
 from vigil.recovery.checkpoint.persist import Job, Persister, describe
 from vigil.recovery.checkpoint.restore import RestoreReport, load_latest
 from vigil.recovery.checkpoint.staging import Staged, Stager
+from vigil.recovery.checkpoint.stores import default_reader, default_writer, open_store
 
 log = logging.getLogger("vigil.recovery.checkpoint")
 
@@ -270,27 +270,13 @@ class Checkpointer:
     ) -> None:
         self.close()
 
-    # ---- storage -----------------------------------------------------------------------------
+    # ---- storage ----------------------------------------------------------------------------
     def _writer(self, path: str) -> StorageWriter:
         cfg = self.config
         if cfg.storage_writer_factory is not None:
             return cfg.storage_writer_factory(path)
-        if cfg.is_url:
-            from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
-
-            return FsspecWriter(
-                path, sync_files=cfg.sync_files, thread_count=cfg.writer_threads, overwrite=True
-            )
-        return FileSystemWriter(
-            path, sync_files=cfg.sync_files, thread_count=cfg.writer_threads, overwrite=True
-        )
+        return default_writer(path, sync_files=cfg.sync_files, threads=cfg.writer_threads)
 
     def _reader(self, path: str) -> StorageReader:
-        cfg = self.config
-        if cfg.storage_reader_factory is not None:
-            return cfg.storage_reader_factory(path)
-        if cfg.is_url:
-            from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
-
-            return FsspecReader(path)
-        return FileSystemReader(path)
+        factory = self.config.storage_reader_factory
+        return factory(path) if factory is not None else default_reader(path)

@@ -97,11 +97,6 @@ class CheckpointConfig:
         if isinstance(self.dp_group, Sequence) and not isinstance(self.dp_group, str):
             rank_lists(self.dp_group)  # shape check; tiling the world is checked with the process group
 
-    @property
-    def is_url(self) -> bool:
-        """True when `directory` is an fsspec URL (``scheme://...``)."""
-        return "://" in str(os.fspath(self.directory))
-
 
 def rank_lists(spec: Sequence[Any]) -> list[list[int]]:
     """`spec` as a list of rank lists; ConfigError unless it is non-empty lists of ints >= 0."""

@@ -9,10 +9,9 @@
 A checkpoint is complete if and only if its `_COMMITTED` marker exists and names the
 directory's own step and token. The persister writes it only after `dcp.save` returned,
 which on rank 0 means every rank's files were written (and fsynced with `sync_files`)
-and `.metadata` was renamed into place. On a POSIX path the marker is written to a
-temporary name, fsynced, renamed, and the directory and its parent are fsynced: a crash
-at any point leaves either no marker (the attempt is ignored, then pruned) or a whole one.
-On an fsspec URL the marker is one object PUT, which object stores make atomic.
+and `.metadata` was renamed into place. The marker is written atomically (see
+`stores`): a crash at any point leaves either no marker (the attempt is ignored, then
+pruned) or a whole one.
 
 Each attempt has its own directory (the token), so re-saving a step after a restart never
 mixes with a torn attempt of the same step, nor overwrites a committed one in place.
@@ -26,19 +25,14 @@ while no other save is in flight.
 from __future__ import annotations
 
 import json
-import os
-import posixpath
 import re
-import secrets
-import shutil
 import time
-from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+
+from vigil.recovery.checkpoint.stores import Store
 
 MARKER = "_COMMITTED"
 FORMAT = "vigil-checkpoint/1"
-MAX_MARKER_BYTES = 64 << 10
 _NAME = re.compile(r"^step-(\d{10,})-([0-9a-f]{8})$")
 
 
@@ -62,125 +56,6 @@ class Commit:
     committed_at: float  # unix seconds (rank 0's clock)
     world_size: int
     nbytes: int
-
-
-class Store(ABC):
-    """The few operations on the checkpoint root that DCP's writers and readers do not cover."""
-
-    def __init__(self, root: str) -> None:
-        self.root = root
-
-    @abstractmethod
-    def join(self, name: str, *more: str) -> str: ...
-
-    @abstractmethod
-    def names(self) -> list[str]:
-        """Entries directly under the root ([] when it does not exist)."""
-
-    @abstractmethod
-    def read_small(self, path: str) -> bytes | None:
-        """A small file's bytes; None when missing, unreadable or too large."""
-
-    @abstractmethod
-    def write_atomic(self, path: str, data: bytes) -> None: ...
-
-    @abstractmethod
-    def remove_tree(self, path: str) -> None: ...
-
-    def free_bytes(self) -> int | None:
-        """Free space where checkpoints go, when the storage can tell."""
-        return None
-
-
-class LocalStore(Store):
-    def join(self, name: str, *more: str) -> str:
-        return os.path.join(self.root, name, *more)
-
-    def names(self) -> list[str]:
-        try:
-            return os.listdir(self.root)
-        except (FileNotFoundError, NotADirectoryError):
-            return []
-
-    def read_small(self, path: str) -> bytes | None:
-        try:
-            with open(path, "rb") as fh:
-                data = fh.read(MAX_MARKER_BYTES + 1)
-        except OSError:
-            return None
-        return data if len(data) <= MAX_MARKER_BYTES else None
-
-    def write_atomic(self, path: str, data: bytes) -> None:
-        tmp = f"{path}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        try:
-            os.replace(tmp, path)
-        except OSError:
-            _unlink_quietly(tmp)
-            raise
-        parent = os.path.dirname(path)
-        _fsync_dir(parent)  # the marker's and DCP's .metadata renames
-        _fsync_dir(os.path.dirname(parent))  # the checkpoint directory's own entry
-
-    def remove_tree(self, path: str) -> None:
-        shutil.rmtree(path)
-
-    def free_bytes(self) -> int | None:
-        path = self.root
-        while not os.path.isdir(path) and os.path.dirname(path) != path:
-            path = os.path.dirname(path)
-        try:
-            st = os.statvfs(path)
-        except OSError:
-            return None
-        return st.f_bavail * st.f_frsize
-
-
-class FsspecStore(Store):
-    """An fsspec URL, through torch.distributed.checkpoint's own fsspec filesystem wrapper."""
-
-    def __init__(self, root: str) -> None:
-        super().__init__(root.rstrip("/"))
-        from torch.distributed.checkpoint._fsspec_filesystem import FileSystem
-
-        wrapper = FileSystem()
-        wrapper.init_path(self.root)
-        self._fs: Any = wrapper.fs
-
-    def join(self, name: str, *more: str) -> str:
-        return "/".join((self.root, name, *more))
-
-    def names(self) -> list[str]:
-        try:
-            entries = self._fs.ls(self.root, detail=False)
-        except (FileNotFoundError, NotADirectoryError):
-            return []
-        return [posixpath.basename(str(e).rstrip("/")) for e in entries]
-
-    def read_small(self, path: str) -> bytes | None:
-        try:
-            data = self._fs.cat_file(path)
-        except (OSError, ValueError):
-            return None
-        return bytes(data) if len(data) <= MAX_MARKER_BYTES else None
-
-    def write_atomic(self, path: str, data: bytes) -> None:
-        self._fs.pipe_file(path, data)  # one PUT: object stores make it all-or-nothing
-
-    def remove_tree(self, path: str) -> None:
-        self._fs.rm(path, recursive=True)
-
-
-def open_store(directory: str | os.PathLike[str]) -> Store:
-    root = str(os.fspath(directory))
-    return FsspecStore(root) if "://" in root else LocalStore(os.path.abspath(os.path.expanduser(root)))
 
 
 class Layout:
@@ -249,23 +124,3 @@ class Layout:
         kept = {c.name for c in (complete if keep is None else complete[:keep])} | {protect}
         removed = [n for n in self.attempts() if n not in kept and self.discard(n)]
         return removed
-
-
-def _fsync_dir(path: str) -> None:
-    try:
-        fd = os.open(path or ".", os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some filesystems cannot fsync a directory; the rename itself is atomic
-    finally:
-        os.close(fd)
-
-
-def _unlink_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass

@@ -198,6 +198,7 @@ def disk_full(rank: int, work: Path) -> None:
             assert ckpt.wait(60)
     error = ckpt.last_error
     ckpt.close()
+    dist.barrier()  # rank 0 commits after its dcp.save returned: look once it has closed too
     latest = ckpt.latest()
     report(work, rank, **results, trained_to=step, error=f"{type(error).__name__}: {error}" if error else "",
            latest=latest.step if latest else None, stats=dataclasses.asdict(ckpt.stats()))  # fmt: skip
