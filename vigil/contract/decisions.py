@@ -121,13 +121,23 @@ class RecoveryAction(Event):
 
 
 class Checkpoint(Event):
-    """A checkpoint of a job: staged to host memory, then persisted to storage."""
+    """A checkpoint of a job: staged to host memory, then persisted to storage.
+
+    Emitted by `vigil.recovery.checkpoint` in the training process, per save: every rank
+    ``staged`` (or ``skipped``: the previous save was still persisting; or ``failed``), then
+    every rank ``persisted`` (its part written) or ``failed``; rank 0 ``committed`` once the
+    commit marker is written: only then is the checkpoint complete and restorable.
+    The latest complete checkpoint of a job is its latest ``committed`` event.
+    """
 
     kind: Literal["checkpoint"] = "checkpoint"
     schema_version: Literal[1] = 1
     step: int = Field(ge=0)
-    phase: Literal["staged", "persisted", "failed"]
+    phase: Literal["staged", "persisted", "committed", "failed", "skipped"]
     path: str = ""
     blocked_ms: float = Field(default=0, ge=0, description="time training was blocked")
     duration_ms: float = Field(default=0, ge=0)
     bytes: int = Field(default=0, ge=0)
+    rank: int | None = Field(default=None, ge=0, description="global rank that emitted it")
+    error: str = Field(default="", max_length=4096, description="why a save failed or was skipped")
+    dropped: int = Field(default=0, ge=0, description="checkpoint events of this rank lost before this one")

@@ -90,8 +90,8 @@ SPECS: tuple[EventSpec, ...] = (
         **_ORIGIN, "action": "cordon", "target": "node-0007", "status": "succeeded",
         "reason": "traffic stopped for 30 s", "alert_fingerprint": "llama-70b/traffic_stall/node-0007"}),
     EventSpec(kind="checkpoint", version=1, model=Checkpoint, topic="recovery", example={
-        **_ORIGIN, "step": 1200, "phase": "persisted", "path": "/ckpt/llama-70b/step-1200",
-        "blocked_ms": 17.0, "duration_ms": 4200.0, "bytes": 524_288_000}),
+        **_ORIGIN, "step": 1200, "phase": "committed", "path": "/ckpt/llama-70b/step-0000001200-3fa9c2d1",
+        "blocked_ms": 0.0, "duration_ms": 4200.0, "bytes": 524_288_000, "rank": 0, "error": "", "dropped": 0}),
 )
 
 BY_KIND: dict[tuple[str, int], EventSpec] = {(s.kind, s.version): s for s in SPECS}
