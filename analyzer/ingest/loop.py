@@ -1,4 +1,4 @@
-"""The ingest loop: a BatchingConsumer over the telemetry and alerts topics into ClickHouse.
+"""The ingest loop: a BatchingConsumer over the telemetry, alerts and recovery topics into ClickHouse.
 
 Runs in its own thread; every few seconds it samples the event rate, and a
 `LagProbe` thread samples the consumer lag, for `vigil status`.
@@ -23,7 +23,7 @@ from vigil.settings import VigilSettings
 
 log = logging.getLogger(__name__)
 
-INGEST_TOPICS: tuple[str, ...] = (*TELEMETRY_TOPICS, "alerts")
+INGEST_TOPICS: tuple[str, ...] = (*TELEMETRY_TOPICS, "alerts", "recovery")
 
 
 @dataclass(kw_only=True)
