@@ -1,6 +1,7 @@
 """`vigil demo` (what `make demo` runs) as a real subprocess: the dashboard answers, the real
 torch job's steps reach ClickHouse and the dashboard's pages (its step chart, both of its hosts
-on the heatmap, fetched over HTTP as the browser gets them), and Ctrl-C leaves no process behind."""
+on the heatmap, its latest committed checkpoint, fetched over HTTP as the browser gets them), and
+Ctrl-C leaves no process behind."""
 
 from __future__ import annotations
 
@@ -82,6 +83,14 @@ def test_demo_runs_shows_torch_steps_and_stops_clean(tmp_path: Path) -> None:
         assert step_points, f"no steps on the overview of demo-torch: {overview}"
         assert heat_rows == TORCH_HOSTS
         assert "demo-torch" in texts(overview)  # the jobs table lists it
+        # the torch job checkpoints (two-phase, every 20 steps): committed, and on its overview
+        committed: list[list[object]] = []
+        while time.monotonic() < page_deadline and not committed:
+            committed = _sql(control, "SELECT step FROM checkpoints WHERE job_id = 'demo-torch' AND phase = 'committed'")
+            time.sleep(2)
+        assert committed, "no committed checkpoint of demo-torch\n" + "".join(out)
+        shown = texts(render_page(dashboard, "/overview", "?job=demo-torch&range=all"))
+        assert any(t.startswith("step ") and t[5:].isdigit() and int(t[5:]) % 20 == 0 for t in shown), shown
         descendants = psutil.Process(proc.pid).children(recursive=True)
         assert len(descendants) >= 6  # broker, 2 agents, 2 torchrun, 4 ranks, simulator
     finally:

@@ -84,7 +84,8 @@ class Demo:
                     sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
                     "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
                     str(TRAIN), "--slow-rank", str(SLOW_RANK), "--slow-from", "60", "--xid-rank", str(XID_RANK),
-                    "--xid-at", "40"]
+                    "--xid-at", "40", "--ckpt-dir", str(self.settings.home / "demo" / "checkpoints"),
+                    "--ckpt-every", "20"]
             self._spawn(argv, f"{host}.log", env)
 
     def start_simulation(self, bootstrap: str) -> None:
