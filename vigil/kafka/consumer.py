@@ -212,10 +212,10 @@ class BatchingConsumer:
             self.stats.last_error = f"intents: {one_line(exc)}"
             self._recheck.update({tp: 2**63 - 1 for tp in tps})  # until the first commit passes them
             return
-        for tp in partitions:  # never committed: reading starts at the log's start (auto.offset.reset=earliest)
-            key = (str(tp.topic), int(tp.partition))
+        for part in partitions:  # never committed: reading starts at the log's start (auto.offset.reset=earliest)
+            key = (str(part.topic), int(part.partition))
             if key in intents and committed.get(key, -1) < 0 and self.from_beginning:
-                committed[key] = int(consumer.get_watermark_offsets(tp, timeout=10)[0])
+                committed[key] = int(consumer.get_watermark_offsets(part, timeout=10)[0])
         owned = set(tps)
         pending: dict[tuple[OffsetRange, ...], Intent] = {}
         for tp, intent in intents.items():
