@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from vigil.analyzer.ingest.blocks import insert_block
+from vigil.analyzer.ingest.blocks import BlockInserter
 from vigil.analyzer.ingest.intents import IntentLedger
 from vigil.analyzer.ingest.lookup import StoredIds
 from vigil.analyzer.ingest.processors import LOOKUP, RECENT, Row, TableRow, process
@@ -71,6 +71,7 @@ class ClickHouseWriter:
     def __post_init__(self) -> None:
         self.recent = RecentIds(window_s=self.window_s)
         self._stored = StoredIds(self.client)
+        self._blocks = BlockInserter(self.client)
         self._ledger = IntentLedger(self.client, self.group)
         self._started = False
         self._tokened: set[str] = set()  # tables that deduplicate inserts by token (migration 0140)
@@ -162,7 +163,7 @@ class ClickHouseWriter:
 
     def _insert(self, prepared: _Prepared, token: str | None) -> None:
         for table, rows in prepared.tables.items():
-            insert_block(self.client, table, rows, f"{token}:{table}" if token else None)
+            self._blocks.insert(table, rows, f"{token}:{table}" if token else None)
             self.rows_written += len(rows)
 
     def _isolate(self, events: list[Ingestable], batch: BatchId | None, exc: Exception, path: str) -> list[Unstorable]:
@@ -187,7 +188,7 @@ class ClickHouseWriter:
         for table, row in rows:
             by_table[table].append(row)
         for table, batch in by_table.items():
-            insert_block(self.client, table, batch, None)
+            self._blocks.insert(table, batch, None)
 
 
 @dataclass(kw_only=True)

@@ -75,20 +75,18 @@ class DieAfterWrite:
 
 def die_mid_write(n: int, table: str) -> None:
     """SIGKILL right after the nth batch's insert into `table` (the writer inserts tables in name order)."""
-    real = blocks.insert_block
+    real = blocks.BlockInserter.insert
     seen: dict[str, int] = {}
 
-    def insert(client: Any, tbl: str, rows: Any, token: str | None) -> None:
-        real(client, tbl, rows, token)
+    def insert(self: Any, tbl: str, rows: Any, token: str | None) -> None:
+        real(self, tbl, rows, token)
         if tbl == table:
             seen[tbl] = seen.get(tbl, 0) + 1
             if seen[tbl] == n:
                 print(f"killed mid-write {n} after {tbl}", flush=True)
                 os.kill(os.getpid(), signal.SIGKILL)
 
-    import vigil.analyzer.ingest.writer as writer_module
-
-    writer_module.insert_block = insert  # type: ignore[assignment]
+    blocks.BlockInserter.insert = insert  # type: ignore[method-assign]
 
 
 def count(client: Any) -> dict[str, Any]:

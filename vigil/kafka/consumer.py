@@ -4,7 +4,10 @@ One consumer group over several topics. Each polled record is decoded (the fast 
 `vigil.contract.fastwire`, same decisions as the per-event pydantic path); rejected events
 and undecodable records become dead letters. A batch is handed to the `BatchWriter` with
 its identity, a `BatchId`: the offset range it covers on each partition. Only once the
-batch and its dead letters are durably stored are the offsets committed.
+batch and its dead letters are durably stored are the offsets committed. With `pipeline`
+(the default) a batch is written on a writer thread while the next one is read and decoded
+(the engine releases the GIL while it inserts); one batch is in flight at most, and its
+commit comes before the next batch is handed over, so crash semantics do not change.
 
 Exactly once. The writer records the batch's ranges (an intent) before writing and inserts
 under a token derived from them. A consumer that is assigned a partition whose latest
@@ -33,6 +36,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
@@ -176,6 +180,7 @@ class BatchingConsumer:
     retry_backoff_s: float = 0.5
     max_backoff_s: float = 30.0
     replay_timeout_s: float = 60.0
+    pipeline: bool = True  # write a batch on a thread of its own while the next one is read and decoded
     stats: ConsumerStats = field(default_factory=ConsumerStats)
 
     def __post_init__(self) -> None:
@@ -195,6 +200,8 @@ class BatchingConsumer:
         self._recheck: dict[Partition, int] = {}  # partition -> last offset an earlier owner may have stored
         self._held: list[_Raw] = []  # records read while a replayed batch is completed
         self._paused: set[Partition] = set()
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="ingest-write") if self.pipeline else None
+        self._inflight: tuple[_Batch, BatchId, Future[tuple[BatchId, int, list[DeadLetter]]]] | None = None
         self._consumer.subscribe([self.settings.topic(t) for t in self.topics],
                                  on_assign=self._on_assign, on_revoke=self._on_revoke)
 
@@ -236,11 +243,12 @@ class BatchingConsumer:
 
     def _on_revoke(self, _consumer: Consumer, _partitions: list[TopicPartition]) -> None:
         self._abandon_replay()
-        if len(self._batch):
-            try:
-                self._flush_once()
-            except Exception as exc:  # the next owner re-reads what we could not commit (its intent says how)
-                log.warning("flush on rebalance failed, batch will be re-read: %s", one_line(exc))
+        try:
+            self._reap(None, wait=True)
+            if len(self._batch):
+                self._commit(*self._store_taken(None))
+        except Exception as exc:  # the next owner re-reads what we could not commit (its intent says how)
+            log.warning("flush on rebalance failed, batch will be re-read: %s", one_line(exc))
         self._batch = _Batch()
         self._replay = None
         self._held.clear()
@@ -260,20 +268,27 @@ class BatchingConsumer:
                 continue
             self._route((str(msg.topic()), int(msg.partition() or 0), int(msg.offset() or 0),
                          int(msg.timestamp()[1]), msg.value()))
+        self._reap(stop)
         replay = self._replay
         if replay is not None:
-            timed_out = time.monotonic() - replay.started > self.replay_timeout_s
-            if timed_out:
+            if time.monotonic() - replay.started > self.replay_timeout_s:
                 log.warning("re-cut batch incomplete after %.0f s: writing it as a re-check", self.replay_timeout_s)
                 self._abandon_replay()
             elif not replay.todo:
-                self._flush_with_retry(stop, replay=replay)
+                self._reap(stop, wait=True)
+                self._flush_with_retry(stop, *self._take(replay))
+                self._after_replay()
                 return
             else:
                 return
         batch = self._batch
         if len(batch) >= self.max_batch_events or (len(batch) and time.monotonic() - batch.started >= self.max_batch_s):
-            self._flush_with_retry(stop)
+            self._reap(stop, wait=True)  # one batch in flight at most: its commit comes before the next write
+            taken, bid = self._take(None)
+            if self._pool is not None:
+                self._inflight = (taken, bid, self._pool.submit(self._store, taken, bid))
+            else:
+                self._flush_with_retry(stop, taken, bid)
 
     def _route(self, raw: _Raw) -> None:
         replay = self._replay
@@ -306,17 +321,21 @@ class BatchingConsumer:
         else:
             rng[0], rng[1] = min(rng[0], offset), max(rng[1], offset)
 
-    def _batch_id(self, replay: _Replay | None) -> BatchId:
-        if replay is not None:
-            return BatchId(ranges=replay.intent.ranges, first_attempt=replay.intent.at)
-        ranges = tuple(sorted(OffsetRange(topic=t, partition=p, first=f, last=la, first_ts=ts)
-                              for (t, p), (f, la, ts) in self._batch.ranges.items()))
-        recheck = any(r.first <= self._recheck.get((r.topic, r.partition), -1) for r in ranges)
-        return BatchId(ranges=ranges, recheck=recheck)
-
-    def _flush_once(self, replay: _Replay | None = None) -> None:
+    def _take(self, replay: _Replay | None) -> tuple[_Batch, BatchId]:
+        """The current batch and its identity; a new batch starts."""
         batch = self._batch
-        bid = self._batch_id(replay)
+        if replay is not None:
+            bid = BatchId(ranges=replay.intent.ranges, first_attempt=replay.intent.at)
+        else:
+            ranges = tuple(sorted(OffsetRange(topic=t, partition=p, first=f, last=la, first_ts=ts)
+                                  for (t, p), (f, la, ts) in batch.ranges.items()))
+            recheck = any(r.first <= self._recheck.get((r.topic, r.partition), -1) for r in ranges)
+            bid = BatchId(ranges=ranges, recheck=recheck)
+        self._batch = _Batch()
+        return batch, bid
+
+    def _store(self, batch: _Batch, bid: BatchId) -> tuple[BatchId, int, list[DeadLetter]]:
+        """Write the batch and its dead letters (on the writer thread when pipelined); nothing is committed."""
         letters = list(batch.letters)
         stored = len(batch.events)
         if batch.events:
@@ -326,6 +345,12 @@ class BatchingConsumer:
                                           payload=payload_of(bad.event)))
                 stored -= 1
         self.dead_letters.write(letters)
+        return bid, stored, letters
+
+    def _store_taken(self, replay: _Replay | None) -> tuple[BatchId, int, list[DeadLetter]]:
+        return self._store(*self._take(replay))
+
+    def _commit(self, bid: BatchId, stored: int, letters: list[DeadLetter]) -> None:
         offsets = [TopicPartition(r.topic, r.partition, r.last + 1) for r in bid.ranges]
         if offsets:
             self._consumer.commit(offsets=offsets, asynchronous=False)
@@ -338,7 +363,20 @@ class BatchingConsumer:
         self.stats.replayed_batches += bid.first_attempt is not None
         self.stats.rechecked_batches += bid.recheck
         self.stats.last_commit_ts = time.time()
-        self._batch = _Batch()
+        self.stats.state = "running"
+
+    def _reap(self, stop: threading.Event | None, wait: bool = False) -> None:
+        """Commit the batch in flight once written (waiting for it with `wait`); a failed one is retried here."""
+        if self._inflight is None:
+            return
+        batch, bid, fut = self._inflight
+        if not wait and not fut.done():
+            return
+        self._inflight = None
+        try:
+            self._commit(*fut.result())
+        except Exception as exc:
+            self._flush_with_retry(stop, batch, bid, failed=exc)
 
     def _abandon_replay(self) -> None:
         """Give up re-cutting (partitions lost, records gone): what was read is re-checked instead."""
@@ -358,26 +396,30 @@ class BatchingConsumer:
         for raw in held:
             self._add(raw)
 
-    def _flush_with_retry(self, stop: threading.Event | None = None, replay: _Replay | None = None) -> None:
+    def _flush_with_retry(self, stop: threading.Event | None, batch: _Batch, bid: BatchId,
+                          failed: Exception | None = None) -> None:
+        """Store and commit `batch`, retrying transient failures (the same BatchId: a no-op where it got through)."""
         paused: list[TopicPartition] = []
         backoff = self.retry_backoff_s
         try:
             while True:
                 try:
-                    self._flush_once(replay)
-                    self.stats.state = "running"
+                    if failed is not None:
+                        exc, failed = failed, None
+                        raise exc
+                    self._commit(*self._store(batch, bid))
                     break
                 except Exception as exc:
                     self.stats.write_errors += 1
                     if not is_transient(exc):
                         self.stats.state = "failed"
                         self.stats.last_error = f"stopped: {one_line(exc)}"
-                        log.error("batch write failed (%d events), stopping: %s", len(self._batch.events), exc)
+                        log.error("batch write failed (%d events), stopping: %s", len(batch.events), exc)
                         raise ConsumerFailed(f"ingest stopped: {one_line(exc)}") from exc
                     self.stats.state = "retrying"
                     self.stats.last_error = f"retrying in {backoff:.1f} s: {one_line(exc)}"
                     log.warning("batch write failed (%d events), retrying in %.1f s: %s",
-                                len(self._batch.events), backoff, one_line(exc))
+                                len(batch.events), backoff, one_line(exc))
                     if not paused:
                         paused = self._consumer.assignment()
                         self._consumer.pause(paused)
@@ -391,7 +433,7 @@ class BatchingConsumer:
         finally:
             if paused:
                 self._consumer.resume(paused)
-        if replay is not None or self._replay is not None or self._held:
+        if self._held and self._replay is None:
             self._after_replay()
 
     def run(self, stop: threading.Event) -> None:
@@ -399,8 +441,9 @@ class BatchingConsumer:
         try:
             while not stop.is_set():
                 self.poll(stop=stop)
+            self._reap(stop, wait=True)
             if len(self._batch) and self._replay is None:
-                self._flush_with_retry(stop)
+                self._flush_with_retry(stop, *self._take(None))
             self.stats.state = "stopped"
         finally:
             self.close()
@@ -419,6 +462,8 @@ class BatchingConsumer:
         return out
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
         try:
             self._consumer.close()
         except RuntimeError:
