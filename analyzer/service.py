@@ -55,7 +55,9 @@ class AnalyzerService:
         # its own producer: a flush reports every failure since the last one, so one user each
         dead_letters = EventProducer(settings=self.ctx.settings, bootstrap=self.ctx.bootstrap, batch_events=500)
         # the writer's own ClickHouse client: detectors, the dashboard and the control port never wait on its inserts
-        writer_client = open_client(self.ctx.clickhouse_dsn) if self.ctx.clickhouse_dsn else self.ctx.clickhouse
+        database = getattr(self.ctx.clickhouse, "database", None) or "vigil"
+        writer_client = open_client(self.ctx.clickhouse_dsn, database=database) if self.ctx.clickhouse_dsn \
+            else self.ctx.clickhouse
         self.ingest = IngestLoop(settings=self.ctx.settings, analyzer=self.settings, bootstrap=self.ctx.bootstrap,
                                  client=writer_client, producer=dead_letters)
         self._stop.clear()

@@ -268,6 +268,8 @@ class BatchingConsumer:
                 continue
             self._route((str(msg.topic()), int(msg.partition() or 0), int(msg.offset() or 0),
                          int(msg.timestamp()[1]), msg.value()))
+            if self._replay is None and len(self._batch) >= self.max_batch_events:
+                self._hand_over(stop)  # full: the rest of what was consumed starts the next batch
         self._reap(stop)
         replay = self._replay
         if replay is not None:
@@ -283,12 +285,16 @@ class BatchingConsumer:
                 return
         batch = self._batch
         if len(batch) >= self.max_batch_events or (len(batch) and time.monotonic() - batch.started >= self.max_batch_s):
-            self._reap(stop, wait=True)  # one batch in flight at most: its commit comes before the next write
-            taken, bid = self._take(None)
-            if self._pool is not None:
-                self._inflight = (taken, bid, self._pool.submit(self._store, taken, bid))
-            else:
-                self._flush_with_retry(stop, taken, bid)
+            self._hand_over(stop)
+
+    def _hand_over(self, stop: threading.Event | None) -> None:
+        """Write the current batch: on the writer thread when pipelined, else here (with retries)."""
+        self._reap(stop, wait=True)  # one batch in flight at most: its commit comes before the next write
+        taken, bid = self._take(None)
+        if self._pool is not None:
+            self._inflight = (taken, bid, self._pool.submit(self._store, taken, bid))
+        else:
+            self._flush_with_retry(stop, taken, bid)
 
     def _route(self, raw: _Raw) -> None:
         replay = self._replay
