@@ -69,26 +69,37 @@ def raw_consume(settings: VigilSettings, bootstrap: str, topic: str, records: in
 CHDB = f"chdb://{tempfile.mkdtemp(prefix='vigil-bench-i-')}"  # one engine per process: one path, two databases
 
 
-def analyzer_ingest(settings: VigilSettings, bootstrap: str, events: int, group: str) -> tuple[float, int, int]:
-    """(seconds, rows stored after, batches) to ingest `events` new events of the topic with a fresh group."""
+def analyzer_ingest(settings: VigilSettings, bootstrap: str, events: int, group: str,
+                    write_thread: bool = True) -> tuple[float, float, int, int]:
+    """(seconds in all, events/s after the first batch's commit, rows stored after, batches) to ingest `events`
+    new events of the topic with a fresh group: the first figure includes joining the group (seconds on the
+    embedded broker), the second is the steady rate."""
     client = connect(CHDB, database="vigil")
     migrate_all(client, 3650)
-    loop = IngestLoop(settings=settings, analyzer=AnalyzerSettings(group_id=group),
+    loop = IngestLoop(settings=settings, analyzer=AnalyzerSettings(group_id=group, write_thread=write_thread),
                       bootstrap=bootstrap, client=open_client(CHDB),
                       producer=EventProducer(settings=settings, bootstrap=bootstrap))
     stop = threading.Event()
     t = threading.Thread(target=loop.run, args=(stop,))
     start = time.perf_counter()
     t.start()
+    first: tuple[float, int] | None = None
     while loop.stats.events < events and not loop.failed:
-        time.sleep(0.05)
-    elapsed = time.perf_counter() - start
+        time.sleep(0.01)
+        if first is None and loop.stats.events:
+            first = (time.perf_counter(), loop.stats.events)
+    end = time.perf_counter()
+    elapsed = end - start
+    steady = (loop.stats.events - first[1]) / (end - first[0]) if first and end > first[0] else 0.0
     stop.set()
     t.join(30)
     if loop.failed:
         raise SystemExit(loop.failed)
     rows = int(client.query("SELECT count() FROM step_timings").result_rows[0][0])
-    return elapsed, rows, loop.stats.batches
+    st, w = loop.stats, loop.writer.seconds
+    print(f"  {group}: {st.batches} batches, seconds: decode {st.decode_s:.2f}, intent {w['intent']:.2f}, "
+          f"prepare {w['prepare']:.2f}, insert {w['insert']:.2f}, commit {st.commit_s:.2f}; total {elapsed:.2f}", flush=True)
+    return elapsed, steady, rows, loop.stats.batches
 
 
 def grow_history(rows: int) -> float:
@@ -138,6 +149,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=200_000)
     ap.add_argument("--stored", type=int, default=2_000_000, help="rows stored before the second ingest leg")
+    ap.add_argument("--no-write-thread", dest="write_thread", action="store_false",
+                    help="write batches on the consumer's thread (no decode/insert overlap)")
     ap.add_argument("--no-append", dest="append", action="store_false", help="print only; do not add to bench/RESULTS.md")
     ap.add_argument("--engine-dsn", default=CHDB, help="ClickHouse for the Kafka-engine leg (default: the in-process "
                     "chdb, whose Kafka engine does not run); e.g. http://user:pass@localhost:8123")
@@ -164,10 +177,10 @@ def main() -> None:
         later.flush(120)
         topic = first.topic("steps")
         raw_s = raw_consume(first, bootstrap, topic, records)
-        ing_s, rows, batches = analyzer_ingest(first, bootstrap, n, f"ing-{uuid.uuid4().hex[:6]}")
+        ing_s, steady, rows, batches = analyzer_ingest(first, bootstrap, n, f"ing-{uuid.uuid4().hex[:6]}", args.write_thread)
         grow_s = grow_history(max(0, args.stored - rows))
         raw2_s = raw_consume(second, bootstrap, second.topic("steps"), records)
-        ing2_s, rows2, batches2 = analyzer_ingest(second, bootstrap, n, f"ing-{uuid.uuid4().hex[:6]}")
+        ing2_s, steady2, rows2, batches2 = analyzer_ingest(second, bootstrap, n, f"ing-{uuid.uuid4().hex[:6]}", args.write_thread)
         ke_s, ke_events, ke_problem = kafka_engine(args.engine_dsn, args.engine_bootstrap or bootstrap, topic, records)
     finally:
         broker.stop()
@@ -176,19 +189,19 @@ def main() -> None:
              f"4 partitions, batches of <= 20,000 events. Load average (1/5/15 min) at start "
              f"{load0[0]:.1f}/{load0[1]:.1f}/{load0[2]:.1f}, at end {load1[0]:.1f}/{load1[1]:.1f}/{load1[2]:.1f} "
              "(2 cores shared with other sessions' test runs).",
-             "", "| path | stored before -> after | seconds | records/s | events/s | ms per batch | notes |",
-             "| --- | --- | --- | --- | --- | --- | --- |",
-             f"| produce (EventProducer, encode + send) | | {produce_s:.2f} | {records / produce_s:,.0f} | {n / produce_s:,.0f} | | |",
-             f"| broker raw consume (no decode) | | {raw_s:.2f} | {records / raw_s:,.0f} | {n / raw_s:,.0f} | | ceiling |",
-             f"| analyzer ingest -> ClickHouse | 0 -> {rows:,} | {ing_s:.2f} | {records / ing_s:,.0f} | {n / ing_s:,.0f} | "
-             f"{1000 * ing_s / max(1, batches):,.0f} | fast decode, window dedup, token inserts, rollups; {batches} batches |",
-             f"| broker raw consume (no decode), again | | {raw2_s:.2f} | {records / raw2_s:,.0f} | {n / raw2_s:,.0f} | | ceiling |",
-             f"| analyzer ingest -> ClickHouse | {rows2 - n:,} -> {rows2:,} | {ing2_s:.2f} | {records / ing2_s:,.0f} | "
-             f"{n / ing2_s:,.0f} | {1000 * ing2_s / max(1, batches2):,.0f} | same, after {rows2 - n - rows:,} rows of history "
+             "", "| path | stored before -> after | seconds (incl. group join) | events/s | steady events/s | "
+             "ms per batch (steady) | notes |", "| --- | --- | --- | --- | --- | --- | --- |",
+             f"| produce (EventProducer, encode + send) | | {produce_s:.2f} | {n / produce_s:,.0f} | | | |",
+             f"| broker raw consume (no decode) | | {raw_s:.2f} | {n / raw_s:,.0f} | | | ceiling |",
+             f"| analyzer ingest -> ClickHouse | 0 -> {rows:,} | {ing_s:.2f} | {n / ing_s:,.0f} | {steady:,.0f} | "
+             f"{20_000_000 / max(1.0, steady):,.0f} | fast decode, window dedup, token inserts, rollups; {batches} batches |",
+             f"| broker raw consume (no decode), again | | {raw2_s:.2f} | {n / raw2_s:,.0f} | | | ceiling |",
+             f"| analyzer ingest -> ClickHouse | {rows2 - n:,} -> {rows2:,} | {ing2_s:.2f} | {n / ing2_s:,.0f} | "
+             f"{steady2:,.0f} | {20_000_000 / max(1.0, steady2):,.0f} | same, after {rows2 - n - rows:,} rows of history "
              f"were stored in-engine ({grow_s:.0f} s); {batches2} batches |",
-             (f"| ClickHouse Kafka engine -> MV | | {ke_s:.2f} | {records / ke_s:,.0f} | {ke_events / ke_s:,.0f} | | "
+             (f"| ClickHouse Kafka engine -> MV | | {ke_s:.2f} | {ke_events / ke_s:,.0f} | | | "
               f"counts events only; {ke_events:,} events seen |" if not ke_problem else
-              f"| ClickHouse Kafka engine -> MV ({args.engine_dsn.split(':')[0]}) | | - | - | - | | not usable: {ke_problem} |")]
+              f"| ClickHouse Kafka engine -> MV ({args.engine_dsn.split(':')[0]}) | | - | - | | | not usable: {ke_problem} |")]
     text = "\n".join(lines)
     print(text)
     if args.append:

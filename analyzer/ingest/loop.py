@@ -54,6 +54,7 @@ class IngestLoop:
             settings=self.settings, bootstrap=self.bootstrap, group_id=self.analyzer.group_id,
             topics=list(INGEST_TOPICS), writer=self.writer, dead_letters=sink,
             max_batch_events=self.analyzer.batch_events, max_batch_s=self.analyzer.batch_s,
+            pipeline=self.analyzer.write_thread,
         )
         self.probe = LagProbe(settings=self.settings, bootstrap=self.bootstrap, group_id=self.analyzer.group_id,
                               topics=INGEST_TOPICS, every_s=self.sample_every_s)

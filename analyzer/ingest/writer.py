@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -66,6 +67,7 @@ class ClickHouseWriter:
     rows_written: int = 0
     skipped_duplicates: int = 0
     looked_up: int = 0  # events checked against ClickHouse (the window could not judge them)
+    seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(("intent", "prepare", "insert"), 0.0))
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
@@ -97,24 +99,30 @@ class ClickHouseWriter:
 
     def _write(self, events: Sequence[Ingestable], batch: BatchId | None) -> list[Unstorable]:
         if not self._started:  # what was stored before this process: the window cannot vouch for it
-            rows = self.client.query("SELECT job_id, max(last_ts) FROM job_clock GROUP BY job_id").result_rows
-            self.recent.started_after({str(j): ts if ts.tzinfo else ts.replace(tzinfo=UTC) for j, ts in rows})
+            rows = self.client.query("SELECT job_id, host, max(last_ts) FROM host_clock GROUP BY job_id, host").result_rows
+            self.recent.started_after({(str(j), str(h)): ts if ts.tzinfo else ts.replace(tzinfo=UTC) for j, h, ts in rows})
             self._tokened = {str(r[0]) for r in self.client.query(
                 "SELECT name FROM system.tables WHERE database = currentDatabase() "
                 "AND engine_full LIKE '%non_replicated_deduplication_window%'").result_rows}
             self._started = True
         token = batch.token if batch is not None else None
+        t0 = time.perf_counter()
         if batch is not None and self._recorded != batch.token and batch.first_attempt is None:
             self._ledger.record(batch)
             self._recorded = batch.token
+        t1 = time.perf_counter()
         if token is not None and self._prepared is not None and self._prepared[0] == token:
             prepared = self._prepared[1]  # a retry: exactly the rows of the first attempt
         else:
             prepared = self._prepare(events, batch)
             if token is not None:
                 self._prepared = (token, prepared)
+        t2 = time.perf_counter()
+        self.seconds["intent"] += t1 - t0
+        self.seconds["prepare"] += t2 - t1
         try:
             self._insert(prepared, token)
+            self.seconds["insert"] += time.perf_counter() - t2
             bad: list[Unstorable] = []
         except Exception as exc:
             if not is_data_error(exc):
@@ -123,7 +131,7 @@ class ClickHouseWriter:
         refused = {u.event.event_id for u in bad}
         for e in prepared.recent:
             if e.event_id not in refused:
-                self.recent.add(e.job_id, e.ts, e.event_id)
+                self.recent.add(e.job_id, e.host, e.ts, e.event_id)
         self.recent.evict()
         self._prepared = None
         return bad
@@ -141,7 +149,7 @@ class ClickHouseWriter:
             hot = e.kind in RECENT
             if hot:
                 recent.append(e)
-            if window and hot and self.recent.covered(e.job_id, e.ts):
+            if window and hot and self.recent.covered(e.job_id, e.host, e.ts):
                 if self.recent.seen(e.event_id):
                     self.skipped_duplicates += 1
                     continue

@@ -121,6 +121,8 @@ class ConsumerStats:
     replayed_batches: int = 0
     rechecked_batches: int = 0
     write_errors: int = 0
+    decode_s: float = 0.0  # seconds spent decoding records (the consumer thread)
+    commit_s: float = 0.0  # seconds spent committing offsets
     state: str = "running"  # running | retrying | failed | stopped
     last_error: str = ""
     last_commit_ts: float = 0.0
@@ -315,7 +317,9 @@ class BatchingConsumer:
     def _add(self, raw: _Raw) -> None:
         topic, partition, offset, ts, value = raw
         self.stats.records += 1
+        t = time.perf_counter()
         decoded = decode_fast(value)
+        self.stats.decode_s += time.perf_counter() - t
         self._batch.events.extend(decoded.events)
         for e in decoded.events:
             self._batch.sources[e.event_id] = (topic, partition, offset)
@@ -358,8 +362,10 @@ class BatchingConsumer:
 
     def _commit(self, bid: BatchId, stored: int, letters: list[DeadLetter]) -> None:
         offsets = [TopicPartition(r.topic, r.partition, r.last + 1) for r in bid.ranges]
+        t = time.perf_counter()
         if offsets:
             self._consumer.commit(offsets=offsets, asynchronous=False)
+        self.stats.commit_s += time.perf_counter() - t
         for r in bid.ranges:  # offsets past an earlier owner's uncommitted batch need no re-check
             if self._recheck.get((r.topic, r.partition), -1) <= r.last:
                 self._recheck.pop((r.topic, r.partition), None)
