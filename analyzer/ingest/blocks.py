@@ -16,6 +16,7 @@ every LowCardinality dictionary in Python, about a third of its serialisation ti
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from vigil.analyzer.ingest.processors import Row
@@ -56,8 +57,12 @@ class BlockInserter:
     def insert(self, table: str, rows: Sequence[Row], token: str | None) -> None:
         """Insert `rows` into `table` as one block; with `token`, a repeat of it stores nothing."""
         names, data = columns(rows)
+        types = self._type_names(table, names)
+        for i, t in enumerate(types):  # datetimes as ticks: clickhouse-connect's per-value conversion is slow
+            if t.startswith("DateTime64(3") and data[i] and isinstance(data[i][0], datetime):
+                data[i] = [int(v.timestamp() // 1) * 1000 + v.microsecond // 1000 for v in data[i]]
         settings: dict[str, Any] = {**DEDUP, "insert_deduplication_token": token} if token else {}
-        ctx = self._client.create_insert_context(table, column_names=names, column_type_names=self._type_names(table, names),
+        ctx = self._client.create_insert_context(table, column_names=names, column_type_names=types,
                                                  column_oriented=True, settings=settings)
         ctx.req_block_size = len(rows)
         ctx.data = data

@@ -85,6 +85,29 @@ class RecentIds:
         if t > j.newest:
             j.newest = t
 
+    def add_all(self, events: list[tuple[str, str, datetime, str]]) -> None:
+        """`add` for many (job, host, ts, event_id), in stream order: one bucket look-up per host and second."""
+        jobs, ids, window = self._jobs, self._ids, self.window_s
+        last_key: tuple[str, str] | None = None
+        j = _Job()
+        for job, host, ts, event_id in events:
+            if (job, host) != last_key:
+                last_key = (job, host)
+                j = jobs.get(last_key) or jobs.setdefault(last_key, _Job())
+            t = ts.timestamp()
+            if t < j.newest - window:
+                continue
+            sec = int(t)
+            buckets = j.buckets
+            if buckets and buckets[-1][0] == sec:
+                h = hash(event_id)
+                ids.add(h)
+                buckets[-1][1].append(h)
+                if t > j.newest:
+                    j.newest = t
+            else:
+                self.add(job, host, ts, event_id)
+
     def evict(self) -> None:
         """Forget ids older than each job's window."""
         for j in self._jobs.values():

@@ -129,9 +129,7 @@ class ClickHouseWriter:
                 raise
             bad = self._isolate(list(events), batch, exc, "")
         refused = {u.event.event_id for u in bad}
-        for e in prepared.recent:
-            if e.event_id not in refused:
-                self.recent.add(e.job_id, e.host, e.ts, e.event_id)
+        self.recent.add_all([(e.job_id, e.host, e.ts, e.event_id) for e in prepared.recent if e.event_id not in refused])
         self.recent.evict()
         self._prepared = None
         return bad
