@@ -93,7 +93,7 @@ class Dispatcher:
         """Queue a saved notification; one of a receiver no longer configured is recorded as dropped."""
         lanes = self._lanes.get(d.receiver)
         if lanes is None:
-            self._finish(d, "dropped", error=f"receiver {d.receiver!r} is not configured any more")
+            self._finish(d, "dropped", wait=False, error=f"receiver {d.receiver!r} is not configured any more")
             return
         if self.pending(d.receiver) >= self._receivers[d.receiver].max_pending:
             victim_lane = max(lanes, key=lambda ln: len(ln.queue) - (ln.busy is not None))
@@ -102,7 +102,7 @@ class Dispatcher:
                 if waiting:
                     victim_lane.queue.remove(waiting[0])
             if waiting:
-                self._finish(waiting[0], "dropped", error="queue full (max_pending)")
+                self._finish(waiting[0], "dropped", wait=False, error="queue full (max_pending)")
         lane = lanes[zlib.crc32(d.group_key.encode()) % len(lanes)]
         with lane.cond:
             lane.queue.append(d)
@@ -166,22 +166,23 @@ class Dispatcher:
             self._stop.wait(delay)
         return False
 
-    def _finish(self, d: Delivery, state: str, **changes: Any) -> bool:
+    def _finish(self, d: Delivery, state: str, wait: bool = True, **changes: Any) -> bool:
         if state in ("expired", "dropped"):
             stats = self.stats.get(d.receiver)
             if stats is not None:
                 setattr(stats, state, getattr(stats, state) + 1)
             log.error("notification %s to %s %s: %s", d.key, d.receiver, state, changes.get("error", ""))
-        return self._save(d, state=state, **changes)
+        return self._save(d, wait=wait, state=state, **changes)
 
-    def _save(self, d: Delivery, **changes: Any) -> bool:
-        """Record the next revision, waiting out ClickHouse failures; False when stopped first."""
+    def _save(self, d: Delivery, wait: bool = True, **changes: Any) -> bool:
+        """Record the next revision, waiting out ClickHouse failures (unless not `wait`); False when not saved."""
         d.revise(self._now(), **changes)
         while True:
             try:
                 self._outbox.save([d])
                 return True
             except Exception as exc:
-                log.error("saving the delivery state of %s failed, retrying: %s", d.key, one_line(exc))
-                if self._stop.wait(self._settings.retry_base_s):
+                log.error("saving the delivery state of %s failed%s: %s", d.key, ", retrying" if wait else "",
+                          one_line(exc))
+                if not wait or self._stop.wait(self._settings.retry_base_s):
                     return False

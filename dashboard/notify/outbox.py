@@ -11,6 +11,7 @@ vigil deployment already has one; the volume is what on-call can read, a few row
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
@@ -78,12 +79,14 @@ COLUMNS = [f.name for f in fields(Delivery)]
 class Outbox:
     def __init__(self, client: Any) -> None:
         self._client = client
+        self._lock = threading.Lock()  # the planner and every lane write; one call at a time
 
     def save(self, deliveries: Sequence[Delivery]) -> None:
         """Insert the current revision of each; raises while ClickHouse fails (callers retry)."""
         if deliveries:
             rows = [[getattr(d, c) for c in COLUMNS] for d in deliveries]
-            self._client.insert(TABLE, rows, column_names=COLUMNS)
+            with self._lock:
+                self._client.insert(TABLE, rows, column_names=COLUMNS)
 
     def load_log(self) -> list[tuple[str, str, Sent]]:
         """(group key, receiver, last notification) for every group and receiver ever notified."""
@@ -116,7 +119,8 @@ class Outbox:
         cols = ["silence_id", "ts", "matchers", "starts_at", "ends_at", "created_by", "reason", "status", "event"]
         rows = [[s.silence_id, s.ts, json.dumps(s.matchers, sort_keys=True), s.starts_at, s.ends_at, s.created_by,
                  s.reason, s.status, s.model_dump_json()] for s in silences]
-        self._client.insert(SILENCES, rows, column_names=cols)
+        with self._lock:
+            self._client.insert(SILENCES, rows, column_names=cols)
 
     def load_silences(self) -> list[Silence]:
         rows = self._client.query(f"SELECT event FROM {SILENCES} FINAL").result_rows

@@ -3,8 +3,8 @@
 One document per (group, receiver, sequence number), built when the decision is taken and
 stored with it, so every retry (after a restart too) sends the same bytes. Its fields are
 documented in the README ("Notification payload"); a breaking change bumps `version`. The
-idempotency key is derived from (receiver, group key, sequence number): the same decision
-always has the same key, and the receiver gets it in the `Idempotency-Key` header.
+idempotency key is made from (receiver, group key, sequence number, decision time), stored with
+the decision and sent with every attempt in the `Idempotency-Key` header.
 """
 
 from __future__ import annotations
@@ -52,8 +52,10 @@ class Notification:
                     at=self.created.timestamp(), last_seen=self.last_seen, job_id=self.job_id, route=self.route)
 
 
-def idempotency_key(receiver: str, group_key: str, seq: int) -> str:
-    return "vn1-" + hashlib.sha256(f"{receiver}\x00{group_key}\x00{seq}".encode()).hexdigest()[:32]
+def idempotency_key(receiver: str, group_key: str, seq: int, created: datetime) -> str:
+    """Unique per decision, even when a group's sequence starts over after its log rows expired."""
+    text = f"{receiver}\x00{group_key}\x00{seq}\x00{created.isoformat()}"
+    return "vn1-" + hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def _iso(t: datetime) -> str:
@@ -120,7 +122,7 @@ def build(d: Decision, state: NotifyState, links: Links, created: datetime) -> N
     severity = g.severity() if g else "info"
     primary = links.incident(incident) if incident else (links.alert(shown[0]) if shown else links.alerts(job))
     doc: dict[str, Any] = {
-        "schema": SCHEMA, "version": VERSION, "key": idempotency_key(d.receiver, d.group_key, d.seq),
+        "schema": SCHEMA, "version": VERSION, "key": idempotency_key(d.receiver, d.group_key, d.seq, created),
         "receiver": d.receiver, "status": d.status, "reason": d.reason, "sequence": d.seq,
         "group": {"key": d.group_key, "route": g.route if g else (prev.route if prev else ""),
                   "labels": g.labels if g else {}},

@@ -208,7 +208,8 @@ class NotifyService:
         errors = [e for e in (self.last_error, stats.last_error if stats else "", *stuck) if e]
         out: dict[str, Any] = {
             "ok": alive and not stuck, "ready": self.ready.is_set(), "receivers": receivers,
-            "routes": len(self.settings.routes), "events": stats.events if stats else 0,
+            "routes": len(self.settings.routes), "group_wait_s": self.settings.group_wait_s,
+            "events": stats.events if stats else 0,
             "rejected": stats.rejected if stats else 0, "lag": sum(self.lag.lag.values()),
             "groups_firing": self.decider.groups_firing, "decided": self.decided, "ticks": self.ticks,
             "silences_active": len(self.decider.state.silences.active(datetime.fromtimestamp(now, UTC))),

@@ -12,7 +12,10 @@ from tests.notify.conftest import SECRET
 from tests.notify.events import alert, incident, straggler, xid
 from tests.notify.receiver import Receiver, signed_by
 from tests.waiting import wait_until
+from vigil.dashboard.app import RENDERERS
+from vigil.dashboard.callbacks import render_page
 from vigil.dashboard.notify.signing import verify
+from vigil.dashboard.settings import DashboardSettings
 from vigil.service import StackContext
 
 pytestmark = [pytest.mark.kafka, pytest.mark.clickhouse]
@@ -134,3 +137,7 @@ def test_a_20_alert_incident_is_one_notification_and_silences_mute(notifier: Any
     assert (row["state"], row["receiver"], row["attempts"]) == ("delivered", "oncall", 1)
     (summary,) = q.summary(store)
     assert (summary["receiver"], summary["delivered"], summary["pending"]) == ("oncall", 1, 0)
+    body, title = render_page(store, DashboardSettings(), RENDERERS, "/notifications", "?job=big")
+    text = str(body.to_plotly_json())
+    assert title.startswith("Notifications") and "store-error" not in text
+    assert doc["title"] in text and req.key in text and mute.silence_id in text and "known slow node" in text

@@ -3,6 +3,7 @@ restart everything is delivered, and nothing twice (the retries carry the same i
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -84,3 +85,12 @@ def test_sigkilled_mid_retry_then_delivered_after_restart_without_duplicates(
     assert all(r.body == delivered[0].body for r in receiver.all()[:first_run]), "and their body"
     assert all(signed_by(SECRET.encode(), r) for r in receiver.all())
     assert run_notifier.lines("notify: firing") == 3, "nothing was decided again after the restart"
+
+    run_notifier.kill()  # `vigil notify status` reads the delivery log it left (opening its ClickHouse files)
+    status = subprocess.run([sys.executable, "-m", "vigil", "notify", "status", "--json"], env=run_notifier.env,
+                            capture_output=True, text=True, timeout=120)
+    assert status.returncode == 0, status.stderr
+    (webhook,) = json.loads(status.stdout)["receivers"]
+    assert {k: webhook[k] for k in ("receiver", "delivered", "pending", "failed", "signed", "ok")} == {
+        "receiver": "webhook", "delivered": 3, "pending": 0, "failed": 0, "signed": True, "ok": True}
+    assert webhook["attempts"] == first_run + 3 and webhook["last_error"] == ""  # delivered: no error stands
