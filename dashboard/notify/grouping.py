@@ -16,11 +16,13 @@ import json
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Literal
 
 from vigil.contract import Alert, Incident
-from vigil.dashboard.notify.matchers import Labels, alert_labels, first, incident_labels
-from vigil.dashboard.notify.routing import Match, Router
+from vigil.dashboard.notify.classify import Classifier, Placement
+from vigil.dashboard.notify.matchers import alert_labels, incident_labels
+from vigil.dashboard.notify.routing import Router
 from vigil.dashboard.notify.settings import SEVERITY_RANK, Timing
 from vigil.dashboard.notify.state import NotifyState
 
@@ -54,11 +56,28 @@ class Group:
 
     def firing(self, include_muted: bool = False) -> tuple[str, ...]:
         """What this group pages about now: alert fingerprints, or `incident:<id>` for a known incident."""
+        return self._firing_any if include_muted else self._firing_now
+
+    def _firing(self, include_muted: bool) -> tuple[str, ...]:
         if self.incident is not None:
             live = self.incident.status == "open" and (include_muted or self.muted_by is None)
             return (f"incident:{self.incident.incident_id}",) if live else ()
         return tuple(sorted(m.alert.fingerprint for m in self.members
                             if m.alert.status == "firing" and (include_muted or m.muted_by is None)))
+
+    @cached_property
+    def _firing_now(self) -> tuple[str, ...]:
+        return self._firing(False)
+
+    @cached_property
+    def _firing_any(self) -> tuple[str, ...]:
+        return self._firing(True)
+
+    def ordered(self) -> tuple[Member, ...]:
+        """Firing first, most severe first, then oldest first: the order payloads list them in."""
+        return tuple(sorted(self.members, key=lambda m: (m.alert.status != "firing",
+                                                         -SEVERITY_RANK.get(m.alert.severity, 0),
+                                                         m.alert.first_seen, m.alert.fingerprint)))
 
     def digest(self) -> str:
         """Changes when what on-call should know changes: an update is sent (at most every group interval)."""
@@ -87,7 +106,7 @@ class Group:
 
 
 def _owners(state: NotifyState) -> tuple[dict[str, str], dict[tuple[str, str], str]]:
-    """fingerprint -> incident listing it (or named by the alert); (job, victim host) -> open incident."""
+    """fingerprint -> incident listing it; (job, victim host) -> open incident naming it a victim."""
     owner: dict[str, str] = {}
     victims: dict[tuple[str, str], str] = {}
     for inc in sorted(state.incidents.values(), key=lambda i: (i.detected, i.incident_id)):
@@ -98,40 +117,39 @@ def _owners(state: NotifyState) -> tuple[dict[str, str], dict[tuple[str, str], s
             for v in inc.victims:
                 if v.host not in culprits:
                     victims.setdefault((inc.job_id, v.host), inc.incident_id)
-    for a in state.alerts.values():
-        named = a.evidence.get("incident_id")
-        if isinstance(named, str) and named:
-            owner.setdefault(a.fingerprint, named)
     return owner, victims
 
 
-def _group_key(route: str, group_by: tuple[str, ...], labels: Labels) -> str:
-    return route + "|" + ",".join(f"{k}={first(labels, k)}" for k in group_by)
-
-
-def build_groups(state: NotifyState, router: Router, now: datetime) -> list[Group]:
+def build_groups(state: NotifyState, router: Router, now: datetime, classifier: Classifier | None = None,
+                 outstanding: set[str] | frozenset[str] = frozenset()) -> list[Group]:
+    """Every group there is now. Pass the same `classifier` on every call: it keeps per-alert work to one
+    computation per alert event. A resolved alert is left out unless it belongs to an incident or is in
+    `outstanding` (a receiver was told it fires): nothing else about it can change a decision."""
+    classifier = classifier or Classifier(router)
     owner, victims = _owners(state)
+    active = state.silences.active_ids(now)
     by_incident: dict[str, list[Member]] = defaultdict(list)
-    plain: dict[str, tuple[Match, dict[str, str], list[Member]]] = {}
+    plain: dict[str, tuple[Placement, list[Member]]] = {}
     for a in state.alerts.values():
-        labels = alert_labels(a)
-        silence = state.silences.muting(labels, now)
-        muted = silence.silence_id if silence else None
-        incident_id = owner.get(a.fingerprint)
+        fp = a.fingerprint
+        if a.status == "resolved" and fp not in outstanding and fp not in owner and "incident_id" not in a.evidence:
+            continue
+        c = classifier.of(a, state.silences)
+        muted = next((sid for sid in c.silences if sid in active), None)
+        incident_id = owner.get(a.fingerprint) or c.named_incident
         if incident_id is not None:
             by_incident[incident_id].append(Member(alert=a, role="listed", muted_by=muted))
             continue
-        if (a.job_id, a.host) in victims:
+        if victims and (a.job_id, a.host) in victims:
             by_incident[victims[(a.job_id, a.host)]].append(Member(alert=a, role="victim", muted_by=muted))
             continue
-        for m in router.route(labels):
-            key = _group_key(m.route, m.group_by, labels)
-            held = plain.setdefault(key, (m, {k: first(labels, k) for k in m.group_by}, []))
-            held[2].append(Member(alert=a, role="alert", muted_by=muted))
+        for p in c.placements:
+            plain.setdefault(p.key, (p, []))[1].append(Member(alert=a, role="alert", muted_by=muted))
     groups: list[Group] = []
-    for key, (m, glabels, members) in plain.items():
-        groups.append(Group(key=key, route=m.route, receivers=m.receivers, timing=m.timing, labels=glabels,
-                            job_id=members[0].alert.job_id, members=_ordered(members)))
+    for key, (p, members) in plain.items():
+        m = p.match
+        groups.append(Group(key=key, route=m.route, receivers=m.receivers, timing=m.timing, labels=p.labels,
+                            job_id=members[0].alert.job_id, members=tuple(members)))
     for incident_id in sorted(set(by_incident) | set(state.incidents)):
         groups.extend(_incident_groups(state, router, now, incident_id, by_incident.get(incident_id, [])))
     return groups
@@ -152,12 +170,6 @@ def _incident_groups(state: NotifyState, router: Router, now: datetime, incident
     for m in router.route(labels):
         out.append(Group(key=f"{m.route}|incident={incident_id}", route=m.route, receivers=m.receivers,
                          timing=m.timing, labels={"job": job, "incident_id": incident_id}, job_id=job,
-                         members=_ordered(members), incident_id=incident_id, incident=inc,
+                         members=tuple(members), incident_id=incident_id, incident=inc,
                          muted_by=silence.silence_id if silence else None))
     return out
-
-
-def _ordered(members: list[Member]) -> tuple[Member, ...]:
-    """Firing first, most severe first, then oldest first: the order payloads list them in."""
-    return tuple(sorted(members, key=lambda m: (m.alert.status != "firing", -SEVERITY_RANK.get(m.alert.severity, 0),
-                                                m.alert.first_seen, m.alert.fingerprint)))

@@ -81,7 +81,7 @@ def _incident_doc(i: Incident) -> dict[str, Any]:
 
 def _members(d: Decision, state: NotifyState) -> list[tuple[Alert, str, str | None, str]]:
     """(alert, role, muted_by, note): the group's alerts, and those of the last notification that left it."""
-    members: tuple[Member, ...] = d.group.members if d.group else ()
+    members: tuple[Member, ...] = d.group.ordered() if d.group else ()
     out: list[tuple[Alert, str, str | None, str]] = [(m.alert, m.role, m.muted_by, "") for m in members]
     known = {m.alert.fingerprint for m in members}
     for fp in d.previous.firing if d.previous else ():
@@ -116,7 +116,7 @@ def build(d: Decision, state: NotifyState, links: Links, created: datetime) -> N
     job = g.job_id if g else (prev.job_id if prev else "")
     members = _members(d, state)
     if g is not None and d.status == "firing":
-        shown = [m.alert for m in g.members if m.alert.status == "firing" and m.muted_by is None]
+        shown = [m.alert for m in g.ordered() if m.alert.status == "firing" and m.muted_by is None]
     else:
         shown = [a for a, *_ in members]
     severity = g.severity() if g else "info"

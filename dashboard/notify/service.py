@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from vigil.contract import Event, Silence
@@ -162,8 +162,7 @@ class NotifyService:
     def tick(self) -> None:
         try:
             with self._lock:
-                self.decider.state.prune(datetime.fromtimestamp(self.clock(), UTC),
-                                         timedelta(seconds=self.settings.resolved_keep_s))
+                self.decider.prune(self.clock(), self.settings.resolved_keep_s)
                 self._plan()
             self.ticks += 1
             self.last_error = ""

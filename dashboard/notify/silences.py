@@ -67,6 +67,7 @@ def state_of(s: Silence, now: datetime) -> str:
 @dataclass(kw_only=True)
 class SilenceBook:
     silences: dict[str, Silence] = field(default_factory=dict)
+    version: int = 0  # changes whenever a silence is added or changed
 
     def apply(self, s: Silence) -> bool:
         """Fold one event; False when it is older than what is known of that silence."""
@@ -74,10 +75,14 @@ class SilenceBook:
         if held is not None and (s.ts, s.status == "expired") <= (held.ts, held.status == "expired"):
             return False
         self.silences[s.silence_id] = s
+        self.version += 1
         return True
 
     def active(self, now: datetime) -> list[Silence]:
         return [s for s in self.silences.values() if state_of(s, now) == "active"]
+
+    def active_ids(self, now: datetime) -> set[str]:
+        return {s.silence_id for s in self.active(now)}
 
     def muting(self, labels: Labels, now: datetime) -> Silence | None:
         """The first active silence whose matchers all hold for `labels`."""
