@@ -41,6 +41,7 @@ from vigil.kafka.lag import LagProbe
 from vigil.kafka.producer import EventProducer
 from vigil.kafka.reader import read_topics
 from vigil.service import StackContext
+from vigil.settings import VigilSettings
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ OWN_TOPICS = ("silences",)  # the analyzer ingests (and dead-letters) the alerts
 class _DeadLetters:
     """Dead-letters bad records of the notifier's own topics; counts the rest (their ingest dead-letters them)."""
 
-    def __init__(self, producer: EventProducer, settings: Any) -> None:
+    def __init__(self, producer: EventProducer, settings: VigilSettings) -> None:
         self._inner = KafkaDeadLetters(producer)
         self._own = {settings.topic(t) for t in OWN_TOPICS}
         self.count = 0
@@ -206,7 +207,9 @@ class NotifyService:
         stats = self.consumer.stats if self.consumer else None
         errors = [e for e in (self.last_error, stats.last_error if stats else "", *stuck) if e]
         out: dict[str, Any] = {
-            "ok": alive and not stuck, "ready": self.ready.is_set(), "receivers": receivers,
+            # not ok: a thread died, a receiver keeps failing, or the state could not be restored (yet)
+            "ok": alive and not stuck and (self.ready.is_set() or not self.last_error),
+            "ready": self.ready.is_set(), "receivers": receivers,
             "routes": len(self.settings.routes), "group_wait_s": self.settings.group_wait_s,
             "events": stats.events if stats else 0,
             "rejected": stats.rejected if stats else 0, "lag": sum(self.lag.lag.values()),
