@@ -3,8 +3,9 @@
 One document per (group, receiver, sequence number), built when the decision is taken and
 stored with it, so every retry (after a restart too) sends the same bytes. Its fields are
 documented in the README ("Notification payload"); a breaking change bumps `version`. The
-idempotency key is made from (receiver, group key, sequence number, decision time), stored with
-the decision and sent with every attempt in the `Idempotency-Key` header.
+idempotency key is made from (receiver, group key, sequence number, and the time of the previous
+decision or of the group's start), stored with the decision and sent with every attempt in the
+`Idempotency-Key` header.
 """
 
 from __future__ import annotations
@@ -52,9 +53,10 @@ class Notification:
                     at=self.created.timestamp(), last_seen=self.last_seen, job_id=self.job_id, route=self.route)
 
 
-def idempotency_key(receiver: str, group_key: str, seq: int, created: datetime) -> str:
-    """Unique per decision, even when a group's sequence starts over after its log rows expired."""
-    text = f"{receiver}\x00{group_key}\x00{seq}\x00{created.isoformat()}"
+def idempotency_key(receiver: str, group_key: str, seq: int, anchor: float) -> str:
+    """The same for a decision taken again (its save failed, perhaps after ClickHouse stored it after all, so
+    the row is replaced, not doubled); different when a group's sequence starts over after its log expired."""
+    text = f"{receiver}\x00{group_key}\x00{seq}\x00{round(anchor * 1000)}"
     return "vn1-" + hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
@@ -122,7 +124,7 @@ def build(d: Decision, state: NotifyState, links: Links, created: datetime) -> N
     severity = g.severity() if g else "info"
     primary = links.incident(incident) if incident else (links.alert(shown[0]) if shown else links.alerts(job))
     doc: dict[str, Any] = {
-        "schema": SCHEMA, "version": VERSION, "key": idempotency_key(d.receiver, d.group_key, d.seq, created),
+        "schema": SCHEMA, "version": VERSION, "key": idempotency_key(d.receiver, d.group_key, d.seq, d.anchor),
         "receiver": d.receiver, "status": d.status, "reason": d.reason, "sequence": d.seq,
         "group": {"key": d.group_key, "route": g.route if g else (prev.route if prev else ""),
                   "labels": g.labels if g else {}},

@@ -66,6 +66,8 @@ class Decision:
     reason: Reason
     group: Group | None  # None: the group is gone, this resolves what the receiver was told
     previous: Sent | None
+    anchor: float = 0.0  # the previous decision's time, else when the group started firing: with the sequence
+    # number it makes the idempotency key, the same when a decision whose save failed is taken again
 
 
 def _decide(g: Group, receiver: str, prev: Sent | None, since: float | None, now: float) -> Decision | None:
@@ -74,7 +76,7 @@ def _decide(g: Group, receiver: str, prev: Sent | None, since: float | None, now
 
     def decision(status: Status, reason: Reason) -> Decision:
         return Decision(group_key=g.key, receiver=receiver, seq=(prev.seq if prev else 0) + 1, status=status,
-                        reason=reason, group=g, previous=prev)
+                        reason=reason, group=g, previous=prev, anchor=prev.at if prev else since or now)
 
     if prev is None or prev.status == "resolved":
         if firing and since is not None and now - since >= t.group_wait_s:
@@ -113,5 +115,5 @@ def plan(groups: Iterable[Group], log: NotifyLog, since: dict[str, float], now: 
     for (key, receiver), prev in sorted(log.entries.items()):
         if prev.status == "firing" and (key, receiver) not in present:
             out.append(Decision(group_key=key, receiver=receiver, seq=prev.seq + 1, status="resolved",
-                                reason="resolved", group=None, previous=prev))
+                                reason="resolved", group=None, previous=prev, anchor=prev.at))
     return out

@@ -34,7 +34,8 @@ def make_test_notification(receiver: str, links: Links, now: datetime) -> Notifi
     group = Group(key=key, route="test", receivers=(receiver,), labels={"job": TEST_JOB}, job_id=TEST_JOB,
                   timing=Timing(group_wait_s=0, group_interval_s=0, repeat_interval_s=1),
                   members=(Member(alert=alert, role="alert"),))
-    d = Decision(group_key=key, receiver=receiver, seq=1, status="firing", reason="test", group=group, previous=None)
+    d = Decision(group_key=key, receiver=receiver, seq=1, status="firing", reason="test", group=group, previous=None,
+                 anchor=now.timestamp())
     return build(d, NotifyState(), links, now)
 
 

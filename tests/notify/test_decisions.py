@@ -185,3 +185,15 @@ def test_datetimes_in_documents_are_utc_iso() -> None:
     c.feed(straggler("j", "h1"))
     (n,) = c.at(10)
     assert n.doc["created_at"].endswith("Z") and datetime.fromisoformat(n.doc["created_at"]).tzinfo == UTC
+
+
+def test_a_decision_taken_again_after_a_failed_save_keeps_its_key() -> None:
+    c = Clock()
+    c.feed(straggler("j", "h1"))
+    first = c.d.decide(T0.timestamp() + 10)  # not recorded: its save failed
+    again = c.d.decide(T0.timestamp() + 11)
+    assert [n.key for n in first] == [n.key for n in again] and first[0].created < again[0].created
+    c.d.record(again)
+    c.feed(straggler("j", "h1", status="resolved", at=100))
+    (resolve,) = c.at(100)
+    assert resolve.seq == 2 and resolve.key != again[0].key
