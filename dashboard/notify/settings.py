@@ -165,7 +165,8 @@ class NotifySettings(VigilBaseSettings):
     resolved_keep_s: float = Field(default=24 * 3600.0, gt=0, description="forget resolved alerts after this long")
     group_id: str = Field(default="vigil-notify", min_length=1, description="Kafka consumer group")
     dashboard_url: str = Field(default="", description="base URL of the dashboard in links; default: "
-                               "VIGIL_DASHBOARD_HOST:PORT")
+                               "http://VIGIL_DASHBOARD_HOST:PORT (set it when on-call reaches the dashboard under "
+                               "another name, or its port is 0)")
     webhook_url: SecretStr | None = Field(default=None, description="shortcut: one receiver named 'webhook'")
     webhook_kind: ReceiverKind = "webhook"
     webhook_secret: SecretStr | None = None
