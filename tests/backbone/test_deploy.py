@@ -1,7 +1,8 @@
-"""The deploy manifests run commands the `vigil` CLI accepts, and only one analyzer detects."""
+"""The deploy manifests run commands the `vigil` CLI accepts, only one analyzer detects, one notifier runs."""
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,7 @@ import pytest
 import yaml
 
 from vigil.app.cli.main import build_parser
+from vigil.dashboard.notify.settings import NotifySettings
 
 pytestmark = pytest.mark.pure
 
@@ -41,3 +43,14 @@ def test_exactly_one_detecting_analyzer() -> None:
     analyzers = [c for c in k8s_containers() if c.get("args", [None])[0] == "analyzer"]
     detecting = [c for c in analyzers if "--ingest-only" not in c["args"]]
     assert [c["replicas"] for c in detecting] == [1]
+
+
+def test_exactly_one_notifier_recreated_on_rollout() -> None:
+    docs = [d for d in yaml.safe_load_all((DEPLOY / "k8s" / "vigil.yaml").read_text()) if d]
+    (notify,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "vigil-notify"]
+    assert notify["spec"]["replicas"] == 1 and notify["spec"]["strategy"] == {"type": "Recreate"}
+    (config,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "vigil-notify"]
+    notify_table = tomllib.loads(config["data"]["vigil.toml"])["notify"]
+    assert {r for route in notify_table["routes"] for r in route["receivers"]} == set(notify_table["receivers"])
+    assert all(not any(k in r for k in ("secret", "routing_key", "url")) for r in notify_table["receivers"].values())
+    assert NotifySettings.model_fields.keys() >= set(notify_table)
