@@ -1,123 +1,30 @@
-"""The Kubernetes node backend: cordon, taint, annotate, evict through the API server.
-
-`KubernetesBackend` implements `base.NodeBackend` with the official `kubernetes` client:
-
-* **cordon** — one PATCH of the node: `spec.unschedulable: true`, the taint
-  `vigil.io/faulty=<incident>:NoSchedule`, the audit annotations `vigil.io/cordoned-by`,
-  `-reason`, `-incident`, `-at`, `-host`, `-unschedulable` (whether vigil set the flag) and the
-  label `vigil.io/cordoned=true` (the index `cordoned()` selects by, so it never lists the whole
-  fleet). Idempotent: a node that already carries all of it is not patched (`changed` False).
-* **uncordon** — removes exactly what vigil added: its taint, its annotations and label, and
-  `unschedulable` only when vigil set it. Other taints, annotations and an operator's own
-  cordon stay.
-* **evict** — lists the job's pods on the node (`pod_selector` with the job id, field selector
-  `spec.nodeName`) and POSTs a policy/v1 Eviction for each, so PodDisruptionBudgets are
-  respected: a 429 means "not now", retried with doubling waits (the server's Retry-After when
-  it sends one) until `evict_timeout_s`, then a `BackendError` naming the host, pod and PDB
-  message. A pod already gone (404) counts as evicted. With `wait_deleted` it then waits, within
-  the same bound, until the evicted pods (by uid) have left the API.
-
-Patches carry the node's `resourceVersion`, so a concurrent writer (kubectl, another
-controller) makes the API server answer 409 and the call re-reads and retries
-(`conflict_retries`) instead of overwriting the other writer's taints. Every API failure is a
-`BackendError` with one line naming the host, node or pod, the HTTP status and the server's
-message. Host -> node: `node_map` first, else the node whose `node_label` equals the host, else
-the node named like the host (the agent DaemonSet sets `VIGIL_HOST` to `spec.nodeName`).
-"""
+"""`KubernetesBackend`: the `NodeBackend` calls as API requests (see the package docstring)."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 
 import urllib3
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from vigil.errors import one_line
 from vigil.recovery.backends.base import Change, CordonInfo
+from vigil.recovery.backends.kubernetes.patches import Keys, cordon_patch, label_value, uncordon_patch
+from vigil.recovery.backends.kubernetes.responses import api_message, retry_after
+from vigil.recovery.backends.kubernetes.settings import KubernetesSettings, api_client
 from vigil.recovery.errors import BackendError
 
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_REASON_CHARS = 1024  # an annotation is an audit note, not a log
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 
-class KubernetesSettings(BaseModel):
-    """How the controller reaches the API server and what it writes on nodes (`backend = "kubernetes"`)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    api_url: str = Field(default="", description="API server URL with `token` (tests, no kubeconfig); "
-                                                "empty: in-cluster service account in a pod, else kubeconfig")
-    token: SecretStr | None = Field(default=None, description="bearer token for api_url")
-    ca_file: str = Field(default="", description="CA bundle for api_url (empty: the system's)")
-    verify_tls: bool = True
-    kubeconfig: str = Field(default="", description="kubeconfig path (empty: $KUBECONFIG or ~/.kube/config)")
-    context: str = Field(default="", description="kubeconfig context (empty: its current one)")
-    request_timeout_s: float = Field(default=15.0, gt=0, description="per API request")
-    node_map: dict[str, str] = Field(default_factory=dict, description="host -> node name, checked first")
-    node_label: str = Field(default="", description="node label whose value is the host (e.g. "
-                                                    "kubernetes.io/hostname); empty: node name = host")
-    key_prefix: str = Field(default="vigil.io/", description="prefix of vigil's annotations and label")
-    taint_key: str = "vigil.io/faulty"
-    taint_effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
-    pod_namespace: str = Field(default="", description="namespace of the jobs' pods (empty: all namespaces)")
-    pod_selector: str = Field(default="vigil.io/job={job}", description="label selector of a job's pods; "
-                                                                        "{job} is the job id")
-    evict_timeout_s: float = Field(default=300.0, gt=0, description="bound on one evict: PDB retries and "
-                                                                    "waiting for the pods to go")
-    evict_retry_s: float = Field(default=5.0, gt=0, description="first wait after a PDB 429 (doubles)")
-    evict_retry_max_s: float = Field(default=30.0, gt=0, description="longest wait between eviction tries")
-    evict_grace_s: int | None = Field(default=None, ge=0, description="pods' termination grace (None: their own)")
-    wait_deleted: bool = Field(default=True, description="evict returns once the evicted pods are gone")
-    conflict_retries: int = Field(default=5, ge=0, description="re-read and re-patch a node changed meanwhile")
-
-
-def api_client(settings: KubernetesSettings) -> Any:
-    """An `ApiClient` for the settings: explicit URL and token, in-cluster, or kubeconfig."""
-    conf = client.Configuration()
-    try:
-        if settings.api_url:
-            conf.host = settings.api_url.rstrip("/")
-            if settings.token is not None:
-                conf.api_key = {"authorization": "Bearer " + settings.token.get_secret_value()}
-            conf.verify_ssl = settings.verify_tls
-            conf.ssl_ca_cert = settings.ca_file or None
-        elif not settings.kubeconfig and os.environ.get("KUBERNETES_SERVICE_HOST"):
-            config.load_incluster_config(client_configuration=conf)  # type: ignore[no-untyped-call]
-        else:
-            config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=settings.kubeconfig or None, context=settings.context or None,
-                client_configuration=conf, persist_config=False)
-    except (config.ConfigException, OSError, ValueError) as exc:
-        raise BackendError(f"kubernetes backend: no API server configuration: {one_line(exc)}") from None
-    return client.ApiClient(conf)
-
-
-@dataclass(frozen=True)
-class _Keys:
-    by: str
-    reason: str
-    incident: str
-    at: str
-    host: str
-    unschedulable: str  # "true": vigil set spec.unschedulable; "false": it was already so
-    label: str
-
-    @classmethod
-    def of(cls, prefix: str) -> _Keys:
-        return cls(*(prefix + s for s in ("cordoned-by", "cordoned-reason", "cordoned-incident", "cordoned-at",
-                                          "cordoned-host", "cordoned-unschedulable", "cordoned")))
-
-    def annotations(self) -> tuple[str, ...]:
-        return self.by, self.reason, self.incident, self.at, self.host, self.unschedulable
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class KubernetesBackend:
@@ -129,7 +36,7 @@ class KubernetesBackend:
                  sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> None:
         self.settings = settings
         self._core = client.CoreV1Api(api if api is not None else api_client(settings))
-        self._keys = _Keys.of(settings.key_prefix)
+        self._keys = Keys.of(settings.key_prefix)
         self._sleep, self._clock = sleep, clock
 
     # -- NodeBackend ---------------------------------------------------------------------------
@@ -146,7 +53,7 @@ class KubernetesBackend:
                               detail=f"node {name} already cordoned by {ann.get(self._keys.by, '?')} for "
                                      f"{ann.get(self._keys.incident, '?')} at {ann.get(self._keys.at, '?')}")
             if self._patch(host, name, patch):
-                taint = f"{self.settings.taint_key}={_label_value(incident_id)}:{self.settings.taint_effect}"
+                taint = f"{self.settings.taint_key}={label_value(incident_id)}:{self.settings.taint_effect}"
                 at = {**(node["metadata"].get("annotations") or {}), **patch["metadata"].get("annotations", {})}
                 return Change(changed=True, detail=f"node {name}: unschedulable, taint {taint}, annotated",
                               data={"node": name, "at": at.get(self._keys.at, "")})
@@ -242,7 +149,7 @@ class KubernetesBackend:
 
     def _node(self, host: str) -> dict[str, Any]:
         if self.settings.node_label and host not in self.settings.node_map:
-            if not _LABEL_VALUE.match(host) or len(host) > 63:
+            if not LABEL_VALUE.match(host) or len(host) > 63:
                 raise BackendError(f"kubernetes backend: host {host!r} cannot be a value of label "
                                    f"{self.settings.node_label}; set node_map")
             found = self._list_nodes(f"find the node of host {host}", f"{self.settings.node_label}={host}")
@@ -291,7 +198,7 @@ class KubernetesBackend:
     # -- pods ----------------------------------------------------------------------------------
 
     def _job_selector(self, job_id: str, host: str) -> str:
-        if "{job}" in self.settings.pod_selector and (not _LABEL_VALUE.match(job_id) or len(job_id) > 63):
+        if "{job}" in self.settings.pod_selector and (not LABEL_VALUE.match(job_id) or len(job_id) > 63):
             raise BackendError(f"kubernetes backend: evict from host {host}: job id {job_id!r} is not a valid "
                                f"label value for pod_selector {self.settings.pod_selector!r}")
         return self.settings.pod_selector.replace("{job}", job_id)
@@ -325,7 +232,7 @@ class KubernetesBackend:
             if exc.status == 404:
                 return "gone", "", 0.0
             if exc.status == 429:
-                return "blocked", _message(exc), _retry_after(exc)
+                return "blocked", api_message(exc), retry_after(exc)
             raise self._api_error(f"evict pod {namespace}/{pod} from host {host}", exc) from None
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise self._unreachable(f"evict pod {namespace}/{pod} from host {host}", exc) from None
@@ -355,100 +262,9 @@ class KubernetesBackend:
         return doc
 
     def _api_error(self, what: str, exc: ApiException, hint: str = "") -> BackendError:
-        return BackendError(f"kubernetes backend: {what}: HTTP {exc.status} {exc.reason}: {_message(exc)}{hint}")
+        return BackendError(f"kubernetes backend: {what}: HTTP {exc.status} {exc.reason}: {api_message(exc)}{hint}")
 
     def _unreachable(self, what: str, exc: BaseException) -> BackendError:
         host = self._core.api_client.configuration.host
         return BackendError(f"kubernetes backend: {what}: API server {host} unreachable: {one_line(exc)}")
 
-
-def cordon_patch(node: dict[str, Any], settings: KubernetesSettings, *, host: str, reason: str,
-                 incident_id: str, actor: str, at: str) -> dict[str, Any] | None:
-    """The merge patch that cordons `node` for vigil, or None when it already is (pure)."""
-    keys = _Keys.of(settings.key_prefix)
-    meta, spec = node["metadata"], node.get("spec") or {}
-    ann, labels = meta.get("annotations") or {}, meta.get("labels") or {}
-    taints = list(spec.get("taints") or [])
-    unschedulable = bool(spec.get("unschedulable"))
-    has_taint = any(_is_ours(t, settings) for t in taints)
-    marked = keys.incident in ann
-    if unschedulable and has_taint and marked and labels.get(keys.label) == "true":
-        return None
-    patch: dict[str, Any] = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "spec": {}}
-    new_ann: dict[str, str] = {}
-    if not marked:
-        new_ann = {keys.by: actor, keys.reason: reason[:_REASON_CHARS], keys.incident: incident_id, keys.at: at,
-                   keys.host: host, keys.unschedulable: "false" if unschedulable else "true"}
-    if not unschedulable:
-        patch["spec"]["unschedulable"] = True
-        new_ann[keys.unschedulable] = "true"
-    if new_ann:
-        patch["metadata"]["annotations"] = new_ann
-    if labels.get(keys.label) != "true":
-        patch["metadata"]["labels"] = {keys.label: "true"}
-    if not has_taint:
-        patch["spec"]["taints"] = [*taints, {"key": settings.taint_key, "value": _label_value(incident_id),
-                                             "effect": settings.taint_effect}]
-    return patch
-
-
-def uncordon_patch(node: dict[str, Any], settings: KubernetesSettings) -> dict[str, Any] | None:
-    """The merge patch that removes vigil's cordon and nothing else, or None when there is none (pure)."""
-    keys = _Keys.of(settings.key_prefix)
-    meta, spec = node["metadata"], node.get("spec") or {}
-    ann, labels = meta.get("annotations") or {}, meta.get("labels") or {}
-    taints = list(spec.get("taints") or [])
-    kept = [t for t in taints if not _is_ours(t, settings)]
-    ours_ann = [k for k in keys.annotations() if k in ann]
-    if len(kept) == len(taints) and not ours_ann and keys.label not in labels:
-        return None
-    patch: dict[str, Any] = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "spec": {}}
-    if ours_ann:
-        patch["metadata"]["annotations"] = dict.fromkeys(ours_ann)
-    if keys.label in labels:
-        patch["metadata"]["labels"] = {keys.label: None}
-    if len(kept) != len(taints):
-        patch["spec"]["taints"] = kept
-    if ann.get(keys.unschedulable) == "true" and spec.get("unschedulable"):
-        patch["spec"]["unschedulable"] = None  # the default, false; as `kubectl uncordon` leaves it
-    return patch
-
-
-def _is_ours(taint: dict[str, Any], settings: KubernetesSettings) -> bool:
-    return taint.get("key") == settings.taint_key and taint.get("effect") == settings.taint_effect
-
-
-def _label_value(text: str) -> str:
-    """`text` as a valid label (taint) value: other characters become '.', cut to 63."""
-    value = re.sub(r"[^A-Za-z0-9_.-]", ".", text)[:63]
-    return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", value)
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _status_body(exc: ApiException) -> dict[str, Any]:
-    try:
-        doc = json.loads(exc.body or "")
-    except (TypeError, ValueError):
-        return {}
-    return doc if isinstance(doc, dict) else {}
-
-
-def _message(exc: ApiException) -> str:
-    """The API server's own words: the Status message and its causes, else the body's first line."""
-    doc = _status_body(exc)
-    causes = [c.get("message", "") for c in (doc.get("details") or {}).get("causes") or [] if isinstance(c, dict)]
-    text = "; ".join(filter(None, [doc.get("message", ""), *causes])) or str(exc.body or "").strip()
-    return one_line(Exception(text), limit=500) if text else "(no message)"
-
-
-def _retry_after(exc: ApiException) -> float:
-    try:
-        header = (exc.headers or {}).get("Retry-After")
-        if header:
-            return float(header)
-        return float((_status_body(exc).get("details") or {}).get("retryAfterSeconds") or 0)
-    except (TypeError, ValueError):
-        return 0.0
