@@ -19,13 +19,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from vigil.analyzer.ingest.lag import LagProbe
 from vigil.analyzer.ingest.writer import ClickHouseDeadLetters, ClickHouseWriter
 from vigil.analyzer.settings import AnalyzerSettings
 from vigil.contract.registry import TELEMETRY_TOPICS
 from vigil.errors import one_line
 from vigil.kafka.consumer import BatchingConsumer, ConsumerFailed
 from vigil.kafka.deadletter import KafkaDeadLetters
+from vigil.kafka.lag import LagProbe
 from vigil.kafka.producer import EventProducer
 from vigil.settings import VigilSettings
 
