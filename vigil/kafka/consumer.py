@@ -40,7 +40,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
@@ -103,10 +103,15 @@ class Intent:
 
 
 class BatchWriter(Protocol):
-    def write(self, events: Sequence[Ingestable], batch: BatchId) -> Sequence[Unstorable]:
-        """Record the batch's intent, store the events durably before returning (writing the same BatchId
-        again stores nothing twice); raise while the store fails (`Unreachable` when that is transient);
-        return the events that can never be stored."""
+    def write(self, events: Sequence[Any], batch: BatchId) -> Sequence[Unstorable]:
+        """Store the events (`Ingestable`s) durably before returning (writing the same BatchId again stores
+        nothing twice); raise while the store fails (`Unreachable` when that is transient); return the
+        events that can never be stored."""
+
+
+@runtime_checkable
+class IntentSource(Protocol):
+    """A writer that records each batch's intent before writing it (so a re-read batch can be re-cut)."""
 
     def intents(self, partitions: Sequence[Partition]) -> dict[Partition, Intent]:
         """The latest intent recorded for each of `partitions` (absent: none)."""
@@ -210,7 +215,7 @@ class BatchingConsumer:
     # ------------------------------------------------------------------ group membership
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         tps = [(str(tp.topic), int(tp.partition)) for tp in partitions]
-        if not tps:
+        if not tps or not isinstance(self.writer, IntentSource):
             return
         try:
             intents = self.writer.intents(tps)
