@@ -76,6 +76,7 @@ def main() -> None:
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--nics", type=int, default=4)
     ap.add_argument("--partitions", type=int, default=8)
+    ap.add_argument("--drain-s", type=float, default=180.0, help="after the producer ends, wait this long for lag 0")
     ap.add_argument("--produce", nargs=2, metavar=("BOOTSTRAP", "PREFIX"), help=argparse.SUPPRESS)
     ap.add_argument("--no-append", dest="append", action="store_false")
     args = ap.parse_args()
@@ -139,7 +140,7 @@ def main() -> None:
             last_n, last_t = n, now
             if service.failed or (producer.poll() is not None and lag == 0):
                 break
-            if now - t0 > seconds + 600:
+            if now - t0 > seconds + args.drain_s:  # the producer is done; lag is reported as it stands
                 break
         size = ctx.clickhouse.query("SELECT formatReadableSize(sum(bytes_on_disk)), sum(rows) FROM system.parts "
                                     "WHERE active AND database = currentDatabase()").result_rows[0]
