@@ -165,7 +165,7 @@ _TRANSIENT_KAFKA = {KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._AL
 
 def is_transient(exc: BaseException) -> bool:
     """A failure that retrying later can cure: the store or the broker unreachable or busy, a timeout."""
-    if isinstance(exc, Unreachable | DeliveryError):
+    if isinstance(exc, Unreachable | DeliveryError | ConnectionError | TimeoutError):
         return True
     if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
         err: KafkaError = exc.args[0]
