@@ -23,6 +23,7 @@ from vigil.analyzer.alerts.view import read_alert_events
 from vigil.analyzer.engine import LiveCursor
 from vigil.analyzer.ingest.loop import IngestLoop
 from vigil.analyzer.settings import AnalyzerSettings
+from vigil.clickhouse.client import open_client
 from vigil.contract import Alert
 from vigil.errors import one_line
 from vigil.kafka.producer import EventProducer
@@ -53,8 +54,12 @@ class AnalyzerService:
             self.book.restore(read_alert_events(self.ctx.settings, self.ctx.bootstrap))
         # its own producer: a flush reports every failure since the last one, so one user each
         dead_letters = EventProducer(settings=self.ctx.settings, bootstrap=self.ctx.bootstrap, batch_events=500)
+        # the writer's own ClickHouse client: detectors, the dashboard and the control port never wait on its inserts
+        database = getattr(self.ctx.clickhouse, "database", None) or "vigil"
+        writer_client = open_client(self.ctx.clickhouse_dsn, database=database) if self.ctx.clickhouse_dsn \
+            else self.ctx.clickhouse
         self.ingest = IngestLoop(settings=self.ctx.settings, analyzer=self.settings, bootstrap=self.ctx.bootstrap,
-                                 client=self.ctx.clickhouse, producer=dead_letters)
+                                 client=writer_client, producer=dead_letters)
         self._stop.clear()
         self._threads = [
             threading.Thread(target=self.ingest.run, args=(self._stop,), name="analyzer-ingest", daemon=True),
@@ -95,14 +100,21 @@ class AnalyzerService:
         except Exception as exc:
             log.warning("flushing alerts on stop: %s", exc)
 
+    @property
+    def failed(self) -> str:
+        """The error that stopped ingest ("" while it runs): the process should exit non-zero."""
+        return self.ingest.failed if self.ingest is not None else ""
+
     def health(self) -> dict[str, Any]:
         ing = self.ingest
         stats = ing.stats if ing is not None else None
-        errors = [e for e in (self.last_error, ing.last_error if ing else "", stats.last_error if stats else "",
+        errors = [e for e in (self.failed, self.last_error, ing.last_error if ing else "", stats.last_error if stats else "",
                               self.cursor.errors[-1] if self.cursor.errors else "") if e]
         alive = bool(self._threads) and all(t.is_alive() for t in self._threads)
         return {
-            "ok": alive and (stats is None or time.time() - stats.last_commit_ts < 600 or stats.events == 0),
+            "ok": alive and not self.failed and (stats is None or stats.state != "retrying")
+            and (stats is None or time.time() - stats.last_commit_ts < 600 or stats.events == 0),
+            "ingest": stats.state if stats else "starting",
             "lag": dict(ing.lag) if ing else {},
             "events_per_s": round(ing.events_per_s, 1) if ing else 0.0,
             "events": stats.events if stats else 0,

@@ -81,6 +81,10 @@ class AnalyzerSettings(VigilBaseSettings):
     group_id: str = Field(default="vigil-analyzer", min_length=1)
     batch_events: int = Field(default=20_000, ge=1, description="flush a batch at this many events")
     batch_s: float = Field(default=1.0, gt=0, description="... or when it is this old (wall clock)")
+    write_thread: bool = Field(default=True, description="write each batch on a thread of its own while the next "
+                               "one is read and decoded")
+    dedup_window_s: float = Field(default=60.0, gt=0, description="event time: re-sends of step/heartbeat/NIC events "
+                                  "this recent are caught in memory; older ones are looked up in ClickHouse")
     # detector cadence
     detect: bool = Field(default=True, description="run the detectors; exactly one analyzer per cluster should "
                          "(more instances with detect off scale the ingest)")

@@ -6,6 +6,7 @@ process behind."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -26,8 +27,9 @@ pytestmark = [pytest.mark.kafka, pytest.mark.clickhouse, pytest.mark.slow, pytes
 TORCH_HOSTS = {"demo-host-0", "demo-host-1"}
 
 
-def _sql(control_url: str, sql: str) -> list[list[object]]:
-    resp = httpx.post(f"{control_url}/sql", json={"sql": sql}, timeout=30)
+def _sql(control_url: str, sql: str, home: Path) -> list[list[object]]:
+    token = json.loads(next(home.rglob("stack.json")).read_text())["token"]  # the control port wants vigil up's token
+    resp = httpx.post(f"{control_url}/sql", json={"sql": sql}, headers={"Authorization": f"Bearer {token}"}, timeout=30)
     resp.raise_for_status()
     rows: list[list[object]] = resp.json()["rows"]
     return rows
@@ -66,11 +68,11 @@ def test_demo_runs_shows_torch_steps_and_stops_clean(tmp_path: Path) -> None:
 
         ranks: set[object] = set()
         while time.monotonic() < deadline and len(ranks) < 4:
-            rows = _sql(control, "SELECT DISTINCT rank FROM step_timings WHERE job_id = 'demo-torch'")
+            rows = _sql(control, "SELECT DISTINCT rank FROM step_timings WHERE job_id = 'demo-torch'", tmp_path)
             ranks = {r[0] for r in rows}
             time.sleep(2)
         assert ranks == {0, 1, 2, 3}, f"torch ranks seen: {ranks}\n" + "".join(out)
-        hosts = {r[0] for r in _sql(control, "SELECT DISTINCT host FROM step_timings WHERE job_id = 'demo-torch'")}
+        hosts = {r[0] for r in _sql(control, "SELECT DISTINCT host FROM step_timings WHERE job_id = 'demo-torch'", tmp_path)}
         assert hosts == TORCH_HOSTS
 
         # the same steps on the dashboard: the torch job's step chart, its hosts as heatmap rows
@@ -92,7 +94,7 @@ def test_demo_runs_shows_torch_steps_and_stops_clean(tmp_path: Path) -> None:
         # the torch job checkpoints (two-phase, every 20 steps): committed, and on its overview
         committed: list[list[object]] = []
         while time.monotonic() < page_deadline and not committed:
-            committed = _sql(control, "SELECT step FROM checkpoints WHERE job_id = 'demo-torch' AND phase = 'committed'")
+            committed = _sql(control, "SELECT step FROM checkpoints WHERE job_id = 'demo-torch' AND phase = 'committed'", tmp_path)
             time.sleep(2)
         assert committed, "no committed checkpoint of demo-torch\n" + "".join(out)
         shown = texts(render_page(dashboard, "/overview", "?job=demo-torch&range=all"))

@@ -65,17 +65,17 @@ class Stack:
         else:
             bootstrap = str(s.kafka_bootstrap)
         self.ctx = prepare(s, bootstrap)
-        client = self.ctx.clickhouse
         for spec in self.services:
             svc = spec.factory(self.ctx)
             svc.start()
             self.hosted.append(svc)
-        self.control = ControlServer(port=s.control_port, client=client, health=self.health, migrate=self._migrate)
+        self.control = ControlServer(port=s.control_port, dsn=self.ctx.clickhouse_dsn, health=self.health,
+                                     migrate=self._migrate)
         self.control.start()
         urls = {str(k): str(v) for svc in self.hosted for k, v in self._health_of(svc).get("urls", {}).items()}
         state = StackState(
             pid=os.getpid(), bootstrap=bootstrap, clickhouse_dsn=self.ctx.clickhouse_dsn, control_url=self.control.url,
-            broker_pid=self.broker.pid if self.broker else None, urls=urls,
+            broker_pid=self.broker.pid if self.broker else None, urls=urls, token=self.control.token,
         )
         write_state(s, state)
         return state
