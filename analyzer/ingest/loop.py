@@ -1,7 +1,8 @@
 """The ingest loop: a BatchingConsumer over the telemetry, alerts and recovery topics into ClickHouse.
 
 Runs in its own thread; every few seconds it samples the event rate, and a
-`LagProbe` thread samples the consumer lag, for `vigil status`.
+`LagProbe` thread samples the consumer lag (for `vigil status`) and the ingest frontier
+(for the detector engine's idle rule) every second.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from vigil.analyzer.ingest.writer import ClickHouseDeadLetters, ClickHouseWriter
@@ -34,6 +36,7 @@ class IngestLoop:
     client: Any
     producer: EventProducer
     sample_every_s: float = 5.0
+    probe_every_s: float = 1.0  # lag and ingest frontier (the detector engine's idle rule waits on it)
     events_per_s: float = 0.0
     last_error: str = ""
 
@@ -46,11 +49,17 @@ class IngestLoop:
             max_batch_events=self.analyzer.batch_events, max_batch_s=self.analyzer.batch_s,
         )
         self.probe = LagProbe(settings=self.settings, bootstrap=self.bootstrap, group_id=self.analyzer.group_id,
-                              topics=INGEST_TOPICS, every_s=self.sample_every_s)
+                              topics=INGEST_TOPICS, every_s=self.probe_every_s)
 
     @property
     def lag(self) -> dict[str, int]:
         return dict(self.probe.lag)
+
+    @property
+    def frontier(self) -> datetime | None:
+        """Wall time before which everything produced to the ingested topics is stored (None before a sample)."""
+        f = self.probe.frontier
+        return datetime.fromtimestamp(f, UTC) if f is not None else None
 
     @property
     def stats(self) -> Any:
