@@ -91,6 +91,7 @@ class EvalContext:
     firing: frozenset[str] = frozenset()  # subjects of this job's firing alerts, as "alert:subject"
     epoch: Epoch | None = None  # the job's run at `at`; None before its first step
     sources: Mapping[tuple[str, str], SourceClock] | None = None  # (host, source) -> progress; None in replay
+    memo: dict[str, Any] = field(default_factory=dict)  # what several detectors ask at this instant, asked once
 
     def is_firing(self, alert: str, subject: str) -> bool:
         return f"{alert}:{subject}" in self.firing
@@ -166,8 +167,11 @@ def last_complete_step(ctx: EvalContext) -> int | None:
     e = ctx.epoch
     if e is None:
         return None
+    if "last_complete_step" in ctx.memo:
+        return ctx.memo["last_complete_step"]  # type: ignore[no-any-return]
     rows = ctx.rows(
         f"SELECT step FROM job_step_runs WHERE job_id = {{job:String}} AND step >= {{lo:UInt64}} "
         f"AND step <= {{hi:UInt64}} AND {RUN} GROUP BY step HAVING max(last_ts) <= {AT} ORDER BY step DESC LIMIT 1",
         lo=e.step_lo, hi=e.step_hi, **ctx.run_buckets())
-    return int(rows[0]["step"]) if rows else None
+    ctx.memo["last_complete_step"] = int(rows[0]["step"]) if rows else None
+    return ctx.memo["last_complete_step"]  # type: ignore[no-any-return]

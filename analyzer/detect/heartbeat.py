@@ -15,7 +15,9 @@ pages nobody, and live raises what replay raises.
 
 Members: every host that heartbeated for the job; after a restart (a later run, see
 epoch.py), only those heard from since the run began — a host the restart left out is
-no longer the job's.
+no longer the job's. When every member is silent at once the job itself stopped (it
+ended, it is being restarted, or its telemetry path is down): no host is paged for it,
+and a host already lost stays so.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ def judge(rows: Sequence[Mapping[str, Any]], s: HeartbeatSettings, at: datetime,
     `run_start`: a restarted run's start (hosts silent since before it are not members).
     """
     out = []
+    members = 0
     for r in rows:
         host = str(r["host"])
         last = as_utc(r["last_ts"]) if r["last_ts"] is not None else EPOCH
@@ -68,6 +71,7 @@ def judge(rows: Sequence[Mapping[str, Any]], s: HeartbeatSettings, at: datetime,
             last = at - timedelta(seconds=LOOKBACK_S)
         if run_start is not None and last < run_start:
             continue  # not part of the restarted run
+        members += 1
         if not caught_up(host) and host not in firing:
             continue  # late, not lost (a firing alert stays as it is)
         interval = float(r["interval_s"] or 0) or float(r["base_interval"] or 0) or 2.0
@@ -82,4 +86,6 @@ def judge(rows: Sequence[Mapping[str, Any]], s: HeartbeatSettings, at: datetime,
             evidence={"host": host, "last_heartbeat": last.isoformat(), "silent_s": round(silent, 1),
                       "interval_s": interval, "threshold_s": threshold},
         ))
+    if members and len(out) == members:  # every host at once: the job stopped, not a host's loss
+        return [f for f in out if f.subject in firing]
     return out
