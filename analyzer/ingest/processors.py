@@ -4,7 +4,9 @@
 name: the writer inserts by those names, and the test suite checks every table's rows
 against the migrated schema and every like-named field against its event. No I/O here: the writer, the benchmarks and the tests share these functions.
 A heartbeat becomes one `heartbeats` row and one `gpu_stats` row per GPU; a job
-registration one `jobs` row and one `job_ranks` row per rank.
+registration one `jobs` row and one `job_ranks` row per rank. The recovery controller's
+(re)start of a job, when it begins, is a `job_registrations` row: the detectors take
+it as the start of a new run (analyzer/detect/epoch.py), like a registration.
 """
 
 from __future__ import annotations
@@ -122,10 +124,15 @@ def _checkpoint(e: Checkpoint) -> list[TableRow]:
 
 
 def _recovery(e: RecoveryAction) -> list[TableRow]:
-    return [("recovery_actions", {
+    rows: list[TableRow] = [("recovery_actions", {
         "event_id": e.event_id, "ts": e.ts, "job_id": e.job_id, "host": e.host, "action": e.action,
         "target": e.target, "status": e.status, "reason": e.reason, "alert_fingerprint": e.alert_fingerprint,
         "details": json.dumps(e.details, default=str, sort_keys=True)})]
+    if e.action in ("start", "restart") and e.status == "started":  # a new run of the job begins
+        hosts = e.details.get("hosts", [])
+        rows.append(("job_registrations", {"job_id": e.job_id, "ts": e.ts, "event_id": e.event_id,
+                                           "hosts": sorted(str(h) for h in hosts) if isinstance(hosts, list) else []}))
+    return rows
 
 
 _BY_TYPE: dict[type[Event], Callable[[Any], list[TableRow]]] = {
