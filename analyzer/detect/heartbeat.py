@@ -15,9 +15,9 @@ pages nobody, and live raises what replay raises.
 
 Members: every host that heartbeated for the job; after a restart (a later run, see
 epoch.py), only those heard from since the run began — a host the restart left out is
-no longer the job's. When every member is silent at once the job itself stopped (it
-ended, it is being restarted, or its telemetry path is down): no host is paged for it,
-and a host already lost stays so.
+no longer the job's. When every member of a multi-host job is silent at once the job
+itself stopped (it ended, it is being restarted, or its telemetry path is down): no host
+is paged for it, and a host already lost stays so.
 """
 
 from __future__ import annotations
@@ -86,6 +86,6 @@ def judge(rows: Sequence[Mapping[str, Any]], s: HeartbeatSettings, at: datetime,
             evidence={"host": host, "last_heartbeat": last.isoformat(), "silent_s": round(silent, 1),
                       "interval_s": interval, "threshold_s": threshold},
         ))
-    if members and len(out) == members:  # every host at once: the job stopped, not a host's loss
+    if members > 1 and len(out) == members:  # every host at once: the job stopped, not a host's loss
         return [f for f in out if f.subject in firing]
     return out
