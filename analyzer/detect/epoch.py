@@ -133,11 +133,16 @@ class EpochTracker:
         if self._fold is None:
             self._fold = EpochFold(settings=self.settings)
         final = bucket_of(at) - timedelta(seconds=RUN_BUCKET_S)  # the newest bucket that ended by `at`
-        if final > self._loaded:
-            for row in self._spans(client, self._loaded, final):
-                regs = self._registrations(client, row.last_ts)
-                self._fold.add(row, regs)
+        if final > self._loaded:  # read everything first: a failed query leaves the fold as it was
+            rows = self._spans(client, self._loaded, final)
+            regs = self._registrations(client, rows[-1].last_ts) if rows else []
+            prev = self._fold.last_ts
+            for row in rows:
+                self._fold.add(row, [r for r in regs if prev < r <= row.last_ts])
+                prev = row.last_ts
             self._loaded = final
+            if rows:
+                self._regs_after = max(self._regs_after, rows[-1].last_ts)
         partial = self._spans(client, final, bucket_of(at))
         epoch = self._fold.current(partial[0].max_step if partial else None)
         if epoch is None and partial:
@@ -154,7 +159,6 @@ class EpochTracker:
             return []
         res = client.query(_REGS_SQL, parameters={"job": self.job, "after": ch_time(self._regs_after),
                                                   "upto": ch_time(upto)})
-        self._regs_after = upto
         return [as_utc(r[0]) for r in res.result_rows]
 
     def _first(self, client: QueryClient, at: datetime, partial: SpanRow) -> Epoch | None:
