@@ -113,6 +113,7 @@ class LiveCursor:
     positions: dict[str, datetime] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     backlog: int = 0  # instants known to wait after the last turn
+    behind_s: float = 0.0  # event time between the most lagging job's position and its judgeable end, after the turn
     instants_judged: int = 0
     _trackers: dict[str, EpochTracker] = field(default_factory=dict)
     _judged_wall: dict[str, datetime] = field(default_factory=dict)
@@ -159,6 +160,8 @@ class LiveCursor:
                 if not queues[job]:
                     del queues[job]
         self.backlog += sum(len(q) for q in queues.values())
+        self.behind_s = max((max(0.0, (c.until(s.eval_step_s) - self.positions[c.job]).total_seconds())
+                             for c in clocks if c.job in self.positions), default=0.0)
         del self.errors[:-20]
         return out
 

@@ -125,4 +125,5 @@ class AnalyzerService:
             "detect_turns": self.detect_turns,
             "instants_judged": self.cursor.instants_judged,
             "detect_backlog": self.cursor.backlog,
+            "detect_behind_s": round(self.cursor.behind_s, 1),
         }
