@@ -135,9 +135,9 @@ def test_heartbeat_judges_each_host_on_its_own_clock() -> None:
 
     at = T0 + timedelta(minutes=5)
 
-    def row(host: str, silent_s: float) -> dict[str, object]:
+    def row(host: str, silent_s: float, recent: int = 3) -> dict[str, object]:
         return {"host": host, "first_ts": T0, "base_interval": 2.0, "last_ts": at - timedelta(seconds=silent_s),
-                "interval_s": 2.0}
+                "interval_s": 2.0, "recent": 0 if silent_s >= 6 else recent}
 
     s = HeartbeatSettings()
     rows = [row("lost", 10), row("fine", 1), row("late", 30)]
@@ -146,9 +146,13 @@ def test_heartbeat_judges_each_host_on_its_own_clock() -> None:
     assert subjects(judge(rows, s, at, caught_up=lambda h: h in known)) == ["lost"]
     assert subjects(judge(rows, s, at, caught_up=lambda h: h in known, firing={"late"})) == ["late", "lost"]  # held
     assert subjects(judge(rows, s, at)) == ["late", "lost"]  # replay: everything stored is all there is
-    everyone = [row("a", 10), row("b", 12)]
-    assert judge(everyone, s, at) == []  # the whole job stopped: no host is paged for it
-    assert subjects(judge(everyone, s, at, firing={"a"})) == ["a"]  # ... and one already lost stays lost
-    assert subjects(judge([row("alone", 10)], s, at)) == ["alone"]
+    # the job stopped (ended, restarting): every host fell silent within one interval of the others, and the
+    # last to beat is not beating steadily: nobody is paged, whoever crossed the threshold first
+    stopped = [row("a", 6.5), row("b", 5.0, recent=1), row("c", 4.6, recent=1)]
+    assert judge(stopped, s, at) == []
+    assert subjects(judge(stopped, s, at, firing={"a"})) == ["a"]  # ... and one already lost stays lost
+    resumed = [row("a", 61), row("b", 0.3, recent=1)]  # the whole job back after a minute: "a" beats next
+    assert judge(resumed, s, at) == []
+    assert judge([row("alone", 10)], s, at) == []  # no other host: its silence is the job's
     restarted = at - timedelta(seconds=60)  # a restart left "gone" out: no longer a member
     assert subjects(judge([row("gone", 120), row("lost", 10), row("fine", 1)], s, at, run_start=restarted)) == ["lost"]
