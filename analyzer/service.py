@@ -1,10 +1,14 @@
 """AnalyzerService: the ingest loop and the detector loop as one service of `vigil up`.
 
 `start()` restores the alert book from the alerts topic, then starts two threads:
-ingest (Kafka -> ClickHouse, committing after each write) and detect (every
-`detect_interval_s`, evaluate active jobs on their event-time clocks and publish the
-resulting alert events to the alerts topic, which the ingest stores back into
-`alert_events`). `health()` is cheap: figures sampled by the threads.
+ingest (Kafka -> ClickHouse, committing after each write) and detect (turns of the live
+cursor: judge active jobs on their event-time clocks, publish the resulting alert events
+to the alerts topic, which the ingest stores back into `alert_events`, then save the
+positions reached). A turn is bounded (`turn_budget_s`); while instants wait (a burst, a
+catch-up) the next turn starts at once, otherwise after `detect_interval_s`. The
+cursor's idle rule uses the ingest's frontier (ingest/lag.py), so a saturated ingest
+delays judgement instead of making hosts look silent. `health()` is cheap: figures
+sampled by the threads, never a query.
 
 Ingest scales out (instances share the consumer group); detection does not: each
 detecting instance keeps its own alert book, so exactly one runs with `detect` on and
@@ -22,6 +26,7 @@ from vigil.analyzer.alerts.book import AlertBook
 from vigil.analyzer.alerts.view import read_alert_events
 from vigil.analyzer.engine import LiveCursor
 from vigil.analyzer.ingest.loop import IngestLoop
+from vigil.analyzer.positions import ClickHousePositions
 from vigil.analyzer.settings import AnalyzerSettings
 from vigil.clickhouse.client import open_client
 from vigil.contract import Alert
@@ -42,7 +47,7 @@ class AnalyzerService:
         self._threads: list[threading.Thread] = []
         self.producer = EventProducer(settings=ctx.settings, bootstrap=ctx.bootstrap, batch_events=500)
         self.book = AlertBook(refresh_s=self.settings.refresh_s)
-        self.cursor = LiveCursor(settings=self.settings, book=self.book)
+        self.cursor = LiveCursor(settings=self.settings, book=self.book, store=ClickHousePositions(client=ctx.clickhouse))
         self.ingest: IngestLoop | None = None
         self.alerts_published = 0
         self._unpublished: list[Alert] = []
@@ -70,24 +75,29 @@ class AnalyzerService:
             t.start()
 
     def _detect_loop(self) -> None:
-        while not self._stop.wait(self.settings.detect_interval_s):
+        while not self._stop.wait(0 if self.cursor.backlog else self.settings.detect_interval_s):
             self.detect_once()
 
     def detect_once(self) -> int:
         """One turn of the detector loop; the number of alert events published."""
         try:
-            alerts = self._unpublished + self.cursor.turn(self.ctx.clickhouse)
+            frontier = self.ingest.frontier if self.ingest is not None else None
+            if self.ingest is not None and frontier is None and not self._unpublished:
+                return 0  # no lag sample yet: nothing tells a silent source from a queued one
+            alerts = self._unpublished + self.cursor.turn(self.ctx.clickhouse, frontier=frontier)
             self._unpublished = alerts  # kept until the broker has them; ingest dedups a resend
             if alerts:
                 self.producer.send(alerts)
                 self.producer.flush()
             self._unpublished = []
+            self.cursor.commit()
             self.alerts_published += len(alerts)
             self.detect_turns += 1
             return len(alerts)
         except Exception as exc:
             self.last_error = f"detect: {one_line(exc)}"
             log.exception("detector turn failed")
+            self.cursor.backlog = 0  # wait for the next interval before trying again
             return 0
 
     def stop(self) -> None:
@@ -125,4 +135,7 @@ class AnalyzerService:
             "alerts_firing": len(self.book.firing()),
             "alerts_published": self.alerts_published,
             "detect_turns": self.detect_turns,
+            "instants_judged": self.cursor.instants_judged,
+            "detect_backlog": self.cursor.backlog,
+            "detect_behind_s": round(self.cursor.behind_s, 1),
         }

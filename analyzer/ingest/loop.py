@@ -1,7 +1,8 @@
 """The ingest loop: a BatchingConsumer over the telemetry, alerts and recovery topics into ClickHouse.
 
 Runs in its own thread; every few seconds it samples the event rate, and a
-`LagProbe` thread samples the consumer lag, for `vigil status`. A transient store or
+`LagProbe` thread samples the consumer lag (for `vigil status`) and the ingest frontier
+(for the detector engine's idle rule) every second. A transient store or
 broker failure is retried by the consumer (state "retrying"); any other error stops the
 loop with `failed` set to it (state "failed"): the service reports it and `vigil analyzer`
 exits non-zero, so a supervisor restarts it and the uncommitted batch is re-read.
@@ -17,6 +18,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from vigil.analyzer.ingest.writer import ClickHouseDeadLetters, ClickHouseWriter
@@ -42,6 +44,7 @@ class IngestLoop:
     client: Any
     producer: EventProducer
     sample_every_s: float = 5.0
+    probe_every_s: float = 1.0  # lag and ingest frontier (the detector engine's idle rule waits on it)
     events_per_s: float = 0.0
     last_error: str = ""
     failed: str = ""  # the error that stopped ingest; empty while it runs
@@ -57,11 +60,17 @@ class IngestLoop:
             pipeline=self.analyzer.write_thread,
         )
         self.probe = LagProbe(settings=self.settings, bootstrap=self.bootstrap, group_id=self.analyzer.group_id,
-                              topics=INGEST_TOPICS, every_s=self.sample_every_s)
+                              topics=INGEST_TOPICS, every_s=self.probe_every_s)
 
     @property
     def lag(self) -> dict[str, int]:
         return dict(self.probe.lag)
+
+    @property
+    def frontier(self) -> datetime | None:
+        """Wall time before which everything produced to the ingested topics is stored (None before a sample)."""
+        f = self.probe.frontier
+        return datetime.fromtimestamp(f, UTC) if f is not None else None
 
     @property
     def stats(self) -> Any:

@@ -5,7 +5,9 @@ name: the writer inserts by those names (column by column), and the test suite c
 every table's rows against the migrated schema and every like-named field against its
 event. No I/O here: the writer, the benchmarks and the tests share these functions.
 A heartbeat becomes one `heartbeats` row and one `gpu_stats` row per GPU; a job
-registration one `jobs` row and one `job_ranks` row per rank.
+registration one `jobs` row and one `job_ranks` row per rank. The recovery controller's
+(re)start of a job, when it begins, is a `job_registrations` row: the detectors take
+it as the start of a new run (analyzer/detect/epoch.py), like a registration.
 
 An event is either the pydantic model or its fast-path mirror (`vigil.contract.fastwire`,
 same attribute names): processors read attributes only, so both give the same rows.
@@ -131,10 +133,15 @@ def _checkpoint(e: Checkpoint) -> list[TableRow]:
 
 
 def _recovery(e: RecoveryAction) -> list[TableRow]:
-    return [("recovery_actions", {
+    rows: list[TableRow] = [("recovery_actions", {
         "event_id": e.event_id, "ts": e.ts, "job_id": e.job_id, "host": e.host, "action": e.action,
         "target": e.target, "status": e.status, "reason": e.reason, "alert_fingerprint": e.alert_fingerprint,
         "details": json.dumps(e.details, default=str, sort_keys=True)})]
+    if e.action in ("start", "restart") and e.status == "started":  # a new run of the job begins
+        hosts = e.details.get("hosts", [])
+        rows.append(("job_registrations", {"job_id": e.job_id, "ts": e.ts, "event_id": e.event_id,
+                                           "hosts": sorted(str(h) for h in hosts) if isinstance(hosts, list) else []}))
+    return rows
 
 
 KINDS: dict[str, Callable[[Any], list[TableRow]]] = {
@@ -147,8 +154,8 @@ LOOKUP: dict[str, str] = {
     "process_exits": "ts", "collective_traces": "ts", "alert_events": "ts", "checkpoints": "ts",
     "recovery_actions": "ts",
 }
-"""table -> the column bounding a look-up of its stored event_ids (`jobs` and `job_ranks` are keyed by job and
-rank, have no rollups, and rely on their ReplacingMergeTree)."""
+"""table -> the column bounding a look-up of its stored event_ids (`jobs`, `job_ranks` and `job_registrations` are
+keyed by job (and rank or event), have no rollups, and rely on their ReplacingMergeTree)."""
 
 RECENT = frozenset({"step", "heartbeat", "nic"})
 """Kinds a 10,000-GPU job sends thousands of per second: their re-sends are caught by an in-memory window."""
