@@ -50,7 +50,9 @@ ROLLUPS = {
     "host_clock": ("SELECT source, count(), min(first_ts), max(last_ts) FROM (SELECT host, source, min(first_ts) first_ts, "
                    "max(last_ts) last_ts FROM host_clock GROUP BY host, source) GROUP BY source ORDER BY source",
                    "SELECT source, uniqExact(host), min(ts), max(ts) FROM (SELECT host, 'heartbeat' AS source, ts FROM heartbeats "
-                   "UNION ALL SELECT host, 'nic', ts FROM nic_counters UNION ALL SELECT host, 'step', ts FROM step_timings) "
+                   "UNION ALL SELECT host, 'nic', ts FROM nic_counters UNION ALL SELECT host, 'step', ts FROM step_timings "
+                   "UNION ALL SELECT host, 'log', ts FROM log_lines UNION ALL SELECT host, 'exit', ts FROM process_exits "
+                   "UNION ALL SELECT host, 'collective', ts FROM collective_traces) "
                    "GROUP BY source ORDER BY source"),
 }
 
