@@ -28,7 +28,8 @@ def test_health_does_not_wait_behind_a_busy_engine(topics: VigilSettings) -> Non
             canary.join(0.3)
             if canary.is_alive():
                 break
-        doc = httpx.get(f"{state.control_url}/health", timeout=30).json()
+        doc = httpx.get(f"{state.control_url}/health", timeout=30,
+                        headers={"Authorization": f"Bearer {state.token}"}).json()
         assert blocker.is_alive(), "the health answer waited for the busy engine"
         assert doc["parts"]["clickhouse"]["ok"] and doc["parts"]["clickhouse"]["version"]
         assert "checked_s_ago" in doc["parts"]["clickhouse"]
