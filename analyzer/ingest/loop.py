@@ -23,7 +23,7 @@ from vigil.settings import VigilSettings
 
 log = logging.getLogger(__name__)
 
-INGEST_TOPICS: tuple[str, ...] = (*TELEMETRY_TOPICS, "alerts")
+INGEST_TOPICS: tuple[str, ...] = (*TELEMETRY_TOPICS, "alerts", "incidents")
 
 
 @dataclass(kw_only=True)

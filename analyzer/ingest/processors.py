@@ -4,7 +4,8 @@
 name: the writer inserts by those names, and the test suite checks every table's rows
 against the migrated schema and every like-named field against its event. No I/O here: the writer, the benchmarks and the tests share these functions.
 A heartbeat becomes one `heartbeats` row and one `gpu_stats` row per GPU; a job
-registration one `jobs` row and one `job_ranks` row per rank.
+registration one `jobs` row and one `job_ranks` row per rank; a Flight Recorder trace one
+`collective_traces` row with its per-group tail (`pg_tail`) for the hang detector.
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from vigil.analyzer.incidents.flightrec import dumps_tail, tail_of
 from vigil.contract import (
     Alert,
     CollectiveTrace,
     Event,
     Heartbeat,
+    Incident,
     JobRegistered,
     LogLine,
     NicCounters,
@@ -80,15 +83,17 @@ def _exit(e: ProcessExit) -> list[TableRow]:
     return [("process_exits", {
         "event_id": e.event_id, "job_id": e.job_id, "host": e.host, "ts": e.ts, "rank": e.rank,
         "local_rank": e.local_rank, "pid": e.pid, "exit_code": e.exit_code, "signal": e.signal or "",
-        "summary": e.summary, "traceback": e.traceback})]
+        "summary": e.summary, "traceback": e.traceback, "failed_at": e.failed_at, "launcher": int(e.launcher)})]
 
 
 def _collective(e: CollectiveTrace) -> list[TableRow]:
+    entries = [x.model_dump(mode="json") for x in e.entries]
     return [("collective_traces", {
         "event_id": e.event_id, "job_id": e.job_id, "host": e.host, "rank": e.rank, "ts": e.ts,
         "dumped_at": e.dumped_at, "process_groups": dict(e.process_groups),
         "last_started_seq": dict(e.last_started_seq), "last_completed_seq": dict(e.last_completed_seq),
-        "entries": json.dumps([x.model_dump(mode="json") for x in e.entries])})]
+        "entries": json.dumps(entries), "group_ranks": {k: list(v) for k, v in e.group_ranks.items()},
+        "trigger": e.trigger, "step": e.step, "stack": e.stack, "pg_tail": dumps_tail(tail_of(entries))})]
 
 
 def _job(e: JobRegistered) -> list[TableRow]:
@@ -112,9 +117,23 @@ def _alert(e: Alert) -> list[TableRow]:
         "evidence": json.dumps(e.evidence, default=str, sort_keys=True)})]
 
 
+def _incident(e: Incident) -> list[TableRow]:
+    culprit = e.culprits[0] if e.culprits else None
+    return [("incident_events", {
+        "event_id": e.event_id, "ts": e.ts, "job_id": e.job_id, "host": e.host, "incident_id": e.incident_id,
+        "category": e.category, "cause": e.cause, "status": e.status, "severity": e.severity,
+        "confidence": e.confidence, "summary": e.summary, "culprit_host": culprit.host if culprit else "",
+        "culprit_rank": culprit.rank if culprit else None,
+        "culprits": json.dumps([c.model_dump(mode="json") for c in e.culprits]),
+        "victims": json.dumps([v.model_dump(mode="json") for v in e.victims]),
+        "victim_ranks": sorted({v.rank for v in e.victims if v.rank is not None}), "alerts": list(e.alerts),
+        "first_sign": e.first_sign, "detected": e.detected,
+        "evidence": json.dumps(e.evidence, default=str, sort_keys=True)})]
+
+
 _BY_TYPE: dict[type[Event], Callable[[Any], list[TableRow]]] = {
     StepTiming: _step, Heartbeat: _heartbeat, NicCounters: _nic, LogLine: _log, ProcessExit: _exit,
-    CollectiveTrace: _collective, JobRegistered: _job, Alert: _alert,
+    CollectiveTrace: _collective, JobRegistered: _job, Alert: _alert, Incident: _incident,
 }
 
 
