@@ -22,9 +22,11 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from vigil.analyzer.alerts.book import AlertBook
-from vigil.analyzer.detect.base import Detector, EvalContext, as_utc
+from vigil.analyzer.detect.base import Detector, EvalContext, Finding, as_utc
+from vigil.analyzer.detect.hang import HangDetector
 from vigil.analyzer.detect.heartbeat import HeartbeatDetector
 from vigil.analyzer.detect.logs import ExitDetector, LogDetector
 from vigil.analyzer.detect.mfu import MfuDriftDetector
@@ -39,7 +41,14 @@ log = logging.getLogger(__name__)
 
 DETECTORS: tuple[Detector, ...] = (
     StragglerDetector(), TrafficDetector(), MfuDriftDetector(), HeartbeatDetector(), LogDetector(), ExitDetector(),
+    HangDetector(),
 )
+
+
+class FindingStage(Protocol):
+    """A step between the detectors and the alert book (incidents: link findings, demote victims')."""
+
+    def apply(self, ctx: EvalContext, findings: list[Finding], ran: Sequence[str]) -> list[Finding]: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,7 +88,8 @@ def job_clocks(client: QueryClient, job: str | None = None, idle_s: float | None
 
 
 def evaluate(client: QueryClient, settings: AnalyzerSettings, book: AlertBook, job: str, at: datetime,
-             live: bool = False, detectors: Sequence[Detector] = DETECTORS, errors: list[str] | None = None) -> list[Alert]:
+             live: bool = False, detectors: Sequence[Detector] = DETECTORS, errors: list[str] | None = None,
+             stages: Sequence[FindingStage] = ()) -> list[Alert]:
     """Run the detectors for `job` as of `at`; the alert events this instant produces."""
     ctx = EvalContext(client=client, settings=settings, job=job, at=at, live=live, firing=book.firing_subjects(job))
     findings = []
@@ -91,6 +101,14 @@ def evaluate(client: QueryClient, settings: AnalyzerSettings, book: AlertBook, j
         except Exception as exc:  # one broken detector must not silence the others
             msg = f"{d.name} on {job} at {at.isoformat()}: {one_line(exc)}"
             log.warning("detector failed: %s", msg)
+            if errors is not None:
+                errors.append(msg)
+    for stage in stages:
+        try:
+            findings = stage.apply(ctx, findings, ran)
+        except Exception as exc:  # a broken stage leaves the findings as the detectors made them
+            msg = f"{type(stage).__name__} on {job} at {at.isoformat()}: {one_line(exc)}"
+            log.warning("finding stage failed: %s", msg)
             if errors is not None:
                 errors.append(msg)
     return book.update(job, at, ran, findings)
@@ -108,7 +126,7 @@ def instants(start: datetime, end: datetime, step_s: float) -> list[datetime]:
 
 
 def replay(client: QueryClient, settings: AnalyzerSettings, job: str, start: datetime | None = None,
-           end: datetime | None = None) -> list[Alert]:
+           end: datetime | None = None, stages: Sequence[FindingStage] = ()) -> list[Alert]:
     """Alert events the detectors would have raised over `job`'s stored history."""
     clocks = job_clocks(client, job=job)
     if not clocks:
@@ -118,7 +136,7 @@ def replay(client: QueryClient, settings: AnalyzerSettings, job: str, start: dat
     book = AlertBook(refresh_s=settings.refresh_s)
     out: list[Alert] = []
     for at in instants(lo, hi, settings.eval_step_s):
-        out.extend(evaluate(client, settings, book, job, at))
+        out.extend(evaluate(client, settings, book, job, at, stages=stages))
     return out
 
 
@@ -128,6 +146,7 @@ class LiveCursor:
 
     settings: AnalyzerSettings
     book: AlertBook
+    stages: Sequence[FindingStage] = ()
     positions: dict[str, datetime] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
 
@@ -143,7 +162,8 @@ class LiveCursor:
             if not points:
                 continue
             for at in points[-s.max_catchup:]:
-                out.extend(evaluate(client, s, self.book, clock.job, at, live=True, errors=self.errors))
+                out.extend(evaluate(client, s, self.book, clock.job, at, live=True, errors=self.errors,
+                                    stages=self.stages))
             self.positions[clock.job] = points[-1]
         del self.errors[:-20]
         return out

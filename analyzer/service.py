@@ -1,10 +1,12 @@
 """AnalyzerService: the ingest loop and the detector loop as one service of `vigil up`.
 
-`start()` restores the alert book from the alerts topic, then starts two threads:
-ingest (Kafka -> ClickHouse, committing after each write) and detect (every
+`start()` restores the alert book and the incident book from their topics, then starts
+two threads: ingest (Kafka -> ClickHouse, committing after each write) and detect (every
 `detect_interval_s`, evaluate active jobs on their event-time clocks and publish the
-resulting alert events to the alerts topic, which the ingest stores back into
-`alert_events`). `health()` is cheap: figures sampled by the threads.
+resulting alert and incident events to their topics, which the ingest stores back into
+`alert_events` / `incident_events`). Between the detectors and the alert book, the
+incident stage groups findings under incidents and demotes victims' (`analyzer.incidents`).
+`health()` is cheap: figures sampled by the threads.
 
 Ingest scales out (instances share the consumer group); detection does not: each
 detecting instance keeps its own alert book, so exactly one runs with `detect` on and
@@ -21,9 +23,11 @@ from typing import Any
 from vigil.analyzer.alerts.book import AlertBook
 from vigil.analyzer.alerts.view import read_alert_events
 from vigil.analyzer.engine import LiveCursor
+from vigil.analyzer.incidents.stage import IncidentStage
+from vigil.analyzer.incidents.view import read_incident_events
 from vigil.analyzer.ingest.loop import IngestLoop
 from vigil.analyzer.settings import AnalyzerSettings
-from vigil.contract import Alert
+from vigil.contract import Event
 from vigil.errors import one_line
 from vigil.kafka.producer import EventProducer
 from vigil.service import StackContext
@@ -41,16 +45,18 @@ class AnalyzerService:
         self._threads: list[threading.Thread] = []
         self.producer = EventProducer(settings=ctx.settings, bootstrap=ctx.bootstrap, batch_events=500)
         self.book = AlertBook(refresh_s=self.settings.refresh_s)
-        self.cursor = LiveCursor(settings=self.settings, book=self.book)
+        self.incidents = IncidentStage(self.settings)
+        self.cursor = LiveCursor(settings=self.settings, book=self.book, stages=(self.incidents,))
         self.ingest: IngestLoop | None = None
         self.alerts_published = 0
-        self._unpublished: list[Alert] = []
+        self._unpublished: list[Event] = []
         self.detect_turns = 0
         self.last_error = ""
 
     def start(self) -> None:
         if self.settings.detect:
             self.book.restore(read_alert_events(self.ctx.settings, self.ctx.bootstrap))
+            self.incidents.book.restore(read_incident_events(self.ctx.settings, self.ctx.bootstrap))
         # its own producer: a flush reports every failure since the last one, so one user each
         dead_letters = EventProducer(settings=self.ctx.settings, bootstrap=self.ctx.bootstrap, batch_events=500)
         self.ingest = IngestLoop(settings=self.ctx.settings, analyzer=self.settings, bootstrap=self.ctx.bootstrap,
@@ -69,17 +75,18 @@ class AnalyzerService:
             self.detect_once()
 
     def detect_once(self) -> int:
-        """One turn of the detector loop; the number of alert events published."""
+        """One turn of the detector loop; the number of alert and incident events published."""
         try:
-            alerts = self._unpublished + self.cursor.turn(self.ctx.clickhouse)
-            self._unpublished = alerts  # kept until the broker has them; ingest dedups a resend
-            if alerts:
-                self.producer.send(alerts)
+            turned: list[Event] = list(self.cursor.turn(self.ctx.clickhouse))
+            events = self._unpublished + turned + list(self.incidents.drain())
+            self._unpublished = events  # kept until the broker has them; ingest dedups a resend
+            if events:
+                self.producer.send(events)
                 self.producer.flush()
             self._unpublished = []
-            self.alerts_published += len(alerts)
+            self.alerts_published += len(events)
             self.detect_turns += 1
-            return len(alerts)
+            return len(events)
         except Exception as exc:
             self.last_error = f"detect: {one_line(exc)}"
             log.exception("detector turn failed")
@@ -111,6 +118,7 @@ class AnalyzerService:
             "last_error": errors[0] if errors else "",
             "detect": self.settings.detect,
             "alerts_firing": len(self.book.firing()),
+            "incidents_open": len(self.incidents.book.open()),
             "alerts_published": self.alerts_published,
             "detect_turns": self.detect_turns,
         }

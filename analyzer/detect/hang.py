@@ -1,0 +1,173 @@
+"""Collective hangs: which rank(s) a stuck job waits for, from its ranks' Flight Recorder dumps.
+
+The step timer's hang watchdog makes every stalled rank dump its Flight Recorder trace;
+the dumps of one hang are those within `hang.episode_s` of the newest (each rank's latest).
+Once every member has dumped, or `hang.gather_s` after the first dump, they are matched
+across ranks (`incidents.match`): the ranks missing from the in-flight collective (or
+out of step, or silent) are the culprits, those waiting on them the victims. A culprit
+fires `collective_hang` (critical, subject `host/rankN` of the first culprit) naming the
+operation, its process group and sequence number, where the culprit's training thread is,
+and the victims; it holds until the job steps again after the dumps.
+
+Without a Flight Recorder culprit (recording off, or every rank inside the open
+collective), a job whose steps stopped for `hang.stall_s` while its hosts still report
+live processes is a hang too, on weaker evidence: ranks whose steps stopped earlier are
+named, else nobody (`error`, subject `job`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from vigil.analyzer.detect.base import AT, EvalContext, Finding, as_utc
+from vigil.analyzer.incidents.flightrec import GroupTail, loads_tail, tail_of
+from vigil.analyzer.incidents.match import Frontier, Verdict, match
+from vigil.analyzer.incidents.roster import RankInfo, read_roster, world
+from vigil.analyzer.settings import HangSettings
+
+_TRACES_SQL = f"""
+SELECT rank, argMax(host, ts) AS dump_host, max(ts) AS dumped, argMax(pg_tail, ts) AS tail,
+       argMax(if(pg_tail = '', entries, ''), ts) AS raw_entries, argMax(group_ranks, ts) AS groups,
+       argMax(step, ts) AS last_step, argMax(stack, ts) AS last_stack
+FROM collective_traces
+WHERE job_id = {{job:String}} AND ts > {{lo:DateTime64(3, 'UTC')}} AND ts <= {AT}
+GROUP BY rank
+"""
+
+_LAST_STEP_SQL = f"""
+SELECT max(last_ts) AS last_ts FROM job_steps WHERE job_id = {{job:String}} AND first_ts <= {AT}
+  AND step + 100 >= (SELECT ifNull(max(step), 0) FROM job_steps WHERE job_id = {{job:String}} AND first_ts <= {AT})
+"""
+
+_ALIVE_SQL = f"""
+SELECT host, argMax(procs_running, ts) AS procs FROM heartbeats
+WHERE job_id = {{job:String}} AND ts > {{lo:DateTime64(3, 'UTC')}} AND ts <= {AT}
+GROUP BY host HAVING procs > 0
+"""
+
+
+class HangDetector:
+    name = "collective_hang"
+
+    def detect(self, ctx: EvalContext) -> list[Finding]:
+        s = ctx.settings.hang
+        traces = ctx.rows(_TRACES_SQL, lo=ctx.ago(s.lookback_s))
+        last = ctx.rows(_LAST_STEP_SQL)
+        last_step_ts = as_utc(last[0]["last_ts"]) if last and last[0]["last_ts"] is not None else None
+        if not traces and (last_step_ts is None or (ctx.at - last_step_ts).total_seconds() < s.stall_s):
+            return []
+        roster = read_roster(ctx)
+        alive = [str(r["host"]) for r in ctx.rows(_ALIVE_SQL, lo=ctx.ago(min(s.stall_s, 60.0)))]
+        return judge_hang(traces, roster, alive, ctx.at, s)
+
+
+def _tails(row: Mapping[str, Any]) -> dict[str, GroupTail]:
+    try:
+        if row.get("tail"):
+            return loads_tail(str(row["tail"]))
+        return tail_of(json.loads(str(row.get("raw_entries") or "[]")))
+    except (ValueError, KeyError, TypeError, IndexError):
+        return {}
+
+
+def _where(stack: str) -> str:
+    """The innermost frame of a stack dump: its file/line and the code line."""
+    lines = [ln.strip() for ln in stack.strip().splitlines() if ln.strip()]
+    return " | ".join(lines[-2:])[:300]
+
+
+def _frontier_text(f: Frontier | None) -> str:
+    return f"{f.op} {f.sizes} (group {f.group} {f.desc or ''} seq {f.seq})".replace("  ", " ") if f else ""
+
+
+def judge_hang(traces: Sequence[Mapping[str, Any]], roster: Mapping[int, RankInfo], alive_hosts: Sequence[str],
+               at: datetime, s: HangSettings) -> list[Finding]:
+    last_step_ts = max((r.last_ts for r in roster.values() if r.last_ts is not None), default=None)
+    verdict: Verdict | None = None
+    if traces:
+        newest = max(as_utc(r["dumped"]) for r in traces)
+        episode = [r for r in traces if as_utc(r["dumped"]) >= newest - timedelta(seconds=s.episode_s)]
+        first = min(as_utc(r["dumped"]) for r in episode)
+        if last_step_ts is not None and last_step_ts > newest:
+            return []  # the job stepped after the dumps: that stall is over
+        reported: dict[str, list[int]] = {}
+        for r in episode:
+            for name, ranks in dict(r["groups"] or {}).items():
+                reported[str(name)] = sorted(set(reported.get(str(name), [])) | {int(x) for x in ranks})
+        everyone = world(roster) | {int(r["rank"]) for r in episode} | {x for v in reported.values() for x in v}
+        dumped = {int(r["rank"]) for r in episode}
+        if dumped < everyone and (at - first).total_seconds() < s.gather_s:
+            return []  # the other ranks' dumps are still on their way
+        verdict = match({int(r["rank"]): _tails(r) for r in episode}, reported, everyone)
+        if verdict.culprits:
+            since = min(first, last_step_ts) if last_step_ts is not None else first
+            return [_fr_finding(verdict, {int(r["rank"]): r for r in episode}, roster, since, first, len(everyone))]
+    return _stall(verdict, roster, alive_hosts, last_step_ts, at, s)
+
+
+def _host(rank: int, rows: Mapping[int, Mapping[str, Any]], roster: Mapping[int, RankInfo]) -> str:
+    if rank in rows:
+        return str(rows[rank]["dump_host"])
+    info = roster.get(rank)
+    return info.host if info else "unknown"
+
+
+def _fr_finding(v: Verdict, rows: Mapping[int, Mapping[str, Any]], roster: Mapping[int, RankInfo], since: datetime,
+                first_dump: datetime, expected: int) -> Finding:
+    culprits = []
+    for r in v.culprits:
+        row = rows.get(r)
+        where = _where(str(row["last_stack"])) if row is not None else ""
+        front = v.frontier_of(r)
+        own = (f"not in {_frontier_text(front)}" if front else "out of step") + (f"; at {where}" if where else "")
+        if row is None:
+            own += "; sent no Flight Recorder dump"
+        culprits.append({"rank": r, "host": _host(r, rows, roster), "step": row["last_step"] if row else None,
+                         "message": own, "evidence": v.evidence.get(r, [])})
+    victims = [{"rank": r, "host": _host(r, rows, roster), "message": f"waits in {_frontier_text(v.frontier_of(r))}",
+                "step": rows[r]["last_step"] if r in rows else None} for r in v.victims]
+    head = culprits[0]
+    front = v.frontier_of(v.culprits[0])
+    names = ", ".join(f"{c['host']} rank {c['rank']}" for c in culprits)
+    strength = "" if v.strong else " (weak: no dump of its own)"
+    summary = (f"collective hang: {names} never joined {_frontier_text(front) or 'the collective'}; "
+               f"{len(victims)} ranks wait for it{strength}")
+    return Finding(
+        alert="collective_hang", subject=f"{head['host']}/rank{head['rank']}", host=str(head["host"]),
+        severity="critical", since=since, summary=summary[:2048],
+        evidence={"verdict": v.kind, "confidence": "strong" if v.strong else "weak", "culprits": culprits,
+                  "victims": victims, "dumps": len(rows), "expected": expected, "first_dump": first_dump.isoformat(),
+                  "frontiers": [{"group": f.group, "desc": f.desc, "seq": f.seq, "op": f.op, "sizes": f.sizes,
+                                 "missing": f.missing, "no_dump": f.no_dump, "timeout_ms": f.timeout_ms}
+                                for f in v.frontiers],
+                  "wait_for": {str(k): w for k, w in v.wait_for.items()}})
+
+
+def _stall(v: Verdict | None, roster: Mapping[int, RankInfo], alive_hosts: Sequence[str],
+           last_step_ts: datetime | None, at: datetime, s: HangSettings) -> list[Finding]:
+    if last_step_ts is None or (at - last_step_ts).total_seconds() < s.stall_s or not alive_hosts:
+        return []
+    top = max((r.last_step for r in roster.values() if r.last_step is not None), default=None)
+    behind = sorted(r.rank for r in roster.values() if r.last_step is not None and top is not None
+                    and r.last_step < top and r.host in alive_hosts)
+    why = "Flight Recorder: every rank is inside the open collective" if v is not None else "no Flight Recorder dumps"
+    stalled = round((at - last_step_ts).total_seconds())
+    culprits = [{"rank": r, "host": roster[r].host, "step": roster[r].last_step,
+                 "message": f"its steps stopped at {roster[r].last_step}, the others reached {top}"} for r in behind]
+    victims = [{"rank": r.rank, "host": r.host, "step": r.last_step, "message": f"stopped at step {r.last_step}"}
+               for r in roster.values() if r.rank not in behind and r.host in alive_hosts]
+    if culprits:
+        head = culprits[0]
+        names = ", ".join(f"{c['host']} rank {c['rank']}" for c in culprits)
+        summary = f"collective hang (weak evidence, {why}): no step for {stalled} s; {names} stopped first"
+        subject, host, sev = f"{head['host']}/rank{head['rank']}", str(head["host"]), "critical"
+    else:
+        summary = f"job hangs (weak evidence, {why}): no step for {stalled} s while its processes run; culprit unknown"
+        subject, host, sev = "job", alive_hosts[0], "error"
+    return [Finding(alert="collective_hang", subject=subject, host=host, severity=sev,  # type: ignore[arg-type]
+                    since=last_step_ts, summary=summary[:2048],
+                    evidence={"verdict": "stall", "confidence": "weak", "culprits": culprits, "victims": victims,
+                              "stalled_s": stalled, "flight_recorder": v.kind if v is not None else "none"})]
