@@ -16,7 +16,9 @@ Three shapes, from the detectors' findings at the instant (nothing is remembered
   lines; or its own message says so) within `hardware_window_s` before its failure.
 
 `error_log` findings join the incident whose host and ranks they are about, from its first
-sign on; the culprit's own lines are its evidence, the others are victims'. Pure logic.
+sign on; the culprit's own lines are its evidence, the others are victims'. A hardware
+line no incident claims yet is held back for `settle_s` too (Alertmanager's group_wait):
+the crash it causes follows within seconds, and then one incident pages, not two. Pure logic.
 """
 
 from __future__ import annotations
@@ -243,4 +245,10 @@ def build(findings: Sequence[Finding], at: datetime, s: IncidentSettings) -> Bui
         else:
             drafts.append(draft)
     _link_logs(drafts, logs)
+    linked = {id(f) for d in drafts for f in d.culprit_findings + d.victim_findings}
+    for f in logs:  # a hardware line waits a moment for the crash it may cause, so one incident pages, not two
+        first = as_utc(f.evidence["first_line"]) if f.evidence.get("first_line") else f.since
+        if f.evidence.get("category") in HARDWARE_CATEGORIES and id(f) not in linked and \
+                (at - first).total_seconds() < s.settle_s:
+            held.append(f)
     return Built(drafts=drafts, held=held)

@@ -110,6 +110,8 @@ def test_a_crash_names_its_first_own_error_and_pages_once(clickhouse_dsn: str, d
         fp: (a.status, a.evidence.get("incident_id")) for fp, a in now.items()}
     victims = {fp for fp, a in now.items() if a.evidence["incident_role"] == "victim"}
     assert len(victims) == 3 and not [a for a in alerts if a.fingerprint in victims and a.severity == "critical"]
+    # the NVLink line waited for the crash it caused: no critical alert was ever published unlinked
+    assert not [a for a in alerts if a.severity == "critical" and a.evidence.get("incident_role") != "culprit"]
 
 
 def test_without_flight_recorder_a_stall_names_the_rank_that_stopped_first(clickhouse_dsn: str, database: str) -> None:
