@@ -30,7 +30,7 @@ import psutil
 
 from vigil.collector import torchrun
 from vigil.collector.agent import Agent
-from vigil.collector.exits import first_failure, launched_exits
+from vigil.collector.exits import first_failure, launched_exits, launcher_summary
 from vigil.collector.logstream import LogStream
 from vigil.collector.segments import SegmentWriter
 from vigil.contract import ProcessExit, utcnow
@@ -195,12 +195,10 @@ class Launcher:
                                 returncode=returncode, now=utcnow())
         self.agent.emit(events)
         if returncode != 0:
-            mine = [e for e in events if e.pid == self.proc.pid]
-            first = first_failure(events) or (mine[0] if mine else None)
+            mine = next((e for e in events if e.pid == self.proc.pid), None)
+            first = first_failure(events)
+            what = (mine.summary if mine is not None and mine.launcher else "") or \
+                (launcher_summary(first) if first is not None else "") or (mine.summary if mine else "")
             how = exit_status(returncode)[1] or f"code {returncode}"
-            if first is not None and first.rank is not None:
-                log.info("child exited with %s; first failing rank %d (local rank %s): %s", how, first.rank,
-                         first.local_rank, first.summary or "(no error output)")
-            else:
-                log.info("child exited with %s: %s", how, (first.summary if first else "") or "(no error output)")
+            log.info("child exited with %s: %s", how, what or "(no error output)")
         return exit_status(returncode)[2]
