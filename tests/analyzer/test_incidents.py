@@ -104,7 +104,8 @@ def test_a_hang_claims_its_later_timeouts_and_teardown() -> None:
              log("host-0", "collective_timeout", [0, 1], 30), log("host-9", "collective_timeout", [7], 30)]
     (d,) = build([hang_finding(), *later], at(40), S).drafts
     assert (d.category, d.strong, [c.rank for c in d.culprits]) == ("collective_hang", True, [3])
-    assert {f.subject for f in d.culprit_findings} == {"host-1/rank3", "host-1/rank3"}
+    assert sorted((f.alert, f.subject) for f in d.culprit_findings) == [("collective_hang", "host-1/rank3"),
+                                                                       ("process_exit", "host-1/rank3")]
     assert {f.subject for f in d.victim_findings} == {"host-0/rank0", "host-0/rank1", "host-1/rank2",
                                                       "host-0/collective_timeout"}
 
