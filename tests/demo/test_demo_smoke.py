@@ -1,6 +1,7 @@
 """`vigil demo` (what `make demo` runs) as a real subprocess: the dashboard answers, the real
 torch job's steps reach ClickHouse and the dashboard's pages (its step chart, both of its hosts
-on the heatmap, fetched over HTTP as the browser gets them), and Ctrl-C leaves no process behind."""
+on the heatmap, fetched over HTTP as the browser gets them), its hang becomes an incident naming
+the hung rank on the alerts page, and Ctrl-C leaves no process behind."""
 
 from __future__ import annotations
 
@@ -84,6 +85,17 @@ def test_demo_runs_shows_torch_steps_and_stops_clean(tmp_path: Path) -> None:
         assert "demo-torch" in texts(overview)  # the jobs table lists it
         descendants = psutil.Process(proc.pid).children(recursive=True)
         assert len(descendants) >= 6  # broker, 2 agents, 2 torchrun, 4 ranks, simulator
+
+        # the torch job's rank 3 hangs at step 300: one incident names it (Flight Recorder), on the alerts page
+        incident: list[list[object]] = []
+        hang_deadline = time.monotonic() + 300
+        while time.monotonic() < hang_deadline and not incident:
+            incident = _sql(control, "SELECT category, culprit_host, culprit_rank FROM incidents_current "
+                                     "WHERE job_id = 'demo-torch'")
+            time.sleep(3)
+        assert incident == [["collective_hang", "demo-host-1", 3]], "".join(out[-50:])
+        alerts_page = " ".join(texts(render_page(dashboard, "/alerts", "?job=demo-torch&range=all")))
+        assert "collective_hang" in alerts_page and "demo-host-1" in alerts_page
     finally:
         proc.send_signal(signal.SIGINT)
         try:
