@@ -13,12 +13,18 @@ Without a Flight Recorder culprit (recording off, or every rank inside the open
 collective), a job whose steps stopped for `hang.stall_s` while its hosts still report
 live processes is a hang too, on weaker evidence: ranks whose steps stopped earlier are
 named, else nobody (`error`, subject `job`).
+
+Cost: the per-rank rows read at each instant are small (host, time, groups, step, stack); the
+dumps' per-group tails are read and matched only for an episode not judged before (the
+detector remembers the last `MEMO` verdicts, keyed by the episode's ranks and times), so a hang
+that stays open costs a cheap query per evaluation, not a re-match of every rank.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -29,13 +35,22 @@ from vigil.analyzer.incidents.roster import RankInfo, read_roster, world
 from vigil.analyzer.settings import HangSettings
 
 _TRACES_SQL = f"""
-SELECT rank, argMax(host, ts) AS dump_host, max(ts) AS dumped, argMax(pg_tail, ts) AS tail,
-       argMax(if(pg_tail = '', entries, ''), ts) AS raw_entries, argMax(group_ranks, ts) AS groups,
+SELECT rank, argMax(host, ts) AS dump_host, max(ts) AS dumped, argMax(group_ranks, ts) AS groups,
        argMax(step, ts) AS last_step, argMax(stack, ts) AS last_stack
 FROM collective_traces
 WHERE job_id = {{job:String}} AND ts > {{lo:DateTime64(3, 'UTC')}} AND ts <= {AT}
 GROUP BY rank
 """
+
+_TAILS_SQL = f"""
+SELECT rank, argMax(pg_tail, ts) AS tail, argMax(if(pg_tail = '', entries, ''), ts) AS raw_entries
+FROM collective_traces
+WHERE job_id = {{job:String}} AND ts > {{lo:DateTime64(3, 'UTC')}} AND ts <= {AT} AND rank IN {{ranks:Array(UInt32)}}
+GROUP BY rank
+"""
+
+MEMO = 32
+Tails = Callable[[list[int]], Mapping[int, Mapping[str, GroupTail]]]
 
 _LAST_STEP_SQL = f"""
 SELECT max(last_ts) AS last_ts FROM job_steps WHERE job_id = {{job:String}} AND first_ts <= {AT}
@@ -52,6 +67,9 @@ GROUP BY host HAVING procs > 0
 class HangDetector:
     name = "collective_hang"
 
+    def __init__(self) -> None:
+        self._memo: OrderedDict[tuple[Any, ...], Verdict] = OrderedDict()
+
     def detect(self, ctx: EvalContext) -> list[Finding]:
         s = ctx.settings.hang
         traces = ctx.rows(_TRACES_SQL, lo=ctx.ago(s.lookback_s))
@@ -61,10 +79,18 @@ class HangDetector:
             return []
         roster = read_roster(ctx)
         alive = [str(r["host"]) for r in ctx.rows(_ALIVE_SQL, lo=ctx.ago(min(s.stall_s, 60.0)))]
-        return judge_hang(traces, roster, alive, ctx.at, s)
+
+        def tails(ranks: list[int]) -> dict[int, dict[str, GroupTail]]:
+            return {int(r["rank"]): parse_tails(r) for r in ctx.rows(_TAILS_SQL, lo=ctx.ago(s.lookback_s), ranks=ranks)}
+
+        found = judge_hang(traces, roster, alive, ctx.at, s, tails=tails, memo=self._memo)
+        while len(self._memo) > MEMO:
+            self._memo.popitem(last=False)
+        return found
 
 
-def _tails(row: Mapping[str, Any]) -> dict[str, GroupTail]:
+def parse_tails(row: Mapping[str, Any]) -> dict[str, GroupTail]:
+    """A trace row's per-group tails (`pg_tail`, else computed from its entries; {} when unreadable)."""
     try:
         if row.get("tail"):
             return loads_tail(str(row["tail"]))
@@ -84,7 +110,9 @@ def _frontier_text(f: Frontier | None) -> str:
 
 
 def judge_hang(traces: Sequence[Mapping[str, Any]], roster: Mapping[int, RankInfo], alive_hosts: Sequence[str],
-               at: datetime, s: HangSettings) -> list[Finding]:
+               at: datetime, s: HangSettings, *, tails: Tails,
+               memo: MutableMapping[tuple[Any, ...], Verdict] | None = None) -> list[Finding]:
+    """The hang findings as of `at`; `tails(ranks)` loads those ranks' dumps, `memo` keeps verdicts of episodes."""
     last_step_ts = max((r.last_ts for r in roster.values() if r.last_ts is not None), default=None)
     verdict: Verdict | None = None
     if traces:
@@ -101,7 +129,12 @@ def judge_hang(traces: Sequence[Mapping[str, Any]], roster: Mapping[int, RankInf
         dumped = {int(r["rank"]) for r in episode}
         if dumped < everyone and (at - first).total_seconds() < s.gather_s:
             return []  # the other ranks' dumps are still on their way
-        verdict = match({int(r["rank"]): _tails(r) for r in episode}, reported, everyone)
+        key = (first, newest, tuple(sorted(dumped)), tuple(sorted(everyone)))
+        verdict = memo.get(key) if memo is not None else None
+        if verdict is None:
+            verdict = match(tails(sorted(dumped)), reported, everyone)
+            if memo is not None:
+                memo[key] = verdict
         if verdict.culprits:
             since = min(first, last_step_ts) if last_step_ts is not None else first
             return [_fr_finding(verdict, {int(r["rank"]): r for r in episode}, roster, since, first, len(everyone))]

@@ -14,15 +14,28 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 TAIL = 8  # collectives kept per process group
 
 
+def freeze(value: Any) -> Any:
+    """Lists as tuples (hashable, cheap to compare), recursively."""
+    return tuple(freeze(v) for v in value) if isinstance(value, (list, tuple)) else value
+
+
+def thaw(value: Any) -> Any:
+    """`freeze`'s inverse: tuples as lists (as torch prints sizes), recursively."""
+    return [thaw(v) for v in value] if isinstance(value, tuple) else value
+
+
+COMPARED = ("op", "input_sizes", "output_sizes", "dtypes")  # what every member of a collective must agree on
+
+
 @dataclass(frozen=True, kw_only=True)
 class Op:
-    """One collective as one rank recorded it."""
+    """One collective as one rank recorded it (sizes and dtypes as tuples)."""
 
     seq: int
     op: str
@@ -32,11 +45,12 @@ class Op:
     retired: bool
     created_ns: int
     timeout_ms: int | None
+    sig: int = field(init=False, compare=False, repr=False)  # hash of the COMPARED fields: one compare per op
 
-    def compared(self) -> dict[str, str]:
-        """The fields every member of a collective must agree on, as comparable strings."""
-        return {"op": self.op, "input_sizes": json.dumps(self.input_sizes), "output_sizes": json.dumps(self.output_sizes),
-                "dtypes": json.dumps(self.dtypes)}
+    def __post_init__(self) -> None:
+        for name in ("input_sizes", "output_sizes", "dtypes"):
+            object.__setattr__(self, name, freeze(getattr(self, name)))
+        object.__setattr__(self, "sig", hash((self.op, self.input_sizes, self.output_sizes, self.dtypes)))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,9 +59,13 @@ class GroupTail:
     desc: str
     last_seq: int  # highest collective_seq_id this rank enqueued in the group (0: none)
     ops: tuple[Op, ...]  # the newest `TAIL`, oldest first
+    _by_seq: dict[int, Op] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._by_seq.update({o.seq: o for o in self.ops})
 
     def op(self, seq: int) -> Op | None:
-        return next((o for o in self.ops if o.seq == seq), None)
+        return self._by_seq.get(seq)
 
 
 def _int(value: Any, default: int = 0) -> int:

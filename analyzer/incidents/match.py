@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from vigil.analyzer.incidents.flightrec import GroupTail
+from vigil.analyzer.incidents.flightrec import COMPARED, GroupTail, thaw
 
 Kind = Literal["desync", "desync_ambiguous", "missing_rank", "circular_wait", "all_reached_open", "healthy"]
 DEFAULT_GROUP = "0"
@@ -94,22 +94,29 @@ def membership(tails: Mapping[int, Mapping[str, GroupTail]], reported: Mapping[s
     return members
 
 
+def _shown(value: object) -> str:
+    """Sizes and dtypes as torch prints them (lists), for evidence."""
+    import json
+
+    return value if isinstance(value, str) else json.dumps(thaw(value))
+
+
 def _mismatch(name: str, tails: Mapping[int, GroupTail]) -> Mismatch | None:
     seqs = sorted({o.seq for t in tails.values() for o in t.ops})
     for s in seqs:
         holders = {r: op for r, t in tails.items() if (op := t.op(s)) is not None}
-        if len(holders) < 2:
+        if len(holders) < 2 or len({op.sig for op in holders.values()}) < 2:
             continue
-        views = {r: op.compared() for r, op in holders.items()}
-        for f in ("op", "input_sizes", "output_sizes", "dtypes"):
-            vals = {r: v[f] for r, v in views.items()}
+        for f in COMPARED:
+            vals = {r: getattr(op, f) for r, op in holders.items()}
             counts = Counter(vals.values())
             if len(counts) < 2:
                 continue
             (majority, n), = counts.most_common(1)
             tie = list(counts.values()).count(n) > 1
             minority = sorted(holders) if tie else sorted(r for r, v in vals.items() if v != majority)
-            return Mismatch(group=name, seq=s, field=f, values=vals, minority=minority, ambiguous=tie)
+            return Mismatch(group=name, seq=s, field=f, values={r: _shown(v) for r, v in vals.items()},
+                            minority=minority, ambiguous=tie)
     return None
 
 
@@ -136,7 +143,7 @@ def _frontier(name: str, members: set[int], tails: Mapping[int, GroupTail]) -> t
     ref = next((op for r in reached if (op := tails[r].op(seq)) is not None), None)
     open_on = sorted(r for r in reached if (op := tails[r].op(seq)) is not None and not op.retired)
     desc = next((t.desc for t in tails.values() if t.desc), "")
-    return Frontier(group=name, desc=desc, seq=seq, op=ref.op if ref else "", sizes=ref.input_sizes if ref else None,
+    return Frontier(group=name, desc=desc, seq=seq, op=ref.op if ref else "", sizes=thaw(ref.input_sizes) if ref else None,
                     reached=reached, missing=missing, no_dump=no_dump, open_on=open_on,
                     timeout_ms=ref.timeout_ms if ref else None), waiters
 
