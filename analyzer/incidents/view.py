@@ -7,18 +7,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from vigil.contract import Incident
-from vigil.contract.wire import decode_batch
 from vigil.settings import VigilSettings
 
 
 def read_incident_events(settings: VigilSettings, bootstrap: str, timeout: float = 10.0) -> list[Incident]:
     """Every incident event on the incidents topic, oldest first per partition."""
-    from vigil.kafka.reader import read_topics
+    from vigil.kafka.reader import read_events
 
-    out: list[Incident] = []
-    for rec in read_topics(settings, bootstrap, [settings.topic("incidents")], timeout=timeout):
-        out.extend(e for e in decode_batch(rec.value).events if isinstance(e, Incident))
-    return out
+    return read_events(settings, bootstrap, "incidents", Incident, timeout=timeout)
 
 
 def current(events: Iterable[Incident], job: str | None = None, include_resolved: bool = True) -> list[Incident]:
