@@ -14,17 +14,19 @@ collective), a job whose steps stopped for `hang.stall_s` while its hosts still 
 live processes is a hang too, on weaker evidence: ranks whose steps stopped earlier are
 named, else nobody (`error`, subject `job`).
 
-Cost: the per-rank rows read at each instant are small (host, time, groups, step, stack); the
-dumps' per-group tails are read and matched only for an episode not judged before (the
-detector remembers the last `MEMO` verdicts, keyed by the episode's ranks and times), so a hang
-that stays open costs a cheap query per evaluation, not a re-match of every rank.
+Cost: at each instant it reads one small row per dumped rank (host, time, step); the group
+membership (deduplicated in ClickHouse: every member reports the same lists), the per-group
+tails and the stacks are read and matched only for an episode not judged before (the detector
+remembers the last `MEMO` episodes' results, keyed by their ranks and times), so a hang that
+stays open costs a cheap query per evaluation, not a re-match of every rank.
 """
 
 from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -35,25 +37,32 @@ from vigil.analyzer.incidents.roster import RankInfo, read_roster, world
 from vigil.analyzer.settings import HangSettings
 
 _TRACES_SQL = f"""
-SELECT rank, argMax(host, ts) AS dump_host, max(ts) AS dumped, argMax(group_ranks, ts) AS groups,
-       argMax(step, ts) AS last_step, argMax(stack, ts) AS last_stack
+SELECT rank, argMax(host, ts) AS dump_host, max(ts) AS dumped, argMax(step, ts) AS last_step
 FROM collective_traces
 WHERE job_id = {{job:String}} AND ts > {{lo:DateTime64(3, 'UTC')}} AND ts <= {AT}
 GROUP BY rank
 """
 
-_TAILS_SQL = f"""
-SELECT rank, argMax(pg_tail, ts) AS tail, argMax(if(pg_tail = '', entries, ''), ts) AS raw_entries
+# the union of the groups the dumped ranks report (every member reports the same lists: deduplicated first)
+_MEMBERS_SQL = f"""
+SELECT name, arraySort(arrayDistinct(arrayFlatten(groupUniqArray(members)))) AS ranks FROM (
+    SELECT rank, argMax(group_ranks, ts) AS groups FROM collective_traces
+    WHERE job_id = {{job:String}} AND ts > {{lo:DateTime64(3, 'UTC')}} AND ts <= {AT} AND rank IN {{ranks:Array(UInt32)}}
+    GROUP BY rank)
+ARRAY JOIN mapKeys(groups) AS name, mapValues(groups) AS members
+GROUP BY name
+"""
+
+_DUMPS_SQL = f"""
+SELECT rank, argMax(pg_tail, ts) AS tail, argMax(if(pg_tail = '', entries, ''), ts) AS raw_entries,
+       argMax(stack, ts) AS last_stack
 FROM collective_traces
 WHERE job_id = {{job:String}} AND ts > {{lo:DateTime64(3, 'UTC')}} AND ts <= {AT} AND rank IN {{ranks:Array(UInt32)}}
 GROUP BY rank
 """
 
-MEMO = 32
-Tails = Callable[[list[int]], Mapping[int, Mapping[str, GroupTail]]]
-
 _LAST_STEP_SQL = f"""
-SELECT max(last_ts) AS last_ts FROM job_steps WHERE job_id = {{job:String}} AND first_ts <= {AT}
+SELECT maxOrNull(last_ts) AS last_ts FROM job_steps WHERE job_id = {{job:String}} AND first_ts <= {AT}
   AND step + 100 >= (SELECT ifNull(max(step), 0) FROM job_steps WHERE job_id = {{job:String}} AND first_ts <= {AT})
 """
 
@@ -63,30 +72,67 @@ WHERE job_id = {{job:String}} AND ts > {{lo:DateTime64(3, 'UTC')}} AND ts <= {AT
 GROUP BY host HAVING procs > 0
 """
 
+MEMO = 32
+
+
+@dataclass(frozen=True, kw_only=True)
+class Judged:
+    """What one episode of dumps said: the Flight Recorder verdict's kind and its findings (if any)."""
+
+    kind: str
+    findings: list[Finding]
+
 
 class HangDetector:
     name = "collective_hang"
 
     def __init__(self) -> None:
-        self._memo: OrderedDict[tuple[Any, ...], Verdict] = OrderedDict()
+        self._memo: OrderedDict[tuple[Any, ...], Judged] = OrderedDict()
 
     def detect(self, ctx: EvalContext) -> list[Finding]:
         s = ctx.settings.hang
-        traces = ctx.rows(_TRACES_SQL, lo=ctx.ago(s.lookback_s))
+        lo = ctx.ago(s.lookback_s)
+        traces = ctx.rows(_TRACES_SQL, lo=lo)
         last = ctx.rows(_LAST_STEP_SQL)
         last_step_ts = as_utc(last[0]["last_ts"]) if last and last[0]["last_ts"] is not None else None
         if not traces and (last_step_ts is None or (ctx.at - last_step_ts).total_seconds() < s.stall_s):
             return []
         roster = read_roster(ctx)
+        fr_kind: str | None = None
+        if traces:
+            first, newest, episode = episode_of(traces, s)
+            if last_step_ts is None or last_step_ts <= newest:  # else the job stepped since: that stall is over
+                key = (ctx.job, first, newest, tuple(sorted(episode)))
+                judged = self._memo.get(key)
+                if judged is None:
+                    judged = self._judge(ctx, lo, roster, episode, first, last_step_ts)
+                    if judged is None:
+                        return []  # the other ranks' dumps are still on their way
+                    self._memo[key] = judged
+                    while len(self._memo) > MEMO:
+                        self._memo.popitem(last=False)
+                if judged.findings:
+                    return judged.findings
+                fr_kind = judged.kind
         alive = [str(r["host"]) for r in ctx.rows(_ALIVE_SQL, lo=ctx.ago(min(s.stall_s, 60.0)))]
+        return judge_stall(fr_kind, roster, alive, last_step_ts, ctx.at, s)
 
-        def tails(ranks: list[int]) -> dict[int, dict[str, GroupTail]]:
-            return {int(r["rank"]): parse_tails(r) for r in ctx.rows(_TAILS_SQL, lo=ctx.ago(s.lookback_s), ranks=ranks)}
+    def _judge(self, ctx: EvalContext, lo: str, roster: Mapping[int, RankInfo], episode: Mapping[int, Mapping[str, Any]],
+               first: datetime, last_step_ts: datetime | None) -> Judged | None:
+        dumped = sorted(episode)
+        reported = {str(r["name"]): [int(x) for x in r["ranks"]] for r in ctx.rows(_MEMBERS_SQL, lo=lo, ranks=dumped)}
+        everyone = world(roster) | set(dumped) | {x for v in reported.values() for x in v}
+        if set(dumped) < everyone and (ctx.at - first).total_seconds() < ctx.settings.hang.gather_s:
+            return None
+        dumps = {int(r["rank"]): r for r in ctx.rows(_DUMPS_SQL, lo=lo, ranks=dumped)}
+        return judge_dumps(episode, dumps, reported, everyone, roster, first, last_step_ts)
 
-        found = judge_hang(traces, roster, alive, ctx.at, s, tails=tails, memo=self._memo)
-        while len(self._memo) > MEMO:
-            self._memo.popitem(last=False)
-        return found
+
+def episode_of(traces: Sequence[Mapping[str, Any]], s: HangSettings) -> tuple[datetime, datetime, dict[int, Mapping[str, Any]]]:
+    """(first dump, newest dump, rank -> its row) of the newest hang: dumps within `episode_s` of the newest."""
+    newest = max(as_utc(r["dumped"]) for r in traces)
+    episode = {int(r["rank"]): r for r in traces if as_utc(r["dumped"]) >= newest - timedelta(seconds=s.episode_s)}
+    return min(as_utc(r["dumped"]) for r in episode.values()), newest, episode
 
 
 def parse_tails(row: Mapping[str, Any]) -> dict[str, GroupTail]:
@@ -99,6 +145,18 @@ def parse_tails(row: Mapping[str, Any]) -> dict[str, GroupTail]:
         return {}
 
 
+def judge_dumps(episode: Mapping[int, Mapping[str, Any]], dumps: Mapping[int, Mapping[str, Any]],
+                reported: Mapping[str, list[int]], everyone: set[int], roster: Mapping[int, RankInfo],
+                first: datetime, last_step_ts: datetime | None) -> Judged:
+    """Match one episode's dumps across ranks; a finding when Flight Recorder names a culprit."""
+    verdict = match({r: parse_tails(row) for r, row in dumps.items()}, reported, everyone)
+    if not verdict.culprits:
+        return Judged(kind=verdict.kind, findings=[])
+    since = min(first, last_step_ts) if last_step_ts is not None else first
+    rows = {r: {**episode[r], **dumps.get(r, {})} for r in episode}
+    return Judged(kind=verdict.kind, findings=[_fr_finding(verdict, rows, roster, since, first, len(everyone))])
+
+
 def _where(stack: str) -> str:
     """The innermost frame of a stack dump: its file/line and the code line."""
     lines = [ln.strip() for ln in stack.strip().splitlines() if ln.strip()]
@@ -107,38 +165,6 @@ def _where(stack: str) -> str:
 
 def _frontier_text(f: Frontier | None) -> str:
     return f"{f.op} {f.sizes} (group {f.group} {f.desc or ''} seq {f.seq})".replace("  ", " ") if f else ""
-
-
-def judge_hang(traces: Sequence[Mapping[str, Any]], roster: Mapping[int, RankInfo], alive_hosts: Sequence[str],
-               at: datetime, s: HangSettings, *, tails: Tails,
-               memo: MutableMapping[tuple[Any, ...], Verdict] | None = None) -> list[Finding]:
-    """The hang findings as of `at`; `tails(ranks)` loads those ranks' dumps, `memo` keeps verdicts of episodes."""
-    last_step_ts = max((r.last_ts for r in roster.values() if r.last_ts is not None), default=None)
-    verdict: Verdict | None = None
-    if traces:
-        newest = max(as_utc(r["dumped"]) for r in traces)
-        episode = [r for r in traces if as_utc(r["dumped"]) >= newest - timedelta(seconds=s.episode_s)]
-        first = min(as_utc(r["dumped"]) for r in episode)
-        if last_step_ts is not None and last_step_ts > newest:
-            return []  # the job stepped after the dumps: that stall is over
-        reported: dict[str, list[int]] = {}
-        for r in episode:
-            for name, ranks in dict(r["groups"] or {}).items():
-                reported[str(name)] = sorted(set(reported.get(str(name), [])) | {int(x) for x in ranks})
-        everyone = world(roster) | {int(r["rank"]) for r in episode} | {x for v in reported.values() for x in v}
-        dumped = {int(r["rank"]) for r in episode}
-        if dumped < everyone and (at - first).total_seconds() < s.gather_s:
-            return []  # the other ranks' dumps are still on their way
-        key = (first, newest, tuple(sorted(dumped)), tuple(sorted(everyone)))
-        verdict = memo.get(key) if memo is not None else None
-        if verdict is None:
-            verdict = match(tails(sorted(dumped)), reported, everyone)
-            if memo is not None:
-                memo[key] = verdict
-        if verdict.culprits:
-            since = min(first, last_step_ts) if last_step_ts is not None else first
-            return [_fr_finding(verdict, {int(r["rank"]): r for r in episode}, roster, since, first, len(everyone))]
-    return _stall(verdict, roster, alive_hosts, last_step_ts, at, s)
 
 
 def _host(rank: int, rows: Mapping[int, Mapping[str, Any]], roster: Mapping[int, RankInfo]) -> str:
@@ -153,7 +179,7 @@ def _fr_finding(v: Verdict, rows: Mapping[int, Mapping[str, Any]], roster: Mappi
     culprits = []
     for r in v.culprits:
         row = rows.get(r)
-        where = _where(str(row["last_stack"])) if row is not None else ""
+        where = _where(str(row.get("last_stack") or "")) if row is not None else ""
         front = v.frontier_of(r)
         own = (f"not in {_frontier_text(front)}" if front else "out of step") + (f"; at {where}" if where else "")
         if row is None:
@@ -179,14 +205,15 @@ def _fr_finding(v: Verdict, rows: Mapping[int, Mapping[str, Any]], roster: Mappi
                   "wait_for": {str(k): w for k, w in v.wait_for.items()}})
 
 
-def _stall(v: Verdict | None, roster: Mapping[int, RankInfo], alive_hosts: Sequence[str],
-           last_step_ts: datetime | None, at: datetime, s: HangSettings) -> list[Finding]:
+def judge_stall(fr_kind: str | None, roster: Mapping[int, RankInfo], alive_hosts: Sequence[str],
+                last_step_ts: datetime | None, at: datetime, s: HangSettings) -> list[Finding]:
+    """No Flight Recorder culprit: a job whose steps stopped `stall_s` ago while its processes run."""
     if last_step_ts is None or (at - last_step_ts).total_seconds() < s.stall_s or not alive_hosts:
         return []
     top = max((r.last_step for r in roster.values() if r.last_step is not None), default=None)
     behind = sorted(r.rank for r in roster.values() if r.last_step is not None and top is not None
                     and r.last_step < top and r.host in alive_hosts)
-    why = "Flight Recorder: every rank is inside the open collective" if v is not None else "no Flight Recorder dumps"
+    why = f"Flight Recorder: {fr_kind.replace('_', ' ')}" if fr_kind is not None else "no Flight Recorder dumps"
     stalled = round((at - last_step_ts).total_seconds())
     culprits = [{"rank": r, "host": roster[r].host, "step": roster[r].last_step,
                  "message": f"its steps stopped at {roster[r].last_step}, the others reached {top}"} for r in behind]
@@ -203,4 +230,4 @@ def _stall(v: Verdict | None, roster: Mapping[int, RankInfo], alive_hosts: Seque
     return [Finding(alert="collective_hang", subject=subject, host=host, severity=sev,  # type: ignore[arg-type]
                     since=last_step_ts, summary=summary[:2048],
                     evidence={"verdict": "stall", "confidence": "weak", "culprits": culprits, "victims": victims,
-                              "stalled_s": stalled, "flight_recorder": v.kind if v is not None else "none"})]
+                              "stalled_s": stalled, "flight_recorder": fr_kind or "none"})]
