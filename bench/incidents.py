@@ -80,33 +80,33 @@ def timed(fn: Callable[[], Any], repeat: int = 3) -> tuple[float, Any]:
     return statistics.median(times), out
 
 
-def run(ranks: int) -> dict[str, Any]:
+def run(ranks: int, engine: str) -> dict[str, Any]:
     traces = [dump(r, ranks) for r in range(ranks)]
     per_dump, _ = timed(lambda: [process(t) for t in traces[:64]], repeat=1)
     tails = {t.rank: tail_of(e.model_dump(mode="json") for e in t.entries) for t in traces}
     match_s, verdict = timed(lambda: match(tails, {}, set(range(ranks))))
     assert verdict.culprits == [culprit(ranks)], verdict.culprits
-    with tempfile.TemporaryDirectory() as tmp:
-        client = connect(f"chdb://{tmp}", database="bench")
-        migrate_all(client, 30)
-        writer = ClickHouseWriter(client=client)
-        for i in range(0, len(traces), 256):
-            writer.write(traces[i:i + 256])
-        writer.write(steps(ranks, 20))
-        settings = AnalyzerSettings()
-        at = T0 + timedelta(seconds=140)
-        ctx = EvalContext(client=client, settings=settings, job="bench", at=at)
-        detector = HangDetector()
-        cold_s, findings = timed(lambda: detector.detect(ctx), repeat=1)  # reads and matches every dump
-        warm_s, _ = timed(lambda: detector.detect(ctx))  # the same episode at a later instant: remembered
-        c = culprit(ranks)
-        assert findings and findings[0].subject == f"h{c // GPUS:04d}/rank{c}", findings
-        stage = IncidentStage(settings)
-        eval_s, _ = timed(lambda: evaluate(client, settings, AlertBook(), "bench", at, stages=[stage]), repeat=1)
-        assert stage.drain()
-        store = Store(client=client)
-        query_s, rows = timed(lambda: step_window(store, "bench", 80, 99))
-        build_s, doc = timed(lambda: chrome_trace(rows, job="bench"))
+    # one chdb engine per process: each size gets a database of its own
+    client = connect(f"chdb://{engine}", database=f"bench{ranks}")
+    migrate_all(client, 30)
+    writer = ClickHouseWriter(client=client)
+    for i in range(0, len(traces), 256):
+        writer.write(traces[i:i + 256])
+    writer.write(steps(ranks, 20))
+    settings = AnalyzerSettings()
+    at = T0 + timedelta(seconds=140)
+    ctx = EvalContext(client=client, settings=settings, job="bench", at=at)
+    detector = HangDetector()
+    cold_s, findings = timed(lambda: detector.detect(ctx), repeat=1)  # reads and matches every dump
+    warm_s, _ = timed(lambda: detector.detect(ctx))  # the same episode at a later instant: remembered
+    c = culprit(ranks)
+    assert findings and findings[0].subject == f"h{c // GPUS:04d}/rank{c}", findings
+    stage = IncidentStage(settings)
+    eval_s, _ = timed(lambda: evaluate(client, settings, AlertBook(), "bench", at, stages=[stage]), repeat=1)
+    assert stage.drain()
+    store = Store(client=client)
+    query_s, rows = timed(lambda: step_window(store, "bench", 80, 99))
+    build_s, doc = timed(lambda: chrome_trace(rows, job="bench"))
     return {"ranks": ranks, "tail_ms": 1000 * per_dump / 64, "match_s": match_s, "cold_s": cold_s, "warm_s": warm_s,
             "eval_s": eval_s, "trace_query_s": query_s, "trace_build_s": build_s, "trace_events": len(doc["traceEvents"])}
 
@@ -119,8 +119,9 @@ def main() -> None:
     lines = ["| ranks | ingest of one dump (ms) | match (s) | collective_hang detect, first (s) | ... again (s) | "
              "evaluate + incidents (s) | trace query (s) | trace build (s) | trace events |",
              "|---|---|---|---|---|---|---|---|---|"]
+    engine = tempfile.mkdtemp(prefix="vigil-bench-incidents-")
     for n in args.ranks:
-        r = run(n)
+        r = run(n, engine)
         lines.append(f"| {r['ranks']} | {r['tail_ms']:.2f} | {r['match_s']:.3f} | {r['cold_s']:.3f} | {r['warm_s']:.3f} | "
                      f"{r['eval_s']:.3f} | {r['trace_query_s']:.3f} | {r['trace_build_s']:.3f} | {r['trace_events']} |")
         print(lines[-1], flush=True)

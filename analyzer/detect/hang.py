@@ -54,8 +54,15 @@ GROUP BY name
 """
 
 _DUMPS_SQL = f"""
-SELECT rank, argMax(pg_tail, ts) AS tail, argMax(if(pg_tail = '', entries, ''), ts) AS raw_entries,
-       argMax(stack, ts) AS last_stack
+SELECT rank, argMax(pg_tail, ts) AS tail, argMax(stack, ts) AS last_stack
+FROM collective_traces
+WHERE job_id = {{job:String}} AND ts > {{lo:DateTime64(3, 'UTC')}} AND ts <= {AT} AND rank IN {{ranks:Array(UInt32)}}
+GROUP BY rank
+"""
+
+# rows stored before `pg_tail` existed: their whole entries (reading `entries` costs ~100 KB a rank)
+_ENTRIES_SQL = f"""
+SELECT rank, argMax(entries, ts) AS raw_entries
 FROM collective_traces
 WHERE job_id = {{job:String}} AND ts > {{lo:DateTime64(3, 'UTC')}} AND ts <= {AT} AND rank IN {{ranks:Array(UInt32)}}
 GROUP BY rank
@@ -124,7 +131,10 @@ class HangDetector:
         everyone = world(roster) | set(dumped) | {x for v in reported.values() for x in v}
         if set(dumped) < everyone and (ctx.at - first).total_seconds() < ctx.settings.hang.gather_s:
             return None
-        dumps = {int(r["rank"]): r for r in ctx.rows(_DUMPS_SQL, lo=lo, ranks=dumped)}
+        dumps = {int(r["rank"]): dict(r) for r in ctx.rows(_DUMPS_SQL, lo=lo, ranks=dumped)}
+        if old := sorted(r for r, row in dumps.items() if not row["tail"]):
+            for r in ctx.rows(_ENTRIES_SQL, lo=lo, ranks=old):
+                dumps[int(r["rank"])]["raw_entries"] = r["raw_entries"]
         return judge_dumps(episode, dumps, reported, everyone, roster, first, last_step_ts)
 
 

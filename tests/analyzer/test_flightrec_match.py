@@ -123,3 +123,13 @@ def test_circular_wait_names_the_cycle() -> None:
     tails = {0: {"1": tail("1", 5), "2": tail("2", 3)}, 1: {"1": tail("1", 4), "2": tail("2", 4)}}
     v = match(tails, {"1": [0, 1], "2": [0, 1]})
     assert (v.kind, v.culprits) == ("circular_wait", [0, 1])
+
+
+def test_rows_stored_before_pg_tail_are_read_from_their_entries() -> None:
+    from vigil.analyzer.detect.hang import parse_tails
+
+    doc = parse_dump((FIXTURES / "hang_ddp" / "fr_3").read_bytes())
+    entries = [e.model_dump(mode="json") for e in to_trace(doc, job_id="j", host="h", rank=3).entries]
+    from_entries = parse_tails({"tail": "", "raw_entries": json.dumps(entries)})
+    assert from_entries == parse_tails({"tail": dumps_tail(tail_of(entries))}) and from_entries["0"].last_seq == 20
+    assert parse_tails({"tail": "not json"}) == {}
