@@ -9,6 +9,7 @@ from vigil.contract.decisions import (
     RankPlacement,
     RankRef,
     RecoveryAction,
+    Silence,
 )
 from vigil.contract.registry import (
     DEAD_LETTER_TOPIC,
@@ -37,6 +38,6 @@ __all__ = [
     "DEAD_LETTER_TOPIC", "SPECS", "TELEMETRY_TOPICS", "TOPICS", "Alert", "Checkpoint",
     "CollectiveEntry", "CollectiveTrace", "Decoded", "Event", "EventSpec", "GpuState", "Heartbeat", "Incident",
     "JobRegistered", "LogLine", "NicCounters", "ParallelCoords", "ProcessExit", "ProcessState",
-    "RankPlacement", "RankRef", "RankScoped", "RecoveryAction", "Rejected", "StepTiming", "decode_batch",
+    "RankPlacement", "RankRef", "RankScoped", "RecoveryAction", "Rejected", "Silence", "StepTiming", "decode_batch",
     "encode_batch", "new_event_id", "spec_for", "topic_of", "utcnow", "validate_event",
 ]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vigil.contract.base import Event
-from vigil.contract.decisions import Alert, Checkpoint, Incident, JobRegistered, RecoveryAction
+from vigil.contract.decisions import Alert, Checkpoint, Incident, JobRegistered, RecoveryAction, Silence
 from vigil.contract.telemetry import (
     CollectiveTrace,
     Heartbeat,
@@ -89,12 +89,16 @@ SPECS: tuple[EventSpec, ...] = (
         "alerts": ["llama-70b/process_exit/node-0007/rank5", "llama-70b/process_exit/node-0003/rank1"],
         "first_sign": "2026-11-01T11:59:58Z", "detected": _TS,
         "evidence": {"first_exit": "2026-11-01T11:59:58Z", "nvlink_lines": 3}}),
+    EventSpec(kind="silence", version=1, model=Silence, topic="silences", example={
+        **_ORIGIN, "job_id": "llama-70b", "host": "*", "silence_id": "5f1c9d2e", "ts": _TS,
+        "matchers": {"job": "llama-70b", "kind": "straggler"}, "starts_at": _TS, "ends_at": "2026-11-01T14:00:00Z",
+        "created_by": "alice", "reason": "node-0007 is being drained for maintenance"}),
     EventSpec(kind="recovery", version=1, model=RecoveryAction, topic="recovery", example={
         **_ORIGIN, "action": "cordon", "target": "node-0007", "status": "succeeded",
         "reason": "traffic stopped for 30 s", "alert_fingerprint": "llama-70b/traffic_stall/node-0007"}),
     EventSpec(kind="checkpoint", version=1, model=Checkpoint, topic="recovery", example={
-        **_ORIGIN, "step": 1200, "phase": "persisted", "path": "/ckpt/llama-70b/step-1200",
-        "blocked_ms": 17.0, "duration_ms": 4200.0, "bytes": 524_288_000}),
+        **_ORIGIN, "step": 1200, "phase": "committed", "path": "/ckpt/llama-70b/step-0000001200-3fa9c2d1",
+        "blocked_ms": 0.0, "duration_ms": 4200.0, "bytes": 524_288_000, "rank": 0, "error": "", "dropped": 0}),
 )
 
 BY_KIND: dict[tuple[str, int], EventSpec] = {(s.kind, s.version): s for s in SPECS}

@@ -95,13 +95,19 @@ def cmd_analyzer(args: argparse.Namespace) -> int:
     service.start()
     role = "ingest + detectors" if analyzer.detect else "ingest only"
     print(f"analyzer running ({role}): kafka {bootstrap}, clickhouse {ctx.clickhouse_dsn}; Ctrl-C stops it.", flush=True)
+    ticks = 0
     try:
-        while not stop.wait(10.0):
-            h = service.health()
-            print(f"events={h['events']} rate={h['events_per_s']}/s rejected={h['rejected']} "
-                  f"lag={sum(h['lag'].values())} firing={h['alerts_firing']} {h['last_error']}", flush=True)
+        while not stop.wait(1.0) and not service.failed:  # a stopped ingest ends the process, non-zero
+            ticks += 1
+            if ticks % 10 == 0:
+                h = service.health()
+                print(f"events={h['events']} rate={h['events_per_s']}/s rejected={h['rejected']} "
+                      f"lag={sum(h['lag'].values())} firing={h['alerts_firing']} {h['last_error']}", flush=True)
     finally:
         service.stop()
+    if service.failed:
+        print(f"analyzer: {service.failed}", file=sys.stderr, flush=True)
+        return 1
     return 0
 
 
