@@ -30,13 +30,15 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Protocol
 
 from clickhouse_connect.driver.exceptions import OperationalError
 
 from vigil.analyzer.alerts.book import AlertBook
 from vigil.analyzer.clock import SPARSE, JobClock, grid, grid_ceil, grid_floor, job_clocks
-from vigil.analyzer.detect.base import Detector, EvalContext, SourceClock
+from vigil.analyzer.detect.base import Detector, EvalContext, Finding, SourceClock
 from vigil.analyzer.detect.epoch import EpochTracker
+from vigil.analyzer.detect.hang import HangDetector
 from vigil.analyzer.detect.heartbeat import HeartbeatDetector
 from vigil.analyzer.detect.logs import ExitDetector, LogDetector
 from vigil.analyzer.detect.mfu import MfuDriftDetector
@@ -52,14 +54,21 @@ log = logging.getLogger(__name__)
 
 DETECTORS: tuple[Detector, ...] = (
     StragglerDetector(), TrafficDetector(), MfuDriftDetector(), HeartbeatDetector(), LogDetector(), ExitDetector(),
+    HangDetector(),
 )
 _MS = timedelta(milliseconds=1)
 
 
+class FindingStage(Protocol):
+    """A step between the detectors and the alert book (incidents: link findings, demote victims')."""
+
+    def apply(self, ctx: EvalContext, findings: list[Finding], ran: Sequence[str]) -> list[Finding]: ...
+
+
 def evaluate(client: QueryClient, settings: AnalyzerSettings, book: AlertBook, job: str, at: datetime, *,
              live: bool = False, detectors: Sequence[Detector] = DETECTORS, errors: list[str] | None = None,
-             tracker: EpochTracker | None = None,
-             sources: Mapping[tuple[str, str], SourceClock] | None = None) -> list[Alert]:
+             tracker: EpochTracker | None = None, sources: Mapping[tuple[str, str], SourceClock] | None = None,
+             stages: Sequence[FindingStage] = ()) -> list[Alert]:
     """Run the detectors for `job` as of `at`; the alert events this instant produces.
 
     A detector that fails on its own (a bug, a bad row) is left out of this instant and the
@@ -82,11 +91,21 @@ def evaluate(client: QueryClient, settings: AnalyzerSettings, book: AlertBook, j
             log.warning("detector failed: %s", msg)
             if errors is not None:
                 errors.append(msg)
+    for stage in stages:
+        try:
+            findings = stage.apply(ctx, findings, ran)
+        except OperationalError:
+            raise
+        except Exception as exc:  # a broken stage leaves the findings as the detectors made them
+            msg = f"{type(stage).__name__} on {job} at {at.isoformat()}: {one_line(exc)}"
+            log.warning("finding stage failed: %s", msg)
+            if errors is not None:
+                errors.append(msg)
     return book.update(job, at, ran, findings)
 
 
 def replay(client: QueryClient, settings: AnalyzerSettings, job: str, start: datetime | None = None,
-           end: datetime | None = None) -> list[Alert]:
+           end: datetime | None = None, stages: Sequence[FindingStage] = ()) -> list[Alert]:
     """Alert events the detectors would have raised over `job`'s stored history (every grid instant)."""
     clocks = job_clocks(client, job=job)
     if not clocks:
@@ -99,7 +118,7 @@ def replay(client: QueryClient, settings: AnalyzerSettings, job: str, start: dat
     tracker = EpochTracker(job=job, settings=settings.epoch)
     out: list[Alert] = []
     for at in grid(lo - _MS, hi, step):
-        out.extend(evaluate(client, settings, book, job, at, tracker=tracker))
+        out.extend(evaluate(client, settings, book, job, at, tracker=tracker, stages=stages))
     return out
 
 
@@ -110,6 +129,7 @@ class LiveCursor:
     settings: AnalyzerSettings
     book: AlertBook
     store: PositionStore | None = None
+    stages: Sequence[FindingStage] = ()
     positions: dict[str, datetime] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     backlog: int = 0  # instants known to wait after the last turn
@@ -194,7 +214,7 @@ class LiveCursor:
         if tracker is None:
             tracker = self._trackers[c.job] = EpochTracker(job=c.job, settings=self.settings.epoch)
         alerts = evaluate(client, self.settings, self.book, c.job, at, live=True, errors=self.errors,
-                          tracker=tracker, sources=c.sources)
+                          tracker=tracker, sources=c.sources, stages=self.stages)
         self.positions[c.job] = self._unsaved[c.job] = at
         self._judged_wall[c.job] = datetime.now(UTC)
         self.instants_judged += 1

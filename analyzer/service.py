@@ -1,11 +1,13 @@
 """AnalyzerService: the ingest loop and the detector loop as one service of `vigil up`.
 
-`start()` restores the alert book from the alerts topic, then starts two threads:
-ingest (Kafka -> ClickHouse, committing after each write) and detect (turns of the live
-cursor: judge active jobs on their event-time clocks, publish the resulting alert events
-to the alerts topic, which the ingest stores back into `alert_events`, then save the
-positions reached). A turn is bounded (`turn_budget_s`); while instants wait (a burst, a
-catch-up) the next turn starts at once, otherwise after `detect_interval_s`. The
+`start()` restores the alert book and the incident book from their topics, then starts
+two threads: ingest (Kafka -> ClickHouse, committing after each write) and detect (turns of
+the live cursor: judge active jobs on their event-time clocks, publish the resulting alert
+and incident events to their topics, which the ingest stores back into `alert_events` /
+`incident_events`, then save the positions reached). Between the detectors and the alert
+book, the incident stage groups findings under incidents and demotes victims'
+(`analyzer.incidents`). A turn is bounded (`turn_budget_s`); while instants wait (a burst,
+a catch-up) the next turn starts at once, otherwise after `detect_interval_s`. The
 cursor's idle rule uses the ingest's frontier (ingest/lag.py), so a saturated ingest
 delays judgement instead of making hosts look silent. `health()` is cheap: figures
 sampled by the threads, never a query.
@@ -25,11 +27,13 @@ from typing import Any
 from vigil.analyzer.alerts.book import AlertBook
 from vigil.analyzer.alerts.view import read_alert_events
 from vigil.analyzer.engine import LiveCursor
+from vigil.analyzer.incidents.stage import IncidentStage
+from vigil.analyzer.incidents.view import read_incident_events
 from vigil.analyzer.ingest.loop import IngestLoop
 from vigil.analyzer.positions import ClickHousePositions
 from vigil.analyzer.settings import AnalyzerSettings
 from vigil.clickhouse.client import open_client
-from vigil.contract import Alert
+from vigil.contract import Event
 from vigil.errors import one_line
 from vigil.kafka.producer import EventProducer
 from vigil.service import StackContext
@@ -47,16 +51,19 @@ class AnalyzerService:
         self._threads: list[threading.Thread] = []
         self.producer = EventProducer(settings=ctx.settings, bootstrap=ctx.bootstrap, batch_events=500)
         self.book = AlertBook(refresh_s=self.settings.refresh_s)
-        self.cursor = LiveCursor(settings=self.settings, book=self.book, store=ClickHousePositions(client=ctx.clickhouse))
+        self.incidents = IncidentStage(self.settings)
+        self.cursor = LiveCursor(settings=self.settings, book=self.book, store=ClickHousePositions(client=ctx.clickhouse),
+                                 stages=(self.incidents,))
         self.ingest: IngestLoop | None = None
         self.alerts_published = 0
-        self._unpublished: list[Alert] = []
+        self._unpublished: list[Event] = []
         self.detect_turns = 0
         self.last_error = ""
 
     def start(self) -> None:
         if self.settings.detect:
             self.book.restore(read_alert_events(self.ctx.settings, self.ctx.bootstrap))
+            self.incidents.book.restore(read_incident_events(self.ctx.settings, self.ctx.bootstrap))
         # its own producer: a flush reports every failure since the last one, so one user each
         dead_letters = EventProducer(settings=self.ctx.settings, bootstrap=self.ctx.bootstrap, batch_events=500)
         # the writer's own ClickHouse client: detectors, the dashboard and the control port never wait on its inserts
@@ -79,21 +86,22 @@ class AnalyzerService:
             self.detect_once()
 
     def detect_once(self) -> int:
-        """One turn of the detector loop; the number of alert events published."""
+        """One turn of the detector loop; the number of alert and incident events published."""
         try:
             frontier = self.ingest.frontier if self.ingest is not None else None
             if self.ingest is not None and frontier is None and not self._unpublished:
                 return 0  # no lag sample yet: nothing tells a silent source from a queued one
-            alerts = self._unpublished + self.cursor.turn(self.ctx.clickhouse, frontier=frontier)
-            self._unpublished = alerts  # kept until the broker has them; ingest dedups a resend
-            if alerts:
-                self.producer.send(alerts)
+            turned: list[Event] = list(self.cursor.turn(self.ctx.clickhouse, frontier=frontier))
+            events = self._unpublished + turned + list(self.incidents.drain())
+            self._unpublished = events  # kept until the broker has them; ingest dedups a resend
+            if events:
+                self.producer.send(events)
                 self.producer.flush()
             self._unpublished = []
             self.cursor.commit()
-            self.alerts_published += len(alerts)
+            self.alerts_published += len(events)
             self.detect_turns += 1
-            return len(alerts)
+            return len(events)
         except Exception as exc:
             self.last_error = f"detect: {one_line(exc)}"
             log.exception("detector turn failed")
@@ -133,6 +141,7 @@ class AnalyzerService:
             "last_error": errors[0] if errors else "",
             "detect": self.settings.detect,
             "alerts_firing": len(self.book.firing()),
+            "incidents_open": len(self.incidents.book.open()),
             "alerts_published": self.alerts_published,
             "detect_turns": self.detect_turns,
             "instants_judged": self.cursor.instants_judged,

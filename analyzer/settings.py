@@ -80,6 +80,26 @@ class LogSettings(_Section):
     resolve_s: float = Field(default=600.0, gt=0, description="an error-log alert resolves after this long quiet")
 
 
+class HangSettings(_Section):
+    episode_s: float = Field(default=60.0, gt=0, description="Flight Recorder dumps this close to the newest belong "
+                             "to one hang")
+    gather_s: float = Field(default=10.0, ge=0, description="a hang is judged once every member dumped, or this long "
+                            "after its first dump")
+    lookback_s: float = Field(default=3600.0, gt=0, description="how far back dumps are read")
+    stall_s: float = Field(default=120.0, gt=0, description="no Flight Recorder culprit: steps stopped this long while "
+                           "the job's processes live is a hang (weak evidence)")
+
+
+class IncidentSettings(_Section):
+    window_s: float = Field(default=120.0, gt=0, description="rank failures this close in time form one cascade")
+    settle_s: float = Field(default=20.0, ge=0, description="a cascade of peer errors only (no culprit yet) waits this "
+                            "long for its culprit's exit before naming the first failure")
+    hardware_window_s: float = Field(default=300.0, ge=0, description="hardware error lines on the culprit's host "
+                                     "this long before its failure make it a host fault")
+    victim_severity: Literal["info", "warning", "error"] = Field(default="warning", description="severity a "
+                                                                 "victim's alert is demoted to (it no longer pages)")
+
+
 class AnalyzerSettings(VigilBaseSettings):
     model_config = SettingsConfigDict(env_prefix="VIGIL_ANALYZER_")
     config_section = "analyzer"
@@ -117,3 +137,5 @@ class AnalyzerSettings(VigilBaseSettings):
     heartbeat: HeartbeatSettings = HeartbeatSettings()
     epoch: EpochSettings = EpochSettings()
     log: LogSettings = LogSettings()
+    hang: HangSettings = HangSettings()
+    incidents: IncidentSettings = IncidentSettings()

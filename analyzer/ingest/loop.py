@@ -33,7 +33,7 @@ from vigil.settings import VigilSettings
 
 log = logging.getLogger(__name__)
 
-INGEST_TOPICS: tuple[str, ...] = (*TELEMETRY_TOPICS, "alerts", "recovery")
+INGEST_TOPICS: tuple[str, ...] = (*TELEMETRY_TOPICS, "alerts", "incidents", "recovery")
 
 
 @dataclass(kw_only=True)

@@ -5,9 +5,11 @@ name: the writer inserts by those names (column by column), and the test suite c
 every table's rows against the migrated schema and every like-named field against its
 event. No I/O here: the writer, the benchmarks and the tests share these functions.
 A heartbeat becomes one `heartbeats` row and one `gpu_stats` row per GPU; a job
-registration one `jobs` row and one `job_ranks` row per rank. The recovery controller's
-(re)start of a job, when it begins, is a `job_registrations` row: the detectors take
-it as the start of a new run (analyzer/detect/epoch.py), like a registration.
+registration one `jobs` row and one `job_ranks` row per rank; a Flight Recorder trace one
+`collective_traces` row with its per-group tail (`pg_tail`) for the hang detector. The
+recovery controller's (re)start of a job, when it begins, is a `job_registrations` row:
+the detectors take it as the start of a new run (analyzer/detect/epoch.py), like a
+registration.
 
 An event is either the pydantic model or its fast-path mirror (`vigil.contract.fastwire`,
 same attribute names): processors read attributes only, so both give the same rows.
@@ -24,11 +26,13 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from vigil.analyzer.incidents.flightrec import dumps_tail, tail_of
 from vigil.contract import (
     Alert,
     Checkpoint,
     CollectiveTrace,
     Heartbeat,
+    Incident,
     JobRegistered,
     LogLine,
     NicCounters,
@@ -93,15 +97,17 @@ def _exit(e: ProcessExit) -> list[TableRow]:
     return [("process_exits", {
         "event_id": e.event_id, "job_id": e.job_id, "host": e.host, "ts": e.ts, "rank": e.rank,
         "local_rank": e.local_rank, "pid": e.pid, "exit_code": e.exit_code, "signal": e.signal or "",
-        "summary": e.summary, "traceback": e.traceback})]
+        "summary": e.summary, "traceback": e.traceback, "failed_at": e.failed_at, "launcher": int(e.launcher)})]
 
 
 def _collective(e: CollectiveTrace) -> list[TableRow]:
+    entries = [x.model_dump(mode="json") for x in e.entries]
     return [("collective_traces", {
         "event_id": e.event_id, "job_id": e.job_id, "host": e.host, "rank": e.rank, "ts": e.ts,
         "dumped_at": e.dumped_at, "process_groups": dict(e.process_groups),
         "last_started_seq": dict(e.last_started_seq), "last_completed_seq": dict(e.last_completed_seq),
-        "entries": json.dumps([x.model_dump(mode="json") for x in e.entries])})]
+        "entries": json.dumps(entries), "group_ranks": {k: list(v) for k, v in e.group_ranks.items()},
+        "trigger": e.trigger, "step": e.step, "stack": e.stack, "pg_tail": dumps_tail(tail_of(entries))})]
 
 
 def _job(e: JobRegistered) -> list[TableRow]:
@@ -122,6 +128,20 @@ def _alert(e: Alert) -> list[TableRow]:
         "event_id": e.event_id, "ts": e.ts, "job_id": e.job_id, "host": e.host, "fingerprint": e.fingerprint,
         "alert": e.alert, "subject": e.subject, "status": e.status, "severity": e.severity, "summary": e.summary,
         "first_seen": e.first_seen, "last_seen": e.last_seen,
+        "evidence": json.dumps(e.evidence, default=str, sort_keys=True)})]
+
+
+def _incident(e: Incident) -> list[TableRow]:
+    culprit = e.culprits[0] if e.culprits else None
+    return [("incident_events", {
+        "event_id": e.event_id, "ts": e.ts, "job_id": e.job_id, "host": e.host, "incident_id": e.incident_id,
+        "category": e.category, "cause": e.cause, "status": e.status, "severity": e.severity,
+        "confidence": e.confidence, "summary": e.summary, "culprit_host": culprit.host if culprit else "",
+        "culprit_rank": culprit.rank if culprit else None,
+        "culprits": json.dumps([c.model_dump(mode="json") for c in e.culprits]),
+        "victims": json.dumps([v.model_dump(mode="json") for v in e.victims]),
+        "victim_ranks": sorted({v.rank for v in e.victims if v.rank is not None}), "alerts": list(e.alerts),
+        "first_sign": e.first_sign, "detected": e.detected,
         "evidence": json.dumps(e.evidence, default=str, sort_keys=True)})]
 
 
@@ -147,12 +167,13 @@ def _recovery(e: RecoveryAction) -> list[TableRow]:
 KINDS: dict[str, Callable[[Any], list[TableRow]]] = {
     "step": _step, "heartbeat": _heartbeat, "nic": _nic, "log": _log, "exit": _exit, "collective": _collective,
     "job": _job, "alert": _alert, "checkpoint": _checkpoint, "recovery": _recovery,
+    "incident": _incident,
 }
 
 LOOKUP: dict[str, str] = {
     "step_timings": "step", "heartbeats": "ts", "gpu_stats": "ts", "nic_counters": "ts", "log_lines": "ts",
     "process_exits": "ts", "collective_traces": "ts", "alert_events": "ts", "checkpoints": "ts",
-    "recovery_actions": "ts",
+    "recovery_actions": "ts", "incident_events": "ts",
 }
 """table -> the column bounding a look-up of its stored event_ids (`jobs`, `job_ranks` and `job_registrations` are
 keyed by job (and rank or event), have no rollups, and rely on their ReplacingMergeTree)."""

@@ -1,8 +1,8 @@
 """`vigil demo` (what `make demo` runs) as a real subprocess: the dashboard answers, the real
 torch job's steps reach ClickHouse and the dashboard's pages (its step chart, both of its hosts
 on the heatmap, its latest committed checkpoint, fetched over HTTP as the browser gets them), a
-webhook named by VIGIL_NOTIFY_WEBHOOK_URL receives the demo's alerts signed, and Ctrl-C leaves no
-process behind."""
+webhook named by VIGIL_NOTIFY_WEBHOOK_URL receives the demo's alerts signed, its hang becomes an
+incident naming the hung rank on the alerts page, and Ctrl-C leaves no process behind."""
 
 from __future__ import annotations
 
@@ -108,6 +108,17 @@ def test_demo_runs_shows_torch_steps_and_stops_clean(tmp_path: Path) -> None:
         assert "Notify    alerts and incidents go to webhook (webhook http://127.0.0.1" in "".join(out)
         descendants = psutil.Process(proc.pid).children(recursive=True)
         assert len(descendants) >= 6  # broker, 2 agents, 2 torchrun, 4 ranks, simulator
+
+        # the torch job's rank 3 hangs at step 300: one incident names it (Flight Recorder), on the alerts page
+        incident: list[list[object]] = []
+        hang_deadline = time.monotonic() + 300
+        while time.monotonic() < hang_deadline and not incident:
+            incident = _sql(control, "SELECT category, culprit_host, culprit_rank FROM incidents_current "
+                                     "WHERE job_id = 'demo-torch'")
+            time.sleep(3)
+        assert incident == [["collective_hang", "demo-host-1", 3]], "".join(out[-50:])
+        alerts_page = " ".join(texts(render_page(dashboard, "/alerts", "?job=demo-torch&range=all")))
+        assert "collective_hang" in alerts_page and "demo-host-1" in alerts_page
     finally:
         oncall.down()
         proc.send_signal(signal.SIGINT)

@@ -3,7 +3,10 @@
 Starts the stack in this process (broker, ClickHouse, analyzer, dashboard, notifier), then
 side by side:
 1. a real PyTorch job: `train.py` under DDP/gloo, 4 ranks as 2 hosts, each host a
-   `vigil run -- torchrun ...` agent; one rank is slowed part-way, another prints an Xid line;
+   `vigil run -- torchrun ...` agent; one rank is slowed part-way, another prints an Xid line,
+   and at step `HANG_AT` the slowed rank hangs: its Flight Recorder trace (the step timer's
+   hang watchdog) names it the culprit of a `collective_hang` incident, the other ranks time
+   out `PG_TIMEOUT_S` later and the job ends;
 2. a simulated 256-host job with a straggler, a NIC stall and MFU decay injected.
 It prints where to look and runs until Ctrl-C (or --duration), then stops every child:
 SIGINT first (each agent forwards it to torchrun and SIGKILLs the tree `KILL_GRACE_S` later),
@@ -34,6 +37,7 @@ TRAIN = Path(__file__).with_name("train.py")
 TORCH_JOB, SIM_JOB = "demo-torch", "demo-sim"
 HOSTS = ("demo-host-0", "demo-host-1")
 SLOW_RANK, XID_RANK = 3, 0
+HANG_AT, PG_TIMEOUT_S = 300, 60  # the slowed rank hangs at this step; its peers time out this much later
 # An agent SIGKILLs torchrun's tree KILL_GRACE_S after the forwarded SIGINT, then delivers
 # for at most DRAIN_S; the demo waits STOP_WAIT_S (> both, plus its output threads' 2 x 5 s).
 KILL_GRACE_S, DRAIN_S, STOP_WAIT_S = 5.0, 5.0, 30.0
@@ -84,8 +88,9 @@ class Demo:
                     sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
                     "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
                     str(TRAIN), "--slow-rank", str(SLOW_RANK), "--slow-from", "60", "--xid-rank", str(XID_RANK),
-                    "--xid-at", "40", "--ckpt-dir", str(self.settings.home / "demo" / "checkpoints"),
-                    "--ckpt-every", "20"]
+                    "--xid-at", "40", "--hang-rank", str(SLOW_RANK), "--hang-at", str(HANG_AT),
+                    "--pg-timeout-s", str(PG_TIMEOUT_S),
+                    "--ckpt-dir", str(self.settings.home / "demo" / "checkpoints"), "--ckpt-every", "20"]
             self._spawn(argv, f"{host}.log", env)
 
     def start_simulation(self, bootstrap: str) -> None:
@@ -151,8 +156,13 @@ What to look at (give it a minute or two to develop):
             a traffic stop on {stop}, MFU drift on {TORCH_JOB} (its slowed rank drags every step);
             MFU drift on {SIM_JOB} follows after a few minutes (its decay ramps over 100 steps).
   Network   the stall of {stop} and the drop of {nic}.
+  Incident  at step {HANG_AT} (a few minutes in) rank {SLOW_RANK} hangs: the Alerts page shows one collective_hang
+            incident naming {HOSTS[1]} rank {SLOW_RANK} (from the Flight Recorder traces every rank dumps), the
+            other ranks its victims (their timeouts {PG_TIMEOUT_S} s later are linked, not paged); the 3D view
+            marks the culprit and dims the victims; `vigil incidents --job {TORCH_JOB}` prints it.
 {notify_line(notify or {})}
-From another terminal: `vigil status`, `vigil alerts`, `vigil tail --kind alert`.
+From another terminal: `vigil status`, `vigil alerts`, `vigil incidents`, `vigil tail --kind alert`,
+`vigil trace --job {TORCH_JOB} -o trace.json` (open it in ui.perfetto.dev).
 Ctrl-C stops everything.
 """
 

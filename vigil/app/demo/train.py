@@ -2,10 +2,11 @@
 
 Launched by torchrun under `vigil run` (which sets VIGIL_JOB_ID / VIGIL_HOST /
 VIGIL_SPOOL_DIR). For the demo one rank is slowed part-way through (its forward
-pass takes longer, so its host stands out on the heatmap, as a fail-slow GPU would)
-and another prints an Xid-style driver error line once. With `--ckpt-dir` it saves a
-two-phase checkpoint every `--ckpt-every` steps (`vigil.recovery.checkpoint`) and, when
-started again, resumes from the latest complete one.
+pass takes longer, so its host stands out on the heatmap, as a fail-slow GPU would),
+another prints an Xid-style driver error line once, and later one rank hangs (a stuck
+GPU: it never joins the next all-reduce) until the process group's timeout ends the job.
+With `--ckpt-dir` it saves a two-phase checkpoint every `--ckpt-every` steps
+(`vigil.recovery.checkpoint`) and, when started again, resumes from the latest complete one.
 
     python -m torch.distributed.run --nproc-per-node 2 vigil/app/demo/train.py --steps 50
 """
@@ -16,6 +17,7 @@ import argparse
 import os
 import sys
 import time
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -55,6 +57,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--xid-rank", type=int, default=-1, help="global rank that prints an Xid line")
     p.add_argument("--xid-at", type=int, default=20, help="step at which it prints it")
     p.add_argument("--peak-tflops", type=float, default=0.05, help="the 'GPU' peak used for MFU on CPU")
+    p.add_argument("--hang-rank", type=int, default=-1, help="global rank that hangs")
+    p.add_argument("--hang-at", type=int, default=300, help="step before which it hangs")
+    p.add_argument("--pg-timeout-s", type=float, default=1800.0, help="process group (collective) timeout")
     p.add_argument("--ckpt-dir", default=None, help="checkpoint here (shared by every rank); resume from it")
     p.add_argument("--ckpt-every", type=int, default=20, help="steps between checkpoints")
     return p.parse_args(argv)
@@ -63,7 +68,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     torch.set_num_threads(1)
-    dist.init_process_group("gloo")
+    dist.init_process_group("gloo", timeout=timedelta(seconds=args.pg_timeout_s))
     rank = dist.get_rank()
     torch.manual_seed(0)
     model = TinyLM(args.vocab, args.dim, args.layers, 4, args.seq)
@@ -84,6 +89,10 @@ def main(argv: list[str] | None = None) -> int:
                                   coords={"dp": rank, "tp": 0, "pp": 0}, start_step=step))
     try:
         while args.steps == 0 or step < args.steps:
+            if rank == args.hang_rank and step == args.hang_at:
+                print(f"rank {rank} hangs before step {step} (a stuck GPU)", flush=True)
+                while True:  # its peers wait in the next all-reduce until the process group times out
+                    time.sleep(3600)
             with timer.step(tokens=tokens_per_step, samples=args.batch):
                 with timer.phase("data"):
                     batch = torch.randint(0, args.vocab, (args.batch, args.seq + 1), generator=gen)
