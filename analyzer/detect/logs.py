@@ -7,13 +7,16 @@ that category for `log.resolve_s`. A process that exits non-zero or by a signal
 raises a critical alert per (host, rank) that resolves when that rank reports a
 training step again (restart); its evidence carries the rank's own message and when it
 was printed (`failed_at`), from which incidents order a cascade. The launcher's own exit
-(torchrun: not a rank) alerts (`host/launcher`) only when none of its ranks did.
+(torchrun: not a rank) alerts (`host/launcher`) only when none of its ranks did. Exits
+while the recovery controller pauses or halts the job (`recovery_actions`: from a pause's
+`started` to its end, plus `PAUSE_GRACE_S`) are its own doing, not failures: no alert, so
+no crash cascade either.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from vigil.analyzer.detect.base import AT, EvalContext, Finding, Severity, as_utc, ch_time
@@ -21,6 +24,8 @@ from vigil.analyzer.settings import LogSettings
 
 _LEVELS: dict[str, int] = {"info": 0, "warning": 1, "error": 2, "critical": 3}
 EXIT_LOOKBACK_S = 86400.0
+PAUSE_GRACE_S = 30.0  # after a pause ends, its stopped ranks' exits may still be arriving
+PAUSE_MAX_S = 600.0  # a pause with no end recorded (the controller died) covers at most this
 
 _LOG_SQL = f"""
 SELECT host, category, max(multiIf(severity = 'critical', 3, severity = 'error', 2, 1)) AS level,
@@ -42,6 +47,13 @@ FROM process_exits
 WHERE job_id = {{job:String}} AND ts > {{lo:DateTime64(3, 'UTC')}} AND ts <= {AT}
   AND (ifNull(exit_code, 0) != 0 OR signal != '')
 GROUP BY host, who, rank
+"""
+
+_PAUSES_SQL = f"""
+SELECT ts, status FROM recovery_actions
+WHERE job_id = {{job:String}} AND action IN ('pause', 'halt') AND target = {{job:String}}
+  AND status IN ('started', 'succeeded', 'failed') AND ts > {{lo:DateTime64(3, 'UTC')}} AND ts <= {AT}
+ORDER BY ts
 """
 
 _RESTARTED_SQL = f"""
@@ -79,7 +91,23 @@ class ExitDetector:
             from_step = int(ctx.rows(_STEP_AT_SQL, since=ch_time(since))[0]["step"])
             restarted = ctx.rows(_RESTARTED_SQL, since=ch_time(since), from_step=max(0, from_step - 1),
                                  ranks=sorted({int(r["rank"]) for r in ranked}))
-        return judge_exits(exits, restarted)
+        return judge_exits(exits, restarted, paused_windows(ctx.rows(_PAUSES_SQL, lo=ctx.ago(EXIT_LOOKBACK_S))))
+
+
+def paused_windows(rows: Sequence[Mapping[str, Any]]) -> list[tuple[datetime, datetime]]:
+    """[(from, until)] the controller was stopping the job: each `started` to the next end, plus the grace."""
+    out: list[tuple[datetime, datetime]] = []
+    began: datetime | None = None
+    for r in rows:
+        ts = as_utc(r["ts"])
+        if r["status"] == "started":
+            began = began or ts
+        elif began is not None:
+            out.append((began, ts + timedelta(seconds=PAUSE_GRACE_S)))
+            began = None
+    if began is not None:
+        out.append((began, began + timedelta(seconds=PAUSE_MAX_S)))
+    return out
 
 
 def judge_logs(rows: Sequence[Mapping[str, Any]], s: LogSettings) -> list[Finding]:
@@ -102,12 +130,15 @@ def judge_logs(rows: Sequence[Mapping[str, Any]], s: LogSettings) -> list[Findin
     return out
 
 
-def judge_exits(exits: Sequence[Mapping[str, Any]], restarted: Sequence[Mapping[str, Any]]) -> list[Finding]:
+def judge_exits(exits: Sequence[Mapping[str, Any]], restarted: Sequence[Mapping[str, Any]],
+                paused: Sequence[tuple[datetime, datetime]] = ()) -> list[Finding]:
     back: dict[tuple[str, int], datetime] = {(str(r["host"]), int(r["rank"])): as_utc(r["last_step_ts"])
                                              for r in restarted}
     out = []
     for r in exits:
         host, exit_ts = str(r["host"]), as_utc(r["exit_ts"])
+        if any(lo <= exit_ts <= hi for lo, hi in paused):
+            continue  # stopped by the recovery controller
         if r["rank"] is not None and back.get((host, int(r["rank"])), exit_ts) > exit_ts:
             continue  # the rank trains again
         launcher = bool(r.get("is_launcher"))

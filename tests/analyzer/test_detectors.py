@@ -138,6 +138,29 @@ def test_error_logs_aggregate_into_one_alert_and_exits_name_the_rank(clickhouse_
     assert ex.severity == "critical" and "rank 24" in ex.summary and "exit code 1" in ex.summary
 
 
+def test_exits_while_the_recovery_controller_pauses_the_job_are_not_failures(clickhouse_dsn: str, database: str) -> None:
+    from vigil.contract import RecoveryAction
+
+    def ex(host: str, rank: int, at: float, code: int = 1) -> ProcessExit:
+        return ProcessExit(job_id="pz", host=host, rank=rank, pid=rank + 10, exit_code=code, ts=T0 + timedelta(seconds=at),
+                           summary="RuntimeError: CUDA error" if rank == 3 else "terminated")
+
+    def pause(at: float, status: str) -> RecoveryAction:
+        return RecoveryAction(job_id="pz", host="controller", action="pause", target="pz", status=status,  # type: ignore[arg-type]
+                              ts=T0 + timedelta(seconds=at), reason="pause before the restart")
+
+    # rank 3 crashes at 10 s; the controller pauses the job 12-15 s (its ranks 0-2 stop at 13-14 s); later, after
+    # the pause and its grace, rank 1 fails on its own
+    load(clickhouse_dsn, database, [ex("h0001", 3, 10), pause(12, "started"), ex("h0000", 0, 13), ex("h0000", 1, 13.5),
+                                    ex("h0001", 2, 14), pause(15, "succeeded"), ex("h0000", 1, 60),
+                                    *heartbeats("pz", 2, 70)])
+    got = evaluate(connect(clickhouse_dsn, database=database), AnalyzerSettings(), AlertBook(), "pz",
+                   T0 + timedelta(seconds=62))
+    assert {a.fingerprint for a in got if a.alert == "process_exit"} == {"pz/process_exit/h0001/rank3",
+                                                                         "pz/process_exit/h0000/rank1"}
+    assert next(a for a in got if a.fingerprint == "pz/process_exit/h0000/rank1").evidence["exit_ts"].endswith("01:00+00:00")
+
+
 def _ddp_steps(job: str, n_steps: int, slow_rank: int | None, slow_from: int, seed: int) -> list[Event]:
     """2 hosts x 2 ranks of data parallelism: a slow rank's forward makes the others wait in backward."""
     import random
