@@ -4,7 +4,8 @@
 name: the writer inserts by those names, and the test suite checks every table's rows
 against the migrated schema and every like-named field against its event. No I/O here: the writer, the benchmarks and the tests share these functions.
 A heartbeat becomes one `heartbeats` row and one `gpu_stats` row per GPU; a job
-registration one `jobs` row and one `job_ranks` row per rank.
+registration one `jobs` row, one `job_ranks` row per rank and one `job_phase_kinds` row
+per phase kind it declares.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def _step(e: StepTiming) -> list[TableRow]:
     return [("step_timings", {
         "event_id": e.event_id, "job_id": e.job_id, "host": e.host, "rank": e.rank, "local_rank": e.local_rank,
         "world_size": e.world_size, "dp": c.dp, "tp": c.tp, "pp": c.pp, "step": e.step, "ts": e.ts,
-        "step_ms": e.step_ms, "phases": dict(e.phases), "tokens": e.tokens, "tflops": e.tflops, "mfu": e.mfu,
+        "step_ms": e.step_ms, "phases": dict(e.phases), "phase_kinds": dict(e.phase_kinds), "tokens": e.tokens, "tflops": e.tflops, "mfu": e.mfu,
         "failed": int(e.failed), "dropped": e.dropped})]
 
 
@@ -101,6 +102,9 @@ def _job(e: JobRegistered) -> list[TableRow]:
         rows.append(("job_ranks", {
             "job_id": e.job_id, "rank": r.rank, "host": r.host, "local_rank": r.local_rank, "dp": r.coords.dp,
             "tp": r.coords.tp, "pp": r.coords.pp, "ts": e.ts}))
+    for phase, kind in e.phase_kinds.items():
+        rows.append(("job_phase_kinds", {"job_id": e.job_id, "phase": phase, "source": "job", "phase_kind": kind,
+                                         "ts": e.ts}))
     return rows
 
 

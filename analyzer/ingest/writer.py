@@ -36,7 +36,7 @@ from vigil.kafka.consumer import Unstorable
 from vigil.kafka.deadletter import DeadLetter, DeadLetterSink
 
 # table -> column that prunes the lookup of its stored event_ids (tables with no rollups,
-# `jobs` and `job_ranks`, rely on their ReplacingMergeTree alone)
+# `jobs`, `job_ranks` and `job_phase_kinds`, rely on their ReplacingMergeTree alone)
 _PRUNE: dict[str, str] = {
     "step_timings": "step", "heartbeats": "ts", "gpu_stats": "ts", "nic_counters": "ts", "log_lines": "ts",
     "process_exits": "ts", "collective_traces": "ts", "alert_events": "ts",

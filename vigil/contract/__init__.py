@@ -10,6 +10,7 @@ from vigil.contract.decisions import (
     RankRef,
     RecoveryAction,
 )
+from vigil.contract.phases import PHASE_KINDS, WAITING, PhaseKind, default_phase_kind
 from vigil.contract.registry import (
     DEAD_LETTER_TOPIC,
     SPECS,
@@ -34,7 +35,7 @@ from vigil.contract.telemetry import (
 from vigil.contract.wire import Decoded, Rejected, decode_batch, encode_batch, validate_event
 
 __all__ = [
-    "DEAD_LETTER_TOPIC", "SPECS", "TELEMETRY_TOPICS", "TOPICS", "Alert", "Checkpoint",
+    "DEAD_LETTER_TOPIC", "PHASE_KINDS", "SPECS", "WAITING", "PhaseKind", "default_phase_kind", "TELEMETRY_TOPICS", "TOPICS", "Alert", "Checkpoint",
     "CollectiveEntry", "CollectiveTrace", "Decoded", "Event", "EventSpec", "GpuState", "Heartbeat", "Incident",
     "JobRegistered", "LogLine", "NicCounters", "ParallelCoords", "ProcessExit", "ProcessState",
     "RankPlacement", "RankRef", "RankScoped", "RecoveryAction", "Rejected", "StepTiming", "decode_batch",
