@@ -34,11 +34,22 @@ class StragglerSettings(_Section):
     n: int = Field(default=5, ge=1)
     min_hosts: int = Field(default=4, ge=3, description="hosts reporting a phase before it is judged")
     lag_steps: int = Field(default=2, ge=0, description="a window is complete this many steps after it ends")
+    k_long: int = Field(default=5, ge=1, description="... or flagged in this many of the last n_long windows (and "
+                        "in one of the last n): a host slow on a fraction of its steps")
+    n_long: int = Field(default=12, ge=1)
+    pair_slowdown_pct: float = Field(default=10.0, gt=0, description="jobs of 2-3 ranks: slowdown that, mirrored by "
+                                     "the others' waiting, flags a rank")
+    gpu_clock_drop_pct: float = Field(default=3.0, gt=0, description="a GPU's SM clock this much below its host's "
+                                      "median names it as the slow one")
+    gpu_lookback_s: float = Field(default=60.0, gt=0, description="GPU readings (heartbeats) looked at for evidence")
 
     @model_validator(mode="after")
     def _k_of_n(self) -> StragglerSettings:
         if self.k > self.n:
             raise ValueError(f"straggler_k ({self.k}) must not exceed straggler_n ({self.n})")
+        if self.k_long > self.n_long or self.n_long < self.n:
+            raise ValueError(f"straggler_k_long ({self.k_long}) must not exceed straggler_n_long ({self.n_long}), "
+                             f"which must be >= straggler_n ({self.n})")
         return self
 
 
