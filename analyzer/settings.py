@@ -41,7 +41,7 @@ class StragglerSettings(_Section):
                                      "the others' waiting, flags a rank")
     gpu_clock_drop_pct: float = Field(default=3.0, gt=0, description="a GPU's SM clock this much below its host's "
                                       "median names it as the slow one")
-    gpu_lookback_s: float = Field(default=60.0, gt=0, description="GPU readings (heartbeats) looked at for evidence")
+    gpu_lookback_s: float = Field(default=20.0, gt=0, description="GPU readings (heartbeats) looked at for evidence")
 
     @model_validator(mode="after")
     def _k_of_n(self) -> StragglerSettings:

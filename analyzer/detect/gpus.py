@@ -19,27 +19,40 @@ Two shapes of one slow GPU (a thermally throttled one, say):
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
-from vigil.analyzer.detect.base import AT, EvalContext, median
+from vigil.analyzer.detect.base import AT, EPOCH, EvalContext, Finding, as_utc, median
 from vigil.analyzer.detect.phases import JobPhases, cells_sql
+from vigil.analyzer.detect.slowness import Flags, Hit, findings
 from vigil.analyzer.settings import StragglerSettings
 
 
 def rank_candidates(ctx: EvalContext, phases: JobPhases, lo: int, hi: int, s: StragglerSettings) -> list[dict[str, Any]]:
-    """Rank x compute phase x window cells slower than the host's other ranks (flagged), windows lo..hi."""
+    """Rank x compute phase x window cells slower than the host's other ranks (flagged), windows lo..hi.
+
+    One pass groups each host's ranks (same stage) with their median and their spread
+    (median absolute deviation, relative); the job's noise per phase and window is the
+    median of the hosts' spreads. Only flagged cells leave ClickHouse.
+    """
     cells, params = cells_sql("phase_rank_windows", "host, rank, local_rank, pp", phases)
     sql = f"""
-SELECT phase, window, host, rank, local_rank, mean_ms, med AS host_median_ms, dev, mad, window_end FROM (
-  SELECT *, quantileExact(0.5)(abs(dev)) OVER (PARTITION BY phase, window) * 1.4826 AS mad FROM (
-    SELECT *, if(med > 0, (mean_ms - med) / med, 0) AS dev FROM (
-      SELECT *, quantileExact(0.5)(mean_ms) OVER (PARTITION BY phase, window, host, pp) AS med,
-                count() OVER (PARTITION BY phase, window, host, pp) AS size
-      FROM ({cells}))
-    WHERE size >= {{min_ranks:UInt32}}))
-WHERE dev * 100 >= {{slow:Float64}} AND mean_ms - med >= {{excess:Float64}} AND (mad = 0 OR dev / mad >= {{z:Float64}})
+SELECT phase, window, host, x.1 AS rank, x.2 AS local_rank, x.3 AS mean_ms, med AS host_median_ms,
+       (x.3 - med) / med AS dev, noise AS mad, x.4 AS window_end
+FROM (
+  SELECT *, quantileExact(0.5)(rel_mad) OVER (PARTITION BY phase, window) * 1.4826 AS noise
+  FROM (
+    SELECT phase, window, host, pp, quantileExact(0.5)(mean_ms) AS med, count() AS size,
+           groupArray((rank, local_rank, mean_ms, window_end)) AS xs,
+           arrayReduce('quantileExact(0.5)', arrayMap(x -> abs(x.3 - med), xs)) / med AS rel_mad
+    FROM ({cells}) GROUP BY phase, window, host, pp)
+  WHERE size >= {{min_ranks:UInt32}} AND med > 0)
+ARRAY JOIN xs AS x
+WHERE (x.3 - med) / med * 100 >= {{slow:Float64}} AND x.3 - med >= {{excess:Float64}}
+  AND (noise = 0 OR (x.3 - med) / med / noise >= {{z:Float64}})
 """
     return ctx.rows(sql, **params, lo=lo, hi=hi, min_ranks=s.min_hosts, slow=s.min_slowdown_pct,
                     excess=s.min_excess_ms, z=s.z)
@@ -68,10 +81,13 @@ class GpuReading:
     slowed_share: float  # readings with a slowdown throttle reason
 
     def evidence(self) -> dict[str, Any]:
-        r = lambda v: None if v is None else round(v, 1)  # noqa: E731
-        return {"gpu": self.gpu, "sm_clock_mhz": r(self.clock_mhz), "host_sm_clock_mhz": r(self.host_clock_mhz),
-                "temp_c": r(self.temp_c), "power_w": r(self.power_w), "throttle_reasons": self.reasons,
+        return {"gpu": self.gpu, "sm_clock_mhz": _r(self.clock_mhz), "host_sm_clock_mhz": _r(self.host_clock_mhz),
+                "temp_c": _r(self.temp_c), "power_w": _r(self.power_w), "throttle_reasons": self.reasons,
                 "throttled_share": round(self.slowed_share, 2)}
+
+
+def _r(v: float | None) -> float | None:
+    return None if v is None else round(v, 1)
 
 
 def gpu_readings(ctx: EvalContext, hosts: Sequence[str], s: StragglerSettings) -> dict[str, list[GpuReading]]:
@@ -107,3 +123,75 @@ def gpu_outliers(gpus: Sequence[GpuReading], s: StragglerSettings) -> list[GpuRe
         if g.slowed_share >= 0.5 or low_clock:
             out.append(g)
     return sorted(out, key=lambda g: (-(g.slowed_share), g.clock_mhz or 0.0))
+
+
+def name_gpus(found: Sequence[Finding], gpus: Mapping[str, Sequence[GpuReading]], s: StragglerSettings,
+              firing: set[str] | frozenset[str]) -> list[Finding]:
+    """A slow host whose readings show exactly one slow GPU is that GPU's straggler (`host/gpuN`)."""
+    out = []
+    for f in found:
+        readings = gpus.get(f.host, [])
+        odd = gpu_outliers(readings, s)
+        kept = f.subject.split("/", 1)[1] if f.subject in firing else None
+        ev = {**f.evidence, "gpus_checked": len(readings)}
+        if len(odd) == 1 and (kept is None or kept.startswith("gpu")):
+            g = odd[0]
+            ev.update(gpu_evidence(g))
+            out.append(replace(f, subject=f"{f.host}/gpu{g.gpu}", evidence=ev,
+                               summary=f"{f.summary}; GPU {g.gpu} is throttled ({_gpu_words(g)})"))
+        else:
+            ev["slow_gpus"] = [g.gpu for g in odd]
+            out.append(replace(f, evidence=ev))
+    return out
+
+
+def gpu_evidence(g: GpuReading) -> dict[str, Any]:
+    return {"gpu": g.gpu, "gpu_readings": g.evidence()}
+
+
+def _gpu_words(g: GpuReading) -> str:
+    parts = []
+    if g.clock_mhz is not None and g.host_clock_mhz:
+        parts.append(f"SM clock {g.clock_mhz:.0f} MHz vs {g.host_clock_mhz:.0f}")
+    if g.reasons:
+        parts.append(", ".join(g.reasons))
+    if g.temp_c is not None:
+        parts.append(f"{g.temp_c:.0f} C")
+    return "; ".join(parts) or "no readings"
+
+
+def judge_gpu_ranks(rows: Sequence[Mapping[str, Any]], s: StragglerSettings,
+                    firing: set[str] | frozenset[str], hi: int) -> list[Finding]:
+    """Findings `host/gpuN` from flagged rank cells (gpus.rank_candidates)."""
+    flags: Flags = defaultdict(list)
+    ends: dict[int, datetime] = {}
+    rank_of: dict[str, int] = {}
+    for r in rows:
+        unit = f"{r['host']}/gpu{int(r['local_rank'])}"
+        rank_of[unit] = int(r["rank"])
+        mad = float(r["mad"])
+        z = float(r["dev"]) / mad if mad > 0 else float("inf")
+        flags[(str(r["phase"]), unit)].append(Hit(int(r["window"]), float(r["dev"]) * 100, z,
+                                                  float(r["host_median_ms"]), float(r["mean_ms"])))
+        w = int(r["window"])
+        ends[w] = max(ends.get(w, EPOCH), as_utc(r["window_end"]))
+    for w in range(max(0, hi - s.n_long + 1), hi + 1):
+        ends.setdefault(w, max(ends.values(), default=EPOCH))
+    unit_firing = {f"{f}/x" for f in firing if "/gpu" in f}  # `host/gpuN` firing -> unit `host/gpuN` is firing
+    out = []
+    for f in findings(flags, ends, hi, s, unit_firing, {}):
+        host, _, gpu = f.host.partition("/")
+        ev = {**f.evidence, "host": host, "rank": rank_of[f.host], "gpu": int(gpu[3:]), "compared": "host's ranks",
+              "peer_group": "the other ranks of its host"}
+        phase = f.evidence["phase"]
+        out.append(replace(f, subject=f.host, host=host, evidence=ev,
+                           summary=f"{host} GPU {gpu[3:]} (rank {ev['rank']}) {phase} is {ev['slowdown_pct']:.1f}% "
+                                   f"slower than its host's other ranks ({ev['windows']} windows)"))
+    return out
+
+
+def with_gpu(f: Finding, readings: Sequence[GpuReading]) -> Finding:
+    g = next((g for g in readings if g.gpu == f.evidence.get("gpu")), None)
+    if g is None:
+        return f
+    return replace(f, evidence={**f.evidence, "gpu_readings": g.evidence()})

@@ -64,15 +64,23 @@ def job_phases(ctx: EvalContext, lo: int, hi: int) -> JobPhases:
     return JobPhases(kinds=resolve(phases, step, job))
 
 
-def cells_sql(rollup: str, units: str, phases: JobPhases, *, waiting: bool = False) -> tuple[str, dict[str, object]]:
-    """Per (phase, window, unit) mean ms of the judged phases over `rollup` windows lo..hi.
+def cells_sql(rollup: str, units: str, phases: JobPhases, *, compute: bool = True,
+              waiting: bool = False) -> tuple[str, dict[str, object]]:
+    """Per (phase, window, unit) mean ms of the compute and/or waiting phases over `rollup` windows lo..hi.
 
     `units` are the rollup's columns that identify a unit (`host` or `host, rank, local_rank, pp`).
-    Compute phases carry their own time (nested waits subtracted); with `waiting`, the
-    top-level waiting phases are included as they are.
+    Compute phases carry their own time (nested waits subtracted); top-level waiting
+    phases are taken as they are.
     """
-    subs = phases.nested_waits
-    judged = phases.compute + (phases.waiting if waiting else [])
+    subs = phases.nested_waits if compute else []
+    judged = (phases.compute if compute else []) + (phases.waiting if waiting else [])
+    where = "job_id = {job:String} AND window >= {lo:UInt64} AND window <= {hi:UInt64}"
+    if not subs:  # the usual case: nothing to subtract
+        return f"""
+SELECT phase, window, {units}, sum(sum_ms) / sum(n) AS mean_ms, sum(n) AS samples, max(last_ts) AS window_end
+FROM {rollup} WHERE {where} AND phase IN {{judged:Array(String)}}
+GROUP BY phase, window, {units}
+""", {"judged": judged}
     sql = f"""
 SELECT judged AS phase, window, {units},
        (sumIf(sum_ms, NOT sub) - sumIf(sum_ms, sub)) / sumIf(n, NOT sub) AS mean_ms,
@@ -80,8 +88,7 @@ SELECT judged AS phase, window, {units},
 FROM (SELECT *, has({{subs:Array(String)}}, phase) AS sub,
              if(sub, {{parents:Array(String)}}[indexOf({{subs:Array(String)}}, phase)], phase) AS judged
       FROM {rollup}
-      WHERE job_id = {{job:String}} AND window >= {{lo:UInt64}} AND window <= {{hi:UInt64}}
-        AND (has({{judged:Array(String)}}, phase) OR has({{subs:Array(String)}}, phase)))
+      WHERE {where} AND (has({{judged:Array(String)}}, phase) OR has({{subs:Array(String)}}, phase)))
 GROUP BY judged, window, {units}
 HAVING sumIf(n, NOT sub) > 0
 """
