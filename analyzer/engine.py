@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 
 from vigil.analyzer.alerts.book import AlertBook
 from vigil.analyzer.detect.base import Detector, EvalContext, as_utc
+from vigil.analyzer.detect.flap import FlapDetector
 from vigil.analyzer.detect.heartbeat import HeartbeatDetector
 from vigil.analyzer.detect.logs import ExitDetector, LogDetector
 from vigil.analyzer.detect.mfu import MfuDriftDetector
@@ -38,7 +39,8 @@ from vigil.errors import one_line
 log = logging.getLogger(__name__)
 
 DETECTORS: tuple[Detector, ...] = (
-    StragglerDetector(), TrafficDetector(), MfuDriftDetector(), HeartbeatDetector(), LogDetector(), ExitDetector(),
+    StragglerDetector(), TrafficDetector(), FlapDetector(), MfuDriftDetector(), HeartbeatDetector(), LogDetector(),
+    ExitDetector(),
 )
 
 

@@ -62,6 +62,20 @@ class TrafficSettings(_Section):
     zero_bps: float = Field(default=1e3, ge=0, description="at or below this a sample counts as zero")
     fleet_min_nics: int = Field(default=4, ge=2, description="NICs judged before half of them down together "
                                 "counts as the whole job pausing (one alert, not one per NIC)")
+    quiet_frac: float = Field(default=0.25, gt=0, lt=1, description="the job is quiet in a 2 s bucket when its median "
+                              "NIC carries less than this fraction of its busy level")
+    quiet_ref_s: float = Field(default=300.0, gt=0, description="history whose busy level (90th percentile of the "
+                               "job's median NIC) quiet is measured against")
+    suspect_lead_s: float = Field(default=2.0, ge=0, description="a host quiet this long before the rest of the job "
+                                  "is named as the suspect of a job-wide stall")
+
+
+class FlapSettings(_Section):
+    window_s: float = Field(default=180.0, gt=0, description="flaps are counted over this much history")
+    min_flaps: int = Field(default=3, ge=2, description="flaps in the window that fire (one keeps it firing)")
+    down_frac: float = Field(default=0.1, gt=0, lt=1, description="a sample below this fraction of the job's median "
+                             "NIC at that moment counts as down")
+    max_down_s: float = Field(default=30.0, gt=0, description="a longer outage is a stop, not a flap")
 
 
 class MfuSettings(_Section):
@@ -107,6 +121,7 @@ class AnalyzerSettings(VigilBaseSettings):
     # one section per detector
     straggler: StragglerSettings = StragglerSettings()
     traffic: TrafficSettings = TrafficSettings()
+    flap: FlapSettings = FlapSettings()
     mfu: MfuSettings = MfuSettings()
     heartbeat: HeartbeatSettings = HeartbeatSettings()
     log: LogSettings = LogSettings()

@@ -175,7 +175,7 @@ def judge_gpu_ranks(rows: Sequence[Mapping[str, Any]], s: StragglerSettings,
                                                   float(r["host_median_ms"]), float(r["mean_ms"])))
         w = int(r["window"])
         ends[w] = max(ends.get(w, EPOCH), as_utc(r["window_end"]))
-    for w in range(max(0, hi - s.n_long + 1), hi + 1):
+    for w in range(max(0, hi - s.n + 1), hi + 1):
         ends.setdefault(w, max(ends.values(), default=EPOCH))
     unit_firing = {f"{f}/x" for f in firing if "/gpu" in f}  # `host/gpuN` firing -> unit `host/gpuN` is firing
     out = []

@@ -7,7 +7,9 @@ Per step (`job_steps`): MFU (mean over ranks) when the timer reports it, else st
 the drop is >= `mfu.drop_pct`, or when a least-squares trend over the last
 `mfu.trend_steps` (on 10-step medians) projects a decline >= `mfu.trend_pct`; in both
 cases only when some phase's fleet-mean time (`job_phase_steps`) grew by at least
-`mfu.phase_growth_pct` — those phases are named. A drop that no phase explains
+`mfu.phase_growth_pct` — those phases are named. Only compute phases count: waiting
+phases (grad_sync, bubble: vigil/contract/phases.py) grow fleet-wide whenever one rank is
+slow, because everyone else waits for it. A drop that no compute phase explains
 fleet-wide is one slow host: the straggler detector's business.
 """
 
@@ -18,7 +20,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vigil.analyzer.detect.base import AT, EvalContext, Finding, as_utc, last_complete_step, median
-from vigil.analyzer.settings import MfuSettings
+from vigil.analyzer.detect.phases import job_phases
+from vigil.analyzer.settings import ROLLUP_WINDOW_STEPS, MfuSettings
+from vigil.contract.phases import is_waiting
 
 _STEPS_SQL = f"""
 SELECT step, max(max_step_ms) AS step_ms, sum(sum_mfu) AS smfu, sum(n_mfu) AS nmfu, max(last_ts) AS last_ts
@@ -48,6 +52,8 @@ class MfuDriftDetector:
         r_lo = max(b_hi, last - max(s.trend_steps, s.current_steps) + 1)
         steps = ctx.rows(_STEPS_SQL, b_lo=b_lo, b_hi=b_hi, r_lo=r_lo)
         phases = ctx.rows(_PHASES_SQL, b_lo=b_lo, b_hi=b_hi, c_lo=last - s.current_steps, last=last)
+        kinds = job_phases(ctx, b_lo // ROLLUP_WINDOW_STEPS, last // ROLLUP_WINDOW_STEPS).kinds
+        phases = [r for r in phases if not is_waiting(kinds.get(str(r["phase"]), "compute"))]
         return judge(steps, phases, s, firing=ctx.is_firing("mfu_drift", "job"))
 
 
