@@ -10,7 +10,7 @@ at that moment (2 s buckets) while the job is busy and fewer than a tenth of its
 recovery (a longer one is a stop: traffic_stall's). `flap.min_flaps` flaps within
 `flap.window_s` raise one alert per NIC (`nic_flap`, subject `host/nic`, warning) with
 the flap count, their period and typical length; one flap in the window keeps it firing.
-The SQL returns only NICs with a down run, so a quiet fleet costs nothing to ship.
+The SQL returns only NICs with a down sample, so a healthy fleet costs little to ship.
 """
 
 from __future__ import annotations
@@ -24,25 +24,24 @@ from vigil.analyzer.detect.base import AT, EvalContext, Finding, as_utc, median
 from vigil.analyzer.detect.quiet import BUCKET_MS
 from vigil.analyzer.settings import FlapSettings
 
+_WINDOW = f"job_id = {{job:String}} AND ts > {{lo:DateTime64(3, 'UTC')}} AND ts <= {AT}"
+_BUCKET = f"intDiv(toUnixTimestamp64Milli(ts), {BUCKET_MS})"
+# Per 2 s bucket the level below which a NIC is down (-1: the bucket is not judged), looked up
+# per sample with `transform`; only NICs with a down sample build their sample sequence.
 _SQL = f"""
-SELECT host, device, seq FROM (
-  SELECT host, device, arraySort(x -> x.1, groupArray((ts, state))) AS seq,
-         arrayMap(x -> x.2 = 1, arrayFilter(x -> x.2 < 2, seq)) AS ds,
-         arraySum(arrayMap((d, p) -> d AND NOT p, ds, arrayPushFront(arrayPopBack(ds), 0))) AS runs
-  FROM (SELECT n.host AS host, n.device AS device, n.ts AS ts,
-               multiIf(m.median_bps < {{busy:Float64}} OR m.kth_bps < {{frac:Float64}} * m.median_bps, 2,
-                       n.tx_bps + n.rx_bps < {{frac:Float64}} * m.median_bps, 1, 0) AS state
-        FROM nic_counters AS n
-        INNER JOIN (SELECT intDiv(toUnixTimestamp64Milli(ts), {BUCKET_MS}) AS bucket,
-                           quantile(0.5)(tx_bps + rx_bps) AS median_bps,
-                           arraySort(groupArray(tx_bps + rx_bps)) AS sorted,
-                           sorted[greatest(2, toUInt32(ceil(0.1 * length(sorted))))] AS kth_bps
-                    FROM nic_counters
-                    WHERE job_id = {{job:String}} AND ts > {{lo:DateTime64(3, 'UTC')}} AND ts <= {AT}
-                    GROUP BY bucket) AS m ON intDiv(toUnixTimestamp64Milli(n.ts), {BUCKET_MS}) = m.bucket
-        WHERE n.job_id = {{job:String}} AND n.ts > {{lo:DateTime64(3, 'UTC')}} AND n.ts <= {AT})
-  GROUP BY host, device)
-WHERE runs >= 1
+WITH (SELECT (groupArray(bucket), groupArray(threshold)) FROM (
+        SELECT {_BUCKET} AS bucket, quantile(0.5)(tx_bps + rx_bps) AS median_bps,
+               arraySort(groupArray(tx_bps + rx_bps)) AS sorted,
+               sorted[greatest(2, toUInt32(ceil(0.1 * length(sorted))))] AS kth_bps,
+               if(median_bps < {{busy:Float64}} OR kth_bps < {{frac:Float64}} * median_bps, -1.0,
+                  {{frac:Float64}} * median_bps) AS threshold
+        FROM nic_counters WHERE {_WINDOW} GROUP BY bucket)) AS levels
+SELECT host, device, arraySort(x -> x.1, groupArray((ts, state))) AS seq
+FROM (SELECT host, device, ts, transform({_BUCKET}, levels.1, levels.2, -1.0) AS threshold,
+             multiIf(threshold < 0, 2, tx_bps + rx_bps < threshold, 1, 0) AS state
+      FROM nic_counters WHERE {_WINDOW})
+GROUP BY host, device
+HAVING countIf(state = 1) > 0
 """
 
 
