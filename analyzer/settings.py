@@ -68,6 +68,8 @@ class TrafficSettings(_Section):
                                "job's median NIC) quiet is measured against")
     suspect_lead_s: float = Field(default=2.0, ge=0, description="a host quiet this long before the rest of the job "
                                   "is named as the suspect of a job-wide stall")
+    suspect_max_lead_s: float = Field(default=30.0, gt=0, description="... but not longer: a host quiet long before is "
+                                      "not what stopped the job (its own alerts say so)")
 
 
 class FlapSettings(_Section):

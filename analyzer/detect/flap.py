@@ -26,13 +26,14 @@ from vigil.analyzer.settings import FlapSettings
 
 _WINDOW = f"job_id = {{job:String}} AND ts > {{lo:DateTime64(3, 'UTC')}} AND ts <= {AT}"
 _BUCKET = f"intDiv(toUnixTimestamp64Milli(ts), {BUCKET_MS})"
-# Per 2 s bucket the level below which a NIC is down (-1: the bucket is not judged), looked up
-# per sample with `transform`; only NICs with a down sample build their sample sequence.
+# Per 2 s bucket the level below which a NIC is down (-1: the bucket is not judged: the job is
+# not busy, or the samples just above the lowest tenth of NICs' (one NIC's, in a small job) are
+# low too), looked up per sample with `transform`; only NICs with a down sample ship their samples.
 _SQL = f"""
 WITH (SELECT (groupArray(bucket), groupArray(threshold)) FROM (
         SELECT {_BUCKET} AS bucket, quantile(0.5)(tx_bps + rx_bps) AS median_bps,
-               arraySort(groupArray(tx_bps + rx_bps)) AS sorted,
-               sorted[greatest(2, toUInt32(ceil(0.1 * length(sorted))))] AS kth_bps,
+               arraySort(groupArray(tx_bps + rx_bps)) AS sorted, uniqExact(host, device) AS nics,
+               sorted[toUInt32(greatest(1, floor(0.1 * nics)) * ceil(length(sorted) / nics)) + 1] AS kth_bps,
                if(median_bps < {{busy:Float64}} OR kth_bps < {{frac:Float64}} * median_bps, -1.0,
                   {{frac:Float64}} * median_bps) AS threshold
         FROM nic_counters WHERE {_WINDOW} GROUP BY bucket)) AS levels

@@ -190,8 +190,23 @@ def judge_gpu_ranks(rows: Sequence[Mapping[str, Any]], s: StragglerSettings,
     return out
 
 
-def with_gpu(f: Finding, readings: Sequence[GpuReading]) -> Finding:
-    g = next((g for g in readings if g.gpu == f.evidence.get("gpu")), None)
-    if g is None:
-        return f
-    return replace(f, evidence={**f.evidence, "gpu_readings": g.evidence()})
+def one_per_host(found: Sequence[Finding], gpus: Mapping[str, Sequence[GpuReading]], s: StragglerSettings,
+                 firing: set[str] | frozenset[str]) -> list[Finding]:
+    """One GPU finding per host, with its readings. Several slow ranks on one host are one tensor-parallel
+    group waiting for its slowest GPU: named by the GPU the readings single out (else the slowest rank;
+    an already firing subject is kept), the other ranks in the evidence."""
+    by_host: dict[str, list[Finding]] = defaultdict(list)
+    for f in found:
+        by_host[f.host].append(f)
+    out = []
+    for host, fs in by_host.items():
+        readings = gpus.get(host, [])
+        odd = {g.gpu for g in gpu_outliers(readings, s)}
+        pick = max(fs, key=lambda f: (f.subject in firing, f.evidence["gpu"] in odd and len(odd) == 1,
+                                      f.evidence["slowdown_pct"]))
+        ev = {**pick.evidence, "slow_ranks": sorted(int(f.evidence["rank"]) for f in fs)}
+        g = next((g for g in readings if g.gpu == pick.evidence["gpu"]), None)
+        if g is not None:
+            ev["gpu_readings"] = g.evidence()
+        out.append(replace(pick, evidence=ev))
+    return out

@@ -6,8 +6,9 @@ little). Judged NIC by NIC, that is hundreds of identical warnings. Here the job
 median NIC per 2 s bucket (`quantile(0.5)` over every NIC sample in it) is compared with
 the job's busy level, the 90th percentile of those medians over `traffic.quiet_ref_s`:
 a bucket is quiet below `traffic.quiet_frac` of it. The per-NIC detector skips quiet
-buckets, so baselines neither alert on nor learn from a pause, and reports a quiet job
-once (subject `job`).
+buckets, so baselines neither alert on nor learn from a pause, raises nothing new per NIC
+while the latest bucket is quiet (the job going quiet: one host may lead the rest by a few
+seconds), and reports a quiet job once (subject `job`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class JobQuiet:
     quiet: frozenset[int] = field(default_factory=frozenset)  # quiet buckets (ms // BUCKET_MS)
     paused_since: datetime | None = None  # start of the quiet run that holds now, if the job is quiet now
     level: float = 1.0  # the latest buckets' median NIC, as a fraction of busy
+    going_quiet: bool = False  # the latest bucket is quiet: the job may be pausing (or resuming)
 
     @property
     def paused(self) -> bool:
@@ -74,4 +76,5 @@ def classify(rows: Sequence[Mapping[str, Any]], s: TrafficSettings, at: datetime
                 break
         paused_since = bucket_start(first)
     tail = [v for b, v in series if b > recent_from] or [series[-1][1]]
-    return JobQuiet(busy_bps=busy, quiet=quiet, paused_since=paused_since, level=sorted(tail)[len(tail) // 2] / busy)
+    return JobQuiet(busy_bps=busy, quiet=quiet, paused_since=paused_since, level=sorted(tail)[len(tail) // 2] / busy,
+                    going_quiet=series[-1][0] in quiet)

@@ -5,10 +5,11 @@ the straggler detector does the same in SQL for large groups. A unit (a host, a 
 of a small job) is *flagged* in a 5-step window of a compute
 phase when it is slower than its peers' reference by the thresholds of `StragglerSettings`
 (each caller decides how). `findings` turns the flags of windows up to `hi` into at most one
-finding per unit: it fires when flagged in `k` of the last `n` windows, or in `k_long` of
-the last `n_long` and one of the last `n` (a unit slow on a fraction of its steps), and
-stays firing while flagged in any of the last `n`. The subject is `unit/<phase>` (the phase
-with the largest excess), kept while firing so one incident keeps one fingerprint. How much
+finding per unit: it fires when a phase is flagged in `k` of the last `n` windows, or in
+`k_long` of the last `n_long` and one of the last `n` (a unit slow on a fraction of its
+steps), and stays firing while flagged in any of the last `n`. The subject is
+`unit/<phase>`, the flagged phase that cost the most (summed excess), kept while firing so
+one incident keeps one fingerprint. How much
 longer the others wait because of the unit (`caused`: their waiting-phase time minus its
 own) goes into the evidence: waiting is attributed to the rank that caused it.
 """
@@ -94,28 +95,34 @@ def findings(flags: Flags, ends: Mapping[int, datetime], hi: int, s: StragglerSe
              firing: set[str] | frozenset[str], groups: Mapping[str, str], caused: Caused | None = None) -> list[Finding]:
     """One finding per unit whose flags satisfy the k-of-n rules; subject `unit/<phase>` (kept while firing)."""
     windows = sorted(ends)
-    by_unit: dict[str, list[tuple[str, list[Hit], bool]]] = defaultdict(list)
+    flagged: dict[str, list[tuple[str, list[Hit]]]] = defaultdict(list)
+    fires: dict[str, bool] = {}
+    intermittent: dict[str, bool] = {}
     for (phase, unit), hits in flags.items():
         hits = sorted(set(hits), key=lambda h: h.window)
+        flagged[unit].append((phase, hits))
         recent = [h for h in hits if h.window > hi - s.n]
         was = any(f.startswith(f"{unit}/") for f in firing)
         if len(recent) >= (1 if was else s.k) or (len(hits) >= s.k_long and recent):
-            by_unit[unit].append((phase, hits, len(recent) < s.k and not was))
+            intermittent[unit] = intermittent.get(unit, True) and len(recent) < s.k and not was
+            fires[unit] = True
     out = []
-    for unit, slow in by_unit.items():
+    for unit in fires:
+        slow = flagged[unit]
         kept = next((f.split("/", 1)[1] for f in sorted(firing) if f.startswith(f"{unit}/")), None)
-        phase, hits, intermittent = max(slow, key=lambda x: (x[0] == kept, x[1][-1].value_ms - x[1][-1].ref_ms))
+        # the subject's phase: kept while firing, else the one that cost the most (summed excess)
+        phase, hits = max(slow, key=lambda x: (x[0] == kept, sum(h.value_ms - h.ref_ms for h in x[1])))
         latest = hits[-1]
         wait = (caused or {}).get((latest.window, unit))
-        how = (f" on {len(hits)} of the last {len(windows)} windows (intermittent)" if intermittent
+        how = (f" on {len(hits)} of the last {len(windows)} windows (intermittent)" if intermittent[unit]
                else f" ({len(hits)}/{len(windows)} windows)")
         evidence: dict[str, Any] = {
             "host": unit, "phase": phase, "slowdown_pct": round(sum(h.slow_pct for h in hits) / len(hits), 2),
-            "windows": f"{len(hits)}/{len(windows)}", "window_steps": W, "intermittent": intermittent,
+            "windows": f"{len(hits)}/{len(windows)}", "window_steps": W, "intermittent": intermittent[unit],
             "steps": [windows[0] * W, (windows[-1] + 1) * W - 1] if windows else [],
             "host_ms": round(latest.value_ms, 3), "peer_median_ms": round(latest.ref_ms, 3),
             "robust_z": round(min(latest.z, 1e6), 2), "peer_group": groups.get(unit, ""),
-            "phases": {p: round(sum(h.slow_pct for h in hs) / len(hs), 2) for p, hs, _ in sorted(slow)}}
+            "phases": {p: round(sum(h.slow_pct for h in hs) / len(hs), 2) for p, hs in sorted(slow)}}
         if wait is not None:
             evidence["others_wait_ms"] = round(wait, 3)
         out.append(Finding(

@@ -41,7 +41,7 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping
 
 from vigil.analyzer.detect.base import EPOCH, EvalContext, Finding, as_utc, last_complete_step
-from vigil.analyzer.detect.gpus import gpu_readings, judge_gpu_ranks, name_gpus, rank_candidates, with_gpu
+from vigil.analyzer.detect.gpus import gpu_readings, judge_gpu_ranks, name_gpus, one_per_host, rank_candidates
 from vigil.analyzer.detect.phases import JobPhases, cells_sql, job_phases
 from vigil.analyzer.detect.ranks import judge_ranks
 from vigil.analyzer.detect.slowness import Flags, Hit, W, findings, judge
@@ -108,7 +108,7 @@ class StragglerDetector:
         named = {f.host for f in ranks}
         hosts = [f for f in hosts if f.host not in named]  # the slow GPU explains its host's excess
         gpus = gpu_readings(ctx, sorted({f.host for f in hosts + ranks}), s)
-        return name_gpus(hosts, gpus, s, firing) + [with_gpu(f, gpus.get(f.host, [])) for f in ranks]
+        return name_gpus(hosts, gpus, s, firing) + one_per_host(ranks, gpus, s, firing)
 
     def _large_groups(self, ctx: EvalContext, phases: JobPhases, peers: Mapping[str, str], lo: int, hi: int,
                       firing: set[str]) -> list[Finding]:

@@ -13,8 +13,9 @@ One quiet job, one signal (quiet.py): buckets where the job's median NIC is quie
 left out of every NIC's recent and baseline samples, so a pause neither alerts per NIC
 nor drags a baseline down. While the job is quiet now, one finding with subject `job`:
 severity info (a pause: evaluation, checkpoint, hang, the job stopped; the evidence says
-which it looks like) unless a host went quiet at least `traffic.suspect_lead_s` before
-the rest — then warning, naming that host (`host`) as the suspect. NIC alerts already
+which it looks like) unless a host went quiet at least `traffic.suspect_lead_s` (and at
+most `traffic.suspect_max_lead_s`) before the rest — then warning, naming that host
+(`host`) as the suspect. NIC alerts already
 firing are held through the pause. When at least half of the judged NICs (and
 `traffic.fleet_min_nics` or more) drop together without the job being quiet, that is the
 job too: one job-level finding instead of one per NIC.
@@ -83,6 +84,8 @@ def judge(rows: Sequence[Mapping[str, Any]], running: Mapping[str, int], s: Traf
         in_view = q.paused_since - at + timedelta(seconds=s.recent_s + s.baseline_s) >= timedelta(seconds=10)
         return [paused(rows, running, s, q, steps_since_quiet, name_suspect=in_view),
                 *held(rows, s, firing, q.paused_since)]
+    if q.going_quiet:  # the job may be going quiet: nothing new per NIC until that is clear
+        return held(rows, s, firing, at)
     fleet: dict[str, list[float]] = defaultdict(list)
     for r in rows:
         if int(r["n_base"]) and float(r["base_bps"]) >= s.min_baseline_bps:
@@ -159,13 +162,12 @@ def paused(rows: Sequence[Mapping[str, Any]], running: Mapping[str, int], s: Tra
     last: dict[str, datetime] = {}
     for r in rows:
         host = str(r["host"])
-        t = as_utc(r["last_active"])
-        last[host] = max(last.get(host, EPOCH), t if t > EPOCH else as_utc(r["last_ts"]) - timedelta(days=1))
+        last[host] = max(last.get(host, EPOCH), as_utc(r["last_active"]))
     hosts = sorted(last)
-    lead = timedelta(seconds=s.suspect_lead_s)
-    others = sorted(last.values())
-    typical = others[len(others) // 2] if others else onset
-    suspects = sorted((t, h) for h, t in last.items() if t < min(onset, typical) - lead)
+    active = sorted(t for t in last.values() if t > EPOCH)
+    typical = min(onset, active[len(active) // 2]) if active else onset
+    lead, longest = timedelta(seconds=s.suspect_lead_s), timedelta(seconds=s.suspect_max_lead_s)
+    suspects = sorted((t, h) for h, t in last.items() if typical - longest <= t < typical - lead)
     stopped = bool(running) and sum(1 for v in running.values() if v > 0) * 2 < len(running)
     kind = ("stopped" if stopped else "paused, steps continue" if steps_since else
             "paused (evaluation, checkpoint or a hang: no steps)")
@@ -176,7 +178,7 @@ def paused(rows: Sequence[Mapping[str, Any]], running: Mapping[str, int], s: Tra
     if name_suspect and suspects and len(suspects) <= max(1, len(hosts) // 10):
         first_t, first = suspects[0]
         evidence.update(suspect=first, suspects=[h for _, h in suspects][:8],
-                        suspect_quiet_since=first_t.isoformat() if first_t > EPOCH else None,
+                        suspect_quiet_since=first_t.isoformat(),
                         suspect_lead_s=round((typical - first_t).total_seconds(), 1))
         return Finding(alert="traffic_stall", subject="job", host=first, severity="warning", since=onset,
                        summary=f"the whole job went quiet ({kind}); {first} went quiet "

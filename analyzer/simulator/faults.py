@@ -74,7 +74,7 @@ class Fault:
         if self.kind == "nic_flap":
             return "nic_flap", f"{self.host}/{self.nic}"
         if self.kind == "hang":
-            return "job_quiet", "job"  # one job-level event naming this host as the suspect
+            return "traffic_stall", "job"  # one job-level event, naming this host as the suspect
         if self.kind == "mfu_decay":
             return "mfu_drift", "job"
         if self.kind == "heartbeat_loss":

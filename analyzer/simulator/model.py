@@ -89,6 +89,7 @@ class Simulation:
         self._exited: dict[int, int] = {}  # global rank -> step it restarts at (or -1)
         self._flaps: dict[int, list[tuple[datetime, datetime]]] = {}  # fault index -> down intervals
         self._hung_at: datetime | None = None
+        self._silent: frozenset[int] = frozenset()  # hosts silent at the latest step
         self.nodes = NodeReports(job=cfg.job, names=self._names, gpus=g, nics=cfg.nics, start=cfg.start,
                                  heartbeat_s=cfg.heartbeat_s, nic_s=cfg.nic_s, rng=self._rng, new_id=self._id)
         self.flops = BASE_MFU * PEAK_TFLOPS * 1e12 * lay.world_size * cfg.step_ms / 1000
@@ -126,6 +127,7 @@ class Simulation:
         if self._hung_at is not None or self._faults("hang", i):
             return self._hung(i, t0)
         silent = self.silent_hosts(i)
+        self._silent = frozenset(silent)
         per_rank, dur_ms, ckpt = self._phases(i, t0)
         end = t0 + timedelta(milliseconds=dur_ms)
         gpu_faults = self._gpu_faults(i)
@@ -282,7 +284,7 @@ class Simulation:
         """After the last step: training has stopped, the agents keep reporting (exited, traffic near zero)."""
         t0, end = self.now, self.now + timedelta(seconds=seconds)
         events = self.nodes.between(t0, end, period_ms=0, level=lambda h, d, ts: 0.0002, gpu_faults={},
-                                    state=NodeState(running=False))
+                                    state=NodeState(running=False, silent=self._silent))
         self.now = end
         return events
 

@@ -249,9 +249,8 @@ def test_phase_kinds_are_recorded_where_declared_and_validated(tmp_path: Path) -
         with t.phase("backward"), t.phase("wait_peers", kind="wait"):
             pass
         exchange()
-    with t.step():  # no declaration in this step: no key at all (lines stay as before)
-        with t.phase("forward"):
-            pass
+    with t.step(), t.phase("forward"):  # no declaration in this step: no key at all (lines stay as before)
+        pass
     with pytest.raises(ValueError, match="phase kind must be one of compute, comm, wait"):
         t.phase("x", kind="network")
     with pytest.raises(ValueError, match="phase kind"):

@@ -35,9 +35,9 @@ from vigil.contract.telemetry import (
 from vigil.contract.wire import Decoded, Rejected, decode_batch, encode_batch, validate_event
 
 __all__ = [
-    "DEAD_LETTER_TOPIC", "PHASE_KINDS", "SPECS", "WAITING", "PhaseKind", "default_phase_kind", "TELEMETRY_TOPICS", "TOPICS", "Alert", "Checkpoint",
+    "DEAD_LETTER_TOPIC", "PHASE_KINDS", "SPECS", "TELEMETRY_TOPICS", "TOPICS", "WAITING", "Alert", "Checkpoint",
     "CollectiveEntry", "CollectiveTrace", "Decoded", "Event", "EventSpec", "GpuState", "Heartbeat", "Incident",
-    "JobRegistered", "LogLine", "NicCounters", "ParallelCoords", "ProcessExit", "ProcessState",
+    "JobRegistered", "LogLine", "NicCounters", "ParallelCoords", "PhaseKind", "ProcessExit", "ProcessState",
     "RankPlacement", "RankRef", "RankScoped", "RecoveryAction", "Rejected", "StepTiming", "decode_batch",
-    "encode_batch", "new_event_id", "spec_for", "topic_of", "utcnow", "validate_event",
+    "default_phase_kind", "encode_batch", "new_event_id", "spec_for", "topic_of", "utcnow", "validate_event",
 ]
