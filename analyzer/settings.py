@@ -66,7 +66,7 @@ class TrafficSettings(_Section):
                               "NIC carries less than this fraction of its busy level")
     quiet_ref_s: float = Field(default=300.0, gt=0, description="history whose busy level (90th percentile of the "
                                "job's median NIC) quiet is measured against")
-    suspect_lead_s: float = Field(default=2.0, ge=0, description="a host quiet this long before the rest of the job "
+    suspect_lead_s: float = Field(default=1.5, ge=0, description="a host quiet this long before the rest of the job "
                                   "is named as the suspect of a job-wide stall")
     suspect_max_lead_s: float = Field(default=30.0, gt=0, description="... but not longer: a host quiet long before is "
                                       "not what stopped the job (its own alerts say so)")

@@ -90,7 +90,7 @@ def run_class(client: Any, cls: PhysicsClass, seed: int, *, live: bool = True) -
         out["live"] = live_alerts(client, sim.cfg.job + "-live", chunks)
         out["live_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    writer = ClickHouseWriter(client=client)
+    writer = ClickHouseWriter(client=client, check_existing=False)
     batch: list[Event] = []
     for c in chunks:
         batch += c
@@ -103,9 +103,9 @@ def run_class(client: Any, cls: PhysicsClass, seed: int, *, live: bool = True) -
     return out
 
 
-def live_alerts(client: Any, job: str, chunks: list[list[Event]], turn_every_s: float = 4.0) -> list[Alert]:
+def live_alerts(client: Any, job: str, chunks: list[list[Event]], turn_every_s: float = 10.0) -> list[Alert]:
     """Write the job step by step (as `job`), turning a live cursor every `turn_every_s` of event time."""
-    writer = ClickHouseWriter(client=client)
+    writer = ClickHouseWriter(client=client, check_existing=False)  # a fresh job: nothing stored twice
     cursor = LiveCursor(settings=AnalyzerSettings(), book=AlertBook())
     out: list[Alert] = []
     pending: list[Event] = []

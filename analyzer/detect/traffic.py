@@ -165,7 +165,7 @@ def paused(rows: Sequence[Mapping[str, Any]], running: Mapping[str, int], s: Tra
         last[host] = max(last.get(host, EPOCH), as_utc(r["last_active"]))
     hosts = sorted(last)
     active = sorted(t for t in last.values() if t > EPOCH)
-    typical = min(onset, active[len(active) // 2]) if active else onset
+    typical = active[len(active) // 2] if active else onset  # when most hosts went quiet (sample resolution)
     lead, longest = timedelta(seconds=s.suspect_lead_s), timedelta(seconds=s.suspect_max_lead_s)
     suspects = sorted((t, h) for h, t in last.items() if typical - longest <= t < typical - lead)
     stopped = bool(running) and sum(1 for v in running.values() if v > 0) * 2 < len(running)

@@ -5,7 +5,7 @@ Kinds and what they do (defaults in brackets):
     straggler       one phase of every GPU on the host slower by magnitude [0.08] (phase=[forward])
     intermittent    the host's phase slower by magnitude [0.2] on a random fraction [0.25] of its steps
     gpu_straggler   one GPU (gpu=[0]) thermally throttled: its compute slower by magnitude [0.08], its SM
-                    clock down and `reason` [HW_SLOWDOWN] in its throttle reasons; with tp = GPUs per
+                    clock down and `reason` [hw_slowdown] in its throttle reasons; with tp = GPUs per
                     host its whole tensor-parallel group (the host) waits for it inside every layer
     nic_drop        one NIC's traffic lower by magnitude [0.7] (nic=[mlx5_0])
     traffic_stop    one NIC's traffic zero while training runs (nic=[mlx5_0])

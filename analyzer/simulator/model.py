@@ -113,7 +113,7 @@ class Simulation:
 
     def _gpu_faults(self, step: int) -> dict[tuple[int, int], GpuFault]:
         return {(self.cfg.layout.host_index(f.host), f.int_option("gpu", 0)):
-                GpuFault(slowdown=f.magnitude, reasons=(f.options.get("reason", "HW_SLOWDOWN"),))
+                GpuFault(slowdown=f.magnitude, reasons=(f.options.get("reason", "hw_slowdown"),))
                 for f in self._faults("gpu_straggler", step)}
 
     # ---- one step -------------------------------------------------------------------------

@@ -7,7 +7,7 @@ exchange) times a per-(host, NIC) level the model decides: 1 while training, a f
 of a percent while the job is paused (evaluation, a hang: NCCL keeps polling), zero for a
 dead link. GPUs report NVML-like readings: a thermally throttled GPU shows a lower SM
 clock, its slowdown throttle reasons, a high temperature and lower power; healthy GPUs
-now and then show a benign `SW_POWER_CAP`.
+now and then show a benign `sw_power_cap`.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ class NodeReports:
             else:
                 clock = SM_CLOCK_MHZ - abs(rng.gauss(0, 8))
                 temp, power = 62 + rng.gauss(0, 3), 640 + rng.gauss(0, 20)
-                reasons = ["SW_POWER_CAP"] if rng.random() < 0.01 else []
+                reasons = ["sw_power_cap"] if rng.random() < 0.01 else []
             if not state.running:
                 clock, power = 345.0, 75.0
             gpus.append(GpuState(index=k, name="NVIDIA H100 80GB HBM3", util_pct=round(util, 1), temp_c=round(temp, 1),
