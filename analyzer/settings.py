@@ -42,6 +42,8 @@ class StragglerSettings(_Section):
     gpu_clock_drop_pct: float = Field(default=3.0, gt=0, description="a GPU's SM clock this much below its host's "
                                       "median names it as the slow one")
     gpu_lookback_s: float = Field(default=20.0, gt=0, description="GPU readings (heartbeats) looked at for evidence")
+    warmup_steps: int = Field(default=10, ge=0, description="a job's first steps (compilation, caches, allocator "
+                              "warm-up) are not judged")
 
     @model_validator(mode="after")
     def _k_of_n(self) -> StragglerSettings:

@@ -30,6 +30,7 @@ a slow host whose heartbeats show exactly one GPU throttled (a tensor-parallel g
 waits for its slowest GPU, so the whole host is slow) is named by that GPU too, with
 its SM clock, throttle reasons, temperature and power as evidence.
 
+The first `straggler.warmup_steps` steps of a job (compilation, caches) are not judged.
 A job with fewer hosts than `straggler.min_hosts` has no robust centre of hosts, so its
 ranks are compared instead (ranks.py; with only 2-3 ranks, confirmed by the others'
 waiting).
@@ -50,6 +51,8 @@ __all__ = ["StragglerDetector", "judge"]
 
 # Peer groups from the steps being judged (each carries its rank's pp coordinate), not from
 # job_ranks: the job's registration travels on another topic and may be ingested later.
+_FIRST_SQL = "SELECT min(step) AS first FROM job_steps WHERE job_id = {job:String}"
+
 _PEERS_SQL = """
 SELECT host, arrayStringConcat(arraySort(groupUniqArray(toString(pp))), ',') AS stages
 FROM phase_rank_windows
@@ -90,7 +93,10 @@ class StragglerDetector:
         hi = (last - s.lag_steps + 1) // W - 1
         if hi < 0:
             return []
-        lo = max(0, hi - s.n_long + 1)
+        first = int(ctx.rows(_FIRST_SQL)[0]["first"])
+        lo = max(0, hi - s.n_long + 1, -(-(first + s.warmup_steps) // W))  # whole windows after the warm-up
+        if lo > hi:
+            return []
         phases = job_phases(ctx, lo, hi)
         if not phases.compute:
             return []
@@ -104,7 +110,7 @@ class StragglerDetector:
         else:
             sql, params = cells_sql("phase_host_windows", "host", phases, waiting=True)
             hosts = judge(ctx.rows(sql, **params, lo=lo, hi=hi), peers, s, firing, phases=phases, hi=hi)
-        ranks = judge_gpu_ranks(rank_candidates(ctx, phases, max(0, hi - s.n + 1), hi, s), s, firing, hi)
+        ranks = judge_gpu_ranks(rank_candidates(ctx, phases, max(lo, hi - s.n + 1), hi, s), s, firing, hi)
         named = {f.host for f in ranks}
         hosts = [f for f in hosts if f.host not in named]  # the slow GPU explains its host's excess
         gpus = gpu_readings(ctx, sorted({f.host for f in hosts + ranks}), s)

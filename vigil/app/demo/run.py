@@ -2,7 +2,7 @@
 
 Starts the stack in this process (broker, ClickHouse, analyzer, recovery, dashboard), then
 side by side:
-1. a real PyTorch job: `train.py` under DDP/gloo, 4 ranks as 2 hosts, each host a
+1. a real PyTorch job: `train.py`, data-parallel on gloo, 4 ranks as 2 hosts, each host a
    `vigil run -- torchrun ...` agent; one rank is slowed part-way, another prints an Xid line;
 2. a simulated 256-host job with a straggler, a NIC stall and MFU decay injected.
 It prints where to look and runs until Ctrl-C (or --duration), then stops every child:
@@ -62,7 +62,7 @@ class Demo:
         assert stack.ctx is not None
         ranks = [RankPlacement(rank=r, host=HOSTS[r // 2], local_rank=r % 2, coords=ParallelCoords(dp=r))
                  for r in range(4)]
-        job = JobRegistered(job_id=TORCH_JOB, host=HOSTS[0], name="tiny transformer, DDP on CPU (gloo)",
+        job = JobRegistered(job_id=TORCH_JOB, host=HOSTS[0], name="tiny transformer, data-parallel on CPU (gloo)",
                             world_size=4, dp=4, gpus_per_host=2, gpu_model="cpu", gpu_peak_tflops=0.05, ranks=ranks)
         producer = EventProducer(settings=self.settings, bootstrap=stack.ctx.bootstrap)
         producer.send([job])
@@ -131,8 +131,9 @@ vigil demo is running.  Open {dash}
 
 What to look at (give it a minute or two to develop):
   Overview  two jobs: {TORCH_JOB} (real PyTorch, 4 ranks on 2 hosts) and {SIM_JOB} ({sim_hosts} simulated hosts).
-  Heatmap   {TORCH_JOB}: {HOSTS[1]} turns red in 'forward' once rank {SLOW_RANK} is slowed (step 60)
-            ({HOSTS[0]} warms in 'backward': its ranks wait for the slow one in the all-reduce);
+  Heatmap   {TORCH_JOB}: {HOSTS[1]} turns red in 'forward' once rank {SLOW_RANK} is slowed (step 60);
+            the other ranks wait for it in 'grad_sync', and that waiting is charged to {HOSTS[1]} too
+            ({HOSTS[0]} stays neutral);
             {SIM_JOB}: {straggler} stands out in 'forward' (10% slower from step 20).
   Alerts    a straggler alert for each, an Xid 79 alert from {HOSTS[0]}, a NIC drop on {nic},
             a traffic stop on {stop}, MFU drift on {TORCH_JOB} (its slowed rank drags every step);
