@@ -16,12 +16,11 @@ from dataclasses import dataclass, field
 from vigil.analyzer.detect.base import EvalContext
 from vigil.contract.phases import PhaseKind, is_waiting, parent, resolve
 
+# the phases reported in windows lo..hi (source '') and every declaration of the job, in one query
 _PHASES_SQL = """
-SELECT DISTINCT phase FROM phase_host_windows
+SELECT DISTINCT phase, '' AS source, '' AS kind FROM phase_host_windows
 WHERE job_id = {job:String} AND window >= {lo:UInt64} AND window <= {hi:UInt64}
-"""
-
-_DECLARED_SQL = """
+UNION ALL
 SELECT phase, source, argMax(phase_kind, ts) AS kind FROM job_phase_kinds
 WHERE job_id = {job:String} GROUP BY phase, source
 """
@@ -54,14 +53,15 @@ class JobPhases:
 
 def job_phases(ctx: EvalContext, lo: int, hi: int) -> JobPhases:
     """Kinds of the phases the job reported in windows lo..hi."""
-    phases = [str(r["phase"]) for r in ctx.rows(_PHASES_SQL, lo=lo, hi=hi)]
-    if not phases:
-        return JobPhases()
+    phases: list[str] = []
     step: dict[str, str] = {}
     job: dict[str, str] = {}
-    for r in ctx.rows(_DECLARED_SQL):
-        (step if r["source"] == "step" else job)[str(r["phase"])] = str(r["kind"])
-    return JobPhases(kinds=resolve(phases, step, job))
+    for r in ctx.rows(_PHASES_SQL, lo=lo, hi=hi):
+        if r["source"] == "":
+            phases.append(str(r["phase"]))
+        else:
+            (step if r["source"] == "step" else job)[str(r["phase"])] = str(r["kind"])
+    return JobPhases(kinds=resolve(phases, step, job)) if phases else JobPhases()
 
 
 def cells_sql(rollup: str, units: str, phases: JobPhases, *, compute: bool = True,

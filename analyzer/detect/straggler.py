@@ -134,6 +134,9 @@ class StragglerDetector:
         if not found or not phases.waiting:
             return found
         cells, params = cells_sql("phase_host_windows", "host", phases, compute=False, waiting=True)
+        named = {f.host for f in found}
+        latest = [max(h.window for h in hs) for (_p, u), hs in flags.items() if u in named]  # each phase's last
         caused = {(int(r["window"]), str(r["host"])): float(r["caused"]) for r in ctx.rows(
-            _CAUSED_SQL.replace("$cells", cells), **params, lo=lo, hi=hi, hosts=sorted({f.host for f in found}))}
+            _CAUSED_SQL.replace("$cells", cells), **params, lo=min(latest), hi=max(latest),
+            hosts=sorted({f.host for f in found}))}
         return findings(flags, ends, hi, s, firing, peers, caused)
