@@ -74,6 +74,10 @@ class Simulation:
         for f in cfg.faults:
             if f.host != "all":
                 lay.host_index(f.host)
+            for opt in ("gpu", "local_rank"):
+                if not 0 <= f.int_option(opt, 0) < lay.gpus_per_host:
+                    raise ValueError(f"{f.kind} on {f.host}: {opt}={f.options[opt]} is not one of the host's "
+                                     f"{lay.gpus_per_host} GPUs (0 .. {lay.gpus_per_host - 1})")
         self.now = cfg.start
         self.onsets: dict[int, datetime] = {}
         self.step_starts: dict[int, datetime] = {}
