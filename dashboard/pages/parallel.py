@@ -2,6 +2,7 @@
 
 Each rank's mean phase (or step) time over the selected time range (at most 50 of its
 steps, evenly spaced), laid out by its (dp, pp, tp) coordinates; clicking a rank opens its host.
+A waiting phase (grad_sync, bubble, ...) shows the waiting each rank caused, not what it suffered.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ def _body(v: PageView) -> Component:
     assert v.job is not None and v.window is not None
     phases = qh.phases(v.store, v.window)
     phase = v.sel.phase if v.sel.phase in phases else None
-    pv = q.parallel_view(v.store, v.window, phase=phase)
+    waiting = phase is not None and phase in qh.waiting_phases(v.store, v.window)
+    pv = q.parallel_view(v.store, v.window, phase=phase, waiting=waiting)
     return html.Div([
         html.Div(selector("phase", [(p, p) for p in phases], phase, label="phase", placeholder="whole step"),
                  className="controls"),

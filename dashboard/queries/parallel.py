@@ -4,6 +4,11 @@ The range's steps come from the `job_steps` rollup (steps whose time overlaps th
 at most `steps` of them are read from `step_timings`, evenly spaced and ending at the
 range's last step. Its primary key starts with (job_id, step), so the read stays narrow
 and its cost does not grow with the range; the per-rank means are aggregated in ClickHouse.
+
+A waiting phase (communication, bubble) is longer on the ranks that wait for a slow peer
+and shorter on the slow one, so there (`waiting=True`) the deviation is turned round, as
+on the heatmap: (upper median - rank mean) / upper median. The slow rank reads +x% (it
+made the others wait x% longer) and the ranks that waited 0%.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ _STEPS_IN_RANGE = (f"FROM {JOB_STEPS} WHERE job_id = {{job:String}} "
                    "AND first_ts <= fromUnixTimestamp64Milli({t1:Int64}, 'UTC')")
 
 _SQL = f"""
-SELECT *, quantileExactLow(0.5)(mean_ms) OVER () AS median_ms FROM (
+SELECT *, quantileExactLow(0.5)(mean_ms) OVER () AS median_ms, quantileExactHigh(0.5)(mean_ms) OVER () AS high_ms FROM (
 WITH (SELECT minOrNull(step) {_STEPS_IN_RANGE}) AS lo, (SELECT maxOrNull(step) {_STEPS_IN_RANGE}) AS hi,
      intDiv(hi - lo + {{steps:UInt64}}, {{steps:UInt64}}) AS every
 SELECT rank, any(host) AS host, any(dp) AS dp, any(tp) AS tp, any(pp) AS pp,
@@ -53,27 +58,37 @@ class RankCell:
     pp: int
     mean_ms: float
     median_ms: float  # lower median over all ranks (as the heatmap's: a 2-rank job's slow rank reads slower)
+    waiting: bool = False  # a waiting phase: median_ms is the upper median and the deviation is turned round
 
     @property
     def dev(self) -> float:
-        return (self.mean_ms - self.median_ms) / self.median_ms if self.median_ms > 0 else 0.0
+        if self.median_ms <= 0:
+            return 0.0
+        return (self.median_ms - self.mean_ms if self.waiting else self.mean_ms - self.median_ms) / self.median_ms
 
 
 @dataclass(frozen=True, kw_only=True)
 class ParallelView:
     phase: str  # '' = whole step
+    waiting: bool  # the phase is a waiting phase (its deviations attribute the waiting to who caused it)
     first_step: int
     last_step: int
     stride: int  # every `stride`-th step of the range was read (1: all of them)
     ranks: list[RankCell]
 
 
-def parallel_view(store: Store, win: Window, *, phase: str | None, steps: int = 50) -> ParallelView:
-    """Per-rank means over the range's steps (at most `steps` of them, evenly spaced, the last one included)."""
+def parallel_view(store: Store, win: Window, *, phase: str | None, waiting: bool = False,
+                  steps: int = 50) -> ParallelView:
+    """Per-rank means over the range's steps (at most `steps` of them, evenly spaced, the last one included).
+
+    `waiting`: `phase` is a waiting phase (comm / wait kind): deviations are turned round.
+    """
+    waiting = waiting and bool(phase)
     rows = store.rows("per-rank times", _SQL, win.params(phase=phase or "", steps=max(1, steps)))
     cells = [RankCell(rank=int(r["rank"]), host=str(r["host"]), dp=int(r["dp"]), tp=int(r["tp"]), pp=int(r["pp"]),
-                      mean_ms=float(r["mean_ms"]), median_ms=float(r["median_ms"])) for r in rows]
-    return ParallelView(phase=phase or "", first_step=min((int(r["first_step"]) for r in rows), default=0),
+                      mean_ms=float(r["mean_ms"]), median_ms=float(r["high_ms" if waiting else "median_ms"]),
+                      waiting=waiting) for r in rows]
+    return ParallelView(phase=phase or "", waiting=waiting, first_step=min((int(r["first_step"]) for r in rows), default=0),
                         last_step=max((int(r["last_step"]) for r in rows), default=0),
                         stride=max((int(r["stride"]) for r in rows), default=1), ranks=cells)
 

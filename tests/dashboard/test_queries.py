@@ -112,6 +112,13 @@ def test_parallel_view_lays_out_ranks(store: Store) -> None:
     assert slow == {STRAGGLER}
     r = next(r for r in v.ranks if r.host == STRAGGLER)
     assert parallel.host_at(store, JOB, dp=r.dp, pp=r.pp, tp=r.tp) == STRAGGLER
+    # grad_sync: longest on the ranks that wait for the straggler; shown as the waiting each rank caused
+    assert "grad_sync" in heatmap.waiting_phases(store, window(store))
+    sync = parallel.parallel_view(store, window(store), phase="grad_sync", waiting=True)
+    assert {r.host for r in sync.ranks if r.dev > 0.1} == {STRAGGLER}
+    assert max(r.dev for r in sync.ranks if r.host != STRAGGLER) < 0.05
+    raw = parallel.parallel_view(store, window(store), phase="grad_sync")
+    assert all(r.dev < 0 for r in raw.ranks if r.host == STRAGGLER)  # it waited least: not the one painted red
 
 
 def test_every_page_renders_server_side(store: Store) -> None:
