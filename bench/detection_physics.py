@@ -1,6 +1,7 @@
 """The physics of synchronous training, scored: one fault per job, live and replay side by side.
 
-Used by bench/analyzer_detection.py (`--physics-seeds`). Each class below is a simulated
+Issue 15's benchmark, beside bench/analyzer_detection.py (all seven classic fault kinds in
+one job). Each class below is a simulated
 job (48 hosts x 8 GPUs, pp 4 unless the class says otherwise; evaluation pauses, checkpoints
 and a stopped tail like a real run) with one fault, or none for the long healthy control.
 The job's events are written through the ingest processors into chdb twice:
@@ -13,16 +14,24 @@ Scoring counts alerts of severity warning or worse (info is a note, e.g. "the jo
 paused"). A fault is detected when its expected fingerprint fires (named right: a hang's
 job-level alert must name the hung host); every other warning-or-worse fingerprint of
 that job is a false alert of that class. Latency = alert event time - fault onset.
+A verdict line checks the goal: precision and recall >= 0.97 per class, live and replay,
+and no alert on the healthy control.
+
+    python bench/detection_physics.py [--seeds 1] [--classes SUBSTRING] [--no-live] [--no-append]
 """
 
 from __future__ import annotations
 
+import argparse
 import random
+import tempfile
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+
+from analyzer_common import append_results, machine_info
 
 from vigil.analyzer.alerts.book import AlertBook
 from vigil.analyzer.engine import LiveCursor, replay
@@ -32,6 +41,8 @@ from vigil.analyzer.simulator.faults import parse_fault
 from vigil.analyzer.simulator.layout import Layout
 from vigil.analyzer.simulator.model import SimConfig, Simulation
 from vigil.analyzer.simulator.runner import ground_truth
+from vigil.app.components import migrate_all
+from vigil.clickhouse.client import connect
 from vigil.contract import Alert, Event
 
 SEVERE = ("warning", "error", "critical")
@@ -210,3 +221,41 @@ def verdict(per_replay: dict[str, dict[str, Any]], per_live: dict[str, dict[str,
               [k for name, k in per_live.items() if not k["faults"]]
     checks.append(("no alert on the healthy control", all(not k["fp"] for k in healthy)))
     return "Targets: " + "; ".join(f"{name}: {'met' if ok else 'NOT met'}" for name, ok in checks) + "."
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seeds", type=int, default=1, help="jobs per class")
+    ap.add_argument("--classes", default="", help="only classes whose name contains this")
+    ap.add_argument("--no-live", dest="live", action="store_false", help="replay only")
+    ap.add_argument("--no-append", dest="append", action="store_false", help="print only; do not add to bench/RESULTS.md")
+    args = ap.parse_args()
+    client = connect(f"chdb://{tempfile.mkdtemp(prefix='vigil-bench-ph-')}", database="vigil")
+    migrate_all(client, 3650)
+    classes = [c for c in CLASSES if args.classes in c.name]
+    results = []
+    t0 = time.perf_counter()
+    for seed in range(args.seeds):
+        for cls in classes:
+            r = run_class(client, cls, seed, live=args.live)
+            print(f"{cls.name} seed {seed}: {r['events']:,} events, replay {r['replay_s']:.1f} s"
+                  + (f", live {r['live_s']:.1f} s" if args.live else ""), flush=True)
+            results.append(r)
+    per_replay, per_live = score(results, "replay"), score(results, "live")
+    body = (table(per_replay, per_live) + "\n\n" + verdict(per_replay, per_live))
+    print(body, flush=True)
+    if args.append:
+        append_results("Analyzer detection: the physics of synchronous training (one fault per job)",
+                       machine_info() + "\n\n"
+                       "One simulated job per class and seed (48 hosts x 8 GPUs, pp=4, 240 steps with evaluation "
+                       "pauses, checkpoints and a stopped tail; the healthy control 64 hosts x 900 steps), written "
+                       "through the ingest processors into chdb. Replay: every instant over the stored job; live: "
+                       "the job arriving step by step, a live cursor turn every 10 s of event time. Alerts of "
+                       "warning or worse count; latency = alert event time - fault onset.\n\n" + body
+                       + f"\n\nCommand: `python bench/detection_physics.py --seeds {args.seeds}"
+                       + (f" --classes {args.classes!r}" if args.classes else "") + ("" if args.live else " --no-live")
+                       + f"` ({time.perf_counter() - t0:.0f} s).")
+
+
+if __name__ == "__main__":
+    main()
