@@ -93,7 +93,8 @@ class StragglerDetector:
         hi = (last - s.lag_steps + 1) // W - 1
         if hi < 0:
             return []
-        first = int(ctx.rows(_FIRST_SQL)[0]["first"])
+        # the current run (epoch.py) after its warm-up: a restart takes fresh windows
+        first = ctx.epoch.first_step if ctx.epoch is not None else int(ctx.rows(_FIRST_SQL)[0]["first"])
         lo = max(0, hi - s.n_long + 1, -(-(first + s.warmup_steps) // W))  # whole windows after the warm-up
         if lo > hi:
             return []

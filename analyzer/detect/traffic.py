@@ -66,7 +66,7 @@ class TrafficDetector:
         s = ctx.settings.traffic
         q = job_quiet(ctx, s)
         rows = ctx.rows(_NIC_SQL, zero=s.zero_bps, active=s.quiet_frac * q.busy_bps, recent=ctx.ago(s.recent_s),
-                        lo=ctx.ago(s.recent_s + s.baseline_s), quiet=sorted(q.quiet))
+                        lo=ctx.ago_in_run(s.recent_s + s.baseline_s), quiet=sorted(q.quiet))
         running = {str(r["host"]): int(r["running"]) for r in ctx.rows(_RUNNING_SQL, lo=ctx.ago(s.stall_s))}
         firing = {subj.split(":", 1)[1] for subj in ctx.firing if subj.startswith("traffic_stall:")}
         steps = None

@@ -50,6 +50,9 @@ FROM step_timings
 ARRAY JOIN mapKeys(phases) AS phase, mapValues(phases) AS ms
 GROUP BY job_id, phase, window, host, rank, local_rank, pp, day;
 
+-- A sum() rollup of step_timings: a batch written again must be dropped here too (see 0140).
+ALTER TABLE phase_rank_windows MODIFY SETTING non_replicated_deduplication_window = 10000;
+
 -- Backfill the per-rank windows of what is already stored, only into an empty rollup (a re-run
 -- after a failure part-way must not count anything twice).
 INSERT INTO phase_rank_windows

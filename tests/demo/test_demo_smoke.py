@@ -1,9 +1,12 @@
 """`vigil demo` (what `make demo` runs) as a real subprocess: the dashboard answers, the real
 torch job's steps reach ClickHouse and the dashboard's pages (its step chart, both of its hosts
-on the heatmap, fetched over HTTP as the browser gets them), and Ctrl-C leaves no process behind."""
+on the heatmap, its latest committed checkpoint, fetched over HTTP as the browser gets them), a
+webhook named by VIGIL_NOTIFY_WEBHOOK_URL receives the demo's alerts signed, its hang becomes an
+incident naming the hung rank on the alerts page, and Ctrl-C leaves no process behind."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -18,21 +21,27 @@ import psutil
 import pytest
 
 from tests.dashboard.dashhttp import figure_of, render_page, texts
+from tests.notify.receiver import Receiver, signed_by
 
 pytestmark = [pytest.mark.kafka, pytest.mark.clickhouse, pytest.mark.slow, pytest.mark.timeout(480)]
 TORCH_HOSTS = {"demo-host-0", "demo-host-1"}
 
 
-def _sql(control_url: str, sql: str) -> list[list[object]]:
-    resp = httpx.post(f"{control_url}/sql", json={"sql": sql}, timeout=30)
+def _sql(control_url: str, sql: str, home: Path) -> list[list[object]]:
+    token = json.loads(next(home.rglob("stack.json")).read_text())["token"]  # the control port wants vigil up's token
+    resp = httpx.post(f"{control_url}/sql", json={"sql": sql}, headers={"Authorization": f"Bearer {token}"}, timeout=30)
     resp.raise_for_status()
     rows: list[list[object]] = resp.json()["rows"]
     return rows
 
 
 def test_demo_runs_shows_torch_steps_and_stops_clean(tmp_path: Path) -> None:
+    oncall = Receiver()
+    oncall.up()
     env = {k: v for k, v in os.environ.items() if not k.startswith("VIGIL_")}
-    env.update(VIGIL_HOME=str(tmp_path), PYTHONUNBUFFERED="1", VIGIL_DASHBOARD_PORT="0")
+    env.update(VIGIL_HOME=str(tmp_path), PYTHONUNBUFFERED="1", VIGIL_DASHBOARD_PORT="0",
+               VIGIL_NOTIFY_WEBHOOK_URL=oncall.url, VIGIL_NOTIFY_WEBHOOK_SECRET="demo-secret",
+               VIGIL_NOTIFY_GROUP_WAIT_S="5")
     proc = subprocess.Popen(
         [sys.executable, "-m", "vigil", "demo", "--sim-hosts", "32", "--duration", "600"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -59,11 +68,11 @@ def test_demo_runs_shows_torch_steps_and_stops_clean(tmp_path: Path) -> None:
 
         ranks: set[object] = set()
         while time.monotonic() < deadline and len(ranks) < 4:
-            rows = _sql(control, "SELECT DISTINCT rank FROM step_timings WHERE job_id = 'demo-torch'")
+            rows = _sql(control, "SELECT DISTINCT rank FROM step_timings WHERE job_id = 'demo-torch'", tmp_path)
             ranks = {r[0] for r in rows}
             time.sleep(2)
         assert ranks == {0, 1, 2, 3}, f"torch ranks seen: {ranks}\n" + "".join(out)
-        hosts = {r[0] for r in _sql(control, "SELECT DISTINCT host FROM step_timings WHERE job_id = 'demo-torch'")}
+        hosts = {r[0] for r in _sql(control, "SELECT DISTINCT host FROM step_timings WHERE job_id = 'demo-torch'", tmp_path)}
         assert hosts == TORCH_HOSTS
 
         # the same steps on the dashboard: the torch job's step chart, its hosts as heatmap rows
@@ -82,9 +91,36 @@ def test_demo_runs_shows_torch_steps_and_stops_clean(tmp_path: Path) -> None:
         assert step_points, f"no steps on the overview of demo-torch: {overview}"
         assert heat_rows == TORCH_HOSTS
         assert "demo-torch" in texts(overview)  # the jobs table lists it
+        # the torch job checkpoints (two-phase, every 20 steps): committed, and on its overview
+        committed: list[list[object]] = []
+        while time.monotonic() < page_deadline and not committed:
+            committed = _sql(control, "SELECT step FROM checkpoints WHERE job_id = 'demo-torch' AND phase = 'committed'", tmp_path)
+            time.sleep(2)
+        assert committed, "no committed checkpoint of demo-torch\n" + "".join(out)
+        shown = texts(render_page(dashboard, "/overview", "?job=demo-torch&range=all"))
+        assert any(t.startswith("step ") and t[5:].isdigit() and int(t[5:]) % 20 == 0 for t in shown), shown
+        notify_deadline = time.monotonic() + 180  # the simulated straggler fires ~1-2 min into the demo
+        while time.monotonic() < notify_deadline and not oncall.delivered():
+            time.sleep(2)
+        pages = [r.json() for r in oncall.delivered()]
+        assert pages and {p["job_id"] for p in pages} <= {"demo-torch", "demo-sim"}, "".join(out)
+        assert all(signed_by(b"demo-secret", r) for r in oncall.all())
+        assert "Notify    alerts and incidents go to webhook (webhook http://127.0.0.1" in "".join(out)
         descendants = psutil.Process(proc.pid).children(recursive=True)
         assert len(descendants) >= 6  # broker, 2 agents, 2 torchrun, 4 ranks, simulator
+
+        # the torch job's rank 3 hangs at step 300: one incident names it (Flight Recorder), on the alerts page
+        incident: list[list[object]] = []
+        hang_deadline = time.monotonic() + 300
+        while time.monotonic() < hang_deadline and not incident:
+            incident = _sql(control, "SELECT category, culprit_host, culprit_rank FROM incidents_current "
+                                     "WHERE job_id = 'demo-torch'")
+            time.sleep(3)
+        assert incident == [["collective_hang", "demo-host-1", 3]], "".join(out[-50:])
+        alerts_page = " ".join(texts(render_page(dashboard, "/alerts", "?job=demo-torch&range=all")))
+        assert "collective_hang" in alerts_page and "demo-host-1" in alerts_page
     finally:
+        oncall.down()
         proc.send_signal(signal.SIGINT)
         try:
             proc.wait(120)  # the demo gives its agents 30 s, then stops the stack

@@ -9,6 +9,7 @@ from vigil.contract.decisions import (
     RankPlacement,
     RankRef,
     RecoveryAction,
+    Silence,
 )
 from vigil.contract.phases import PHASE_KINDS, WAITING, PhaseKind, default_phase_kind
 from vigil.contract.registry import (
@@ -38,6 +39,6 @@ __all__ = [
     "DEAD_LETTER_TOPIC", "PHASE_KINDS", "SPECS", "TELEMETRY_TOPICS", "TOPICS", "WAITING", "Alert", "Checkpoint",
     "CollectiveEntry", "CollectiveTrace", "Decoded", "Event", "EventSpec", "GpuState", "Heartbeat", "Incident",
     "JobRegistered", "LogLine", "NicCounters", "ParallelCoords", "PhaseKind", "ProcessExit", "ProcessState",
-    "RankPlacement", "RankRef", "RankScoped", "RecoveryAction", "Rejected", "StepTiming", "decode_batch",
+    "RankPlacement", "RankRef", "RankScoped", "RecoveryAction", "Rejected", "Silence", "StepTiming", "decode_batch",
     "default_phase_kind", "encode_batch", "new_event_id", "spec_for", "topic_of", "utcnow", "validate_event",
 ]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vigil.contract.base import Event
-from vigil.contract.decisions import Alert, Checkpoint, Incident, JobRegistered, RecoveryAction
+from vigil.contract.decisions import Alert, Checkpoint, Incident, JobRegistered, RecoveryAction, Silence
 from vigil.contract.telemetry import (
     CollectiveTrace,
     Heartbeat,
@@ -65,13 +65,16 @@ SPECS: tuple[EventSpec, ...] = (
     EventSpec(kind="exit", version=1, model=ProcessExit, topic="logs", example={
         **_ORIGIN, "rank": 5, "local_rank": 5, "pid": 4242, "exit_code": 1,
         "summary": "RuntimeError: CUDA error: uncorrectable NVLink error detected",
-        "traceback": "Traceback (most recent call last):\n  ...\nRuntimeError: CUDA error"}),
+        "traceback": "Traceback (most recent call last):\n  ...\nRuntimeError: CUDA error",
+        "failed_at": "2026-11-01T11:59:58Z", "launcher": False}),
     EventSpec(kind="collective", version=1, model=CollectiveTrace, topic="collectives", example={
         **_ORIGIN, "rank": 3, "local_rank": 1, "process_groups": {"0": "default_pg"},
         "entries": [{"record_id": 17, "pg_id": 0, "collective_seq_id": 17,
                      "profiling_name": "nccl:all_reduce", "state": "started",
                      "time_created_ns": 1_700_000_000_000_000_000, "timeout_ms": 600000}],
-        "last_started_seq": {"0": 17}, "last_completed_seq": {"0": 16}}),
+        "last_started_seq": {"0": 17}, "last_completed_seq": {"0": 16},
+        "group_ranks": {"0": [0, 1, 2, 3]}, "trigger": "watchdog", "step": 1199,
+        "stack": 'File "train.py", line 88, in main\n    loss.backward()'}),
     EventSpec(kind="alert", version=1, model=Alert, topic="alerts", example={
         **_ORIGIN, "fingerprint": "llama-70b/straggler/node-0007/forward", "alert": "straggler",
         "subject": "node-0007/forward", "status": "firing", "severity": "warning",
@@ -87,12 +90,16 @@ SPECS: tuple[EventSpec, ...] = (
         "alerts": ["llama-70b/process_exit/node-0007/rank5", "llama-70b/process_exit/node-0003/rank1"],
         "first_sign": "2026-11-01T11:59:58Z", "detected": _TS,
         "evidence": {"first_exit": "2026-11-01T11:59:58Z", "nvlink_lines": 3}}),
+    EventSpec(kind="silence", version=1, model=Silence, topic="silences", example={
+        **_ORIGIN, "job_id": "llama-70b", "host": "*", "silence_id": "5f1c9d2e", "ts": _TS,
+        "matchers": {"job": "llama-70b", "kind": "straggler"}, "starts_at": _TS, "ends_at": "2026-11-01T14:00:00Z",
+        "created_by": "alice", "reason": "node-0007 is being drained for maintenance"}),
     EventSpec(kind="recovery", version=1, model=RecoveryAction, topic="recovery", example={
         **_ORIGIN, "action": "cordon", "target": "node-0007", "status": "succeeded",
         "reason": "traffic stopped for 30 s", "alert_fingerprint": "llama-70b/traffic_stall/node-0007"}),
     EventSpec(kind="checkpoint", version=1, model=Checkpoint, topic="recovery", example={
-        **_ORIGIN, "step": 1200, "phase": "persisted", "path": "/ckpt/llama-70b/step-1200",
-        "blocked_ms": 17.0, "duration_ms": 4200.0, "bytes": 524_288_000}),
+        **_ORIGIN, "step": 1200, "phase": "committed", "path": "/ckpt/llama-70b/step-0000001200-3fa9c2d1",
+        "blocked_ms": 0.0, "duration_ms": 4200.0, "bytes": 524_288_000, "rank": 0, "error": "", "dropped": 0}),
 )
 
 BY_KIND: dict[tuple[str, int], EventSpec] = {(s.kind, s.version): s for s in SPECS}

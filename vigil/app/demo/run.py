@@ -1,9 +1,12 @@
 """`vigil demo`: the whole platform on embedded defaults, with a sick job to look at.
 
-Starts the stack in this process (broker, ClickHouse, analyzer, recovery, dashboard), then
+Starts the stack in this process (broker, ClickHouse, analyzer, dashboard, notifier), then
 side by side:
 1. a real PyTorch job: `train.py`, data-parallel on gloo, 4 ranks as 2 hosts, each host a
-   `vigil run -- torchrun ...` agent; one rank is slowed part-way, another prints an Xid line;
+   `vigil run -- torchrun ...` agent; one rank is slowed part-way, another prints an Xid line,
+   and at step `HANG_AT` the slowed rank hangs: its Flight Recorder trace (the step timer's
+   hang watchdog) names it the culprit of a `collective_hang` incident, the other ranks time
+   out `PG_TIMEOUT_S` later and the job ends;
 2. a simulated 256-host job with a straggler, a NIC stall and MFU decay injected.
 It prints where to look and runs until Ctrl-C (or --duration), then stops every child:
 SIGINT first (each agent forwards it to torchrun and SIGKILLs the tree `KILL_GRACE_S` later),
@@ -34,6 +37,7 @@ TRAIN = Path(__file__).with_name("train.py")
 TORCH_JOB, SIM_JOB = "demo-torch", "demo-sim"
 HOSTS = ("demo-host-0", "demo-host-1")
 SLOW_RANK, XID_RANK = 3, 0
+HANG_AT, PG_TIMEOUT_S = 300, 60  # the slowed rank hangs at this step; its peers time out this much later
 # An agent SIGKILLs torchrun's tree KILL_GRACE_S after the forwarded SIGINT, then delivers
 # for at most DRAIN_S; the demo waits STOP_WAIT_S (> both, plus its output threads' 2 x 5 s).
 KILL_GRACE_S, DRAIN_S, STOP_WAIT_S = 5.0, 5.0, 30.0
@@ -84,7 +88,9 @@ class Demo:
                     sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
                     "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
                     str(TRAIN), "--slow-rank", str(SLOW_RANK), "--slow-from", "60", "--xid-rank", str(XID_RANK),
-                    "--xid-at", "40"]
+                    "--xid-at", "40", "--hang-rank", str(SLOW_RANK), "--hang-at", str(HANG_AT),
+                    "--pg-timeout-s", str(PG_TIMEOUT_S),
+                    "--ckpt-dir", str(self.settings.home / "demo" / "checkpoints"), "--ckpt-every", "20"]
             self._spawn(argv, f"{host}.log", env)
 
     def start_simulation(self, bootstrap: str) -> None:
@@ -123,7 +129,19 @@ def kill_tree(child: subprocess.Popen[bytes]) -> None:
     child.wait()
 
 
-def guide(urls: dict[str, str], sim_hosts: int) -> str:
+def notify_line(health: dict[str, object]) -> str:
+    """Where the demo's alerts and incidents are sent, from the notifier's health."""
+    receivers = health.get("receivers")
+    if not isinstance(receivers, dict) or not receivers:
+        return ("Notify    no receiver: VIGIL_NOTIFY_WEBHOOK_URL=https://... make demo sends the demo's alerts and "
+                "incidents to a webhook.")
+    where = ", ".join(f"{name} ({r['kind']} {r['where']}{', signed' if r['signed'] else ''})"
+                      for name, r in receivers.items())
+    return (f"Notify    alerts and incidents go to {where}, {health.get('group_wait_s')} s after they first fire;\n"
+            "          the Notifications page shows every delivery, `vigil notify status` too.")
+
+
+def guide(urls: dict[str, str], sim_hosts: int, notify: dict[str, object] | None = None) -> str:
     dash = urls.get("dashboard", "(dashboard not available)")
     straggler, nic, stop, _ = (sim_host(i, sim_hosts) for _, i, _ in SIM_FAULTS)
     return f"""
@@ -139,7 +157,13 @@ What to look at (give it a minute or two to develop):
             a traffic stop on {stop}, MFU drift on {TORCH_JOB} (its slowed rank drags every step);
             MFU drift on {SIM_JOB} follows after a few minutes (its decay ramps over 100 steps).
   Network   the stall of {stop} and the drop of {nic}.
-From another terminal: `vigil status`, `vigil alerts`, `vigil tail --kind alert`.
+  Incident  at step {HANG_AT} (a few minutes in) rank {SLOW_RANK} hangs: the Alerts page shows one collective_hang
+            incident naming {HOSTS[1]} rank {SLOW_RANK} (from the Flight Recorder traces every rank dumps), the
+            other ranks its victims (their timeouts {PG_TIMEOUT_S} s later are linked, not paged); the 3D view
+            marks the culprit and dims the victims; `vigil incidents --job {TORCH_JOB}` prints it.
+{notify_line(notify or {})}
+From another terminal: `vigil status`, `vigil alerts`, `vigil incidents`, `vigil tail --kind alert`,
+`vigil trace --job {TORCH_JOB} -o trace.json` (open it in ui.perfetto.dev).
 Ctrl-C stops everything.
 """
 
@@ -158,7 +182,7 @@ def run_demo(settings: VigilSettings, *, duration: float | None = None, sim_host
         demo.register_torch_job(stack)
         demo.start_torch_job(state.bootstrap)
         demo.start_simulation(state.bootstrap)
-        print(guide(state.urls, sim_hosts), flush=True)
+        print(guide(state.urls, sim_hosts, stack.health()["parts"].get("notify")), flush=True)
         deadline = time.monotonic() + duration if duration else None
         while not stop.wait(1.0):
             if deadline is not None and time.monotonic() > deadline:

@@ -5,9 +5,12 @@ VIGIL_SPOOL_DIR). Gradients are averaged with one all-reduce after the backward 
 timed as its own phase `grad_sync` (a comm phase by name): in synchronous training the
 ranks that wait for a slow peer wait *there*, and their forward/backward stay honest
 (DDP would overlap the all-reduce with backward, folding the wait into `backward`). For
-the demo one rank is slowed part-way through (its forward pass takes longer, as a
-fail-slow GPU would: its host is the straggler, the others wait in `grad_sync`) and
-another prints an Xid-style driver error line once.
+the demo one rank is slowed part-way through (its forward
+pass takes longer, so its host stands out on the heatmap, as a fail-slow GPU would),
+another prints an Xid-style driver error line once, and later one rank hangs (a stuck
+GPU: it never joins the next all-reduce) until the process group's timeout ends the job.
+With `--ckpt-dir` it saves a two-phase checkpoint every `--ckpt-every` steps
+(`vigil.recovery.checkpoint`) and, when started again, resumes from the latest complete one.
 
     python -m torch.distributed.run --nproc-per-node 2 vigil/app/demo/train.py --steps 50
 """
@@ -18,11 +21,13 @@ import argparse
 import os
 import sys
 import time
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
+from vigil.recovery.checkpoint import CheckpointConfig, Checkpointer, TrainState
 from vigil.timer import StepTimer, TimerConfig
 
 
@@ -55,6 +60,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--xid-rank", type=int, default=-1, help="global rank that prints an Xid line")
     p.add_argument("--xid-at", type=int, default=20, help="step at which it prints it")
     p.add_argument("--peak-tflops", type=float, default=0.05, help="the 'GPU' peak used for MFU on CPU")
+    p.add_argument("--hang-rank", type=int, default=-1, help="global rank that hangs")
+    p.add_argument("--hang-at", type=int, default=300, help="step before which it hangs")
+    p.add_argument("--pg-timeout-s", type=float, default=1800.0, help="process group (collective) timeout")
+    p.add_argument("--ckpt-dir", default=None, help="checkpoint here (shared by every rank); resume from it")
+    p.add_argument("--ckpt-every", type=int, default=20, help="steps between checkpoints")
     return p.parse_args(argv)
 
 
@@ -73,7 +83,7 @@ def average_gradients(model: nn.Module, world: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     torch.set_num_threads(1)
-    dist.init_process_group("gloo")
+    dist.init_process_group("gloo", timeout=timedelta(seconds=args.pg_timeout_s))
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     model = TinyLM(args.vocab, args.dim, args.layers, 4, args.seq)
@@ -82,12 +92,23 @@ def main(argv: list[str] | None = None) -> int:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     params = sum(p.numel() for p in model.parameters())
     tokens_per_step = args.batch * args.seq
-    timer = StepTimer(TimerConfig(flops_per_step=6.0 * params * tokens_per_step, gpu_peak_tflops=args.peak_tflops,
-                                  coords={"dp": rank, "tp": 0, "pp": 0}))
     gen = torch.Generator().manual_seed(rank)
-    step = 0
+    ckpt = Checkpointer(CheckpointConfig(directory=args.ckpt_dir, dp_group="world")) if args.ckpt_dir else None
+    state = {"train": TrainState(model, opt), "data": {"rng": gen.get_state()}}
+    resumed = ckpt.load_latest(state) if ckpt is not None else None  # every rank, at the same point
+    step = 0 if resumed is None else resumed + 1
+    if resumed is not None:
+        gen.set_state(state["data"]["rng"])  # type: ignore[index]
+        if rank == 0:
+            print(f"resumed from the checkpoint of step {resumed}", flush=True)
+    timer = StepTimer(TimerConfig(flops_per_step=6.0 * params * tokens_per_step, gpu_peak_tflops=args.peak_tflops,
+                                  coords={"dp": rank, "tp": 0, "pp": 0}, start_step=step))
     try:
         while args.steps == 0 or step < args.steps:
+            if rank == args.hang_rank and step == args.hang_at:
+                print(f"rank {rank} hangs before step {step} (a stuck GPU)", flush=True)
+                while True:  # its peers wait in the next all-reduce until the process group times out
+                    time.sleep(3600)
             with timer.step(tokens=tokens_per_step, samples=args.batch):
                 with timer.phase("data"):
                     batch = torch.randint(0, args.vocab, (args.batch, args.seq + 1), generator=gen)
@@ -108,11 +129,16 @@ def main(argv: list[str] | None = None) -> int:
                       file=sys.stderr, flush=True)
             if rank == 0 and step % 20 == 0:
                 print(f"step {step} loss {loss.item():.3f}", flush=True)
+            if ckpt is not None and step > 0 and step % args.ckpt_every == 0:
+                state["data"]["rng"] = gen.get_state()  # type: ignore[index]
+                ckpt.save(step, state)  # returns once the state is in host memory
             step += 1
     except KeyboardInterrupt:
         pass
     finally:
         timer.close()
+        if ckpt is not None:
+            ckpt.close()  # waits for a save still persisting; before the process group goes
         if dist.is_initialized():
             dist.destroy_process_group()
     return 0

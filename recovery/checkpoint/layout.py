@@ -1,0 +1,126 @@
+"""Where checkpoints live, how one is committed, and which ones are kept.
+
+    <directory>/
+      step-0000001200-3fa9c2d1/      one attempt to save step 1200 (token: rank 0's, per attempt)
+        __0_0.distcp  __1_0.distcp   each rank's part (torch.distributed.checkpoint files)
+        .metadata                    DCP's global metadata, written by rank 0 after every part
+        _COMMITTED                   the commit marker: JSON, written last, atomically
+
+A checkpoint is complete if and only if its `_COMMITTED` marker exists and names the
+directory's own step and token. The persister writes it only after `dcp.save` returned,
+which on rank 0 means every rank's files were written (and fsynced with `sync_files`)
+and `.metadata` was renamed into place. The marker is written atomically (see
+`stores`): a crash at any point leaves either no marker (the attempt is ignored, then
+pruned) or a whole one.
+
+Each attempt has its own directory (the token), so re-saving a step after a restart never
+mixes with a torn attempt of the same step, nor overwrites a committed one in place.
+
+"Newest" is the latest commit (marker time, then step): after a deliberate rollback the
+new lineage wins over abandoned later steps. `prune` keeps the newest `keep` complete
+checkpoints and removes every incomplete attempt; it runs on rank 0 after a commit,
+while no other save is in flight.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass
+
+from vigil.recovery.checkpoint.stores import Store
+
+MARKER = "_COMMITTED"
+FORMAT = "vigil-checkpoint/1"
+_NAME = re.compile(r"^step-(\d{10,})-([0-9a-f]{8})$")
+
+
+def dir_name(step: int, token: int) -> str:
+    return f"step-{step:010d}-{token & 0xFFFFFFFF:08x}"
+
+
+def parse_name(name: str) -> tuple[int, str] | None:
+    """(step, token) of an attempt directory's name; None for anything else."""
+    m = _NAME.match(name)
+    return (int(m.group(1)), m.group(2)) if m else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Commit:
+    """A complete checkpoint, as its marker describes it."""
+
+    name: str
+    path: str
+    step: int
+    committed_at: float  # unix seconds (rank 0's clock)
+    world_size: int
+    nbytes: int
+
+
+class Layout:
+    """Attempt directories, commit markers and retention under one checkpoint root."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def path(self, name: str) -> str:
+        return self.store.join(name)
+
+    def attempts(self) -> list[str]:
+        return sorted(n for n in self.store.names() if parse_name(n) is not None)
+
+    def read_commit(self, name: str) -> Commit | None:
+        """The commit of attempt `name`, or None when it is not (validly) committed."""
+        parsed = parse_name(name)
+        raw = self.store.read_small(self.store.join(name, MARKER)) if parsed else None
+        if parsed is None or raw is None:
+            return None
+        try:
+            doc = json.loads(raw)
+            if doc.get("format") != FORMAT or doc.get("step") != parsed[0] or doc.get("token") != parsed[1]:
+                return None
+            return Commit(
+                name=name, path=self.path(name), step=parsed[0], committed_at=float(doc["committed_at"]),
+                world_size=int(doc.get("world_size", 1)), nbytes=int(doc.get("bytes", 0)),
+            )  # fmt: skip
+        except (ValueError, TypeError, KeyError, AttributeError):
+            return None
+
+    def committed(self) -> list[Commit]:
+        """Every complete checkpoint, newest first."""
+        found = [c for n in self.attempts() if (c := self.read_commit(n)) is not None]
+        return sorted(found, key=lambda c: (c.committed_at, c.step, c.name), reverse=True)
+
+    def commit(self, name: str, *, world_size: int, nbytes: int) -> Commit:
+        """Write the marker of attempt `name` (last, atomically). Raises OSError on failure."""
+        parsed = parse_name(name)
+        if parsed is None:
+            raise ValueError(f"not an attempt directory name: {name!r}")
+        now = time.time()
+        doc = {
+            "format": FORMAT, "step": parsed[0], "token": parsed[1], "committed_at": now,
+            "committed_at_iso": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
+            "world_size": world_size, "bytes": nbytes,
+        }  # fmt: skip
+        self.store.write_atomic(self.store.join(name, MARKER), json.dumps(doc, sort_keys=True).encode())
+        return Commit(name=name, path=self.path(name), step=parsed[0], committed_at=now, world_size=world_size,
+                      nbytes=nbytes)  # fmt: skip
+
+    def discard(self, name: str) -> bool:
+        """Remove attempt `name`; False when it could not be removed (never raises)."""
+        try:
+            self.store.remove_tree(self.path(name))
+            return True
+        except (OSError, ValueError):
+            return False
+
+    def prune(self, keep: int | None, *, protect: str) -> list[str]:
+        """Remove incomplete attempts and complete checkpoints beyond the newest `keep`.
+
+        `protect` (the attempt just committed) is never removed. Returns the names removed.
+        """
+        complete = self.committed()
+        kept = {c.name for c in (complete if keep is None else complete[:keep])} | {protect}
+        removed = [n for n in self.attempts() if n not in kept and self.discard(n)]
+        return removed
