@@ -114,7 +114,7 @@ def test_parallel_view_lays_out_ranks(store: Store) -> None:
     assert parallel.host_at(store, JOB, dp=r.dp, pp=r.pp, tp=r.tp) == STRAGGLER
     # grad_sync: longest on the ranks that wait for the straggler; shown as the waiting each rank caused
     assert "grad_sync" in heatmap.waiting_phases(store, window(store))
-    sync = parallel.parallel_view(store, window(store), phase="grad_sync", waiting=True)
+    sync = parallel.parallel_view(store, window(store), phase="grad_sync", waiting_phases=frozenset({"grad_sync"}))
     assert {r.host for r in sync.ranks if r.dev > 0.1} == {STRAGGLER}
     assert max(r.dev for r in sync.ranks if r.host != STRAGGLER) < 0.05
     raw = parallel.parallel_view(store, window(store), phase="grad_sync")
