@@ -38,6 +38,7 @@ from vigil.analyzer.alerts.book import AlertBook
 from vigil.analyzer.clock import SPARSE, JobClock, grid, grid_ceil, grid_floor, job_clocks
 from vigil.analyzer.detect.base import Detector, EvalContext, Finding, SourceClock
 from vigil.analyzer.detect.epoch import EpochTracker
+from vigil.analyzer.detect.flap import FlapDetector
 from vigil.analyzer.detect.hang import HangDetector
 from vigil.analyzer.detect.heartbeat import HeartbeatDetector
 from vigil.analyzer.detect.logs import ExitDetector, LogDetector
@@ -53,8 +54,8 @@ from vigil.errors import one_line
 log = logging.getLogger(__name__)
 
 DETECTORS: tuple[Detector, ...] = (
-    StragglerDetector(), TrafficDetector(), MfuDriftDetector(), HeartbeatDetector(), LogDetector(), ExitDetector(),
-    HangDetector(),
+    StragglerDetector(), TrafficDetector(), FlapDetector(), MfuDriftDetector(), HeartbeatDetector(), LogDetector(),
+    ExitDetector(), HangDetector(),
 )
 _MS = timedelta(milliseconds=1)
 

@@ -34,11 +34,24 @@ class StragglerSettings(_Section):
     n: int = Field(default=5, ge=1)
     min_hosts: int = Field(default=4, ge=3, description="hosts reporting a phase before it is judged")
     lag_steps: int = Field(default=2, ge=0, description="a window is complete this many steps after it ends")
+    k_long: int = Field(default=5, ge=1, description="... or flagged in this many of the last n_long windows (and "
+                        "in one of the last n): a host slow on a fraction of its steps")
+    n_long: int = Field(default=12, ge=1)
+    pair_slowdown_pct: float = Field(default=10.0, gt=0, description="jobs of 2-3 ranks: slowdown that, mirrored by "
+                                     "the others' waiting, flags a rank")
+    gpu_clock_drop_pct: float = Field(default=3.0, gt=0, description="a GPU's SM clock this much below its host's "
+                                      "median names it as the slow one")
+    gpu_lookback_s: float = Field(default=20.0, gt=0, description="GPU readings (heartbeats) looked at for evidence")
+    warmup_steps: int = Field(default=10, ge=0, description="a job's first steps (compilation, caches, allocator "
+                              "warm-up) are not judged")
 
     @model_validator(mode="after")
     def _k_of_n(self) -> StragglerSettings:
         if self.k > self.n:
             raise ValueError(f"straggler_k ({self.k}) must not exceed straggler_n ({self.n})")
+        if self.k_long > self.n_long or self.n_long < self.n:
+            raise ValueError(f"straggler_k_long ({self.k_long}) must not exceed straggler_n_long ({self.n_long}), "
+                             f"which must be >= straggler_n ({self.n})")
         return self
 
 
@@ -51,6 +64,22 @@ class TrafficSettings(_Section):
     zero_bps: float = Field(default=1e3, ge=0, description="at or below this a sample counts as zero")
     fleet_min_nics: int = Field(default=4, ge=2, description="NICs judged before half of them down together "
                                 "counts as the whole job pausing (one alert, not one per NIC)")
+    quiet_frac: float = Field(default=0.25, gt=0, lt=1, description="the job is quiet in a 2 s bucket when its median "
+                              "NIC carries less than this fraction of its busy level")
+    quiet_ref_s: float = Field(default=300.0, gt=0, description="history whose busy level (90th percentile of the "
+                               "job's median NIC) quiet is measured against")
+    suspect_lead_s: float = Field(default=1.5, ge=0, description="a host quiet this long before the rest of the job "
+                                  "is named as the suspect of a job-wide stall")
+    suspect_max_lead_s: float = Field(default=30.0, gt=0, description="... but not longer: a host quiet long before is "
+                                      "not what stopped the job (its own alerts say so)")
+
+
+class FlapSettings(_Section):
+    window_s: float = Field(default=180.0, gt=0, description="flaps are counted over this much history")
+    min_flaps: int = Field(default=3, ge=2, description="flaps in the window that fire (one keeps it firing)")
+    down_frac: float = Field(default=0.1, gt=0, lt=1, description="a sample below this fraction of the job's median "
+                             "NIC at that moment counts as down")
+    max_down_s: float = Field(default=30.0, gt=0, description="a longer outage is a stop, not a flap")
 
 
 class MfuSettings(_Section):
@@ -133,6 +162,7 @@ class AnalyzerSettings(VigilBaseSettings):
     # one section per detector
     straggler: StragglerSettings = StragglerSettings()
     traffic: TrafficSettings = TrafficSettings()
+    flap: FlapSettings = FlapSettings()
     mfu: MfuSettings = MfuSettings()
     heartbeat: HeartbeatSettings = HeartbeatSettings()
     epoch: EpochSettings = EpochSettings()

@@ -46,6 +46,7 @@ JOB_STEPS = _t("job_steps", "job_id step ranks sum_step_ms max_step_ms sum_mfu n
 NIC_WINDOWS = _t("nic_windows", "job_id bucket host device sum_bps n")
 HOST_PRESENCE = _t("host_presence", "job_id host first_ts last_ts interval_s")
 JOB_CLOCK = _t("job_clock", "job_id first_ts last_ts last_ingested")
+JOB_PHASE_KINDS = _t("job_phase_kinds", "job_id phase source phase_kind ts")
 INCIDENTS_CURRENT = _t("incidents_current", "job_id incident_id category cause status severity confidence summary "
                                             "culprit_host culprit_rank culprits victims alerts first_sign detected "
                                             "updated")
@@ -58,4 +59,4 @@ NOTIFY_SILENCES = _t("notify_silences", "silence_id ts matchers starts_at ends_a
 
 ALL: tuple[Table, ...] = (JOBS, JOB_RANKS, STEP_TIMINGS, HEARTBEATS, GPU_STATS, NIC_COUNTERS, LOG_LINES, PROCESS_EXITS,
                           ALERT_EVENTS, ALERTS_CURRENT, PHASE_HOST_WINDOWS, JOB_STEPS, NIC_WINDOWS, HOST_PRESENCE,
-                          JOB_CLOCK, INCIDENTS_CURRENT, CHECKPOINTS, NOTIFY_DELIVERIES, NOTIFY_SILENCES)
+                          JOB_CLOCK, JOB_PHASE_KINDS, INCIDENTS_CURRENT, CHECKPOINTS, NOTIFY_DELIVERIES, NOTIFY_SILENCES)

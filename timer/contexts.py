@@ -25,10 +25,10 @@ NULL_STEP: AbstractContextManager[Step] = nullcontext(SCRATCH)
 class PhaseContext:
     """`with t.phase(name)`: a named span of the open (or next) step."""
 
-    __slots__ = ("_mark", "_name", "_path", "_t")
+    __slots__ = ("_kind", "_mark", "_name", "_path", "_t")
 
-    def __init__(self, t: StepTimer, name: str) -> None:
-        self._t, self._name = t, name
+    def __init__(self, t: StepTimer, name: str, kind: str | None = None) -> None:
+        self._t, self._name, self._kind = t, name, kind
 
     def __enter__(self) -> None:
         stack = self._t._stack
@@ -40,6 +40,8 @@ class PhaseContext:
         t = self._t
         cur = t._cur
         t._clock.end_phase(cur, self._path, self._mark)
+        if self._kind is not None:
+            cur.kinds[self._path] = self._kind
         if t._stack:
             t._stack.pop()
         if et is not None and cur.is_open:

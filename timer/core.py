@@ -5,6 +5,7 @@
         with t.step(tokens=n_tok, samples=len(batch)):
             with t.phase("forward"):  loss = model(batch)
             with t.phase("backward"): loss.backward()
+            with t.phase("grad_sync", kind="comm"): sync(model)
             with t.phase("optimizer"): opt.step()
     t.close()
 
@@ -48,6 +49,7 @@ from vigil.timer.step import Step, render
 from vigil.timer.watchdog import HangWatchdog
 
 P = ParamSpec("P")
+PHASE_KINDS = ("compute", "comm", "wait")  # vigil.contract.phases.PhaseKind (the timer imports nothing of vigil)
 R = TypeVar("R")
 
 
@@ -137,11 +139,19 @@ class StepTimer:
             raise ValueError(f"step must be >= 0, got {step}")
         return StepContext(self, (tokens, samples, flops, step))
 
-    def phase(self, name: str) -> AbstractContextManager[None]:
-        """Context manager timing a named phase of the current (or next) step."""
+    def phase(self, name: str, kind: str | None = None) -> AbstractContextManager[None]:
+        """Context manager timing a named phase of the current (or next) step.
+
+        `kind` declares what the phase is: ``"compute"`` (the rank's own work), ``"comm"``
+        (communication, including waiting for peers inside it) or ``"wait"`` (pure waiting,
+        e.g. a pipeline bubble). Undeclared phases are classified by name downstream
+        (``grad_sync``, ``all_reduce``, ``comm``, ... are comm; ``bubble`` is wait).
+        """
+        if kind is not None and kind not in PHASE_KINDS:
+            raise ValueError(f"phase kind must be one of {', '.join(PHASE_KINDS)}, got {kind!r}")
         if not self.enabled or self._compiling():
             return NULL
-        return PhaseContext(self, name)
+        return PhaseContext(self, name, kind)
 
     def annotate(
         self, *, tokens: int | None = None, samples: int | None = None, flops: float | None = None
@@ -159,16 +169,21 @@ class StepTimer:
     @overload
     def timed(self, name: Callable[P, R], /) -> Callable[P, R]: ...
     @overload
-    def timed(self, name: str | None = None, /) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
-    def timed(self, name: Any = None, /) -> Any:
-        """Decorator timing each call as a phase: ``@t.timed("optimizer")`` or bare ``@t.timed``
-        (the phase is then the function's ``__name__``)."""
+    def timed(
+        self, name: str | None = None, /, *, kind: str | None = None
+    ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+    def timed(self, name: Any = None, /, *, kind: str | None = None) -> Any:
+        """Decorator timing each call as a phase: ``@t.timed("optimizer")``,
+        ``@t.timed("grad_sync", kind="comm")`` or bare ``@t.timed`` (the phase is then the
+        function's ``__name__``)."""
+        if kind is not None and kind not in PHASE_KINDS:
+            raise ValueError(f"phase kind must be one of {', '.join(PHASE_KINDS)}, got {kind!r}")
         if callable(name):
             fn: Callable[..., Any] = name
-            return self._timed_as(fn.__name__)(fn)
-        return self._timed_as(name)
+            return self._timed_as(fn.__name__, None)(fn)
+        return self._timed_as(name, kind)
 
-    def _timed_as(self, name: str | None) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    def _timed_as(self, name: str | None, kind: str | None) -> Callable[[Callable[P, R]], Callable[P, R]]:
 
         def decorate(fn: Callable[P, R]) -> Callable[P, R]:
             if not self.enabled:
@@ -177,7 +192,7 @@ class StepTimer:
 
             @functools.wraps(fn)
             def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-                with self.phase(label):
+                with self.phase(label, kind):
                     return fn(*args, **kwargs)
 
             return wrapper

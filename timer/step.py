@@ -6,7 +6,8 @@ tensors: converting a CUDA tensor would synchronise). Phase durations are summed
 name, so a phase entered once per micro-batch reports its total for the step.
 
 Rendering runs on the spool thread, so building the dict (and the uuid) costs the
-training thread nothing. Keys whose name starts with ``_`` are the timer's own:
+training thread nothing. `phase_kinds` carries the kinds declared with
+``phase(name, kind=...)`` (absent when none was). Keys whose name starts with ``_`` are the timer's own:
 ``_host`` is the host wall-clock step time on the CUDA path, where `step_ms` is the
 device time between the step's first and last event.
 """
@@ -33,6 +34,7 @@ class Step:
         "host_t0",
         "index",
         "is_open",
+        "kinds",
         "phases",
         "samples",
         "spans",
@@ -54,6 +56,7 @@ class Step:
         self.step_ms = 0.0
         self.ts = 0.0
         self.phases: dict[str, float] = {}  # name -> ms, filled directly on the host clock
+        self.kinds: dict[str, str] = {}  # name -> declared kind (compute/comm/wait), only where declared
         self.spans: list[tuple[str, Any, Any]] = []  # (name, start event, end event) on CUDA
         self.start: Any = None  # clock mark at step entry (ns or a CUDA event)
         self.end: Any = None
@@ -89,11 +92,12 @@ def render(
     for name, ms in step.phases.items():
         key = name[:256] or "_"
         phases[key] = phases.get(key, 0.0) + _ms(ms)
+    kinds = {name[:256] or "_": kind for name, kind in step.kinds.items() if name in step.phases}
     step_ms = _ms(step.step_ms)
     flops = step.flops if step.flops is not None else default_flops
     # a failed step did not do its work: no throughput for it
     tflops, mfu = (None, None) if step.failed else throughput(flops, step_ms, peak_tflops)
-    return {
+    record: dict[str, Any] = {
         "kind": "step",
         "schema_version": 1,
         "job_id": ident.job_id,
@@ -113,3 +117,6 @@ def render(
         "failed": step.failed,
         "dropped": 0,
     }
+    if kinds:  # only when declared: lines stay as they were for code that declares none
+        record["phase_kinds"] = kinds
+    return record

@@ -9,7 +9,9 @@ takes a fresh baseline. Current = median over the last `mfu.current_steps` compl
 steps. It fires when the drop is >= `mfu.drop_pct`, or when a least-squares trend over
 the last `mfu.trend_steps` (on 10-step medians) projects a decline >= `mfu.trend_pct`;
 in both cases only when some phase's fleet-mean time grew by at least
-`mfu.phase_growth_pct` — those phases are named. A drop that no phase explains
+`mfu.phase_growth_pct` — those phases are named. Only compute phases count: waiting
+phases (grad_sync, bubble: vigil/contract/phases.py) grow fleet-wide whenever one rank is
+slow, because everyone else waits for it. A drop that no compute phase explains
 fleet-wide is one slow host: the straggler detector's business. The alert quotes the
 real step numbers of its baseline and current windows, and the run they belong to.
 """
@@ -22,7 +24,9 @@ from dataclasses import replace
 from typing import Any
 
 from vigil.analyzer.detect.base import AT, RUN, EvalContext, Finding, as_utc, last_complete_step, median
-from vigil.analyzer.settings import MfuSettings
+from vigil.analyzer.detect.phases import job_phases
+from vigil.analyzer.settings import ROLLUP_WINDOW_STEPS, MfuSettings
+from vigil.contract.phases import is_waiting
 
 _STEPS_SQL = f"""
 SELECT step, max(max_step_ms) AS step_ms, sum(sum_mfu) AS smfu, sum(n_mfu) AS nmfu, max(last_ts) AS last_ts,
@@ -51,6 +55,8 @@ class MfuDriftDetector:
         phases = [{"phase": p, "step": r["step"], "mean_ms": ms / int(r["phase_n"][p])}
                   for r in steps if int(r["step"]) < b_hi or int(r["step"]) > last - s.current_steps
                   for p, ms in r["phase_ms"].items() if int(r["phase_n"].get(p, 0)) > 0]
+        kinds = job_phases(ctx, b_lo // ROLLUP_WINDOW_STEPS, last // ROLLUP_WINDOW_STEPS).kinds
+        phases = [r for r in phases if not is_waiting(kinds.get(str(r["phase"]), "compute"))]
         findings = judge(steps, phases, s, firing=ctx.is_firing("mfu_drift", "job"), baseline_from=b_lo)
         return [_with_run(f, ctx) for f in findings]
 

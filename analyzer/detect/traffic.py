@@ -1,16 +1,24 @@
-"""Traffic stall: each NIC's throughput against its own recent baseline.
+"""Traffic stall: each NIC's throughput against its own baseline, and a quiet job as one signal.
 
-Training traffic is periodic, so a NIC's mean rate over `traffic.recent_s` is stable
-against its mean over the `traffic.baseline_s` before that. A drop of at least
-`traffic.drop_pct` -> warning. Zero traffic (<= `traffic.zero_bps`) for at least
-`traffic.stall_s` while the host's training processes run -> critical. NICs whose
-baseline is below `traffic.min_baseline_bps` (idle management ports) are not judged.
-While an alert fires, the reference is the larger of the NIC's own baseline and the
-fleet median for that device, so a lasting drop does not become its own new normal.
+Training traffic is periodic, so a NIC's median rate over `traffic.recent_s` is stable
+against its median over the `traffic.baseline_s` before that (medians: a short flap or a
+spike moves neither; flaps are flap.py's). A drop of at least `traffic.drop_pct` ->
+warning. Zero traffic (<= `traffic.zero_bps`) for at least `traffic.stall_s` while the
+host's training processes run -> critical. NICs whose baseline is below
+`traffic.min_baseline_bps` (idle management ports) are not judged. While an alert fires,
+the reference is the larger of the NIC's own baseline and the fleet median for that
+device, so a lasting drop does not become its own new normal.
 
-When at least half of the job's judged NICs (and `traffic.fleet_min_nics` or more) drop
-or stop together, it is the job, not the NICs: a checkpoint, an evaluation, or a hang
-of every rank. That is one job-level warning (subject `job`) instead of a page per NIC.
+One quiet job, one signal (quiet.py): buckets where the job's median NIC is quiet are
+left out of every NIC's recent and baseline samples, so a pause neither alerts per NIC
+nor drags a baseline down. While the job is quiet now, one finding with subject `job`:
+severity info (a pause: evaluation, checkpoint, hang, the job stopped; the evidence says
+which it looks like) unless a host went quiet at least `traffic.suspect_lead_s` (and at
+most `traffic.suspect_max_lead_s`) before the rest — then warning, naming that host
+(`host`) as the suspect. NIC alerts already
+firing are held through the pause. When at least half of the judged NICs (and
+`traffic.fleet_min_nics` or more) drop together without the job being quiet, that is the
+job too: one job-level finding instead of one per NIC.
 """
 
 from __future__ import annotations
@@ -20,26 +28,34 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from vigil.analyzer.detect.base import AT, EPOCH, EvalContext, Finding, as_utc, median
+from vigil.analyzer.detect.base import AT, EPOCH, EvalContext, Finding, as_utc, ch_time, median
+from vigil.analyzer.detect.quiet import BUCKET_MS, JobQuiet, job_quiet
 from vigil.analyzer.settings import TrafficSettings
 
+_NOT_QUIET = f"NOT has({{quiet:Array(UInt64)}}, intDiv(toUnixTimestamp64Milli(ts), {BUCKET_MS}))"
 _NIC_SQL = f"""
 SELECT host, device,
        max(ts) AS last_ts,
        maxIf(ts, tx_bps + rx_bps > {{zero:Float64}}) AS last_nonzero,
-       avgIf(tx_bps + rx_bps, ts > {{recent:DateTime64(3, 'UTC')}}) AS recent_bps,
-       countIf(ts > {{recent:DateTime64(3, 'UTC')}}) AS n_recent,
-       avgIf(tx_bps + rx_bps, ts <= {{recent:DateTime64(3, 'UTC')}}) AS base_bps,
-       countIf(ts <= {{recent:DateTime64(3, 'UTC')}}) AS n_base
+       maxIf(ts, tx_bps + rx_bps >= {{active:Float64}}) AS last_active,
+       quantileExactIf(0.5)(tx_bps + rx_bps, ts > {{recent:DateTime64(3, 'UTC')}} AND {_NOT_QUIET}) AS recent_bps,
+       countIf(ts > {{recent:DateTime64(3, 'UTC')}} AND {_NOT_QUIET}) AS n_recent,
+       quantileExactIf(0.5)(tx_bps + rx_bps, ts <= {{recent:DateTime64(3, 'UTC')}} AND {_NOT_QUIET}) AS base_bps,
+       countIf(ts <= {{recent:DateTime64(3, 'UTC')}} AND {_NOT_QUIET}) AS n_base
 FROM nic_counters
 WHERE job_id = {{job:String}} AND ts > {{lo:DateTime64(3, 'UTC')}} AND ts <= {AT}
 GROUP BY host, device
 """
 
 _RUNNING_SQL = f"""
-SELECT host, max(procs_running) AS running FROM heartbeats
+SELECT host, argMax(procs_running, ts) AS running FROM heartbeats
 WHERE job_id = {{job:String}} AND ts > {{lo:DateTime64(3, 'UTC')}} AND ts <= {AT}
 GROUP BY host
+"""
+
+_STEPS_SINCE_SQL = f"""
+SELECT count() AS steps FROM job_steps
+WHERE job_id = {{job:String}} AND last_ts > {{since:DateTime64(3, 'UTC')}} + toIntervalSecond(2) AND last_ts <= {AT}
 """
 
 
@@ -48,15 +64,28 @@ class TrafficDetector:
 
     def detect(self, ctx: EvalContext) -> list[Finding]:
         s = ctx.settings.traffic
-        rows = ctx.rows(_NIC_SQL, zero=s.zero_bps, recent=ctx.ago(s.recent_s),
-                        lo=ctx.ago_in_run(s.recent_s + s.baseline_s))
+        q = job_quiet(ctx, s)
+        rows = ctx.rows(_NIC_SQL, zero=s.zero_bps, active=s.quiet_frac * q.busy_bps, recent=ctx.ago(s.recent_s),
+                        lo=ctx.ago_in_run(s.recent_s + s.baseline_s), quiet=sorted(q.quiet))
         running = {str(r["host"]): int(r["running"]) for r in ctx.rows(_RUNNING_SQL, lo=ctx.ago(s.stall_s))}
         firing = {subj.split(":", 1)[1] for subj in ctx.firing if subj.startswith("traffic_stall:")}
-        return judge(rows, running, s, ctx.at, firing)
+        steps = None
+        if q.paused_since is not None:
+            steps = int(ctx.rows(_STEPS_SINCE_SQL, since=ch_time(q.paused_since))[0]["steps"])
+        return judge(rows, running, s, ctx.at, firing, q, steps_since_quiet=steps)
 
 
 def judge(rows: Sequence[Mapping[str, Any]], running: Mapping[str, int], s: TrafficSettings, at: datetime,
-          firing: set[str] | frozenset[str] = frozenset()) -> list[Finding]:
+          firing: set[str] | frozenset[str] = frozenset(), quiet: JobQuiet | None = None,
+          steps_since_quiet: int | None = None) -> list[Finding]:
+    q = quiet or JobQuiet()
+    if q.paused_since is not None:
+        # a suspect is only named while the run-up to the pause is in view
+        in_view = q.paused_since - at + timedelta(seconds=s.recent_s + s.baseline_s) >= timedelta(seconds=10)
+        return [paused(rows, running, s, q, steps_since_quiet, name_suspect=in_view),
+                *held(rows, s, firing, q.paused_since)]
+    if q.going_quiet:  # the job may be going quiet: nothing new per NIC until that is clear
+        return held(rows, s, firing, at)
     fleet: dict[str, list[float]] = defaultdict(list)
     for r in rows:
         if int(r["n_base"]) and float(r["base_bps"]) >= s.min_baseline_bps:
@@ -82,12 +111,7 @@ def judge(rows: Sequence[Mapping[str, Any]], running: Mapping[str, int], s: Traf
                     "recent_s": s.recent_s}
         procs = running.get(host, 1)
         if procs > 0 and ((stalled_s is not None and stalled_s >= s.stall_s) or (stalled_s is None and was)):
-            since = nonzero + timedelta(seconds=s.stall_s) if stalled_s is not None else at
-            zero_for = f"{stalled_s:.0f} s" if stalled_s is not None else "the whole lookback"
-            out.append(Finding(
-                alert="traffic_stall", subject=subject, host=host, severity="critical", since=since,
-                summary=f"{host} {device}: no traffic for {zero_for} while training runs",
-                evidence={**evidence, "zero_s": stalled_s, "last_traffic": nonzero.isoformat()}))
+            out.append(_stopped(host, device, evidence, nonzero, stalled_s, s, at))
         elif ref > 0:
             drop = (1 - recent / ref) * 100
             need = s.drop_pct / 2 if was else s.drop_pct
@@ -101,11 +125,75 @@ def judge(rows: Sequence[Mapping[str, Any]], running: Mapping[str, int], s: Traf
     return out
 
 
+def _stopped(host: str, device: str, evidence: dict[str, Any], nonzero: datetime, stalled_s: float | None,
+             s: TrafficSettings, at: datetime) -> Finding:
+    since = nonzero + timedelta(seconds=s.stall_s) if stalled_s is not None else at
+    zero_for = f"{stalled_s:.0f} s" if stalled_s is not None else "the whole lookback"
+    return Finding(alert="traffic_stall", subject=f"{host}/{device}", host=host, severity="critical", since=since,
+                   summary=f"{host} {device}: no traffic for {zero_for} while training runs",
+                   evidence={**evidence, "zero_s": stalled_s,
+                             "last_traffic": nonzero.isoformat() if nonzero > EPOCH else None})
+
+
+def held(rows: Sequence[Mapping[str, Any]], s: TrafficSettings, firing: set[str] | frozenset[str],
+         since: datetime) -> list[Finding]:
+    """NIC alerts firing when the job went quiet stay as they were (critical if the NIC stopped before)."""
+    out = []
+    for r in rows:
+        host, device = str(r["host"]), str(r["device"])
+        if f"{host}/{device}" not in firing:
+            continue
+        nonzero = as_utc(r["last_nonzero"])
+        stopped = nonzero <= since - timedelta(seconds=s.stall_s)
+        out.append(Finding(
+            alert="traffic_stall", subject=f"{host}/{device}", host=host, severity="critical" if stopped else "warning",
+            since=since, summary=f"{host} {device}: {'no traffic' if stopped else 'traffic low'} since before the job "
+                                 "went quiet (held while the job is quiet)",
+            evidence={"host": host, "device": device, "held": True,
+                      "last_traffic": nonzero.isoformat() if nonzero > EPOCH else None}))
+    return out
+
+
+def paused(rows: Sequence[Mapping[str, Any]], running: Mapping[str, int], s: TrafficSettings, q: JobQuiet,
+           steps_since: int | None, name_suspect: bool = True) -> Finding:
+    """The job-level finding of a quiet job, naming a host that went quiet before the rest."""
+    assert q.paused_since is not None
+    onset = q.paused_since
+    last: dict[str, datetime] = {}
+    for r in rows:
+        host = str(r["host"])
+        last[host] = max(last.get(host, EPOCH), as_utc(r["last_active"]))
+    hosts = sorted(last)
+    active = sorted(t for t in last.values() if t > EPOCH)
+    typical = active[len(active) // 2] if active else onset  # when most hosts went quiet (sample resolution)
+    lead, longest = timedelta(seconds=s.suspect_lead_s), timedelta(seconds=s.suspect_max_lead_s)
+    suspects = sorted((t, h) for h, t in last.items() if typical - longest <= t < typical - lead)
+    stopped = bool(running) and sum(1 for v in running.values() if v > 0) * 2 < len(running)
+    kind = ("stopped" if stopped else "paused, steps continue" if steps_since else
+            "paused (evaluation, checkpoint or a hang: no steps)")
+    evidence: dict[str, Any] = {
+        "quiet_since": onset.isoformat(), "traffic_level": round(q.level, 4), "busy_bps": round(q.busy_bps),
+        "hosts": len(hosts), "state": kind, "steps_since_quiet": steps_since,
+        "processes_running_hosts": sum(1 for v in running.values() if v > 0)}
+    if name_suspect and suspects and len(suspects) <= max(1, len(hosts) // 10):
+        first_t, first = suspects[0]
+        evidence.update(suspect=first, suspects=[h for _, h in suspects][:8],
+                        suspect_quiet_since=first_t.isoformat(),
+                        suspect_lead_s=round((typical - first_t).total_seconds(), 1))
+        return Finding(alert="traffic_stall", subject="job", host=first, severity="warning", since=onset,
+                       summary=f"the whole job went quiet ({kind}); {first} went quiet "
+                               f"{(typical - first_t).total_seconds():.0f} s before the rest: the suspect",
+                       evidence=evidence)
+    return Finding(alert="traffic_stall", subject="job", host="*", severity="info", since=onset,
+                   summary=f"the whole job is quiet: traffic at {q.level:.1%} of its busy level on most NICs ({kind})",
+                   evidence=evidence)
+
+
 def job_wide(down: Sequence[Finding], judged: int) -> Finding:
     stopped = sorted(f.subject for f in down if f.severity == "critical")
     return Finding(
-        alert="traffic_stall", subject="job", host="*", severity="warning", since=min(f.since for f in down),
+        alert="traffic_stall", subject="job", host="*", severity="info", since=min(f.since for f in down),
         summary=f"traffic down on {len(down)} of {judged} NICs at once ({len(stopped)} stopped): "
-                f"the whole job paused or hangs (checkpoint, evaluation, collective hang)",
+                f"the whole job slowed or paused",
         evidence={"nics_down": len(down), "nics_judged": judged, "nics_stopped": len(stopped),
                   "examples": sorted(f.subject for f in down)[:8]})

@@ -5,7 +5,8 @@ name: the writer inserts by those names (column by column), and the test suite c
 every table's rows against the migrated schema and every like-named field against its
 event. No I/O here: the writer, the benchmarks and the tests share these functions.
 A heartbeat becomes one `heartbeats` row and one `gpu_stats` row per GPU; a job
-registration one `jobs` row and one `job_ranks` row per rank; a Flight Recorder trace one
+registration one `jobs` row, one `job_ranks` row per rank and one `job_phase_kinds` row per
+phase kind it declares; a Flight Recorder trace one
 `collective_traces` row with its per-group tail (`pg_tail`) for the hang detector. The
 recovery controller's (re)start of a job, when it begins, is a `job_registrations` row:
 the detectors take it as the start of a new run (analyzer/detect/epoch.py), like a
@@ -54,7 +55,7 @@ def _step(e: StepTiming | FastStep) -> list[TableRow]:
     return [("step_timings", {
         "event_id": e.event_id, "job_id": e.job_id, "host": e.host, "rank": e.rank, "local_rank": e.local_rank,
         "world_size": e.world_size, "dp": c.dp, "tp": c.tp, "pp": c.pp, "step": e.step, "ts": e.ts,
-        "step_ms": e.step_ms, "phases": dict(e.phases), "tokens": e.tokens, "tflops": e.tflops, "mfu": e.mfu,
+        "step_ms": e.step_ms, "phases": dict(e.phases), "phase_kinds": dict(e.phase_kinds), "tokens": e.tokens, "tflops": e.tflops, "mfu": e.mfu,
         "failed": int(e.failed), "dropped": e.dropped})]
 
 
@@ -120,6 +121,9 @@ def _job(e: JobRegistered) -> list[TableRow]:
         rows.append(("job_ranks", {
             "job_id": e.job_id, "rank": r.rank, "host": r.host, "local_rank": r.local_rank, "dp": r.coords.dp,
             "tp": r.coords.tp, "pp": r.coords.pp, "ts": e.ts}))
+    for phase, kind in e.phase_kinds.items():
+        rows.append(("job_phase_kinds", {"job_id": e.job_id, "phase": phase, "source": "job", "phase_kind": kind,
+                                         "ts": e.ts}))
     return rows
 
 
@@ -175,8 +179,8 @@ LOOKUP: dict[str, str] = {
     "process_exits": "ts", "collective_traces": "ts", "alert_events": "ts", "checkpoints": "ts",
     "recovery_actions": "ts", "incident_events": "ts",
 }
-"""table -> the column bounding a look-up of its stored event_ids (`jobs`, `job_ranks` and `job_registrations` are
-keyed by job (and rank or event), have no rollups, and rely on their ReplacingMergeTree)."""
+"""table -> the column bounding a look-up of its stored event_ids (`jobs`, `job_ranks`, `job_phase_kinds` and
+`job_registrations` are keyed by job (and rank, phase or event), have no rollups, and rely on their ReplacingMergeTree)."""
 
 RECENT = frozenset({"step", "heartbeat", "nic"})
 """Kinds a 10,000-GPU job sends thousands of per second: their re-sends are caught by an in-memory window."""

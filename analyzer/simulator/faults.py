@@ -3,8 +3,16 @@
 Kinds and what they do (defaults in brackets):
 
     straggler       one phase of every GPU on the host slower by magnitude [0.08] (phase=[forward])
+    intermittent    the host's phase slower by magnitude [0.2] on a random fraction [0.25] of its steps
+    gpu_straggler   one GPU (gpu=[0]) thermally throttled: its compute slower by magnitude [0.08], its SM
+                    clock down and `reason` [hw_slowdown] in its throttle reasons; with tp = GPUs per
+                    host its whole tensor-parallel group (the host) waits for it inside every layer
     nic_drop        one NIC's traffic lower by magnitude [0.7] (nic=[mlx5_0])
     traffic_stop    one NIC's traffic zero while training runs (nic=[mlx5_0])
+    nic_flap        one NIC (nic=[mlx5_0]) down for `down` [3] s every `period` [20] s; the job's
+                    collectives stall meanwhile (every step in a flap lasts that much longer)
+    hang            the host stops (its NICs fall silent, its ranks stop); `lag` [3] s later every other
+                    rank blocks in a collective: the whole job hangs, traffic low everywhere
     mfu_decay       forward time of every host grows linearly to +magnitude [0.3] over ramp=[100] steps
                     (job-wide, like the MegaScale MFU decline; host= may be omitted or `all`)
     heartbeat_loss  the host goes silent: no heartbeat, NIC, step or log events
@@ -20,9 +28,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-KINDS = ("straggler", "nic_drop", "traffic_stop", "mfu_decay", "heartbeat_loss", "xid", "process_exit")
-_DEFAULT_MAGNITUDE = {"straggler": 0.08, "nic_drop": 0.7, "traffic_stop": 1.0, "mfu_decay": 0.3}
-_EXTRA = {"phase", "nic", "ramp", "xid", "local_rank", "exit_code"}
+KINDS = ("straggler", "intermittent", "gpu_straggler", "nic_drop", "traffic_stop", "nic_flap", "hang", "mfu_decay",
+         "heartbeat_loss", "xid", "process_exit")
+_DEFAULT_MAGNITUDE = {"straggler": 0.08, "intermittent": 0.2, "gpu_straggler": 0.08, "nic_drop": 0.7,
+                      "traffic_stop": 1.0, "mfu_decay": 0.3}
+_EXTRA = {"phase", "nic", "ramp", "xid", "local_rank", "exit_code", "gpu", "reason", "fraction", "down", "period", "lag"}
+_INTS = ("ramp", "xid", "local_rank", "exit_code", "gpu")
+_FLOATS = ("fraction", "down", "period", "lag")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,12 +60,21 @@ class Fault:
     def int_option(self, name: str, default: int) -> int:
         return int(self.options.get(name, default))
 
+    def float_option(self, name: str, default: float) -> float:
+        return float(self.options.get(name, default))
+
     def expected(self, job: str, gpus_per_host: int, host_index: int) -> tuple[str, str]:
         """(alert, subject) this fault should raise."""
-        if self.kind == "straggler":
+        if self.kind in ("straggler", "intermittent"):
             return "straggler", f"{self.host}/{self.phase}"
+        if self.kind == "gpu_straggler":
+            return "straggler", f"{self.host}/gpu{self.int_option('gpu', 0)}"
         if self.kind in ("nic_drop", "traffic_stop"):
             return "traffic_stall", f"{self.host}/{self.nic}"
+        if self.kind == "nic_flap":
+            return "nic_flap", f"{self.host}/{self.nic}"
+        if self.kind == "hang":
+            return "traffic_stall", "job"  # one job-level event, naming this host as the suspect
         if self.kind == "mfu_decay":
             return "mfu_drift", "job"
         if self.kind == "heartbeat_loss":
@@ -86,19 +107,24 @@ def parse_fault(spec: str) -> Fault:
         magnitude = float(params.pop("magnitude", str(_DEFAULT_MAGNITUDE.get(kind, 0.0))))
         duration = int(params["duration"]) if "duration" in params else None
         params.pop("duration", None)
-        for k in ("ramp", "xid", "local_rank", "exit_code"):
+        for k in _INTS:
             if k in params:
                 int(params[k])
+        for k in _FLOATS:
+            if k in params and float(params[k]) <= 0:
+                raise ValueError
     except ValueError:
-        raise ValueError(f"--fault {spec!r}: start, duration, ramp, xid, local_rank, exit_code are integers and "
-                         "magnitude a number") from None
+        raise ValueError(f"--fault {spec!r}: start, duration, {', '.join(_INTS)} are integers, magnitude a number "
+                         f"and {', '.join(_FLOATS)} positive numbers") from None
     unknown = set(params) - _EXTRA
     if unknown:
         raise ValueError(f"--fault {spec!r}: unknown option(s) {', '.join(sorted(unknown))}")
     if start < 0 or (duration is not None and duration < 1):
         raise ValueError(f"--fault {spec!r}: start must be >= 0 and duration >= 1")
-    if kind in ("straggler", "mfu_decay") and magnitude <= 0:
+    if kind in ("straggler", "intermittent", "gpu_straggler", "mfu_decay") and magnitude <= 0:
         raise ValueError(f"--fault {spec!r}: magnitude must be > 0")
     if kind == "nic_drop" and not 0 < magnitude <= 1:
         raise ValueError(f"--fault {spec!r}: nic_drop magnitude is the fraction lost, in (0, 1]")
+    if kind == "intermittent" and not 0 < float(params.get("fraction", 0.25)) < 1:
+        raise ValueError(f"--fault {spec!r}: intermittent fraction is in (0, 1)")
     return Fault(kind=kind, host=host, start=start, magnitude=magnitude, duration=duration, options=params)

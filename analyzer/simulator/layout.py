@@ -2,7 +2,8 @@
 
 Global rank = host * G + local rank. Megatron order: tp varies fastest, then dp,
 then pp, so with tp = G every host holds one (dp, pp) group and the hosts of a
-pipeline stage are contiguous.
+pipeline stage are contiguous. A smaller tp (it must divide G) puts G / tp
+tensor-parallel groups, each its own data-parallel replica, on every host.
 """
 
 from __future__ import annotations
@@ -17,11 +18,14 @@ class Layout:
     hosts: int
     gpus_per_host: int = 8
     pp: int = 1
+    tp_size: int | None = None  # None: one tensor-parallel group per host (tp = gpus_per_host)
     host_prefix: str = "sim-host-"
 
     def __post_init__(self) -> None:
         if self.hosts < 1 or self.gpus_per_host < 1 or self.pp < 1:
             raise ValueError("hosts, gpus per host and pp must be >= 1")
+        if self.tp_size is not None and (self.tp_size < 1 or self.gpus_per_host % self.tp_size):
+            raise ValueError(f"--tp {self.tp_size} must divide --gpus {self.gpus_per_host}")
         if self.hosts % self.pp:
             raise ValueError(f"--pp {self.pp} must divide --hosts {self.hosts}")
         if not self.host_prefix:
@@ -29,11 +33,11 @@ class Layout:
 
     @property
     def tp(self) -> int:
-        return self.gpus_per_host
+        return self.tp_size or self.gpus_per_host
 
     @property
     def dp(self) -> int:
-        return self.hosts // self.pp
+        return self.world_size // (self.tp * self.pp)
 
     @property
     def world_size(self) -> int:

@@ -1,40 +1,47 @@
 """The simulation model: pure, seeded generators of a job's telemetry, one training step at a time.
 
-Each step: per-rank phase times (forward, backward, optimizer, comm) = base x fleet-wide
-step factor x per-host bias x (1 + gaussian jitter), rare +15% spikes, the last
-pipeline stage 6% heavier; every `checkpoint_every` steps a `checkpoint` phase on
-every rank. The step lasts as long as the slowest host (synchronous training); every
-rank reports that step time and the MFU it implies. Between step ends, hosts send
-heartbeats (GPU and process state) and periodic per-NIC RDMA traffic samples, plus
-occasional benign warning lines. Faults (see faults.py) bend these numbers.
-Everything, including event ids, follows from the seed; timestamps are simulated time.
+The physics of one synchronous step (data-parallel replicas of pipelines of
+tensor-parallel groups; a TP group is one host unless `Layout.tp_size` splits it):
+
+* compute (`forward`, `backward`, `optimizer`) per TP group = base x fleet-wide step
+  factor x host bias x stage structure (first stage +4 % forward for the embedding, last
+  stage +6 % for the head and loss) x the slowest GPU of the group (its ranks wait for it
+  inside every layer) x (1 + jitter); each rank adds 0.3 % timing noise. Rare 15 % spikes
+  and GC-like pauses (80-300 ms) hit random groups.
+* waiting: a pipeline runs at the pace of its slowest stage, so with pp > 1 every rank
+  shows a `bubble` (wait) = a structural share + its pipeline's pace - its own compute;
+  the gradient all-reduce (`grad_sync`, comm) ends together everywhere, so each
+  rank's `grad_sync` = the collective itself + the slowest pipeline's pace - its own
+  pipeline's. The slow rank waits least; the others wait for it.
+* every `checkpoint_every` steps a `checkpoint` phase on every rank (traffic low meanwhile);
+  every `eval_every` steps an evaluation pause of `eval_s` without steps and with NIC traffic
+  at `quiet_level` of normal; `tail_s` after the last step (runner) the job has stopped while
+  the agents keep reporting (processes exited, traffic near zero).
+
+The step lasts as long as its slowest rank; every rank reports that step time and the MFU
+it implies. Between step ends the node agents report (see nodes.py). Faults (faults.py)
+bend these numbers. Everything, including event ids, follows from the seed; timestamps
+are simulated time.
 """
 
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from vigil.analyzer.simulator.faults import Fault
 from vigil.analyzer.simulator.layout import Layout
-from vigil.contract import (
-    Event,
-    GpuState,
-    Heartbeat,
-    JobRegistered,
-    LogLine,
-    NicCounters,
-    ProcessExit,
-    ProcessState,
-    StepTiming,
-)
+from vigil.analyzer.simulator.nodes import GpuFault, Level, NodeReports, NodeState
+from vigil.contract import Event, JobRegistered, LogLine, ProcessExit, StepTiming
 
-PHASES: dict[str, float] = {"forward": 0.30, "backward": 0.52, "optimizer": 0.06, "comm": 0.12}
+COMPUTE: dict[str, float] = {"forward": 0.30, "backward": 0.52, "optimizer": 0.06}  # shares of step_ms
+COMM_SHARE = 0.12  # the gradient all-reduce itself
+BUBBLE_SHARE = 0.04  # structural pipeline bubble (pp > 1)
+PHASES = (*COMPUTE, "grad_sync")
 PEAK_TFLOPS = 989.0
 BASE_MFU = 0.42
-NIC_BPS = 1.2e10
+FLAP_OTHERS = 0.3  # the job's other NICs during a flap: its collectives stall
 
 
 @dataclass(kw_only=True)
@@ -51,6 +58,11 @@ class SimConfig:
     jitter: float = 0.02
     checkpoint_every: int = 100
     checkpoint_ms: float = 1500.0
+    eval_every: int = 0  # steps between evaluation pauses (0: none)
+    eval_s: float = 30.0
+    quiet_level: float = 0.005  # NIC traffic of a paused job, as a fraction of normal
+    gc_prob: float = 0.002  # per TP group and step: a GC-like pause
+    tail_s: float = 0.0  # after the last step: the job stopped, agents still report (runner)
 
 
 class Simulation:
@@ -62,20 +74,28 @@ class Simulation:
         for f in cfg.faults:
             if f.host != "all":
                 lay.host_index(f.host)
+            for opt in ("gpu", "local_rank"):
+                if not 0 <= f.int_option(opt, 0) < lay.gpus_per_host:
+                    raise ValueError(f"{f.kind} on {f.host}: {opt}={f.options[opt]} is not one of the host's "
+                                     f"{lay.gpus_per_host} GPUs (0 .. {lay.gpus_per_host - 1})")
         self.now = cfg.start
         self.onsets: dict[int, datetime] = {}
         self.step_starts: dict[int, datetime] = {}
         self._rng = random.Random(cfg.seed)
         self._ids = random.Random(f"{cfg.seed}/{cfg.job}/{cfg.start.isoformat()}")
+        g = lay.gpus_per_host
         self._bias = [1 + self._rng.gauss(0, 0.005) for _ in range(lay.hosts)]
-        self._stage = [1.06 if lay.pp > 1 and lay.stage_of_host(h) == lay.pp - 1 else 1.0 for h in range(lay.hosts)]
+        self._gpu_bias = [1 + abs(self._rng.gauss(0, 0.003)) for _ in range(lay.world_size)]
         self._coords = [lay.coords(r) for r in range(lay.world_size)]
         self._names = lay.host_names()
-        self._nic_names = [f"mlx5_{i}" for i in range(cfg.nics)]
-        self._tx = {(h, n): 0 for h in range(lay.hosts) for n in range(cfg.nics)}
-        self._next_hb = [cfg.start + timedelta(seconds=(h % 20) * cfg.heartbeat_s / 20) for h in range(lay.hosts)]
-        self._next_nic = [cfg.start + timedelta(seconds=(h % 10) * cfg.nic_s / 10) for h in range(lay.hosts)]
+        self._groups = [list(range(k, k + lay.tp)) for k in range(0, lay.world_size, lay.tp)]
+        self._stage = [self._coords[grp[0]].pp for grp in self._groups]
         self._exited: dict[int, int] = {}  # global rank -> step it restarts at (or -1)
+        self._flaps: dict[int, list[tuple[datetime, datetime]]] = {}  # fault index -> down intervals
+        self._hung_at: datetime | None = None
+        self._silent: frozenset[int] = frozenset()  # hosts silent at the latest step
+        self.nodes = NodeReports(job=cfg.job, names=self._names, gpus=g, nics=cfg.nics, start=cfg.start,
+                                 heartbeat_s=cfg.heartbeat_s, nic_s=cfg.nic_s, rng=self._rng, new_id=self._id)
         self.flops = BASE_MFU * PEAK_TFLOPS * 1e12 * lay.world_size * cfg.step_ms / 1000
 
     def _id(self) -> str:
@@ -95,56 +115,200 @@ class Simulation:
     def silent_hosts(self, step: int) -> set[int]:
         return {self.cfg.layout.host_index(f.host) for f in self._faults("heartbeat_loss", step)}
 
+    def _gpu_faults(self, step: int) -> dict[tuple[int, int], GpuFault]:
+        return {(self.cfg.layout.host_index(f.host), f.int_option("gpu", 0)):
+                GpuFault(slowdown=f.magnitude, reasons=(f.options.get("reason", "hw_slowdown"),))
+                for f in self._faults("gpu_straggler", step)}
+
+    # ---- one step -------------------------------------------------------------------------
     def step(self, i: int) -> list[Event]:
-        cfg, lay, rng = self.cfg, self.cfg.layout, self._rng
+        cfg = self.cfg
         t0 = self.now
         self.step_starts[i] = t0
         for k, f in enumerate(cfg.faults):
             if f.active(i) and k not in self.onsets:
                 self.onsets[k] = t0
+        if self._hung_at is not None or self._faults("hang", i):
+            return self._hung(i, t0)
         silent = self.silent_hosts(i)
-        slow = {(lay.host_index(f.host), f.phase): 1 + f.magnitude for f in self._faults("straggler", i)}
+        self._silent = frozenset(silent)
+        per_rank, dur_ms, ckpt = self._phases(i, t0)
+        end = t0 + timedelta(milliseconds=dur_ms)
+        gpu_faults = self._gpu_faults(i)
+        events: list[Event] = self.nodes.between(
+            t0, end, period_ms=dur_ms, level=self._level(i, end, ckpt), gpu_faults=gpu_faults,
+            state=NodeState(silent=frozenset(silent), exited=frozenset(self._exited)))
+        events += self.nodes.benign_log(t0, silent)
+        events += self._fault_events(i, t0, silent)
+        events += self._step_timings(i, per_rank, dur_ms, end, silent)
+        self.now = end
+        if cfg.eval_every > 0 and i > 0 and (i + 1) % cfg.eval_every == 0:
+            events += self._pause(cfg.eval_s, gpu_faults)
+        return events
+
+    def _phases(self, i: int, t0: datetime) -> tuple[list[dict[str, float]], float, bool]:
+        """Per-rank phase times of step `i`, the step's duration (ms) and whether it checkpoints."""
+        cfg, lay, rng = self.cfg, self.cfg.layout, self._rng
+        g = lay.gpus_per_host
+        slow: dict[tuple[int, str], float] = {}
+        for f in self._faults("straggler", i):
+            slow[(lay.host_index(f.host), f.phase)] = 1 + f.magnitude
+        for f in self._faults("intermittent", i):
+            if rng.random() < f.float_option("fraction", 0.25):
+                slow[(lay.host_index(f.host), f.phase)] = 1 + f.magnitude
+        gpu_slow = {k: 1 + v.slowdown for k, v in self._gpu_faults(i).items()}
         decay = 1.0
         for f in self._faults("mfu_decay", i):
             decay += f.magnitude * min(1.0, (i - f.start + 1) / f.int_option("ramp", 100))
         ckpt = cfg.checkpoint_every > 0 and i > 0 and i % cfg.checkpoint_every == cfg.checkpoint_every - 1
         fleet = 1 + rng.gauss(0, 0.01)
-        g = lay.gpus_per_host
-        per_rank: list[dict[str, float]] = []
-        host_compute = [0.0] * lay.hosts
-        for r in range(lay.world_size):
-            h = r // g
-            phases = {}
-            for p, frac in PHASES.items():
-                ms = cfg.step_ms * frac * fleet * (1 + rng.gauss(0, cfg.jitter))
-                if p != "comm":
-                    ms *= self._bias[h] * self._stage[h]
+        last_stage = lay.pp - 1
+        per_rank: list[dict[str, float]] = [{} for _ in range(lay.world_size)]
+        for gi, ranks in enumerate(self._groups):
+            h, stage = ranks[0] // g, self._stage[gi]
+            gpu = max(gpu_slow.get((h, r % g), 1.0) * self._gpu_bias[r] for r in ranks)
+            pause = rng.uniform(80, 300) if rng.random() < cfg.gc_prob else 0.0
+            for p, share in COMPUTE.items():
+                ms = cfg.step_ms * share * fleet * self._bias[h] * gpu * (1 + rng.gauss(0, cfg.jitter))
+                if lay.pp > 1 and stage == last_stage and p != "optimizer":
+                    ms *= 1.06  # the head and the loss
+                elif lay.pp > 1 and stage == 0 and p == "forward":
+                    ms *= 1.04  # the embedding
                 if rng.random() < 0.002:
                     ms *= 1.15
                 ms *= slow.get((h, p), 1.0) * (decay if p == "forward" else 1.0)
-                phases[p] = round(ms, 3)
+                if p == "backward":
+                    ms += pause
+                for r in ranks:
+                    per_rank[r][p] = ms * (1 + rng.gauss(0, 0.003))
+        # waiting: the pipeline's pace is its slowest stage; the all-reduce ends together everywhere
+        pace: dict[int, float] = {}
+        for r, ph in enumerate(per_rank):
+            d = self._coords[r].dp
+            pace[d] = max(pace.get(d, 0.0), ph["forward"] + ph["backward"])
+        slowest = max(pace.values())
+        bubble = cfg.step_ms * BUBBLE_SHARE * fleet if lay.pp > 1 else 0.0
+        comm = cfg.step_ms * COMM_SHARE * fleet * (1 + rng.gauss(0, 0.02))
+        comm += self._flap_stall_ms(t0, t0 + timedelta(milliseconds=cfg.step_ms * 1.2))
+        opt = 0.0
+        for r, ph in enumerate(per_rank):
+            d = self._coords[r].dp
+            own = ph["forward"] + ph["backward"]
+            if lay.pp > 1:
+                ph["bubble"] = bubble + pace[d] - own
+                ph["grad_sync"] = comm + slowest - pace[d]
+            else:
+                ph["grad_sync"] = comm + slowest - own
+            ph["optimizer"] = ph.pop("optimizer")  # recorded in execution order
+            opt = max(opt, ph["optimizer"])
             if ckpt:
-                phases["checkpoint"] = round(cfg.checkpoint_ms * (1 + rng.gauss(0, 0.02)), 3)
-            per_rank.append(phases)
-            if h not in silent:
-                host_compute[h] = max(host_compute[h], phases["forward"] + phases["backward"] + phases["optimizer"])
-        comm = cfg.step_ms * PHASES["comm"] * fleet
-        dur_ms = max(host_compute) + comm + (cfg.checkpoint_ms if ckpt else 0.0)
-        end = t0 + timedelta(milliseconds=dur_ms)
-        events: list[Event] = []
-        events += self._between(t0, end, i, dur_ms, silent)
-        events += self._fault_events(i, t0, silent)
+                ph["checkpoint"] = cfg.checkpoint_ms * (1 + rng.gauss(0, 0.02))
+        dur = slowest + bubble + comm + opt + (cfg.checkpoint_ms if ckpt else 0.0)
+        return per_rank, dur, ckpt
+
+    def _step_timings(self, i: int, per_rank: list[dict[str, float]], dur_ms: float, end: datetime,
+                      silent: set[int]) -> list[Event]:
+        cfg, lay = self.cfg, self.cfg.layout
+        g = lay.gpus_per_host
         mfu = self.flops / (dur_ms / 1000) / lay.world_size / (PEAK_TFLOPS * 1e12)
         tokens = 4 * 1024 * 1024 // lay.world_size
+        out: list[Event] = []
         for r, phases in enumerate(per_rank):
             h = r // g
             if h in silent or r in self._exited:
                 continue
-            events.append(StepTiming.model_construct(
+            out.append(StepTiming.model_construct(
                 event_id=self._id(), job_id=cfg.job, host=self._names[h], rank=r, local_rank=r % g,
                 ts=end + timedelta(microseconds=r % 997), world_size=lay.world_size, coords=self._coords[r], step=i,
-                step_ms=round(dur_ms, 3), phases=phases, tokens=tokens, samples=None, tflops=round(mfu * PEAK_TFLOPS, 2),
-                mfu=round(mfu, 5), failed=False, dropped=0, kind="step", schema_version=1))
+                step_ms=round(dur_ms, 3), phases={p: round(ms, 3) for p, ms in phases.items()}, phase_kinds={},
+                tokens=tokens, samples=None, tflops=round(mfu * PEAK_TFLOPS, 2), mfu=round(mfu, 5), failed=False,
+                dropped=0, kind="step", schema_version=1))
+        return out
+
+    # ---- traffic levels, flaps, pauses, hangs ---------------------------------------------------
+    def _level(self, i: int, end: datetime, ckpt: bool) -> Level:
+        lay = self.cfg.layout
+        fixed: dict[tuple[int, str], float] = {}
+        for f in self._faults("nic_drop", i):
+            fixed[(lay.host_index(f.host), f.nic)] = 1 - f.magnitude
+        for f in self._faults("traffic_stop", i):
+            fixed[(lay.host_index(f.host), f.nic)] = 0.0
+        flaps = [(lay.host_index(f.host), f.nic, self._flap_intervals(k))
+                 for k, f in enumerate(self.cfg.faults) if f.kind == "nic_flap" and f.active(i)]
+        ckpt_from = end - timedelta(milliseconds=self.cfg.checkpoint_ms) if ckpt else None
+        quiet = self.cfg.quiet_level * 2
+
+        def level(h: int, dev: str, ts: datetime) -> float:
+            x = fixed.get((h, dev), 1.0)
+            for fh, fdev, downs in flaps:
+                if any(a <= ts < b for a, b in downs):
+                    x *= 0.0 if (fh, fdev) == (h, dev) else FLAP_OTHERS
+            if ckpt_from is not None and ts >= ckpt_from:
+                x *= quiet
+            return x
+
+        return level
+
+    def _flap_intervals(self, k: int) -> list[tuple[datetime, datetime]]:
+        """Down intervals of flap fault `k` from its onset on (seeded apart from the main stream)."""
+        if k not in self._flaps:
+            f = self.cfg.faults[k]
+            onset = self.onsets.get(k, self.now)
+            rng = random.Random(f"{self.cfg.seed}/flap/{k}")
+            down, period = f.float_option("down", 3.0), f.float_option("period", 20.0)
+            out, t = [], onset + timedelta(seconds=rng.uniform(0, 2))
+            for _ in range(2000):
+                length = down * rng.uniform(0.8, 1.2)
+                out.append((t, t + timedelta(seconds=length)))
+                t += timedelta(seconds=period * rng.uniform(0.85, 1.15))
+            self._flaps[k] = out
+        return self._flaps[k]
+
+    def _flap_stall_ms(self, a: datetime, b: datetime) -> float:
+        total = 0.0
+        for k, f in enumerate(self.cfg.faults):
+            if f.kind != "nic_flap" or k not in self.onsets:
+                continue
+            for lo, hi in self._flap_intervals(k):
+                if lo >= b:
+                    break
+                total += max(0.0, (min(hi, b) - max(lo, a)).total_seconds() * 1000)
+        return total
+
+    def _pause(self, seconds: float, gpu_faults: dict[tuple[int, int], GpuFault]) -> list[Event]:
+        """An evaluation pause: no training steps, NIC traffic at `quiet_level`, GPUs still busy."""
+        t0, end = self.now, self.now + timedelta(seconds=seconds)
+        q = self.cfg.quiet_level
+        events = self.nodes.between(t0, end, period_ms=0, level=lambda h, d, ts: q, gpu_faults=gpu_faults,
+                                    state=NodeState(gpu_util=60.0, exited=frozenset(self._exited)))
+        self.now = end
+        return events
+
+    def tail(self, seconds: float) -> list[Event]:
+        """After the last step: training has stopped, the agents keep reporting (exited, traffic near zero)."""
+        t0, end = self.now, self.now + timedelta(seconds=seconds)
+        events = self.nodes.between(t0, end, period_ms=0, level=lambda h, d, ts: 0.0002, gpu_faults={},
+                                    state=NodeState(running=False, silent=self._silent))
+        self.now = end
+        return events
+
+    def _hung(self, i: int, t0: datetime) -> list[Event]:
+        """A hang: the culprit host stops first, the others block in a collective `lag` s later; no steps."""
+        lay, q = self.cfg.layout, self.cfg.quiet_level
+        f = next(f for f in self.cfg.faults if f.kind == "hang" and f.start <= i)
+        culprit = lay.host_index(f.host)
+        if self._hung_at is None:
+            self._hung_at = t0 + timedelta(milliseconds=0.3 * self.cfg.step_ms)
+        stop, block = self._hung_at, self._hung_at + timedelta(seconds=f.float_option("lag", 3.0))
+
+        def level(h: int, dev: str, ts: datetime) -> float:
+            if ts < stop:
+                return 1.0
+            return 0.0 if h == culprit else (1.0 if ts < block else q)
+
+        end = t0 + timedelta(milliseconds=self.cfg.step_ms)
+        events = self.nodes.between(t0, end, period_ms=self.cfg.step_ms, level=level, gpu_faults=self._gpu_faults(i),
+                                    state=NodeState(gpu_util=100.0, exited=frozenset(self._exited)))
         self.now = end
         return events
 
@@ -176,57 +340,4 @@ class Simulation:
                     traceback="Traceback (most recent call last):\n  File \"train.py\", line 212, in <module>\n"
                               "RuntimeError: CUDA error: an illegal memory access was encountered"))
                 self._exited[rank] = f.start + f.duration if f.duration is not None else -1
-        return out
-
-    def _between(self, t0: datetime, end: datetime, i: int, dur_ms: float, silent: set[int]) -> list[Event]:
-        """Heartbeats, NIC samples and benign log lines stamped in [t0, end)."""
-        cfg, lay, rng = self.cfg, self.cfg.layout, self._rng
-        out: list[Event] = []
-        drops: dict[tuple[int, str], float] = {}
-        for f in self._faults("nic_drop", i):
-            drops[(lay.host_index(f.host), f.nic)] = 1 - f.magnitude
-        for f in self._faults("traffic_stop", i):
-            drops[(lay.host_index(f.host), f.nic)] = 0.0
-        g = lay.gpus_per_host
-        for h in range(lay.hosts):
-            name = self._names[h]
-            while self._next_hb[h] < end:
-                ts = self._next_hb[h]
-                self._next_hb[h] = ts + timedelta(seconds=cfg.heartbeat_s)
-                if h in silent:
-                    continue
-                procs = [ProcessState(pid=40000 + h * g + k, local_rank=k, cpu_pct=98.0,
-                                      status="exited" if h * g + k in self._exited else "running") for k in range(g)]
-                gpus = [GpuState(index=k, name="NVIDIA H100 80GB HBM3", util_pct=round(95 + rng.gauss(0, 2), 1),
-                                 temp_c=round(62 + rng.gauss(0, 3), 1), power_w=round(640 + rng.gauss(0, 20), 1),
-                                 sm_clock_mhz=1980.0, mem_used_mib=61000.0, mem_total_mib=81559.0,
-                                 ecc_uncorrected=0) for k in range(g)]
-                out.append(Heartbeat(
-                    event_id=self._id(), job_id=cfg.job, host=name, ts=ts, ip=f"10.{h // 250}.{h % 250}.7",
-                    pod=f"{cfg.job}-worker-{h}", node=name, agent_version="sim", interval_s=cfg.heartbeat_s,
-                    uptime_s=round((ts - cfg.start).total_seconds(), 3), processes=procs, gpus=gpus))
-            while self._next_nic[h] < end:
-                ts = self._next_nic[h]
-                self._next_nic[h] = ts + timedelta(seconds=cfg.nic_s)
-                if h in silent:
-                    continue
-                pos = ((ts - t0).total_seconds() * 1000 / dur_ms) % 1.0
-                shape = 0.6 + 0.8 * math.sin(math.pi * pos) ** 2
-                for n, dev in enumerate(self._nic_names):
-                    factor = drops.get((h, dev), 1.0)
-                    tx = NIC_BPS / 2 * shape * factor * (1 + rng.gauss(0, 0.05))
-                    rx = NIC_BPS / 2 * shape * factor * (1 + rng.gauss(0, 0.05))
-                    tx, rx = max(0.0, tx), max(0.0, rx)
-                    self._tx[(h, n)] += int((tx + rx) * cfg.nic_s)
-                    out.append(NicCounters.model_construct(
-                        event_id=self._id(), job_id=cfg.job, host=name, ts=ts, device=dev, port=1, link="rdma",
-                        tx_bytes=self._tx[(h, n)] // 2, rx_bytes=self._tx[(h, n)] // 2, tx_bps=round(tx, 1),
-                        rx_bps=round(rx, 1), interval_s=cfg.nic_s, extra={}, kind="nic", schema_version=1))
-        if rng.random() < 0.05:
-            h = rng.randrange(lay.hosts)
-            if h not in silent:
-                out.append(LogLine(
-                    event_id=self._id(), job_id=cfg.job, host=self._names[h], ts=t0 + timedelta(milliseconds=10),
-                    rank=h * g, local_rank=0, stream="stdout", category="nccl_warn", severity="warning",
-                    message="NCCL WARN Call to ibv_reg_mr took 1.2 s (benign, retried)"))
         return out

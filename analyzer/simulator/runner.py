@@ -2,7 +2,8 @@
 
 `run(sim, steps, send, speed)` calls `send(events)` once per simulated step (plus the
 job registration first). With `speed` > 0 it paces itself so simulated time runs
-`speed` times faster than the wall clock; 0 means as fast as possible.
+`speed` times faster than the wall clock; 0 means as fast as possible. A configured
+`tail_s` follows the last step (the job stopped, the agents still report), unpaced.
 `ground_truth(sim)` is what `vigil simulate --json` prints.
 """
 
@@ -39,6 +40,10 @@ def run(sim: Simulation, steps: int, send: Send, speed: float = 1.0,
         count += len(events)
         if progress is not None:
             progress(i)
+    if sim.cfg.tail_s > 0:  # the job has stopped; its agents keep reporting
+        events = sim.tail(sim.cfg.tail_s)
+        send(events)
+        count += len(events)
     return count
 
 

@@ -29,7 +29,8 @@ def parallel_figure(v: ParallelView, *, job: str, clip: float = 20.0, states: Ma
                     selected: int | None = None, groups: Mapping[str, list[int]] | None = None) -> go.Figure:
     what = f"'{v.phase}'" + (" (stands out most)" if v.auto else "") if v.phase else "step time"
     every = f", every {v.stride}th" if v.stride > 1 else ""
-    title = f"{job}: {what} per rank vs median, steps {v.first_step}-{v.last_step}{every} (x = dp, y = pp/tp)"
+    versus = "the waiting each rank caused" if v.waiting else "vs median"
+    title = f"{job}: {what} per rank, {versus}, steps {v.first_step}-{v.last_step}{every} (x = dp, y = pp/tp)"
     if not v.ranks:
         return empty(title, "no step timings for this job in this time range")
     states = states or {}

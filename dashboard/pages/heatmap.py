@@ -46,8 +46,9 @@ def _body(v: PageView) -> Component:
     shown = f"{len(m.hosts)} of {m.hosts_total} hosts" if m.hosts_total else ""
     return html.Div([
         _controls(v, phases, phase),
-        html.P([f"{title}; colour = deviation from the (lower) median of hosts in the same pipeline stage. {shown}. ",
-                "Click a cell to open the host."], className="hint"),
+        html.P([f"{title}; colour = deviation from the (lower) median of hosts in the same pipeline stage; in "
+                "waiting phases (communication, bubbles) the waiting a host caused: red = the others waited for it. "
+                f"{shown}. Click a cell to open the host."], className="hint"),
         graph(heatmap_figure(m, title=title), id={"type": "host-click", "page": "heatmap"}),
     ])
 

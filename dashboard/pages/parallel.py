@@ -7,6 +7,7 @@ its victims and exited ranks dimmed, slow ranks labelled. Clicking a rank (or `?
 selects it: its place in the layout, its state and own message, and the ranks of its tensor-,
 pipeline- and data-parallel groups (outlined in the figure). The step window can be
 downloaded as a Chrome/Perfetto trace (one track per rank, grouped by data-parallel replica).
+A waiting phase (grad_sync, bubble, ...) shows the waiting each rank caused, not what it suffered.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def _body(v: PageView) -> Component:
     assert v.job is not None and v.window is not None
     phases = qh.phases(v.store, v.window)
     phase = v.sel.phase if v.sel.phase in phases or v.sel.phase == q.STEP else None
-    pv = q.parallel_view(v.store, v.window, phase=phase)
+    pv = q.parallel_view(v.store, v.window, phase=phase, waiting_phases=frozenset(qh.waiting_phases(v.store, v.window)))
     found = qi.incidents(v.store, job=v.job.job_id, range_s=v.sel.range_seconds, limit=1)
     incident = found[0] if found else None
     states = q.rank_states(pv, incident, q.exits(v.store, v.window))

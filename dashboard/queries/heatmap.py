@@ -9,6 +9,12 @@ slow one reads +x% against the healthy one, which reads 0%; the upper median wou
 instead show the slow host at 0% and the healthy one below it. Rows are ranked by their
 largest |deviation| (window functions, one scan of `phase_host_windows`) so the worst
 hosts come first and a 1024-host job can be cut to its top rows without losing the outlier.
+
+Waiting is attributed to whoever caused it. In a waiting phase (communication, bubble:
+kinds from `job_phase_kinds` and the names, `vigil.contract.phases`) the hosts that wait
+for a slow peer are *longer* and the slow host shorter, so there the deviation is turned
+round: (peer median - host mean) / peer median, against the upper median. The slow host
+reads +x% (it made the others wait x% longer), the hosts that waited read 0%.
 """
 
 from __future__ import annotations
@@ -17,9 +23,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from vigil.contract.phases import is_waiting, resolve
 from vigil.dashboard.queries.window import Window
 from vigil.dashboard.store import Row, Store
-from vigil.dashboard.tables import JOB_RANKS, PHASE_HOST_WINDOWS
+from vigil.dashboard.tables import JOB_PHASE_KINDS, JOB_RANKS, PHASE_HOST_WINDOWS
 
 ROLLUP_STEPS = 5  # steps per window of phase_host_windows (migration 0100)
 
@@ -30,19 +37,27 @@ _PEERS = f"""(SELECT host, arrayStringConcat(arraySort(groupUniqArray(toString(p
              FROM {JOB_RANKS} FINAL WHERE job_id = {{job:String}} GROUP BY host)"""
 
 
-def _ranked(per_cell: str) -> str:
-    """Wrap per-(host, col) means with peer medians, deviations, host scores and ranks."""
+def _ranked(per_cell: str, phase: str) -> str:
+    """Wrap per-(host, col) means with peer medians, deviations, host scores and ranks.
+
+    `phase` is the SQL for a cell's phase (its column, or the one phase of a window view);
+    phases in `{waits:Array(String)}` are waiting phases, their deviation turned round.
+    """
     return f"""
-SELECT host, col, mean_ms, max_ms, n, median_ms, dev, score,
+SELECT host, col, mean_ms, max_ms, n, median_ms, dev, score, waiting,
        dense_rank() OVER (ORDER BY score DESC, host) AS worst_rank
 FROM (
     SELECT *, max(abs(dev)) OVER (PARTITION BY host) AS score
     FROM (
-        SELECT *, if(median_ms > 0, (mean_ms - median_ms) / median_ms, 0) AS dev
+        SELECT *, if(waiting, high_ms, low_ms) AS median_ms,
+               if(median_ms > 0, if(waiting, median_ms - mean_ms, mean_ms - median_ms) / median_ms, 0) AS dev
         FROM (
             SELECT c.host AS host, c.col AS col, c.mean_ms AS mean_ms, c.peak_ms AS max_ms, c.samples AS n,
+                   has({{waits:Array(String)}}, {phase}) AS waiting,
                    quantileExactLow(0.5)(c.mean_ms) OVER (PARTITION BY c.col, if(p.stages = '', '-', p.stages))
-                       AS median_ms
+                       AS low_ms,
+                   quantileExactHigh(0.5)(c.mean_ms) OVER (PARTITION BY c.col, if(p.stages = '', '-', p.stages))
+                       AS high_ms
             FROM ({per_cell}) AS c LEFT JOIN {_PEERS} AS p ON p.host = c.host)))
 """
 
@@ -62,8 +77,8 @@ _BOUNDS = (f"SELECT min(window) AS w0, max(window) AS w1, count() AS n FROM {PHA
            f"WHERE {_IN_RANGE} AND phase = {{phase:String}}")
 
 
-def _select(inner: str) -> str:
-    return (f"SELECT * FROM ({_ranked(inner)}) WHERE {{all:UInt8}} OR worst_rank <= {{rows:UInt32}} "
+def _select(inner: str, phase: str) -> str:
+    return (f"SELECT * FROM ({_ranked(inner, phase)}) WHERE {{all:UInt8}} OR worst_rank <= {{rows:UInt32}} "
             "ORDER BY if({by_name:UInt8}, 0, worst_rank), host, col")
 
 
@@ -75,7 +90,8 @@ class Cell:
     max_ms: float
     n: int
     median_ms: float
-    dev: float  # fraction: +0.1 = 10% slower than the peer median
+    dev: float  # fraction: +0.1 = 10% slower than the peer median (waiting: the others wait 10% longer)
+    waiting: bool = False  # a waiting phase: deviation turned round (attributed to who caused it)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,7 +114,8 @@ def _matrix(rows: list[Row], label: Callable[[Any], str], hosts_total: int, step
             hosts.append(host)
         raw_cols.add(r["col"])
         cells.append(Cell(host=host, col=label(r["col"]), mean_ms=float(r["mean_ms"]), max_ms=float(r["max_ms"]),
-                          n=int(r["n"]), median_ms=float(r["median_ms"]), dev=float(r["dev"])))
+                          n=int(r["n"]), median_ms=float(r["median_ms"]), dev=float(r["dev"]),
+                          waiting=bool(r.get("waiting", False))))
     return Matrix(hosts=hosts, cols=[label(c) for c in sorted(raw_cols)], cells=cells, hosts_total=hosts_total,
                   steps_per_col=steps_per_col)
 
@@ -109,13 +126,27 @@ def _count_hosts(store: Store, win: Window) -> int:
     return int(row["n"]) if row else 0
 
 
-def _mode_params(win: Window, rows: int, mode: str, **extra: Any) -> dict[str, Any]:
-    return win.params(all=int(mode != "worst"), rows=rows, by_name=int(mode == "name"), **extra)
+def _mode_params(store: Store, win: Window, rows: int, mode: str, **extra: Any) -> dict[str, Any]:
+    return win.params(all=int(mode != "worst"), rows=rows, by_name=int(mode == "name"),
+                      waits=waiting_phases(store, win), **extra)
+
+
+def phase_kinds(store: Store, win: Window) -> dict[str, str]:
+    """Each phase of the job's range and its kind (compute / comm / wait): declared, else by name."""
+    declared = store.rows("phase kinds", f"SELECT phase, source, argMax(phase_kind, ts) AS kind FROM {JOB_PHASE_KINDS} "
+                                         "WHERE job_id = {job:String} GROUP BY phase, source", win.params())
+    step = {str(r["phase"]): str(r["kind"]) for r in declared if r["source"] == "step"}
+    job = {str(r["phase"]): str(r["kind"]) for r in declared if r["source"] != "step"}
+    return dict(resolve(phases(store, win), step, job))
+
+
+def waiting_phases(store: Store, win: Window) -> list[str]:
+    return sorted(p for p, k in phase_kinds(store, win).items() if is_waiting(k))
 
 
 def phase_matrix(store: Store, win: Window, *, rows: int, mode: str) -> Matrix:
     """Hosts x phases; `mode` worst (top `rows` hosts), all (worst first) or name (all, by name)."""
-    data = store.rows("phase times per host", _select(_PHASE_CELLS), _mode_params(win, rows, mode))
+    data = store.rows("phase times per host", _select(_PHASE_CELLS, "c.col"), _mode_params(store, win, rows, mode))
     return _matrix(data, str, _count_hosts(store, win))
 
 
@@ -126,16 +157,17 @@ def window_matrix(store: Store, win: Window, *, phase: str, rows: int, mode: str
         return Matrix(hosts=[], cols=[], cells=[], hosts_total=0)
     w0, w1 = int(b["w0"]), int(b["w1"])
     k = max(1, -(-(w1 - w0 + 1) // max_cols))
-    data = store.rows(f"'{phase}' time per host and step window", _select(_WINDOW_CELLS),
-                      _mode_params(win, rows, mode, w0=w0, k=k, phase=phase))
+    data = store.rows(f"'{phase}' time per host and step window", _select(_WINDOW_CELLS, "{phase:String}"),
+                      _mode_params(store, win, rows, mode, w0=w0, k=k, phase=phase))
     return _matrix(data, lambda c: f"step {(w0 + int(c) * k) * ROLLUP_STEPS}", _count_hosts(store, win),
                    steps_per_col=ROLLUP_STEPS * k)
 
 
 def host_phases(store: Store, win: Window, host: str) -> list[Cell]:
     """One host's row of the phase heatmap (its deviation from its peers, per phase)."""
-    sql = f"SELECT * FROM ({_ranked(_PHASE_CELLS)}) WHERE host = {{host:String}} ORDER BY col"
-    m = _matrix(store.rows("the host's phase times", sql, win.params(host=host)), str, 0)
+    sql = f"SELECT * FROM ({_ranked(_PHASE_CELLS, 'c.col')}) WHERE host = {{host:String}} ORDER BY col"
+    m = _matrix(store.rows("the host's phase times", sql, win.params(host=host, waits=waiting_phases(store, win))),
+                str, 0)
     return m.cells
 
 

@@ -10,6 +10,11 @@ one inside the step), so the whole step shows nothing. By default the view shows
 where one rank stands out most (largest max - median of the per-rank means: the slow rank's
 own work, not the others' waiting); `STEP` asks for the whole step. Each rank also gets a
 state: culprit or victim of the job's incident, exited (with its error), slow, training.
+
+A waiting phase (communication, bubble) is longer on the ranks that wait for a slow peer
+and shorter on the slow one, so there (`waiting`) the deviation is turned round, as on the
+heatmap: (upper median - rank mean) / upper median. The slow rank reads +x% (it made the
+others wait x% longer) and the ranks that waited 0%.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ _STEPS_IN_RANGE = (f"FROM {JOB_STEPS} WHERE job_id = {{job:String}} "
                    "AND first_ts <= fromUnixTimestamp64Milli({t1:Int64}, 'UTC')")
 
 _SQL = f"""
-SELECT *, quantileExactLow(0.5)(mean_ms) OVER () AS median_ms FROM (
+SELECT *, quantileExactLow(0.5)(mean_ms) OVER () AS median_ms, quantileExactHigh(0.5)(mean_ms) OVER () AS high_ms FROM (
 WITH (SELECT minOrNull(step) {_STEPS_IN_RANGE}) AS lo, (SELECT maxOrNull(step) {_STEPS_IN_RANGE}) AS hi,
      intDiv(hi - lo + {{steps:UInt64}}, {{steps:UInt64}}) AS every
 SELECT rank, any(host) AS host, any(dp) AS dp, any(tp) AS tp, any(pp) AS pp,
@@ -86,10 +91,13 @@ class RankCell:
     pp: int
     mean_ms: float
     median_ms: float  # lower median over all ranks (as the heatmap's: a 2-rank job's slow rank reads slower)
+    waiting: bool = False  # a waiting phase: median_ms is the upper median and the deviation is turned round
 
     @property
     def dev(self) -> float:
-        return (self.mean_ms - self.median_ms) / self.median_ms if self.median_ms > 0 else 0.0
+        if self.median_ms <= 0:
+            return 0.0
+        return (self.median_ms - self.mean_ms if self.waiting else self.mean_ms - self.median_ms) / self.median_ms
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,6 +107,7 @@ class ParallelView:
     last_step: int
     stride: int  # every `stride`-th step of the range was read (1: all of them)
     ranks: list[RankCell]
+    waiting: bool = False  # the phase is a waiting phase (its deviations attribute the waiting to who caused it)
     auto: bool = False  # the phase was picked as the one where a rank stands out most
     last_ms: dict[int, int] | None = None  # each rank's newest step read (epoch ms)
 
@@ -109,17 +118,21 @@ def standout_phase(store: Store, win: Window, *, steps: int = 50) -> str | None:
     return str(row["phase"]) if row and float(row["spread"] or 0) > 0 else None
 
 
-def parallel_view(store: Store, win: Window, *, phase: str | None, steps: int = 50) -> ParallelView:
+def parallel_view(store: Store, win: Window, *, phase: str | None, waiting_phases: frozenset[str] = frozenset(),
+                  steps: int = 50) -> ParallelView:
     """Per-rank means over the range's steps (at most `steps` of them, evenly spaced, the last one included).
 
     `phase` None picks the phase that stands out (`standout_phase`); `STEP` or '' is the whole step.
+    A phase in `waiting_phases` (comm / wait kind) has its deviations turned round.
     """
     auto = phase is None
     chosen = standout_phase(store, win, steps=steps) if auto else (None if phase == STEP else phase)
+    waiting = bool(chosen) and chosen in waiting_phases
     rows = store.rows("per-rank times", _SQL, win.params(phase=chosen or "", steps=max(1, steps)))
     cells = [RankCell(rank=int(r["rank"]), host=str(r["host"]), dp=int(r["dp"]), tp=int(r["tp"]), pp=int(r["pp"]),
-                      mean_ms=float(r["mean_ms"]), median_ms=float(r["median_ms"])) for r in rows]
-    return ParallelView(phase=chosen or "", first_step=min((int(r["first_step"]) for r in rows), default=0),
+                      mean_ms=float(r["mean_ms"]), median_ms=float(r["high_ms" if waiting else "median_ms"]),
+                      waiting=waiting) for r in rows]
+    return ParallelView(phase=chosen or "", waiting=waiting, first_step=min((int(r["first_step"]) for r in rows), default=0),
                         last_step=max((int(r["last_step"]) for r in rows), default=0),
                         stride=max((int(r["stride"]) for r in rows), default=1), ranks=cells, auto=auto and bool(chosen),
                         last_ms={int(r["rank"]): int(r["last_ms"]) for r in rows})

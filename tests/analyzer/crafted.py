@@ -73,3 +73,96 @@ def heartbeats(job: str, hosts: int, seconds: int, *, silent: dict[str, tuple[in
                                  processes=[ProcessState(pid=1, status="running")]))
         t += interval
     return out
+
+
+def sync_steps(job: str, hosts: int, n_steps: int, *, gpus: int = 8, tp_coupled: bool = True, pp: int = 1,
+               slow_host: dict[str, float] | None = None, slow_gpu: dict[tuple[str, int], float] | None = None,
+               intermittent: tuple[str, float, float] | None = None, slow_from: int = 0, jitter: float = 0.02,
+               seed: int = 0, comm: str = "grad_sync", declare: dict[str, str] | None = None,
+               nested_wait: bool = False, step_s: float = 1.0) -> list[StepTiming]:
+    """Synchronous data-parallel steps: everyone waits in `comm` for the slowest rank's compute.
+
+    `slow_host` = {host: factor on its compute}, `slow_gpu` = {(host, gpu): factor} (with
+    `tp_coupled` the host's ranks are one tensor-parallel group and all wait for that GPU),
+    `intermittent` = (host, fraction of steps, factor). With pp > 1, hosts are split into
+    contiguous stages: the first stage's forward is 4% heavier (embedding), the last stage's
+    compute 6% (head, loss), and each rank waits for its pipeline's slowest stage in `bubble`.
+    `declare` goes into every step's `phase_kinds`; `nested_wait` records the wait as
+    `backward/allreduce` inside backward instead of a top-level `comm` phase.
+    """
+    rng = random.Random(seed)
+    per_stage = hosts // pp
+    out = []
+    for s in range(n_steps):
+        ts = T0 + timedelta(seconds=(s + 1) * step_s)
+        fleet = 1 + rng.gauss(0, 0.01)
+        compute: dict[int, dict[str, float]] = {}
+        for h in range(hosts):
+            host, stage = f"h{h:04d}", h // per_stage
+            host_f = (slow_host or {}).get(host, 1.0) if s >= slow_from else 1.0
+            if intermittent and intermittent[0] == host and s >= slow_from and rng.random() < intermittent[1]:
+                host_f *= intermittent[2]
+            gpu_f = [(slow_gpu or {}).get((host, g), 1.0) if s >= slow_from else 1.0 for g in range(gpus)]
+            group = [1 + rng.gauss(0, jitter) for _ in range(3)]
+            for g in range(gpus):
+                f = host_f * (max(gpu_f) if tp_coupled else gpu_f[g])
+                own = group if tp_coupled else [1 + rng.gauss(0, jitter) for _ in range(3)]
+                ph = {}
+                for k, (p, base) in enumerate((("forward", 300.0), ("backward", 500.0), ("optimizer", 60.0))):
+                    ms = base * fleet * f * own[k] * (1 + rng.gauss(0, 0.003))
+                    if pp > 1 and stage == pp - 1 and p != "optimizer":
+                        ms *= 1.06
+                    elif pp > 1 and stage == 0 and p == "forward":
+                        ms *= 1.04
+                    ph[p] = ms
+                compute[h * gpus + g] = ph
+        pace: dict[int, float] = {}  # per pipeline (position within its stage)
+        for r, ph in compute.items():
+            d = (r // gpus) % per_stage
+            pace[d] = max(pace.get(d, 0.0), ph["forward"] + ph["backward"])
+        slowest = max(pace.values())
+        base_comm = 120.0 * fleet * (1 + rng.gauss(0, 0.02))
+        for r, ph in compute.items():
+            h, d = r // gpus, (r // gpus) % per_stage
+            own = ph["forward"] + ph["backward"]
+            phases = {"forward": ph["forward"], "backward": ph["backward"]}
+            if pp > 1:
+                phases["bubble"] = 40.0 + pace[d] - own
+                wait = base_comm + slowest - pace[d]
+            else:
+                wait = base_comm + slowest - own
+            if nested_wait:
+                phases["backward"] += wait
+                phases["backward/allreduce"] = wait
+            else:
+                phases[comm] = wait
+            phases["optimizer"] = ph["optimizer"]
+            out.append(StepTiming(job_id=job, host=f"h{h:04d}", rank=r, local_rank=r % gpus,
+                                  world_size=hosts * gpus, coords=ParallelCoords(tp=r % gpus, dp=d, pp=h // per_stage),
+                                  step=s, step_ms=sum(v for k, v in phases.items() if "/" not in k), phases=phases,
+                                  phase_kinds=declare or {}, ts=ts))
+    return out
+
+
+def gpu_heartbeats(job: str, hosts: int, seconds: int, *, gpus: int = 8,
+                   throttled: dict[tuple[str, int], str] | None = None, interval: float = 2.0) -> list[Heartbeat]:
+    """Heartbeats with NVML-like GPU readings; `throttled` = {(host, gpu): reason}: lower SM clock, hot, less power."""
+    from vigil.contract import GpuState
+
+    rng = random.Random(1)
+    out = []
+    t = 0.0
+    while t < seconds:
+        for h in range(hosts):
+            host = f"h{h:04d}"
+            states = []
+            for g in range(gpus):
+                reason = (throttled or {}).get((host, g))
+                states.append(GpuState(
+                    index=g, util_pct=97.0, sm_clock_mhz=1830.0 if reason else 1980.0 - abs(rng.gauss(0, 8)),
+                    temp_c=89.0 if reason else 63.0, power_w=540.0 if reason else 640.0,
+                    throttle_reasons=[reason] if reason else (["sw_power_cap"] if rng.random() < 0.05 else [])))
+            out.append(Heartbeat(job_id=job, host=host, ts=T0 + timedelta(seconds=t), interval_s=interval,
+                                 processes=[ProcessState(pid=1, status="running")], gpus=states))
+        t += interval
+    return out

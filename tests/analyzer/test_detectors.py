@@ -79,16 +79,6 @@ def test_traffic_drop_warns_and_stop_is_critical(clickhouse_dsn: str, database: 
     assert all(a.status == "firing" for a in alerts), "a lasting drop does not become the new normal"
 
 
-def test_a_pause_of_the_whole_job_is_one_job_level_warning_not_a_page_per_nic(clickhouse_dsn: str, database: str) -> None:
-    paused = [e.model_copy(update={"tx_bps": 0.0, "rx_bps": 0.0}) if 150 <= (e.ts - T0).total_seconds() < 175 else e
-              for e in nic("pause", 16, 300)]
-    load(clickhouse_dsn, database, [*paused, *heartbeats("pause", 16, 300)])
-    alerts = run(clickhouse_dsn, database, "pause")
-    assert [(a.fingerprint, a.status) for a in alerts] == [("pause/traffic_stall/job", "firing"),
-                                                           ("pause/traffic_stall/job", "resolved")]
-    assert alerts[0].severity == "warning" and alerts[0].evidence["nics_down"] == 16
-
-
 def test_heartbeat_loss_fires_after_three_intervals_and_resolves(clickhouse_dsn: str, database: str) -> None:
     load(clickhouse_dsn, database, heartbeats("hb", 8, 120, silent={"h0002": (40, 70)}))
     alerts = run(clickhouse_dsn, database, "hb")

@@ -15,6 +15,7 @@ from vigil.analyzer.detect.straggler import judge
 from vigil.analyzer.settings import AnalyzerSettings
 from vigil.analyzer.simulator.faults import parse_fault
 from vigil.analyzer.simulator.layout import Layout
+from vigil.analyzer.simulator.model import SimConfig, Simulation
 from vigil.settings import SettingsError
 
 pytestmark = pytest.mark.pure
@@ -76,7 +77,10 @@ def test_straggler_ignores_a_tiny_phase_whose_excess_costs_nothing() -> None:
              "mean_ms": base * (3.0 if h == 3 else 1 + h * 0.001), "window_end": T0 + timedelta(seconds=w)}
             for w in range(5) for h in range(10) for phase, base in (("data", 0.2), ("forward", 5.0))]
     assert {f.subject for f in judge(rows, {}, s)} == {"h3/forward"}
-    assert {f.subject for f in judge(rows, {}, AnalyzerSettings(straggler_min_excess_ms=0).straggler)} == {"h3/data", "h3/forward"}
+    assert list(judge(rows, {}, s)[0].evidence["phases"]) == ["forward"]
+    # without the excess floor both phases are slow: still one alert for the host, both phases in it
+    [both] = judge(rows, {}, AnalyzerSettings(straggler_min_excess_ms=0).straggler)
+    assert both.subject == "h3/forward" and set(both.evidence["phases"]) == {"data", "forward"}
 
 
 @pytest.mark.parametrize("spec, message", [
@@ -109,6 +113,12 @@ def test_layout_names_and_3d_coords() -> None:
         lay.host_index("sim-host-0008")
     with pytest.raises(ValueError):
         Layout(hosts=6, pp=4)
+
+
+@pytest.mark.parametrize("spec", ["gpu_straggler:host=sim-host-0001,gpu=4", "process_exit:host=sim-host-0001,local_rank=9"])
+def test_a_fault_on_a_gpu_the_host_lacks_is_refused(spec: str) -> None:
+    with pytest.raises(ValueError, match=r"not one of the host's 4 GPUs \(0 \.\. 3\)"):
+        Simulation(SimConfig(job="j", layout=Layout(hosts=4, gpus_per_host=4), faults=[parse_fault(spec)], start=T0))
 
 
 def test_settings_reject_bad_k_of_n(monkeypatch: pytest.MonkeyPatch) -> None:

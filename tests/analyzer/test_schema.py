@@ -26,6 +26,9 @@ def sources(event: Event, table: str, index: int) -> list[Any]:
     if table == "job_ranks":
         placement = event.ranks[index - 1]  # type: ignore[attr-defined]
         return [placement, placement.coords, {"ts": event.ts, "job_id": event.job_id}]
+    if table == "job_phase_kinds":
+        phase, kind = list(event.phase_kinds.items())[index - 1 - len(event.ranks)]  # type: ignore[attr-defined]
+        return [{"phase": phase, "phase_kind": kind, "source": "job"}, event]
     return [event, getattr(event, "coords", None)]
 
 

@@ -63,7 +63,8 @@ def test_every_page_renders_with_data(dash_duo: Any, sim_client: Any, sim_run: S
     table = dash_duo.find_element("#jobs-table").text
     assert JOB in table and "1 critical" in table
     slowest = dash_duo.find_element("#slowest-hosts").text.splitlines()
-    assert slowest[1].startswith(f"{STRAGGLER} {STRAGGLER_PHASE} +")
+    # its own slow phase, or the waiting it made the others do in grad_sync (charged to it, the larger here)
+    assert slowest[1].startswith((f"{STRAGGLER} {STRAGGLER_PHASE} +", f"{STRAGGLER} grad_sync +"))
 
 
 def test_heatmap_shows_straggler_and_click_opens_host(dash_duo: Any, sim_client: Any, sim_run: SimRun) -> None:
@@ -75,7 +76,8 @@ def test_heatmap_shows_straggler_and_click_opens_host(dash_duo: Any, sim_client:
     assert trace["y"][0] == STRAGGLER, "worst host is the top row"
     row = trace["z"][0]
     worst_col = max(range(len(row)), key=lambda j: row[j] if row[j] is not None else -1e9)
-    assert trace["x"][worst_col] == STRAGGLER_PHASE
+    assert trace["x"][worst_col] in (STRAGGLER_PHASE, "grad_sync")  # its own phase or the waiting it caused
+    assert row[trace["x"].index(STRAGGLER_PHASE)] > 0.05  # its own phase is slow too
     assert row[worst_col] > 10  # percent slower than its peers
     others = [r[worst_col] for r in trace["z"][1:]]
     assert max(others) < 5

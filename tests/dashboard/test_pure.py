@@ -43,6 +43,10 @@ def test_heatmap_figure_keeps_row_order_and_hover_values() -> None:
     assert list(trace.y) == ["b", "a"] and list(trace.x) == ["bwd", "fwd"]
     assert trace.z[0][1] == pytest.approx(30.0) and trace.customdata[0][1][1] == 130.0
     assert fig.layout.yaxis.autorange == "reversed"
+    assert trace.customdata[0][1][5] == "deviation +30.00%"
+    sync = Cell(host="a", col="grad_sync", mean_ms=80.0, max_ms=90.0, n=5, median_ms=100.0, dev=0.2, waiting=True)
+    caused = heatmap_figure(Matrix(hosts=["a"], cols=["grad_sync"], cells=[sync], hosts_total=1), title="t").data[0]
+    assert caused.z[0][0] == pytest.approx(20.0) and "the others waited +20.0%" in caused.customdata[0][0][5]
     empty = heatmap_figure(Matrix(hosts=[], cols=[], cells=[], hosts_total=0), title="t")
     assert "no phase timings" in empty.layout.annotations[0].text
 

@@ -54,8 +54,15 @@ def test_job_list_and_health(store: Store) -> None:
 def test_heatmap_ranks_the_straggler_first(store: Store) -> None:
     m = heatmap.phase_matrix(store, window(store), rows=3, mode="worst")
     assert m.hosts[0] == STRAGGLER and len(m.hosts) == 3 and m.hosts_total == HOSTS
-    worst = max(m.cells, key=lambda c: c.dev)
+    worst = max((c for c in m.cells if not c.waiting), key=lambda c: c.dev)
     assert (worst.host, worst.col) == (STRAGGLER, STRAGGLER_PHASE) and worst.dev > 0.1
+    # waiting is attributed to who caused it: the others wait longer in grad_sync, and it is the
+    # straggler's grad_sync cell that is red; the hosts that waited read ~0
+    every = heatmap.phase_matrix(store, window(store), rows=HOSTS, mode="all")
+    sync = {c.host: c for c in every.cells if c.col == "grad_sync"}
+    assert all(c.waiting for c in sync.values()) and sync[STRAGGLER].dev > 0.1
+    assert max(abs(c.dev) for h, c in sync.items() if h != STRAGGLER) < 0.05
+    assert heatmap.phase_kinds(store, window(store))["grad_sync"] == "comm"
     by_name = heatmap.phase_matrix(store, window(store), rows=3, mode="name")
     assert by_name.hosts == sorted(by_name.hosts) and len(by_name.hosts) == HOSTS
     w = heatmap.window_matrix(store, window(store), phase=STRAGGLER_PHASE, rows=4, mode="worst", max_cols=10)
@@ -68,11 +75,13 @@ def test_heatmap_ranks_the_straggler_first(store: Store) -> None:
 def test_host_view(store: Store) -> None:
     v = host.host_view(store, window(store), XID_HOST, max_points=200)
     assert v.identity is not None and v.identity["gpus"] == 4
-    assert {s.name for s in v.nics} == {"mlx5_0 port 1", "mlx5_1 port 1"} and len(v.gpus) == 4 and v.throttle == []
+    assert {s.name for s in v.nics} == {"mlx5_0 port 1", "mlx5_1 port 1"} and len(v.gpus) == 4
+    assert {s.name for s in v.throttle} <= {"sw_power_cap"}  # the benign power cap, no slowdown
     assert any(r["category"] == "xid" and r["xid"] == 79 for r in v.logs)
     assert sum(v.heartbeats.values["beats"]) > 0
     cells = heatmap.host_phases(store, window(store), STRAGGLER)
-    assert max(cells, key=lambda c: c.dev).col == STRAGGLER_PHASE
+    assert max((c for c in cells if not c.waiting), key=lambda c: c.dev).col == STRAGGLER_PHASE
+    assert next(c for c in cells if c.col == "grad_sync").dev > 0.1  # the waiting it caused
 
 
 def test_network_finds_the_stall(store: Store) -> None:
@@ -103,6 +112,13 @@ def test_parallel_view_lays_out_ranks(store: Store) -> None:
     assert slow == {STRAGGLER}
     r = next(r for r in v.ranks if r.host == STRAGGLER)
     assert parallel.host_at(store, JOB, dp=r.dp, pp=r.pp, tp=r.tp) == STRAGGLER
+    # grad_sync: longest on the ranks that wait for the straggler; shown as the waiting each rank caused
+    assert "grad_sync" in heatmap.waiting_phases(store, window(store))
+    sync = parallel.parallel_view(store, window(store), phase="grad_sync", waiting_phases=frozenset({"grad_sync"}))
+    assert {r.host for r in sync.ranks if r.dev > 0.1} == {STRAGGLER}
+    assert max(r.dev for r in sync.ranks if r.host != STRAGGLER) < 0.05
+    raw = parallel.parallel_view(store, window(store), phase="grad_sync")
+    assert all(r.dev < 0 for r in raw.ranks if r.host == STRAGGLER)  # it waited least: not the one painted red
 
 
 def test_every_page_renders_server_side(store: Store) -> None:

@@ -78,7 +78,8 @@ def test_two_host_job_slow_host_is_positive_and_first(store: Store) -> None:
     assert fwd[SLOW].median_ms == pytest.approx(fwd[healthy].mean_ms)
     assert fwd[healthy].dev == pytest.approx(0.0)
     cells = heatmap.host_phases(store, _window(store, PAIR), SLOW)
-    assert max(cells, key=lambda c: c.dev).col == "forward"
+    assert max((c for c in cells if not c.waiting), key=lambda c: c.dev).col == "forward"
+    assert next(c for c in cells if c.col == "grad_sync").dev > 0.1  # the waiting it caused its peer
 
 
 def test_two_host_window_view_and_ranks(store: Store) -> None:
@@ -110,7 +111,8 @@ def test_host_page_nics_per_port_and_throttle_reasons(store: Store) -> None:
     assert sum(reasons["hw_slowdown"].values["samples"]) == 10 and set(reasons["hw_slowdown"].values["gpus"]) == {"0,1"}
     assert sum(reasons["sw_power_cap"].values["samples"]) == 5 and set(reasons["sw_power_cap"].values["gpus"]) == {"1"}
     healthy = host.host_view(store, _window(store, PAIR), "sim-host-0000", max_points=400)
-    assert healthy.throttle == [] and {s.name for s in healthy.nics} == {"mlx5_0 port 1", "mlx5_1 port 1"}
+    # the simulator's GPUs touch their power cap now and then (benign); no slowdown on the healthy host
+    assert {s.name for s in healthy.throttle} <= {"sw_power_cap"} and {s.name for s in healthy.nics} == {"mlx5_0 port 1", "mlx5_1 port 1"}
 
 
 def test_job_trends_per_job_show_the_hang_as_a_gap(store: Store) -> None:

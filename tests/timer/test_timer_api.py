@@ -231,3 +231,35 @@ def test_annotate_before_the_step_is_kept(tmp_path: Path) -> None:
     t.close()
     rec = read_records(tmp_path)[0]
     assert (rec["tokens"], rec["samples"]) == (9, 3) and rec["tflops"] is not None
+
+
+def test_phase_kinds_are_recorded_where_declared_and_validated(tmp_path: Path) -> None:
+    from vigil.contract import default_phase_kind
+    from vigil.contract.telemetry import StepTiming
+
+    t = make(tmp_path)
+
+    @t.timed("exchange", kind="comm")
+    def exchange() -> None:
+        time.sleep(0.001)
+
+    with t.step():
+        with t.phase("forward"):
+            pass
+        with t.phase("backward"), t.phase("wait_peers", kind="wait"):
+            pass
+        exchange()
+    with t.step(), t.phase("forward"):  # no declaration in this step: no key at all (lines stay as before)
+        pass
+    with pytest.raises(ValueError, match="phase kind must be one of compute, comm, wait"):
+        t.phase("x", kind="network")
+    with pytest.raises(ValueError, match="phase kind"):
+        t.timed("x", kind="gpu")
+    t.close()
+    first, second = read_records(tmp_path)
+    assert first["phase_kinds"] == {"backward/wait_peers": "wait", "exchange": "comm"}
+    assert "phase_kinds" not in second
+    assert StepTiming.model_validate(first).phase_kinds == {"backward/wait_peers": "wait", "exchange": "comm"}
+    # undeclared phases are classified by name downstream
+    assert [default_phase_kind(p) for p in ("forward", "grad_sync", "backward/allreduce", "bubble", "data")] == [
+        "compute", "comm", "comm", "wait", "compute"]

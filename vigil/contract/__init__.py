@@ -11,6 +11,7 @@ from vigil.contract.decisions import (
     RecoveryAction,
     Silence,
 )
+from vigil.contract.phases import PHASE_KINDS, WAITING, PhaseKind, default_phase_kind
 from vigil.contract.registry import (
     DEAD_LETTER_TOPIC,
     SPECS,
@@ -35,9 +36,9 @@ from vigil.contract.telemetry import (
 from vigil.contract.wire import Decoded, Rejected, decode_batch, encode_batch, validate_event
 
 __all__ = [
-    "DEAD_LETTER_TOPIC", "SPECS", "TELEMETRY_TOPICS", "TOPICS", "Alert", "Checkpoint",
+    "DEAD_LETTER_TOPIC", "PHASE_KINDS", "SPECS", "TELEMETRY_TOPICS", "TOPICS", "WAITING", "Alert", "Checkpoint",
     "CollectiveEntry", "CollectiveTrace", "Decoded", "Event", "EventSpec", "GpuState", "Heartbeat", "Incident",
-    "JobRegistered", "LogLine", "NicCounters", "ParallelCoords", "ProcessExit", "ProcessState",
+    "JobRegistered", "LogLine", "NicCounters", "ParallelCoords", "PhaseKind", "ProcessExit", "ProcessState",
     "RankPlacement", "RankRef", "RankScoped", "RecoveryAction", "Rejected", "Silence", "StepTiming", "decode_batch",
-    "encode_batch", "new_event_id", "spec_for", "topic_of", "utcnow", "validate_event",
+    "default_phase_kind", "encode_batch", "new_event_id", "spec_for", "topic_of", "utcnow", "validate_event",
 ]

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 from vigil.contract.base import Event, Name, UtcDatetime
+from vigil.contract.phases import PhaseKind
 from vigil.contract.telemetry import ParallelCoords, Severity
 
 
@@ -42,6 +43,8 @@ class JobRegistered(Event):
     gpu_peak_tflops: float | None = Field(default=None, gt=0)
     model_flops_per_step: float | None = Field(default=None, gt=0)
     ranks: list[RankPlacement] = Field(default_factory=list)
+    phase_kinds: dict[Name, PhaseKind] = Field(
+        default_factory=dict, description="job-wide phase kinds (compute/comm/wait); a step's own declaration wins")
 
     @model_validator(mode="after")
     def _sizes_agree(self) -> JobRegistered:

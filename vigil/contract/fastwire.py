@@ -27,6 +27,7 @@ import msgspec
 from msgspec import Meta, Struct
 
 from vigil.contract.base import EARLIEST, MAX_AHEAD, Event, new_event_id
+from vigil.contract.phases import PhaseKind
 from vigil.contract.wire import Rejected, decode_batch
 
 Name = Annotated[str, Meta(min_length=1, max_length=256)]
@@ -60,6 +61,7 @@ class FastStep(_Envelope, frozen=True, forbid_unknown_fields=True, kw_only=True)
     step: Count
     step_ms: NonNeg
     phases: dict[Name, float] = msgspec.field(default_factory=dict)
+    phase_kinds: dict[Name, PhaseKind] = msgspec.field(default_factory=dict)
     tokens: Count | None = None
     samples: Count | None = None
     tflops: NonNeg | None = None

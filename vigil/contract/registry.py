@@ -42,12 +42,13 @@ SPECS: tuple[EventSpec, ...] = (
         "gpus_per_host": 2, "gpu_model": "NVIDIA H100 80GB HBM3", "gpu_peak_tflops": 989.0,
         "model_flops_per_step": 3.2e15,
         "ranks": [{"rank": r, "host": f"node-000{r // 2}", "local_rank": r % 2,
-                   "coords": {"tp": r % 2, "dp": r // 2, "pp": 0}} for r in range(4)]}),
+                   "coords": {"tp": r % 2, "dp": r // 2, "pp": 0}} for r in range(4)],
+        "phase_kinds": {"pp_handoff": "wait"}}),
     EventSpec(kind="step", version=1, model=StepTiming, topic="steps", example={
         **_ORIGIN, "rank": 3, "local_rank": 1, "world_size": 4,
         "coords": {"dp": 1, "tp": 1, "pp": 0}, "step": 1200, "step_ms": 812.5,
-        "phases": {"forward": 301.2, "backward": 402.9, "optimizer": 88.1},
-        "tokens": 524288, "tflops": 402.1, "mfu": 0.41}),
+        "phases": {"forward": 301.2, "backward": 402.9, "dp_exchange": 61.7, "optimizer": 88.1},
+        "phase_kinds": {"dp_exchange": "comm"}, "tokens": 524288, "tflops": 402.1, "mfu": 0.41}),
     EventSpec(kind="heartbeat", version=1, model=Heartbeat, topic="heartbeats", example={
         **_ORIGIN, "ip": "10.0.3.7", "pod": "llama-70b-worker-7", "node": "node-0007",
         "agent_version": "0.1.0", "uptime_s": 3600.5, "interval_s": 2.0,

@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from vigil.contract.base import Event, Name, RankScoped, UtcDatetime
+from vigil.contract.phases import PhaseKind
 
 Severity = Literal["info", "warning", "error", "critical"]
 
@@ -36,6 +37,8 @@ class StepTiming(RankScoped):
     step: int = Field(ge=0)
     step_ms: float = Field(ge=0)
     phases: dict[Name, float] = Field(default_factory=dict)
+    phase_kinds: dict[Name, PhaseKind] = Field(
+        default_factory=dict, description="kinds the producer declared (compute/comm/wait); others default by name")
     tokens: int | None = Field(default=None, ge=0)
     samples: int | None = Field(default=None, ge=0)
     tflops: float | None = Field(default=None, ge=0)

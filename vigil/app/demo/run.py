@@ -2,7 +2,7 @@
 
 Starts the stack in this process (broker, ClickHouse, analyzer, dashboard, notifier), then
 side by side:
-1. a real PyTorch job: `train.py` under DDP/gloo, 4 ranks as 2 hosts, each host a
+1. a real PyTorch job: `train.py`, data-parallel on gloo, 4 ranks as 2 hosts, each host a
    `vigil run -- torchrun ...` agent; one rank is slowed part-way, another prints an Xid line,
    and at step `HANG_AT` the slowed rank hangs: its Flight Recorder trace (the step timer's
    hang watchdog) names it the culprit of a `collective_hang` incident, the other ranks time
@@ -66,7 +66,7 @@ class Demo:
         assert stack.ctx is not None
         ranks = [RankPlacement(rank=r, host=HOSTS[r // 2], local_rank=r % 2, coords=ParallelCoords(dp=r))
                  for r in range(4)]
-        job = JobRegistered(job_id=TORCH_JOB, host=HOSTS[0], name="tiny transformer, DDP on CPU (gloo)",
+        job = JobRegistered(job_id=TORCH_JOB, host=HOSTS[0], name="tiny transformer, data-parallel on CPU (gloo)",
                             world_size=4, dp=4, gpus_per_host=2, gpu_model="cpu", gpu_peak_tflops=0.05, ranks=ranks)
         producer = EventProducer(settings=self.settings, bootstrap=stack.ctx.bootstrap)
         producer.send([job])
@@ -149,8 +149,9 @@ vigil demo is running.  Open {dash}
 
 What to look at (give it a minute or two to develop):
   Overview  two jobs: {TORCH_JOB} (real PyTorch, 4 ranks on 2 hosts) and {SIM_JOB} ({sim_hosts} simulated hosts).
-  Heatmap   {TORCH_JOB}: {HOSTS[1]} turns red in 'forward' once rank {SLOW_RANK} is slowed (step 60)
-            ({HOSTS[0]} warms in 'backward': its ranks wait for the slow one in the all-reduce);
+  Heatmap   {TORCH_JOB}: {HOSTS[1]} turns red in 'forward' once rank {SLOW_RANK} is slowed (step 60);
+            the other ranks wait for it in 'grad_sync', and that waiting is charged to {HOSTS[1]} too
+            ({HOSTS[0]} stays neutral);
             {SIM_JOB}: {straggler} stands out in 'forward' (10% slower from step 20).
   Alerts    a straggler alert for each, an Xid 79 alert from {HOSTS[0]}, a NIC drop on {nic},
             a traffic stop on {stop}, MFU drift on {TORCH_JOB} (its slowed rank drags every step);

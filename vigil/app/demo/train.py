@@ -1,7 +1,11 @@
-"""A small transformer trained with DDP on CPU (gloo), instrumented with `StepTimer`.
+"""A small transformer trained data-parallel on CPU (gloo), instrumented with `StepTimer`.
 
 Launched by torchrun under `vigil run` (which sets VIGIL_JOB_ID / VIGIL_HOST /
-VIGIL_SPOOL_DIR). For the demo one rank is slowed part-way through (its forward
+VIGIL_SPOOL_DIR). Gradients are averaged with one all-reduce after the backward pass,
+timed as its own phase `grad_sync` (a comm phase by name): in synchronous training the
+ranks that wait for a slow peer wait *there*, and their forward/backward stay honest
+(DDP would overlap the all-reduce with backward, folding the wait into `backward`). For
+the demo one rank is slowed part-way through (its forward
 pass takes longer, so its host stands out on the heatmap, as a fail-slow GPU would),
 another prints an Xid-style driver error line once, and later one rank hangs (a stuck
 GPU: it never joins the next all-reduce) until the process group's timeout ends the job.
@@ -22,7 +26,6 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 
 from vigil.recovery.checkpoint import CheckpointConfig, Checkpointer, TrainState
 from vigil.timer import StepTimer, TimerConfig
@@ -65,20 +68,33 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def average_gradients(model: nn.Module, world: int) -> None:
+    """One all-reduce of every gradient, flattened (what DDP does in buckets, without the overlap)."""
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat)
+    flat /= world
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset:offset + g.numel()].view_as(g))
+        offset += g.numel()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", timeout=timedelta(seconds=args.pg_timeout_s))
-    rank = dist.get_rank()
+    rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     model = TinyLM(args.vocab, args.dim, args.layers, 4, args.seq)
-    ddp = DistributedDataParallel(model)
-    opt = torch.optim.AdamW(ddp.parameters(), lr=1e-3)
+    for p in model.parameters():  # every rank starts from rank 0's weights
+        dist.broadcast(p.data, 0)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     params = sum(p.numel() for p in model.parameters())
     tokens_per_step = args.batch * args.seq
     gen = torch.Generator().manual_seed(rank)
     ckpt = Checkpointer(CheckpointConfig(directory=args.ckpt_dir, dp_group="world")) if args.ckpt_dir else None
-    state = {"train": TrainState(ddp, opt), "data": {"rng": gen.get_state()}}
+    state = {"train": TrainState(model, opt), "data": {"rng": gen.get_state()}}
     resumed = ckpt.load_latest(state) if ckpt is not None else None  # every rank, at the same point
     step = 0 if resumed is None else resumed + 1
     if resumed is not None:
@@ -97,13 +113,15 @@ def main(argv: list[str] | None = None) -> int:
                 with timer.phase("data"):
                     batch = torch.randint(0, args.vocab, (args.batch, args.seq + 1), generator=gen)
                 with timer.phase("forward"):
-                    logits = ddp(batch[:, :-1])
+                    logits = model(batch[:, :-1])
                     loss = nn.functional.cross_entropy(logits.reshape(-1, args.vocab), batch[:, 1:].reshape(-1))
                     if rank == args.slow_rank and step >= args.slow_from:
                         time.sleep(args.slow_ms / 1000)
                 with timer.phase("backward"):
                     opt.zero_grad(set_to_none=True)
                     loss.backward()  # type: ignore[no-untyped-call]
+                with timer.phase("grad_sync", kind="comm"):  # the others wait here for a slow rank
+                    average_gradients(model, world)
                 with timer.phase("optimizer"):
                     opt.step()
             if rank == args.xid_rank and step == args.xid_at:

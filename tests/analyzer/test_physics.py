@@ -1,0 +1,178 @@
+"""The physics of synchronous training, each case on crafted data in real ClickHouse.
+
+Waiting is not slowness (kinds, nested waits, pipeline structure), per-GPU stragglers with
+their GPU evidence, intermittent slowness, flapping links, and a quiet job as one signal.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from crafted import T0, gpu_heartbeats, heartbeats, nic, sync_steps
+
+from vigil.analyzer.engine import replay
+from vigil.analyzer.ingest.writer import ClickHouseWriter
+from vigil.analyzer.settings import AnalyzerSettings
+from vigil.clickhouse.client import connect
+from vigil.contract import Event, JobRegistered
+
+pytestmark = pytest.mark.clickhouse
+
+
+def run(dsn: str, db: str, job: str, events: list[Any], **overrides: Any) -> list[Any]:
+    client = connect(dsn, database=db)
+    w = ClickHouseWriter(client=client)
+    for i in range(0, len(events), 50_000):
+        w.write(events[i:i + 50_000])
+    return replay(client, AnalyzerSettings(**overrides), job)
+
+
+def severe(alerts: list[Any]) -> set[str]:
+    return {a.fingerprint for a in alerts if a.status == "firing" and a.severity != "info"}
+
+
+def test_ranks_waiting_for_a_slow_peer_are_not_stragglers(clickhouse_dsn: str, database: str) -> None:
+    """pp=4: the slow host's pipeline partners wait for it in `bubble`, everyone else in `grad_sync`.
+    Judged on compute only, the slow host alone is named, with the waiting it causes."""
+    evs = sync_steps("wait", 32, 60, gpus=2, pp=4, slow_host={"h0009": 1.12}, slow_from=10)
+    alerts = run(clickhouse_dsn, database, "wait", evs)
+    assert severe(alerts) == {"wait/straggler/h0009/backward"}
+    ev = next(a for a in alerts if a.status == "firing").evidence
+    assert set(ev["phases"]) == {"forward", "backward", "optimizer"} and ev["peer_group"] == "1"
+    assert 60 <= ev["others_wait_ms"] <= 130  # 12% of ~800 ms compute
+    # the same steps with `bubble` declared compute: the waiting partners (same pipeline) are blamed
+    as_compute = [e.model_copy(update={"job_id": "wait2", "phase_kinds": {"bubble": "compute"}}) for e in evs]
+    blamed = {a.host for a in run(clickhouse_dsn, database, "wait2", as_compute) if a.status == "firing"}
+    assert blamed - {"h0009"} and blamed <= {"h0009", "h0001", "h0017", "h0025"}, blamed  # its partners, stages 0, 2, 3
+
+
+def test_declared_kinds_from_steps_or_registration_and_nested_waits(clickhouse_dsn: str, database: str) -> None:
+    # a waiting phase whose name says nothing: declared by the steps ...
+    evs = sync_steps("decl", 32, 60, gpus=2, pp=4, slow_host={"h0010": 1.06}, slow_from=10, comm="dp_exchange",
+                     declare={"dp_exchange": "comm"})
+    renamed = [e.model_copy(update={"phases": {("stage_handoff" if k == "bubble" else k): v for k, v in e.phases.items()},
+                                    "phase_kinds": {**e.phase_kinds, "stage_handoff": "wait"}}) for e in evs]
+    assert severe(run(clickhouse_dsn, database, "decl", renamed)) == {"decl/straggler/h0010/backward"}
+    # ... or by the job's registration
+    reg = JobRegistered(job_id="decl2", host="h0000", world_size=64, dp=16, pp=4, phase_kinds={"stage_handoff": "wait"},
+                        ts=T0)
+    by_job: list[Event] = [reg, *(e.model_copy(update={"job_id": "decl2", "phase_kinds": {"dp_exchange": "comm"}})
+                                  for e in renamed)]
+    assert severe(run(clickhouse_dsn, database, "decl2", by_job)) == {"decl2/straggler/h0010/backward"}
+    # undeclared, the handoff wait is taken for work and the slow host's partners are blamed too
+    undeclared = [e.model_copy(update={"job_id": "decl3", "phase_kinds": {}}) for e in renamed]
+    assert len(severe(run(clickhouse_dsn, database, "decl3", undeclared))) > 1
+    # the all-reduce nested in backward (DDP style): subtracted, so the slow host's own backward shows
+    nested = sync_steps("nest", 16, 60, gpus=2, slow_host={"h0004": 1.08}, slow_from=10, nested_wait=True)
+    alerts = run(clickhouse_dsn, database, "nest", nested)
+    assert severe(alerts) == {"nest/straggler/h0004/backward"}
+
+
+def test_pipeline_structure_never_alerts(clickhouse_dsn: str, database: str) -> None:
+    """First stage +4% forward (embedding), last stage +6% (head, loss), bubbles everywhere else."""
+    evs = sync_steps("pipe", 16, 80, gpus=2, pp=4, seed=3)
+    assert severe(run(clickhouse_dsn, database, "pipe", [*evs, *gpu_heartbeats("pipe", 16, 80, gpus=2)])) == set()
+
+
+def test_one_slow_gpu_of_eight_is_named_by_rank_and_gpu(clickhouse_dsn: str, database: str) -> None:
+    """Each GPU its own data-parallel rank: the slow one stands out among its host's ranks."""
+    evs: list[Event] = [*sync_steps("gpu", 16, 60, tp_coupled=False, slow_gpu={("h0005", 3): 1.08}, slow_from=10),
+                        *gpu_heartbeats("gpu", 16, 62, throttled={("h0005", 3): "HW_SLOWDOWN"})]
+    alerts = run(clickhouse_dsn, database, "gpu", evs)
+    assert severe(alerts) == {"gpu/straggler/h0005/gpu3"}
+    a = next(a for a in alerts if a.status == "firing")
+    assert a.host == "h0005" and (a.evidence["rank"], a.evidence["gpu"]) == (43, 3)
+    readings = a.evidence["gpu_readings"]
+    assert readings["throttle_reasons"] == ["HW_SLOWDOWN"] and readings["sm_clock_mhz"] == 1830.0
+    assert readings["temp_c"] == 89.0 and readings["power_w"] == 540.0
+    assert 5 <= a.evidence["slowdown_pct"] <= 11
+
+
+def test_a_tensor_parallel_host_waits_for_its_throttled_gpu_and_a_slow_host_is_named_as_the_host(
+        clickhouse_dsn: str, database: str) -> None:
+    evs: list[Event] = [
+        *sync_steps("tp", 16, 60, slow_gpu={("h0005", 6): 1.12}, slow_host={"h0011": 1.06}, slow_from=10),
+        *gpu_heartbeats("tp", 16, 62, throttled={("h0005", 6): "hw_thermal_slowdown"})]
+    alerts = run(clickhouse_dsn, database, "tp", evs)
+    assert severe(alerts) == {"tp/straggler/h0005/gpu6", "tp/straggler/h0011/backward"}
+    gpu = next(a for a in alerts if a.subject == "h0005/gpu6")
+    assert gpu.evidence["gpu"] == 6 and "hw_thermal_slowdown" in gpu.summary
+    host = next(a for a in alerts if a.subject == "h0011/backward")
+    assert host.evidence["slow_gpus"] == [] and host.evidence["gpus_checked"] == 8
+
+
+def test_a_host_slow_on_a_fraction_of_its_steps_is_found(clickhouse_dsn: str, database: str) -> None:
+    evs = sync_steps("inter", 16, 100, gpus=2, intermittent=("h0003", 0.25, 1.2), slow_from=10, seed=2)
+    alerts = run(clickhouse_dsn, database, "inter", evs)
+    assert severe(alerts) == {"inter/straggler/h0003/backward"}
+
+
+def test_small_job_pair_is_judged_by_the_waiting_it_causes(clickhouse_dsn: str, database: str) -> None:
+    slow = sync_steps("pair", 2, 60, gpus=1, slow_host={"h0001": 1.3}, slow_from=10, step_s=0.2)
+    alerts = run(clickhouse_dsn, database, "pair", slow)
+    assert severe(alerts) == {"pair/straggler/h0001/backward"}
+    assert next(a for a in alerts if a.status == "firing").evidence["others_wait_ms"] > 100
+    healthy = sync_steps("pair-ok", 2, 60, gpus=1, step_s=0.2, seed=4, jitter=0.04)
+    assert severe(run(clickhouse_dsn, database, "pair-ok", healthy)) == set()
+
+
+def _nics(job: str, hosts: int, seconds: int, level: Any) -> list[Event]:
+    """`nic()` samples with each (host, second)'s level from `level(host, t)`."""
+    out: list[Event] = []
+    for e in nic(job, hosts, seconds):
+        f = level(e.host, int((e.ts - T0).total_seconds()))
+        out.append(e if f == 1.0 else e.model_copy(update={"tx_bps": e.tx_bps * f, "rx_bps": e.rx_bps * f}))
+    return out
+
+
+def test_a_flapping_nic_is_one_alert_with_its_count_and_period(clickhouse_dsn: str, database: str) -> None:
+    """Down 3 s every 20 s; the job's collectives stall meanwhile (other NICs at 30%)."""
+    def level(host: str, t: int) -> float:
+        if t >= 100 and (t - 100) % 20 < 3:
+            return 0.0 if host == "h0004" else 0.3
+        return 1.0
+
+    alerts = run(clickhouse_dsn, database, "flap", [*_nics("flap", 16, 300, level), *heartbeats("flap", 16, 300)])
+    assert severe(alerts) == {"flap/nic_flap/h0004/mlx5_0"}
+    first = next(a for a in alerts if a.status == "firing")
+    assert first.evidence["flaps"] >= 3 and first.evidence["period_s"] == pytest.approx(20, abs=2)
+    assert first.evidence["down_s"] == pytest.approx(3, abs=1)
+    assert (first.ts - (T0 + timedelta(seconds=100))).total_seconds() <= 60
+
+
+def test_a_quiet_job_is_one_event_and_no_baseline_learns_the_pause(clickhouse_dsn: str, database: str) -> None:
+    """An evaluation: every NIC at 0.5% for 60 s (low, not zero). Then one NIC loses 60%: still a drop."""
+    def level(host: str, t: int) -> float:
+        if 150 <= t < 210:
+            return 0.005
+        return 0.4 if host == "h0003" and t >= 215 else 1.0
+
+    alerts = run(clickhouse_dsn, database, "eval", [*_nics("eval", 16, 300, level), *heartbeats("eval", 16, 300)])
+    job = [a for a in alerts if a.subject == "job"]
+    assert [(a.status, a.severity) for a in job] == [("firing", "info"), ("resolved", "info")]
+    assert "paused" in job[0].evidence["state"] and job[0].evidence["traffic_level"] < 0.02
+    assert severe(alerts) == {"eval/traffic_stall/h0003/mlx5_0"}
+    drop = next(a for a in alerts if a.subject == "h0003/mlx5_0")
+    assert drop.evidence["drop_pct"] >= 50 and (drop.ts - (T0 + timedelta(seconds=215))).total_seconds() <= 15
+
+
+def test_the_host_that_went_quiet_first_is_named_the_suspect(clickhouse_dsn: str, database: str) -> None:
+    def level(host: str, t: int) -> float:
+        if host == "h0006" and t >= 150:
+            return 0.0
+        return 0.004 if t >= 154 else 1.0
+
+    alerts = run(clickhouse_dsn, database, "hang", [*_nics("hang", 16, 240, level), *heartbeats("hang", 16, 240)])
+    assert severe(alerts) == {"hang/traffic_stall/job"}
+    a = next(a for a in alerts if a.severity == "warning")
+    assert a.host == "h0006" and a.evidence["suspect"] == "h0006" and a.evidence["suspect_lead_s"] >= 3
+
+
+def test_nic_samples_at_exactly_zero_during_a_pause_are_a_pause_too(clickhouse_dsn: str, database: str) -> None:
+    paused = [e.model_copy(update={"tx_bps": 0.0, "rx_bps": 0.0}) if 150 <= (e.ts - T0).total_seconds() < 175 else e
+              for e in nic("pause", 16, 300)]
+    alerts = run(clickhouse_dsn, database, "pause", [*paused, *heartbeats("pause", 16, 300)])
+    assert [(a.fingerprint, a.status, a.severity) for a in alerts] == [
+        ("pause/traffic_stall/job", "firing", "info"), ("pause/traffic_stall/job", "resolved", "info")]
