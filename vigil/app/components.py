@@ -13,9 +13,10 @@ from vigil.analyzer import hosting as analyzer_hosting
 from vigil.analyzer import schema as analyzer_schema
 from vigil.clickhouse.migrations import MigrationReport, MigrationSet, migrate
 from vigil.dashboard import hosting as dashboard_hosting
+from vigil.recovery import hosting as recovery_hosting
 from vigil.service import ServiceSpec
 
-SERVICES: tuple[ServiceSpec, ...] = (analyzer_hosting.SPEC, dashboard_hosting.SPEC)
+SERVICES: tuple[ServiceSpec, ...] = (analyzer_hosting.SPEC, recovery_hosting.SPEC, dashboard_hosting.SPEC)
 """In start order; `vigil up --no-<name>` leaves one out."""
 
 MIGRATIONS: tuple[MigrationSet, ...] = (analyzer_schema.MIGRATIONS,)

@@ -1,6 +1,7 @@
 """The event contract: pydantic models of every fact and decision, their registry and wire format."""
 
 from vigil.contract.base import Event, RankScoped, new_event_id, utcnow
+from vigil.contract.control import Command, Diagnostic, Member, MemberState, Outcome, Verdict, World
 from vigil.contract.decisions import (
     Alert,
     Checkpoint,
@@ -35,8 +36,9 @@ from vigil.contract.wire import Decoded, Rejected, decode_batch, encode_batch, v
 
 __all__ = [
     "DEAD_LETTER_TOPIC", "SPECS", "TELEMETRY_TOPICS", "TOPICS", "Alert", "Checkpoint",
-    "CollectiveEntry", "CollectiveTrace", "Decoded", "Event", "EventSpec", "GpuState", "Heartbeat", "Incident",
-    "JobRegistered", "LogLine", "NicCounters", "ParallelCoords", "ProcessExit", "ProcessState",
-    "RankPlacement", "RankRef", "RankScoped", "RecoveryAction", "Rejected", "StepTiming", "decode_batch",
+    "CollectiveEntry", "CollectiveTrace", "Command", "Decoded", "Diagnostic", "Event", "EventSpec", "GpuState",
+    "Heartbeat", "Incident", "JobRegistered", "LogLine", "Member", "MemberState", "NicCounters", "Outcome",
+    "ParallelCoords", "ProcessExit", "ProcessState", "RankPlacement", "RankRef", "RankScoped", "RecoveryAction",
+    "Rejected", "StepTiming", "Verdict", "World", "decode_batch",
     "encode_batch", "new_event_id", "spec_for", "topic_of", "utcnow", "validate_event",
 ]

@@ -1,0 +1,52 @@
+"""The node backend: how the controller takes a host out of service and puts it back.
+
+One small Protocol, two implementations: `local` (a registry file under `VIGIL_HOME` that the
+node agents honour: `backends.local`) and `kubernetes` (node cordon, a taint, audit
+annotations, eviction of the job's pods through the Eviction API: to be added as
+`backends.kubernetes`). Every call is idempotent: cordoning a cordoned host changes nothing
+and says so (`Change.changed` False), which is what makes a controller restarted mid-action
+safe. Calls raise `BackendError` (naming the host and backend) when the backend fails.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True, kw_only=True)
+class Change:
+    """What a backend call did."""
+
+    changed: bool  # False: it was already so (or there was nothing to do)
+    detail: str = ""
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CordonInfo:
+    host: str
+    reason: str = ""
+    incident_id: str = ""
+    by: str = ""
+    at: str = ""  # ISO 8601 UTC, when known
+
+
+class NodeBackend(Protocol):
+    name: str
+
+    def cordon(self, host: str, *, reason: str, incident_id: str, actor: str) -> Change:
+        """Mark `host` unschedulable for new work, with who, why, which incident and when."""
+        ...
+
+    def uncordon(self, host: str, *, reason: str, actor: str) -> Change:
+        """Put `host` back in service."""
+        ...
+
+    def evict(self, host: str, *, job_id: str, reason: str, incident_id: str) -> Change:
+        """Remove the job's pods/processes from `host` (respecting disruption budgets, bounded)."""
+        ...
+
+    def cordoned(self) -> dict[str, CordonInfo]:
+        """Every host this backend has cordoned."""
+        ...
