@@ -56,7 +56,8 @@ def outcome(state: ClusterState, case: Case, result: str, now: datetime, reason:
     load, ckpt_step = _restore(job, rst.started_at if rst else None, resumed_at)
     if ckpt_step is None and isinstance(first_step, int) and first_step > 0:
         ckpt_step = first_step - 1
-    last_steps = [int(v) for v in (pause.started_details.get("last_steps", {}) if pause else {}).values()]
+    last_steps = [int(v) for d in ((pause.started_details, pause.details) if pause else ())
+                  for v in d.get("last_steps", {}).values()]
     last = max(last_steps) if last_steps else None
     return Outcome(
         job_id=case.job_id, host="controller", ts=now, incident_id=case.case_id, result=result,  # type: ignore[arg-type]

@@ -141,8 +141,11 @@ def pause(ctx: Ctx, case: Case) -> bool:
                 m.state in SETTLED and m.ts >= step.started_at) or not alive(m, ctx.now, ctx.settings.member_stale_s):
             settled.append(h)
     if len(settled) == len(hosts) or ctx.since(step.started_at) >= ctx.settings.pause_timeout_s:
+        last = {h: m.last_step for h, m in job.members.items() if m.last_step is not None
+                and m.generation == job.generation}  # the stopped ranks' last steps have arrived by now
         return _end(ctx, case, "pause", "succeeded", generation=job.generation,
-                    details={"stopped": settled, "unresponsive": sorted(set(hosts) - set(settled))})
+                    details={"stopped": settled, "unresponsive": sorted(set(hosts) - set(settled)),
+                             "last_steps": last})
     return False
 
 
