@@ -14,13 +14,14 @@ from dash import Dash
 from vigil.clickhouse.query import QueryClient
 from vigil.dashboard import callbacks
 from vigil.dashboard.layout import shell
-from vigil.dashboard.pages import alerts, heatmap, host, network, overview, parallel
+from vigil.dashboard.pages import alerts, heatmap, host, network, notifications, overview, parallel
 from vigil.dashboard.settings import DashboardSettings
 from vigil.dashboard.store import Store
 
 RENDERERS: dict[str, callbacks.Renderer] = {
     "/overview": overview.render, "/heatmap": heatmap.render, "/host": host.render,
     "/network": network.render, "/alerts": alerts.render, "/parallel": parallel.render,
+    "/notifications": notifications.render,
 }
 
 

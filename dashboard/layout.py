@@ -28,6 +28,7 @@ PAGES: tuple[PageSpec, ...] = (
     PageSpec(path="/network", label="Network", question="Where did traffic drop or stop?"),
     PageSpec(path="/alerts", label="Alerts", question="What fired, and on what evidence?"),
     PageSpec(path="/parallel", label="3D view", question="Which rank, stage or DP group is slow?"),
+    PageSpec(path="/notifications", label="Notifications", question="Who was told what, and what is muted?"),
 )
 
 

@@ -1,4 +1,4 @@
-"""The analyzer's tables as the dashboard reads them: names and the columns its queries use.
+"""The tables the dashboard reads (the analyzer's, and its notifier's): names and the columns its queries use.
 
 The dashboard does not import the analyzer (components depend on the kernel only), so it
 declares here what it relies on, and every query names its tables through these objects
@@ -46,7 +46,13 @@ JOB_STEPS = _t("job_steps", "job_id step ranks sum_step_ms max_step_ms sum_mfu n
 NIC_WINDOWS = _t("nic_windows", "job_id bucket host device sum_bps n")
 HOST_PRESENCE = _t("host_presence", "job_id host first_ts last_ts interval_s")
 JOB_CLOCK = _t("job_clock", "job_id first_ts last_ts last_ingested")
+CHECKPOINTS = _t("checkpoints", "job_id ts step phase path blocked_ms duration_ms bytes error")
+
+# the notifier's own tables (dashboard/notify/migrations)
+NOTIFY_DELIVERIES = _t("notify_deliveries", "key receiver receiver_kind group_key seq job_id status reason severity "
+                                            "title state attempts http_status error latency_ms created updated")
+NOTIFY_SILENCES = _t("notify_silences", "silence_id ts matchers starts_at ends_at created_by reason status")
 
 ALL: tuple[Table, ...] = (JOBS, JOB_RANKS, STEP_TIMINGS, HEARTBEATS, GPU_STATS, NIC_COUNTERS, LOG_LINES, PROCESS_EXITS,
                           ALERT_EVENTS, ALERTS_CURRENT, PHASE_HOST_WINDOWS, JOB_STEPS, NIC_WINDOWS, HOST_PRESENCE,
-                          JOB_CLOCK)
+                          JOB_CLOCK, CHECKPOINTS, NOTIFY_DELIVERIES, NOTIFY_SILENCES)

@@ -3,7 +3,8 @@
 Environment `VIGIL_RECOVERY_<NAME>` or the `[recovery]` table of the `VIGIL_CONFIG` file;
 sections keep flat names where users set them (`VIGIL_RECOVERY_BREAKER_MAX_CORDONS_PER_HOUR`,
 `breaker_max_cordons_per_hour = 3` in `[recovery]`, or `max_cordons_per_hour = 3` in
-`[recovery.breaker]`). Durations are wall-clock seconds. See recovery/README.md.
+`[recovery.breaker]`). The `kubernetes` section configures that node backend
+(`backends.kubernetes.settings`). Durations are wall-clock seconds. See recovery/README.md.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_settings import SettingsConfigDict
 
+from vigil.recovery.backends.kubernetes.settings import KubernetesSettings
 from vigil.settings import VigilBaseSettings
 
 PolicyClass = Literal["hardware", "software", "hang"]
@@ -90,3 +92,4 @@ class RecoverySettings(VigilBaseSettings):
     policy: PolicySettings = PolicySettings()
     breaker: BreakerSettings = BreakerSettings()
     diagnostics: DiagnosticsSettings = DiagnosticsSettings()
+    kubernetes: KubernetesSettings = KubernetesSettings()

@@ -1,4 +1,4 @@
-"""The ingest loop: a BatchingConsumer over the telemetry and alerts topics into ClickHouse.
+"""The ingest loop: a BatchingConsumer over the telemetry, alerts and recovery topics into ClickHouse.
 
 Runs in its own thread; every few seconds it samples the event rate, and a
 `LagProbe` thread samples the consumer lag, for `vigil status`.
@@ -12,18 +12,18 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from vigil.analyzer.ingest.lag import LagProbe
 from vigil.analyzer.ingest.writer import ClickHouseDeadLetters, ClickHouseWriter
 from vigil.analyzer.settings import AnalyzerSettings
 from vigil.contract.registry import TELEMETRY_TOPICS
 from vigil.kafka.consumer import BatchingConsumer
 from vigil.kafka.deadletter import KafkaDeadLetters
+from vigil.kafka.lag import LagProbe
 from vigil.kafka.producer import EventProducer
 from vigil.settings import VigilSettings
 
 log = logging.getLogger(__name__)
 
-INGEST_TOPICS: tuple[str, ...] = (*TELEMETRY_TOPICS, "alerts")
+INGEST_TOPICS: tuple[str, ...] = (*TELEMETRY_TOPICS, "alerts", "recovery")
 
 
 @dataclass(kw_only=True)

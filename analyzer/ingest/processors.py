@@ -15,6 +15,7 @@ from typing import Any
 
 from vigil.contract import (
     Alert,
+    Checkpoint,
     CollectiveTrace,
     Event,
     Heartbeat,
@@ -22,6 +23,7 @@ from vigil.contract import (
     LogLine,
     NicCounters,
     ProcessExit,
+    RecoveryAction,
     StepTiming,
 )
 
@@ -112,13 +114,28 @@ def _alert(e: Alert) -> list[TableRow]:
         "evidence": json.dumps(e.evidence, default=str, sort_keys=True)})]
 
 
+def _checkpoint(e: Checkpoint) -> list[TableRow]:
+    return [("checkpoints", {
+        "event_id": e.event_id, "ts": e.ts, "job_id": e.job_id, "host": e.host, "rank": e.rank, "step": e.step,
+        "phase": e.phase, "path": e.path, "blocked_ms": e.blocked_ms, "duration_ms": e.duration_ms,
+        "bytes": e.bytes, "error": e.error, "dropped": e.dropped})]
+
+
+def _recovery(e: RecoveryAction) -> list[TableRow]:
+    return [("recovery_actions", {
+        "event_id": e.event_id, "ts": e.ts, "job_id": e.job_id, "host": e.host, "action": e.action,
+        "target": e.target, "status": e.status, "reason": e.reason, "alert_fingerprint": e.alert_fingerprint,
+        "details": json.dumps(e.details, default=str, sort_keys=True)})]
+
+
 _BY_TYPE: dict[type[Event], Callable[[Any], list[TableRow]]] = {
     StepTiming: _step, Heartbeat: _heartbeat, NicCounters: _nic, LogLine: _log, ProcessExit: _exit,
-    CollectiveTrace: _collective, JobRegistered: _job, Alert: _alert,
+    CollectiveTrace: _collective, JobRegistered: _job, Alert: _alert, Checkpoint: _checkpoint,
+    RecoveryAction: _recovery,
 }
 
 
 def process(event: Event) -> list[TableRow]:
-    """The rows `event` becomes; [] for kinds the analyzer does not store (recovery, checkpoints)."""
+    """The rows `event` becomes; [] for kinds the analyzer does not store."""
     fn = _BY_TYPE.get(type(event))
     return fn(event) if fn is not None else []

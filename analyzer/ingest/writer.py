@@ -39,7 +39,8 @@ from vigil.kafka.deadletter import DeadLetter, DeadLetterSink
 # `jobs` and `job_ranks`, rely on their ReplacingMergeTree alone)
 _PRUNE: dict[str, str] = {
     "step_timings": "step", "heartbeats": "ts", "gpu_stats": "ts", "nic_counters": "ts", "log_lines": "ts",
-    "process_exits": "ts", "collective_traces": "ts", "alert_events": "ts",
+    "process_exits": "ts", "collective_traces": "ts", "alert_events": "ts", "checkpoints": "ts",
+    "recovery_actions": "ts",
 }
 
 

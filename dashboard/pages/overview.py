@@ -2,7 +2,8 @@
 
 Every job: latest step time and MFU with their trend over the chosen range (a
 sparkline each), effective training time ratio so far, hosts reporting, firing alerts
-by severity. The selected job: step time and MFU over the chosen range, charted.
+by severity. The selected job: step time and MFU over the chosen range, charted; its
+latest complete checkpoint (age in steps and event time) and what each save cost.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dash.development.base_component import Component
 from vigil.dashboard.components import fmt_ms, fmt_pct, graph, notice, panel, sparkline, stat, table
 from vigil.dashboard.figures.overview import step_figure
 from vigil.dashboard.pages.base import PageView
+from vigil.dashboard.queries import checkpoints as qc
 from vigil.dashboard.queries import heatmap as qh
 from vigil.dashboard.queries import overview as q
 from vigil.dashboard.queries import trends as qt
@@ -79,6 +81,33 @@ def _job_detail(v: PageView) -> Component:
                                                                               id="step-graph")])
 
 
+def _checkpoints(v: PageView) -> Component:
+    """Where the job would resume from, and how much training each save blocked."""
+    assert v.job is not None and v.window is not None
+    last = qc.latest(v.store, v.job.job_id)
+    saves = qc.saves(v.store, v.window)
+    if last is None and not saves:
+        return notice("no checkpoint events from this job (vigil.recovery.checkpoint emits them)")
+    blocked = sorted(s.blocked_ms for s in saves if s.blocked_ms > 0)
+    cards = [
+        stat("latest complete checkpoint", "none" if last is None else f"step {last.step}",
+             tone="bad" if last is None else "", title=None if last is None else last.path),
+        stat("its age", "-" if last is None or last.age_steps is None else
+             f"{last.age_steps} steps / {last.age_s:.0f} s", title="the job's latest step and event time since"),
+        stat("blocked per save (median)", fmt_ms(blocked[len(blocked) // 2] if blocked else None),
+             title="slowest rank's copy to host memory"),
+        stat("failed / skipped saves", "-" if last is None else f"{last.failed} / {last.skipped}",
+             tone="bad" if last is not None and last.failed else ""),
+    ]
+    rows = [[str(s.step), to_dt(s.t_ms).strftime("%H:%M:%S"), fmt_ms(s.blocked_ms), fmt_ms(s.persist_ms),
+             f"{s.bytes / 2**20:,.0f} MiB",
+             "failed" if s.failed else "committed" if s.committed else "persisting", s.error[:120]]
+            for s in saves[:10]]
+    return html.Div([html.Div(cards, className="stats", id="checkpoint-stats"),
+                     table(["step", "time (UTC)", "blocked", "persist", "state", "outcome", "error"], rows,
+                           id="checkpoint-saves", empty="no saves in this time range")])
+
+
 def _slowest(v: PageView) -> Component:
     """The hosts furthest above their peers in any phase (the heatmap's top rows)."""
     assert v.window is not None
@@ -99,6 +128,7 @@ def render(v: PageView) -> Component:
     else:
         detail = html.Div([
             panel(f"Job {v.job.job_id}", lambda: _job_detail(v), id="job-panel"),
+            panel("Checkpoints", lambda: _checkpoints(v), id="checkpoint-panel"),
             panel("Slowest hosts (vs peers in the same pipeline stage)", lambda: _slowest(v), id="slowest-panel"),
         ])
     return html.Div([panel("Jobs", lambda: _jobs_table(v), id="jobs-panel"), detail])

@@ -52,7 +52,8 @@ def test_like_named_columns_carry_their_own_field() -> None:
                 assert value == want or (want is None and value == ""), f"{table}.{column}: {value!r} != {want!r}"
                 compared[table] = compared.get(table, 0) + 1
     assert set(compared) >= {"step_timings", "heartbeats", "gpu_stats", "nic_counters", "log_lines",
-                             "process_exits", "collective_traces", "jobs", "job_ranks", "alert_events"}
+                             "process_exits", "collective_traces", "jobs", "job_ranks", "alert_events", "checkpoints",
+                             "recovery_actions"}
     assert min(compared.values()) >= 4
 
 

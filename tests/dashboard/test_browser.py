@@ -30,6 +30,7 @@ PAGES = {
     "/network": "#stalls-table",
     "/alerts": "#alerts-table",
     "/parallel": "#parallel-panel .js-plotly-plot",
+    "/notifications": "#deliveries-panel",
 }
 
 

@@ -1,6 +1,8 @@
 """`vigil demo` (what `make demo` runs) as a real subprocess: the dashboard answers, the real
 torch job's steps reach ClickHouse and the dashboard's pages (its step chart, both of its hosts
-on the heatmap, fetched over HTTP as the browser gets them), and Ctrl-C leaves no process behind."""
+on the heatmap, its latest committed checkpoint, fetched over HTTP as the browser gets them), a
+webhook named by VIGIL_NOTIFY_WEBHOOK_URL receives the demo's alerts signed, and Ctrl-C leaves no
+process behind."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import psutil
 import pytest
 
 from tests.dashboard.dashhttp import figure_of, render_page, texts
+from tests.notify.receiver import Receiver, signed_by
 
 pytestmark = [pytest.mark.kafka, pytest.mark.clickhouse, pytest.mark.slow, pytest.mark.timeout(480)]
 TORCH_HOSTS = {"demo-host-0", "demo-host-1"}
@@ -31,8 +34,12 @@ def _sql(control_url: str, sql: str) -> list[list[object]]:
 
 
 def test_demo_runs_shows_torch_steps_and_stops_clean(tmp_path: Path) -> None:
+    oncall = Receiver()
+    oncall.up()
     env = {k: v for k, v in os.environ.items() if not k.startswith("VIGIL_")}
-    env.update(VIGIL_HOME=str(tmp_path), PYTHONUNBUFFERED="1", VIGIL_DASHBOARD_PORT="0")
+    env.update(VIGIL_HOME=str(tmp_path), PYTHONUNBUFFERED="1", VIGIL_DASHBOARD_PORT="0",
+               VIGIL_NOTIFY_WEBHOOK_URL=oncall.url, VIGIL_NOTIFY_WEBHOOK_SECRET="demo-secret",
+               VIGIL_NOTIFY_GROUP_WAIT_S="5")
     proc = subprocess.Popen(
         [sys.executable, "-m", "vigil", "demo", "--sim-hosts", "32", "--duration", "600"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -82,9 +89,25 @@ def test_demo_runs_shows_torch_steps_and_stops_clean(tmp_path: Path) -> None:
         assert step_points, f"no steps on the overview of demo-torch: {overview}"
         assert heat_rows == TORCH_HOSTS
         assert "demo-torch" in texts(overview)  # the jobs table lists it
+        # the torch job checkpoints (two-phase, every 20 steps): committed, and on its overview
+        committed: list[list[object]] = []
+        while time.monotonic() < page_deadline and not committed:
+            committed = _sql(control, "SELECT step FROM checkpoints WHERE job_id = 'demo-torch' AND phase = 'committed'")
+            time.sleep(2)
+        assert committed, "no committed checkpoint of demo-torch\n" + "".join(out)
+        shown = texts(render_page(dashboard, "/overview", "?job=demo-torch&range=all"))
+        assert any(t.startswith("step ") and t[5:].isdigit() and int(t[5:]) % 20 == 0 for t in shown), shown
+        notify_deadline = time.monotonic() + 180  # the simulated straggler fires ~1-2 min into the demo
+        while time.monotonic() < notify_deadline and not oncall.delivered():
+            time.sleep(2)
+        pages = [r.json() for r in oncall.delivered()]
+        assert pages and {p["job_id"] for p in pages} <= {"demo-torch", "demo-sim"}, "".join(out)
+        assert all(signed_by(b"demo-secret", r) for r in oncall.all())
+        assert "Notify    alerts and incidents go to webhook (webhook http://127.0.0.1" in "".join(out)
         descendants = psutil.Process(proc.pid).children(recursive=True)
         assert len(descendants) >= 6  # broker, 2 agents, 2 torchrun, 4 ranks, simulator
     finally:
+        oncall.down()
         proc.send_signal(signal.SIGINT)
         try:
             proc.wait(120)  # the demo gives its agents 30 s, then stops the stack

@@ -10,6 +10,7 @@ from vigil.contract.decisions import (
     RankPlacement,
     RankRef,
     RecoveryAction,
+    Silence,
 )
 from vigil.contract.registry import (
     DEAD_LETTER_TOPIC,
@@ -39,6 +40,6 @@ __all__ = [
     "CollectiveEntry", "CollectiveTrace", "Command", "Decoded", "Diagnostic", "Event", "EventSpec", "GpuState",
     "Heartbeat", "Incident", "JobRegistered", "LogLine", "Member", "MemberState", "NicCounters", "Outcome",
     "ParallelCoords", "ProcessExit", "ProcessState", "RankPlacement", "RankRef", "RankScoped", "RecoveryAction",
-    "Rejected", "StepTiming", "Verdict", "World", "decode_batch",
+    "Rejected", "Silence", "StepTiming", "Verdict", "World", "decode_batch",
     "encode_batch", "new_event_id", "spec_for", "topic_of", "utcnow", "validate_event",
 ]

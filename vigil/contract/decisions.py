@@ -1,15 +1,16 @@
-"""Jobs and decisions: topology registration, alerts, incidents, recovery actions, checkpoints.
+"""Jobs and decisions: topology registration, alerts, incidents, silences, recovery actions, checkpoints.
 
 The analyzer publishes alerts and incidents (alerts that share a cause, with the culprit
-named), the recovery controller publishes its actions and the checkpoints it relies on;
-each is an event like any fact, so history replays.
+named), people publish silences (`vigil silence add`: mute notifications that match, for a
+while, with a reason), the recovery controller publishes its actions and the checkpoints it
+relies on; each is an event like any fact, so history replays.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 from vigil.contract.base import Event, Name, UtcDatetime
 from vigil.contract.telemetry import ParallelCoords, Severity
@@ -105,6 +106,29 @@ class Incident(Event):
     first_sign: UtcDatetime = Field(description="earliest evidence of the cause")
     detected: UtcDatetime = Field(description="when the incident was first published")
     evidence: dict[str, Any] = Field(default_factory=dict)
+
+
+class Silence(Event):
+    """Notifications that match are muted from `starts_at` to `ends_at`; a later event with the same
+    `silence_id` and status `expired` ends it early. `job_id` and `host` repeat the `job` and `host`
+    matchers (`*` when absent), so a silence's events share one partition and stay ordered."""
+
+    kind: Literal["silence"] = "silence"
+    schema_version: Literal[1] = 1
+    silence_id: Name
+    matchers: dict[str, Name] = Field(min_length=1, description="label -> glob (job, kind, severity, host, ...); all "
+                                      "must match")
+    starts_at: UtcDatetime
+    ends_at: AwareDatetime = Field(description="may lie further ahead than event timestamps may")
+    created_by: Name
+    reason: str = Field(min_length=1, max_length=1024)
+    status: Literal["active", "expired"] = "active"
+
+    @model_validator(mode="after")
+    def _ends_after_start(self) -> Silence:
+        if self.ends_at <= self.starts_at:
+            raise ValueError("ends_at must be after starts_at")
+        return self
 
 
 RecoveryStep = Literal[

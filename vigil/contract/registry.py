@@ -12,7 +12,7 @@ from typing import Any
 
 from vigil.contract.base import Event
 from vigil.contract.control import Command, Diagnostic, Member, Outcome
-from vigil.contract.decisions import Alert, Checkpoint, Incident, JobRegistered, RecoveryAction
+from vigil.contract.decisions import Alert, Checkpoint, Incident, JobRegistered, RecoveryAction, Silence
 from vigil.contract.telemetry import (
     CollectiveTrace,
     Heartbeat,
@@ -88,6 +88,10 @@ SPECS: tuple[EventSpec, ...] = (
         "alerts": ["llama-70b/process_exit/node-0007/rank5", "llama-70b/process_exit/node-0003/rank1"],
         "first_sign": "2026-11-01T11:59:58Z", "detected": _TS,
         "evidence": {"first_exit": "2026-11-01T11:59:58Z", "nvlink_lines": 3}}),
+    EventSpec(kind="silence", version=1, model=Silence, topic="silences", example={
+        **_ORIGIN, "job_id": "llama-70b", "host": "*", "silence_id": "5f1c9d2e", "ts": _TS,
+        "matchers": {"job": "llama-70b", "kind": "straggler"}, "starts_at": _TS, "ends_at": "2026-11-01T14:00:00Z",
+        "created_by": "alice", "reason": "node-0007 is being drained for maintenance"}),
     EventSpec(kind="recovery", version=1, model=RecoveryAction, topic="recovery", example={
         **_ORIGIN, "action": "cordon", "target": "node-0007", "status": "succeeded",
         "reason": "hardware incident: Xid 79 on node-0007", "alert_fingerprint": "",

@@ -1,1 +1,1 @@
-"""Kafka plumbing: the embedded broker, topic admin, the event producer, the batching consumer."""
+"""Kafka plumbing: the embedded broker, topic admin, the event producer, the batching consumer, group lag."""

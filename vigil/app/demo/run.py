@@ -1,6 +1,6 @@
 """`vigil demo`: the whole platform on embedded defaults, with a sick job to look at.
 
-Starts the stack in this process (broker, ClickHouse, analyzer, recovery, dashboard), then
+Starts the stack in this process (broker, ClickHouse, analyzer, dashboard, notifier), then
 side by side:
 1. a real PyTorch job: `train.py` under DDP/gloo, 4 ranks as 2 hosts, each host a
    `vigil run -- torchrun ...` agent; one rank is slowed part-way, another prints an Xid line;
@@ -84,7 +84,8 @@ class Demo:
                     sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
                     "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
                     str(TRAIN), "--slow-rank", str(SLOW_RANK), "--slow-from", "60", "--xid-rank", str(XID_RANK),
-                    "--xid-at", "40"]
+                    "--xid-at", "40", "--ckpt-dir", str(self.settings.home / "demo" / "checkpoints"),
+                    "--ckpt-every", "20"]
             self._spawn(argv, f"{host}.log", env)
 
     def start_simulation(self, bootstrap: str) -> None:
@@ -123,7 +124,19 @@ def kill_tree(child: subprocess.Popen[bytes]) -> None:
     child.wait()
 
 
-def guide(urls: dict[str, str], sim_hosts: int) -> str:
+def notify_line(health: dict[str, object]) -> str:
+    """Where the demo's alerts and incidents are sent, from the notifier's health."""
+    receivers = health.get("receivers")
+    if not isinstance(receivers, dict) or not receivers:
+        return ("Notify    no receiver: VIGIL_NOTIFY_WEBHOOK_URL=https://... make demo sends the demo's alerts and "
+                "incidents to a webhook.")
+    where = ", ".join(f"{name} ({r['kind']} {r['where']}{', signed' if r['signed'] else ''})"
+                      for name, r in receivers.items())
+    return (f"Notify    alerts and incidents go to {where}, {health.get('group_wait_s')} s after they first fire;\n"
+            "          the Notifications page shows every delivery, `vigil notify status` too.")
+
+
+def guide(urls: dict[str, str], sim_hosts: int, notify: dict[str, object] | None = None) -> str:
     dash = urls.get("dashboard", "(dashboard not available)")
     straggler, nic, stop, _ = (sim_host(i, sim_hosts) for _, i, _ in SIM_FAULTS)
     return f"""
@@ -138,6 +151,7 @@ What to look at (give it a minute or two to develop):
             a traffic stop on {stop}, MFU drift on {TORCH_JOB} (its slowed rank drags every step);
             MFU drift on {SIM_JOB} follows after a few minutes (its decay ramps over 100 steps).
   Network   the stall of {stop} and the drop of {nic}.
+{notify_line(notify or {})}
 From another terminal: `vigil status`, `vigil alerts`, `vigil tail --kind alert`.
 Ctrl-C stops everything.
 """
@@ -157,7 +171,7 @@ def run_demo(settings: VigilSettings, *, duration: float | None = None, sim_host
         demo.register_torch_job(stack)
         demo.start_torch_job(state.bootstrap)
         demo.start_simulation(state.bootstrap)
-        print(guide(state.urls, sim_hosts), flush=True)
+        print(guide(state.urls, sim_hosts, stack.health()["parts"].get("notify")), flush=True)
         deadline = time.monotonic() + duration if duration else None
         while not stop.wait(1.0):
             if deadline is not None and time.monotonic() > deadline:

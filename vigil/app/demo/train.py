@@ -3,7 +3,9 @@
 Launched by torchrun under `vigil run` (which sets VIGIL_JOB_ID / VIGIL_HOST /
 VIGIL_SPOOL_DIR). For the demo one rank is slowed part-way through (its forward
 pass takes longer, so its host stands out on the heatmap, as a fail-slow GPU would)
-and another prints an Xid-style driver error line once.
+and another prints an Xid-style driver error line once. With `--ckpt-dir` it saves a
+two-phase checkpoint every `--ckpt-every` steps (`vigil.recovery.checkpoint`) and, when
+started again, resumes from the latest complete one.
 
     python -m torch.distributed.run --nproc-per-node 2 vigil/app/demo/train.py --steps 50
 """
@@ -20,6 +22,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from vigil.recovery.checkpoint import CheckpointConfig, Checkpointer, TrainState
 from vigil.timer import StepTimer, TimerConfig
 
 
@@ -52,6 +55,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--xid-rank", type=int, default=-1, help="global rank that prints an Xid line")
     p.add_argument("--xid-at", type=int, default=20, help="step at which it prints it")
     p.add_argument("--peak-tflops", type=float, default=0.05, help="the 'GPU' peak used for MFU on CPU")
+    p.add_argument("--ckpt-dir", default=None, help="checkpoint here (shared by every rank); resume from it")
+    p.add_argument("--ckpt-every", type=int, default=20, help="steps between checkpoints")
     return p.parse_args(argv)
 
 
@@ -66,10 +71,17 @@ def main(argv: list[str] | None = None) -> int:
     opt = torch.optim.AdamW(ddp.parameters(), lr=1e-3)
     params = sum(p.numel() for p in model.parameters())
     tokens_per_step = args.batch * args.seq
-    timer = StepTimer(TimerConfig(flops_per_step=6.0 * params * tokens_per_step, gpu_peak_tflops=args.peak_tflops,
-                                  coords={"dp": rank, "tp": 0, "pp": 0}))
     gen = torch.Generator().manual_seed(rank)
-    step = 0
+    ckpt = Checkpointer(CheckpointConfig(directory=args.ckpt_dir, dp_group="world")) if args.ckpt_dir else None
+    state = {"train": TrainState(ddp, opt), "data": {"rng": gen.get_state()}}
+    resumed = ckpt.load_latest(state) if ckpt is not None else None  # every rank, at the same point
+    step = 0 if resumed is None else resumed + 1
+    if resumed is not None:
+        gen.set_state(state["data"]["rng"])  # type: ignore[index]
+        if rank == 0:
+            print(f"resumed from the checkpoint of step {resumed}", flush=True)
+    timer = StepTimer(TimerConfig(flops_per_step=6.0 * params * tokens_per_step, gpu_peak_tflops=args.peak_tflops,
+                                  coords={"dp": rank, "tp": 0, "pp": 0}, start_step=step))
     try:
         while args.steps == 0 or step < args.steps:
             with timer.step(tokens=tokens_per_step, samples=args.batch):
@@ -90,11 +102,16 @@ def main(argv: list[str] | None = None) -> int:
                       file=sys.stderr, flush=True)
             if rank == 0 and step % 20 == 0:
                 print(f"step {step} loss {loss.item():.3f}", flush=True)
+            if ckpt is not None and step > 0 and step % args.ckpt_every == 0:
+                state["data"]["rng"] = gen.get_state()  # type: ignore[index]
+                ckpt.save(step, state)  # returns once the state is in host memory
             step += 1
     except KeyboardInterrupt:
         pass
     finally:
         timer.close()
+        if ckpt is not None:
+            ckpt.close()  # waits for a save still persisting; before the process group goes
         if dist.is_initialized():
             dist.destroy_process_group()
     return 0

@@ -1,17 +1,20 @@
-"""Consumer lag of the analyzer's group, sampled off the ingest path.
+"""Consumer lag of a group, sampled off the consuming path; a group's progress seen from outside.
 
 Lag per topic = high watermark - committed offset, summed over partitions, from two
 batched admin calls (committed offsets of the group, latest offsets of the topics).
-It runs in its own thread because some brokers answer offset queries slowly, and
-ingest must never wait on a status figure.
+`LagProbe.run` samples in its own thread because some brokers answer offset queries
+slowly, and a consumer must never wait on a status figure. `group_progress` is what
+`vigil status` shows of a service running elsewhere: its group's lag and commit rate.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
@@ -65,3 +68,20 @@ class LagProbe:
                 log.debug("lag sample failed: %s", exc)
             if stop.wait(self.every_s):
                 return
+
+
+def group_progress(settings: VigilSettings, bootstrap: str, group_id: str, topics: Sequence[str], *,
+                   consumer: str = "a consumer", window_s: float = 2.0) -> dict[str, Any]:
+    """The group's lag and commit rate over `window_s`: down when it lags and commits nothing."""
+    probe = LagProbe(settings=settings, bootstrap=bootstrap, group_id=group_id, topics=topics)
+    try:
+        _, before = probe.offsets()
+        time.sleep(window_s)
+        lag, after = probe.offsets()
+    except Exception as exc:
+        return {"ok": False, "group": group_id, "error": f"lag of group {group_id}: {one_line(exc, 200)}"}
+    rate = (after - before) / window_s
+    behind = sum(lag.values())
+    ok = behind == 0 or rate > 0
+    return {"ok": ok, "group": group_id, "lag": behind, "records_per_s": round(rate, 1),
+            **({} if ok else {"error": f"lagging and committing nothing: is {consumer} running?"})}

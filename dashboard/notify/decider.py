@@ -1,0 +1,63 @@
+"""The notifier's decisions as one pure object: state, routes and notification log in, notifications out.
+
+    d = Decider(settings=..., links=...)
+    d.state.apply(event)            # alerts, incidents, silences (any order, any number of times)
+    due = d.decide(now)             # notifications due at wall-clock `now` (seconds)
+    ... save them ...
+    d.record(due)                   # only once saved: what is not recorded is decided again
+
+The service wraps it with Kafka, ClickHouse and HTTP; tests drive it with a made-up clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from vigil.dashboard.notify.classify import Classifier
+from vigil.dashboard.notify.grouping import build_groups
+from vigil.dashboard.notify.links import Links
+from vigil.dashboard.notify.payload import Notification, build
+from vigil.dashboard.notify.planner import NotifyLog, plan
+from vigil.dashboard.notify.routing import Router
+from vigil.dashboard.notify.settings import NotifySettings
+from vigil.dashboard.notify.state import NotifyState
+
+
+@dataclass(kw_only=True)
+class Decider:
+    settings: NotifySettings
+    links: Links
+    state: NotifyState = field(default_factory=NotifyState)
+    log: NotifyLog = field(default_factory=NotifyLog)
+    since: dict[str, float] = field(default_factory=dict)
+    groups_firing: int = 0
+
+    def __post_init__(self) -> None:
+        self.router = Router(self.settings)
+        self.classifier = Classifier(self.router)
+        self._last_ms = 0
+
+    def decide(self, now: float) -> list[Notification]:
+        """Due notifications, ordered as they are to be delivered: by decision time (milliseconds, strictly
+        increasing from one call to the next), then by key. The delivery log restores that same order."""
+        at = datetime.fromtimestamp(now, UTC)
+        outstanding = {fp for sent in self.log.entries.values() if sent.status == "firing" for fp in sent.firing}
+        groups = build_groups(self.state, self.router, at, self.classifier, outstanding)
+        self.groups_firing = sum(1 for g in groups if g.firing())
+        decisions = plan(groups, self.log, self.since, now)
+        if not decisions:
+            return []
+        self._last_ms = max(int(now * 1000), self._last_ms + 1)
+        created = datetime.fromtimestamp(self._last_ms // 1000, UTC).replace(microsecond=self._last_ms % 1000 * 1000)
+        return sorted((build(d, self.state, self.links, created) for d in decisions), key=lambda n: n.key)
+
+    def prune(self, now: float, keep_s: float) -> None:
+        """Forget alerts and incidents resolved more than `keep_s` ago."""
+        if self.state.prune(datetime.fromtimestamp(now, UTC), timedelta(seconds=keep_s)):
+            self.classifier.keep_only(set(self.state.alerts))
+
+    def record(self, notifications: Sequence[Notification]) -> None:
+        for n in notifications:
+            self.log.record(n.group_key, n.receiver, n.sent())
