@@ -1,8 +1,9 @@
 """`vigil demo` (what `make demo` runs) as a real subprocess: the dashboard answers, the real
-torch job's steps reach ClickHouse and the dashboard's pages (its step chart, both of its hosts
-on the heatmap, its latest committed checkpoint, fetched over HTTP as the browser gets them), a
-webhook named by VIGIL_NOTIFY_WEBHOOK_URL receives the demo's alerts signed, and Ctrl-C leaves no
-process behind."""
+torch job's steps reach ClickHouse and the dashboard's pages (its step chart, its hosts on the
+heatmap, its latest committed checkpoint, fetched over HTTP as the browser gets them), the
+recovery controller cordons the host whose rank died of an Xid and the job trains on on the other
+two, a webhook named by VIGIL_NOTIFY_WEBHOOK_URL receives the demo's alerts signed, and Ctrl-C
+leaves no process behind."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ from tests.dashboard.dashhttp import figure_of, render_page, texts
 from tests.notify.receiver import Receiver, signed_by
 
 pytestmark = [pytest.mark.kafka, pytest.mark.clickhouse, pytest.mark.slow, pytest.mark.timeout(480)]
-TORCH_HOSTS = {"demo-host-0", "demo-host-1"}
+TORCH_HOSTS = {"demo-host-0", "demo-host-1", "demo-host-2"}
+XID_HOST = "demo-host-2"
 
 
 def _sql(control_url: str, sql: str) -> list[list[object]]:
@@ -65,11 +67,11 @@ def test_demo_runs_shows_torch_steps_and_stops_clean(tmp_path: Path) -> None:
         assert httpx.get(dashboard, timeout=30).status_code == 200
 
         ranks: set[object] = set()
-        while time.monotonic() < deadline and len(ranks) < 4:
+        while time.monotonic() < deadline and len(ranks) < 6:
             rows = _sql(control, "SELECT DISTINCT rank FROM step_timings WHERE job_id = 'demo-torch'")
             ranks = {r[0] for r in rows}
             time.sleep(2)
-        assert ranks == {0, 1, 2, 3}, f"torch ranks seen: {ranks}\n" + "".join(out)
+        assert ranks == {0, 1, 2, 3, 4, 5}, f"torch ranks seen: {ranks}\n" + "".join(out)
         hosts = {r[0] for r in _sql(control, "SELECT DISTINCT host FROM step_timings WHERE job_id = 'demo-torch'")}
         assert hosts == TORCH_HOSTS
 
@@ -97,6 +99,21 @@ def test_demo_runs_shows_torch_steps_and_stops_clean(tmp_path: Path) -> None:
         assert committed, "no committed checkpoint of demo-torch\n" + "".join(out)
         shown = texts(render_page(dashboard, "/overview", "?job=demo-torch&range=all"))
         assert any(t.startswith("step ") and t[5:].isdigit() and int(t[5:]) % 20 == 0 for t in shown), shown
+        # the Xid of demo-host-2: cordoned by the recovery controller, the job trains on on the other two
+        recovery_deadline = time.monotonic() + 240
+        restarted: list[list[object]] = []
+        while time.monotonic() < recovery_deadline and not restarted:
+            restarted = _sql(control, "SELECT ts FROM recovery_actions WHERE job_id = 'demo-torch' "
+                             "AND action = 'restart' AND status = 'succeeded' ORDER BY ts DESC LIMIT 1")
+            time.sleep(2)
+        assert restarted, "no automatic recovery of demo-torch\n" + "".join(out)
+        cordons = _sql(control, "SELECT target FROM recovery_actions WHERE job_id = 'demo-torch' AND action = 'cordon' "
+                       "AND status = 'succeeded' AND target != 'demo-torch'")
+        assert cordons == [[XID_HOST]]
+        assert "Recovery  resumed on demo-host-0, demo-host-1 at step" in "".join(out)
+        after = _sql(control, "SELECT DISTINCT host FROM step_timings WHERE job_id = 'demo-torch' AND ts > "
+                     f"toDateTime64('{restarted[0][0]}', 3, 'UTC')")
+        assert {r[0] for r in after} <= TORCH_HOSTS - {XID_HOST}
         notify_deadline = time.monotonic() + 180  # the simulated straggler fires ~1-2 min into the demo
         while time.monotonic() < notify_deadline and not oncall.delivered():
             time.sleep(2)
@@ -105,7 +122,7 @@ def test_demo_runs_shows_torch_steps_and_stops_clean(tmp_path: Path) -> None:
         assert all(signed_by(b"demo-secret", r) for r in oncall.all())
         assert "Notify    alerts and incidents go to webhook (webhook http://127.0.0.1" in "".join(out)
         descendants = psutil.Process(proc.pid).children(recursive=True)
-        assert len(descendants) >= 6  # broker, 2 agents, 2 torchrun, 4 ranks, simulator
+        assert len(descendants) >= 6  # broker, 3 agents, 2 torchrun, 4 ranks, simulator
     finally:
         oncall.down()
         proc.send_signal(signal.SIGINT)

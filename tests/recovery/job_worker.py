@@ -7,7 +7,8 @@ host `--fault-host` (its local rank 0) at step `--fault-step`, once per `--once 
 (the file is created when it fires; without it the fault fires every time the step comes):
 
 * `xid`: prints an Xid 79 line and dies with a CUDA error (a GPU fallen off the bus);
-* `crash`: a ValueError raised in user code (a traceback, exit 1).
+* `crash`: a ValueError raised in user code (a traceback, exit 1);
+* `hang`: stops in the middle of a step for good (its peers wait in the all-reduce).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=100_000)
     p.add_argument("--step-ms", type=float, default=100.0)
     p.add_argument("--save-every", type=int, default=5)
-    p.add_argument("--fault", choices=("none", "xid", "crash"), default="none")
+    p.add_argument("--fault", choices=("none", "xid", "crash", "hang"), default="none")
     p.add_argument("--fault-host", default="")
     p.add_argument("--fault-step", type=int, default=-1)
     p.add_argument("--once", default="")
@@ -58,6 +59,10 @@ def fault(args: argparse.Namespace, step: int) -> None:
         print(f"NVRM: Xid (PCI:0000:3b:00): 79, pid={os.getpid()}, GPU has fallen off the bus.", file=sys.stderr,
               flush=True)
         raise RuntimeError("CUDA error: unspecified launch failure")
+    if args.fault == "hang":
+        print(f"[worker] hanging at step {step}", flush=True)
+        while True:
+            time.sleep(3600)
     load_batch(step)
 
 

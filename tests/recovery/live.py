@@ -17,9 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from tests.waiting import wait_until
+from vigil.app.demo.run import kill_tree
 from vigil.contract import Event, Outcome, RecoveryAction
 from vigil.kafka.follow import Follower
 from vigil.kafka.producer import EventProducer
@@ -123,17 +122,7 @@ def _wait_or_kill(proc: subprocess.Popen[bytes], timeout: float) -> None:
     try:
         proc.wait(timeout)
     except subprocess.TimeoutExpired:
-        try:
-            family = psutil.Process(proc.pid).children(recursive=True)
-        except psutil.Error:
-            family = []
-        for p in family:
-            try:
-                p.kill()
-            except psutil.Error:
-                pass
-        proc.kill()
-        proc.wait(10)
+        kill_tree(proc)
 
 
 def worker(*args: str) -> list[str]:

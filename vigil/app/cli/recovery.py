@@ -171,29 +171,28 @@ def _log_change(core: VigilSettings, event: Any) -> None:
 
 
 def cmd_cordon(args: argparse.Namespace) -> int:
-    from vigil.contract import RecoveryAction
-
-    core = VigilSettings.load()
-    user = _user()
-    backend = _backend(core)
-    change = backend.cordon(args.host, reason=args.reason, incident_id="", actor=f"user:{user}")
-    print(f"{args.host}: {'cordoned' if change.changed else 'was already cordoned'} ({change.detail})")
-    _log_change(core, RecoveryAction(job_id=args.job, host=args.host, action="cordon", target=args.host,
-                                     status="succeeded" if change.changed else "skipped", reason=args.reason,
-                                     actor=f"user:{user}", details={"backend": backend.name, "changed": change.changed,
-                                                                    "detail": change.detail}))
-    return 0
+    return _host_change(args, "cordon")
 
 
 def cmd_uncordon(args: argparse.Namespace) -> int:
+    return _host_change(args, "uncordon")
+
+
+def _host_change(args: argparse.Namespace, action: str) -> int:
+    """`vigil cordon` / `vigil uncordon`: the node backend first (it is the truth), then the recovery log."""
     from vigil.contract import RecoveryAction
 
     core = VigilSettings.load()
     user = _user()
     backend = _backend(core)
-    change = backend.uncordon(args.host, reason=args.reason, actor=f"user:{user}")
-    print(f"{args.host}: {'uncordoned' if change.changed else 'was not cordoned'} ({change.detail})")
-    _log_change(core, RecoveryAction(job_id=args.job, host=args.host, action="uncordon", target=args.host,
+    if action == "cordon":
+        change = backend.cordon(args.host, reason=args.reason, incident_id="", actor=f"user:{user}")
+        done, undone = "cordoned", "was already cordoned"
+    else:
+        change = backend.uncordon(args.host, reason=args.reason, actor=f"user:{user}")
+        done, undone = "uncordoned", "was not cordoned"
+    print(f"{args.host}: {done if change.changed else undone} ({change.detail})")
+    _log_change(core, RecoveryAction(job_id=args.job, host=args.host, action=action, target=args.host,  # type: ignore[arg-type]
                                      status="succeeded" if change.changed else "skipped", reason=args.reason,
                                      actor=f"user:{user}", details={"backend": backend.name, "changed": change.changed,
                                                                     "detail": change.detail}))

@@ -1,9 +1,13 @@
-"""`vigil demo`: the whole platform on embedded defaults, with a sick job to look at.
+"""`vigil demo`: the whole platform on embedded defaults, with a sick job to look at and an automatic recovery.
 
-Starts the stack in this process (broker, ClickHouse, analyzer, dashboard, notifier), then
-side by side:
-1. a real PyTorch job: `train.py` under DDP/gloo, 4 ranks as 2 hosts, each host a
-   `vigil run -- torchrun ...` agent; one rank is slowed part-way, another prints an Xid line;
+Starts the stack in this process (broker, ClickHouse, analyzer, recovery controller, dashboard,
+notifier), then side by side:
+1. a real PyTorch job: `train.py` under DDP/gloo, 6 ranks as 3 hosts, each host a `vigil run
+   --nodes 2:3 -- torchrun ...` agent under recovery control (the controller starts it, node
+   count elastic 2..3, a checkpoint every `CKPT_EVERY` steps); one rank is slowed part-way, and
+   at step `XID_AT` a rank of `demo-host-2` prints an Xid 79 and dies: the controller pauses the
+   job, runs diagnostics, cordons that host and restarts the job on the other two from its latest
+   checkpoint (the demo prints each step as it happens);
 2. a simulated 256-host job with a straggler, a NIC stall and MFU decay injected.
 It prints where to look and runs until Ctrl-C (or --duration), then stops every child:
 SIGINT first (each agent forwards it to torchrun and SIGKILLs the tree `KILL_GRACE_S` later),
@@ -24,16 +28,19 @@ from pathlib import Path
 import psutil
 
 from vigil.app.stack.runner import Stack
-from vigil.contract import JobRegistered, RankPlacement
-from vigil.contract.telemetry import ParallelCoords
-from vigil.kafka.broker import free_port
-from vigil.kafka.producer import EventProducer
+from vigil.contract import Event, Outcome, RecoveryAction
+from vigil.kafka.follow import Follower
 from vigil.settings import VigilSettings
 
 TRAIN = Path(__file__).with_name("train.py")
 TORCH_JOB, SIM_JOB = "demo-torch", "demo-sim"
-HOSTS = ("demo-host-0", "demo-host-1")
-SLOW_RANK, XID_RANK = 3, 0
+HOSTS = ("demo-host-0", "demo-host-1", "demo-host-2")
+NODES, PROCS = "2:3", 2  # the job runs on 2 or 3 hosts, 2 ranks each
+SLOW_RANK, XID_RANK = 3, 4  # rank 3 on demo-host-1 (there before and after the restart); rank 4 on demo-host-2
+XID_AT, CKPT_EVERY = 30, 10
+# The demo's 2 CPUs are shared by ~15 processes, so diagnostics' timings are noisy: cordon only
+# what fails (and the Xid host itself), never a host that merely looked slow.
+RECOVERY_DEFAULTS = {"VIGIL_RECOVERY_POLICY_CORDON_SLOW": "false"}
 # An agent SIGKILLs torchrun's tree KILL_GRACE_S after the forwarded SIGINT, then delivers
 # for at most DRAIN_S; the demo waits STOP_WAIT_S (> both, plus its output threads' 2 x 5 s).
 KILL_GRACE_S, DRAIN_S, STOP_WAIT_S = 5.0, 5.0, 30.0
@@ -58,16 +65,6 @@ class Demo:
     sim_speed: float = 1.0
     children: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
-    def register_torch_job(self, stack: Stack) -> None:
-        assert stack.ctx is not None
-        ranks = [RankPlacement(rank=r, host=HOSTS[r // 2], local_rank=r % 2, coords=ParallelCoords(dp=r))
-                 for r in range(4)]
-        job = JobRegistered(job_id=TORCH_JOB, host=HOSTS[0], name="tiny transformer, DDP on CPU (gloo)",
-                            world_size=4, dp=4, gpus_per_host=2, gpu_model="cpu", gpu_peak_tflops=0.05, ranks=ranks)
-        producer = EventProducer(settings=self.settings, bootstrap=stack.ctx.bootstrap)
-        producer.send([job])
-        producer.flush()
-
     def _spawn(self, argv: list[str], log_name: str, env: dict[str, str]) -> None:
         log = open(self.settings.home / "demo" / log_name, "ab")  # noqa: SIM115
         self.children.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -75,17 +72,18 @@ class Demo:
         log.close()
 
     def start_torch_job(self, bootstrap: str) -> None:
-        port = free_port()
-        for node, host in enumerate(HOSTS):
+        """One agent per host under recovery control: the controller starts the job once they wait."""
+        once = self.settings.home / "demo" / "xid.once"
+        once.unlink(missing_ok=True)
+        for host in HOSTS:
             env = {**os.environ, "VIGIL_KAFKA_BOOTSTRAP": bootstrap, "OMP_NUM_THREADS": "1",
                    "VIGIL_SPOOL_DIR": str(self.settings.home / "demo" / "spool" / host)}
-            argv = [sys.executable, "-m", "vigil", "run", "--host", host, "--job", TORCH_JOB,
-                    "--kill-grace", str(KILL_GRACE_S), "--drain-timeout", str(DRAIN_S), "--",
-                    sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
-                    "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
+            argv = [sys.executable, "-m", "vigil", "run", "--host", host, "--job", TORCH_JOB, "--nodes", NODES,
+                    "--rdzv-addr", "127.0.0.1", "--kill-grace", str(KILL_GRACE_S), "--drain-timeout", str(DRAIN_S),
+                    "--", sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(PROCS),
                     str(TRAIN), "--slow-rank", str(SLOW_RANK), "--slow-from", "60", "--xid-rank", str(XID_RANK),
-                    "--xid-at", "40", "--ckpt-dir", str(self.settings.home / "demo" / "checkpoints"),
-                    "--ckpt-every", "20"]
+                    "--xid-at", str(XID_AT), "--xid-dies", "--xid-once", str(once),
+                    "--ckpt-dir", str(self.settings.home / "demo" / "checkpoints"), "--ckpt-every", str(CKPT_EVERY)]
             self._spawn(argv, f"{host}.log", env)
 
     def start_simulation(self, bootstrap: str) -> None:
@@ -124,6 +122,45 @@ def kill_tree(child: subprocess.Popen[bytes]) -> None:
     child.wait()
 
 
+def narrate(event: Event) -> str | None:
+    """One line of the torch job's recovery, as the controller publishes it (None: not worth a line)."""
+    if event.job_id != TORCH_JOB:
+        return None
+    if isinstance(event, Outcome):
+        if event.category == "start":
+            return f"Recovery  {TORCH_JOB} started on {', '.join(event.hosts)} (generation {event.generation})"
+        if event.result != "resumed":
+            return f"Recovery  {event.incident_id}: {event.result}: {event.reason}"
+        return (f"Recovery  resumed on {', '.join(event.hosts)} at step {event.first_step} from the checkpoint of "
+                f"step {event.checkpoint_step} ({event.steps_lost} steps lost), {event.total_s} s after the first "
+                f"sign{'; cordoned ' + ', '.join(event.cordoned) if event.cordoned else ''}")
+    if isinstance(event, RecoveryAction) and event.actor == "controller" and event.status in ("planned", "succeeded",
+                                                                                              "failed"):
+        if event.action == "plan" and event.status == "planned":
+            return f"Recovery  {event.reason[:150]} -> plan: {' -> '.join(event.details.get('steps', []))}"
+        if event.action != "plan" and event.status != "planned" and event.target in (TORCH_JOB, *HOSTS):
+            took = f" ({event.duration_ms / 1000:.1f} s)" if event.duration_ms is not None else ""
+            return f"Recovery    {event.action} {event.target}: {event.status}{took} {event.reason[:120]}".rstrip()
+    return None
+
+
+def follow_recovery(settings: VigilSettings, bootstrap: str, stop: threading.Event) -> None:
+    """Print the torch job's recovery as it happens (the demo's terminal tells the story too)."""
+    try:
+        follower = Follower(settings=settings, bootstrap=bootstrap, topics=["recovery"])
+    except Exception as exc:
+        print(f"Recovery  (not followed: {exc})", flush=True)
+        return
+    try:
+        while not stop.is_set():
+            for event in follower.poll(0.5):
+                line = narrate(event)
+                if line:
+                    print(line, flush=True)
+    finally:
+        follower.close()
+
+
 def notify_line(health: dict[str, object]) -> str:
     """Where the demo's alerts and incidents are sent, from the notifier's health."""
     receivers = health.get("receivers")
@@ -143,16 +180,21 @@ def guide(urls: dict[str, str], sim_hosts: int, notify: dict[str, object] | None
 vigil demo is running.  Open {dash}
 
 What to look at (give it a minute or two to develop):
-  Overview  two jobs: {TORCH_JOB} (real PyTorch, 4 ranks on 2 hosts) and {SIM_JOB} ({sim_hosts} simulated hosts).
+  Overview  two jobs: {TORCH_JOB} (real PyTorch, 6 ranks on 3 hosts, then 4 on 2) and {SIM_JOB}
+            ({sim_hosts} simulated hosts).
+  Recovery  at step {XID_AT} rank {XID_RANK} on {HOSTS[2]} prints an Xid 79 and dies: the recovery controller
+            pauses the job, diagnoses the hosts, cordons {HOSTS[2]} and restarts the job on {HOSTS[0]} and
+            {HOSTS[1]} from its latest checkpoint (every {CKPT_EVERY} steps); the lines below tell it as it
+            happens, `vigil recovery history` shows each step's timing, `vigil recovery status` the cordon.
   Heatmap   {TORCH_JOB}: {HOSTS[1]} turns red in 'forward' once rank {SLOW_RANK} is slowed (step 60)
-            ({HOSTS[0]} warms in 'backward': its ranks wait for the slow one in the all-reduce);
+            (the other hosts warm in 'backward': their ranks wait for the slow one in the all-reduce);
             {SIM_JOB}: {straggler} stands out in 'forward' (10% slower from step 20).
-  Alerts    a straggler alert for each, an Xid 79 alert from {HOSTS[0]}, a NIC drop on {nic},
+  Alerts    a straggler alert for each, the Xid 79 and the exits of {TORCH_JOB}, a NIC drop on {nic},
             a traffic stop on {stop}, MFU drift on {TORCH_JOB} (its slowed rank drags every step);
             MFU drift on {SIM_JOB} follows after a few minutes (its decay ramps over 100 steps).
   Network   the stall of {stop} and the drop of {nic}.
 {notify_line(notify or {})}
-From another terminal: `vigil status`, `vigil alerts`, `vigil tail --kind alert`.
+From another terminal: `vigil status`, `vigil alerts`, `vigil recovery history`, `vigil tail --kind alert`.
 Ctrl-C stops everything.
 """
 
@@ -162,13 +204,16 @@ def run_demo(settings: VigilSettings, *, duration: float | None = None, sim_host
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    for key, value in RECOVERY_DEFAULTS.items():
+        os.environ.setdefault(key, value)
     stack = Stack(settings=settings)
     demo = Demo(settings=settings, sim_hosts=sim_hosts, sim_speed=sim_speed)
     try:
         state = stack.start()
         print(f"stack up: kafka {state.bootstrap}, clickhouse {state.clickhouse_dsn}, control {state.control_url}",
               flush=True)
-        demo.register_torch_job(stack)
+        threading.Thread(target=follow_recovery, args=(settings, state.bootstrap, stop), name="demo-recovery",
+                         daemon=True).start()
         demo.start_torch_job(state.bootstrap)
         demo.start_simulation(state.bootstrap)
         print(guide(state.urls, sim_hosts, stack.health()["parts"].get("notify")), flush=True)

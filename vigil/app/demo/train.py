@@ -3,9 +3,12 @@
 Launched by torchrun under `vigil run` (which sets VIGIL_JOB_ID / VIGIL_HOST /
 VIGIL_SPOOL_DIR). For the demo one rank is slowed part-way through (its forward
 pass takes longer, so its host stands out on the heatmap, as a fail-slow GPU would)
-and another prints an Xid-style driver error line once. With `--ckpt-dir` it saves a
+and another prints an Xid-style driver error line once (with `--xid-dies` it then dies of a
+CUDA error, as a rank whose GPU fell off the bus does). With `--ckpt-dir` it saves a
 two-phase checkpoint every `--ckpt-every` steps (`vigil.recovery.checkpoint`) and, when
-started again, resumes from the latest complete one.
+started again, resumes from the latest complete one. Under recovery control (`vigil run
+--nodes`, which sets VIGIL_HOSTS) rank 0 registers the job's topology through the spool at
+every start, so a restart on fewer hosts is known as such.
 
     python -m torch.distributed.run --nproc-per-node 2 vigil/app/demo/train.py --steps 50
 """
@@ -13,9 +16,12 @@ started again, resumes from the latest complete one.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
+import uuid
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -54,10 +60,41 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--slow-ms", type=float, default=60.0, help="extra forward time of the slow rank")
     p.add_argument("--xid-rank", type=int, default=-1, help="global rank that prints an Xid line")
     p.add_argument("--xid-at", type=int, default=20, help="step at which it prints it")
+    p.add_argument("--xid-dies", action="store_true", help="the Xid rank then dies with a CUDA error")
+    p.add_argument("--xid-once", default="", help="a file: the Xid fires only if it does not exist (it is created)")
     p.add_argument("--peak-tflops", type=float, default=0.05, help="the 'GPU' peak used for MFU on CPU")
     p.add_argument("--ckpt-dir", default=None, help="checkpoint here (shared by every rank); resume from it")
     p.add_argument("--ckpt-every", type=int, default=20, help="steps between checkpoints")
     return p.parse_args(argv)
+
+
+def first_time(marker: str) -> bool:
+    """True unless `marker` names a file that exists (then it is created: the next time is not the first)."""
+    if not marker:
+        return True
+    try:
+        Path(marker).touch(exist_ok=False)
+        return True
+    except FileExistsError:
+        return False
+
+
+def register_job(args: argparse.Namespace, world: int) -> None:
+    """Rank 0 under recovery control: the job's topology as a `job` event line in the spool (the agent ships it)."""
+    hosts = [h for h in os.environ.get("VIGIL_HOSTS", "").split(",") if h]
+    spool = os.environ.get("VIGIL_SPOOL_DIR")
+    if not hosts or not spool:
+        return
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    doc = {"kind": "job", "schema_version": 1, "event_id": uuid.uuid4().hex,
+           "job_id": os.environ.get("VIGIL_JOB_ID", "default"), "host": hosts[0], "ts": time.time(),
+           "name": "tiny transformer, DDP on CPU (gloo)", "world_size": world, "dp": world, "gpus_per_host": local,
+           "gpu_model": "cpu", "gpu_peak_tflops": args.peak_tflops,
+           "ranks": [{"rank": r, "host": hosts[min(r // local, len(hosts) - 1)], "local_rank": r % local,
+                      "coords": {"dp": r, "tp": 0, "pp": 0}} for r in range(world)]}
+    path = Path(spool) / f"job-g{os.environ.get('VIGIL_GENERATION', '0')}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
+    if rank == 0:
+        register_job(args, dist.get_world_size())
     torch.manual_seed(0)
     model = TinyLM(args.vocab, args.dim, args.layers, 4, args.seq)
     ddp = DistributedDataParallel(model)
@@ -97,9 +136,11 @@ def main(argv: list[str] | None = None) -> int:
                     loss.backward()  # type: ignore[no-untyped-call]
                 with timer.phase("optimizer"):
                     opt.step()
-            if rank == args.xid_rank and step == args.xid_at:
+            if rank == args.xid_rank and step == args.xid_at and first_time(args.xid_once):
                 print(f"NVRM: Xid (PCI:0000:3b:00): 79, pid={os.getpid()}, GPU has fallen off the bus.",
                       file=sys.stderr, flush=True)
+                if args.xid_dies:
+                    raise RuntimeError("CUDA error: unspecified launch failure (the GPU fell off the bus)")
             if rank == 0 and step % 20 == 0:
                 print(f"step {step} loss {loss.item():.3f}", flush=True)
             if ckpt is not None and step > 0 and step % args.ckpt_every == 0:
