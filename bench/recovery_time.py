@@ -12,8 +12,8 @@ steps), under a `vigil recovery run` controller, on the embedded broker. At step
 
 The analyzer's incidents are not wired to the controller yet, so this script plays the analyzer
 and **detection is measured from its own trigger**: the incident is published as soon as the
-agent's classified Xid line or the failing rank's exit reaches Kafka (crash, xid), or once no
-step arrived for `--stall-s` seconds (hang). The split comes from the controller's `outcome`
+agent's classified Xid line or the failing rank's exit reaches Kafka (crash, xid), or once the
+agents' progress reports (every 2 s) showed no new step for `--stall-s` seconds (hang). The split comes from the controller's `outcome`
 event: detect (first sign -> incident published), decide, pause, diagnose, restart (start
 commands -> first step, which includes torchrun's start, the process group, the checkpoint load
 and the first step), the checkpoint load alone (the ranks' `restored` events) and the total (first
@@ -46,7 +46,7 @@ FAULT_STEP = 12
 def run_fault(fault: str, bootstrap: str, work: Path, stall_s: float) -> dict[str, Any]:
     from live import Live, worker  # tests/recovery/live.py: controller + agents as processes
 
-    from vigil.contract import Incident, LogLine, Outcome, ProcessExit, RankRef, StepTiming
+    from vigil.contract import Incident, LogLine, Outcome, ProcessExit, RankRef
     from vigil.kafka.admin import ensure_topics
     from vigil.settings import VigilSettings
 
@@ -64,13 +64,11 @@ def run_fault(fault: str, bootstrap: str, work: Path, stall_s: float) -> dict[st
         live.start_controller()
         live.wait_for(lambda s: s.job(job).generation == 1 and len(s.job(job).world) == 3, 300, "the job to start")
         incident: Incident | None = None
-        last_step: datetime | None = None
         deadline = time.monotonic() + 400
         while incident is None and time.monotonic() < deadline:
-            live.fold()
-            for e in live.events:
-                if isinstance(e, StepTiming) and e.job_id == job:
-                    last_step = e.ts if last_step is None else max(last_step, e.ts)
+            state = live.fold()
+            steps = [m.last_step_at for m in state.job(job).members.values() if m.last_step_at is not None]
+            last_step = max(steps) if steps else None  # the agents' progress reports (every 2 s)
             first, category, cause = None, "", ""
             if fault == "xid":
                 lines = [e for e in live.events if isinstance(e, LogLine) and e.category == "xid" and e.job_id == job]
