@@ -4,7 +4,8 @@
 name: the writer inserts by those names, and the test suite checks every table's rows
 against the migrated schema and every like-named field against its event. No I/O here: the writer, the benchmarks and the tests share these functions.
 A heartbeat becomes one `heartbeats` row and one `gpu_stats` row per GPU; a job
-registration one `jobs` row and one `job_ranks` row per rank.
+registration one `jobs` row and one `job_ranks` row per rank; the recovery controller's
+actions, outcomes and its agents' `member` reports one row each (`recovery_*`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from vigil.contract import (
     Heartbeat,
     JobRegistered,
     LogLine,
+    Member,
     NicCounters,
+    Outcome,
     ProcessExit,
     RecoveryAction,
     StepTiming,
@@ -125,13 +128,34 @@ def _recovery(e: RecoveryAction) -> list[TableRow]:
     return [("recovery_actions", {
         "event_id": e.event_id, "ts": e.ts, "job_id": e.job_id, "host": e.host, "action": e.action,
         "target": e.target, "status": e.status, "reason": e.reason, "alert_fingerprint": e.alert_fingerprint,
-        "details": json.dumps(e.details, default=str, sort_keys=True)})]
+        "details": json.dumps(e.details, default=str, sort_keys=True), "incident_id": e.incident_id,
+        "actor": e.actor, "command_id": e.command_id, "generation": e.generation, "started_at": e.started_at,
+        "duration_ms": e.duration_ms, "dry_run": int(e.dry_run)})]
+
+
+def _outcome(e: Outcome) -> list[TableRow]:
+    return [("recovery_outcomes", {
+        "event_id": e.event_id, "ts": e.ts, "job_id": e.job_id, "incident_id": e.incident_id, "result": e.result,
+        "category": e.category, "cause": e.cause, "first_sign": e.first_sign, "detected": e.detected,
+        "resumed_at": e.resumed_at, "detect_s": e.detect_s, "decide_s": e.decide_s, "pause_s": e.pause_s,
+        "diagnose_s": e.diagnose_s, "restart_s": e.restart_s, "checkpoint_load_s": e.checkpoint_load_s,
+        "total_s": e.total_s, "checkpoint_step": e.checkpoint_step, "last_step": e.last_step,
+        "steps_lost": e.steps_lost, "first_step": e.first_step, "generation": e.generation,
+        "cordoned": list(e.cordoned), "hosts": list(e.hosts), "reason": e.reason})]
+
+
+def _member(e: Member) -> list[TableRow]:
+    return [("recovery_members", {
+        "event_id": e.event_id, "ts": e.ts, "job_id": e.job_id, "host": e.host, "state": e.state, "since": e.since,
+        "generation": e.generation, "node_rank": e.node_rank, "spare": int(e.spare), "started_at": e.started_at,
+        "first_step": e.first_step, "first_step_at": e.first_step_at, "last_step": e.last_step,
+        "last_step_at": e.last_step_at, "steps": e.steps, "step_ms": e.step_ms, "reason": e.reason})]
 
 
 _BY_TYPE: dict[type[Event], Callable[[Any], list[TableRow]]] = {
     StepTiming: _step, Heartbeat: _heartbeat, NicCounters: _nic, LogLine: _log, ProcessExit: _exit,
     CollectiveTrace: _collective, JobRegistered: _job, Alert: _alert, Checkpoint: _checkpoint,
-    RecoveryAction: _recovery,
+    RecoveryAction: _recovery, Outcome: _outcome, Member: _member,
 }
 
 
