@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from vigil.recovery.controller import requests
 from vigil.recovery.controller import steps as st
 from vigil.recovery.controller.diagnose import diagnose
 from vigil.recovery.controller.effects import Effects
@@ -59,12 +60,17 @@ class Engine:
     def tick(self, now: datetime) -> None:
         ctx = st.Ctx(state=self.state, settings=self.settings, fx=self.fx, now=now)
         self.turns += 1
-        for part in (self._triggers, self._starts, self._cases):
+        for part in (self._requests, self._triggers, self._starts, self._cases):
             try:
                 part(ctx)
             except Exception as exc:  # retried next turn: every part is re-entrant
                 self.last_error = f"{part.__name__}: {type(exc).__name__}: {exc}"[:500]
                 log.exception("recovery turn failed in %s", part.__name__)
+
+    # ---- 0. operator requests (the dashboard's buttons) --------------------------------------------
+    def _requests(self, ctx: st.Ctx) -> None:
+        for req in self.state.pending_requests():
+            ctx.publish([requests.execute(ctx.fx.backend, req, ctx.now, dry_run=self.settings.mode == "dry-run")])
 
     # ---- 1. triggers -------------------------------------------------------------------------------
     def _triggers(self, ctx: st.Ctx) -> None:

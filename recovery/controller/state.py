@@ -26,6 +26,7 @@ from vigil.contract import (
     Member,
     Outcome,
     RecoveryAction,
+    is_operator_request,
 )
 
 INPUT_TOPICS = ("incidents", "alerts", "recovery", "commands")
@@ -114,6 +115,8 @@ class ClusterState:
     checks: dict[str, Diagnostic] = field(default_factory=dict)  # command_id -> the round's `check` result
     cordons: list[RecoveryAction] = field(default_factory=list)  # cordons the controller made (succeeded, changed)
     merged: dict[str, str] = field(default_factory=dict)  # trigger id -> the case that took it
+    requests: dict[str, RecoveryAction] = field(default_factory=dict)  # operator requests (command_id -> planned)
+    requests_done: set[str] = field(default_factory=set)  # operator requests with a result
     applied: int = 0
     _seen: set[str] = field(default_factory=set)
 
@@ -171,7 +174,17 @@ class ClusterState:
         elif e.phase == "restored":
             job.restored.append(e)
 
+    def pending_requests(self) -> list[RecoveryAction]:
+        """Operator requests (the dashboard's cordon / uncordon / evict) not executed yet, oldest first."""
+        return sorted((r for cid, r in self.requests.items() if cid not in self.requests_done), key=lambda r: r.ts)
+
     def _action(self, e: RecoveryAction) -> None:
+        if is_operator_request(e):
+            if e.status == "planned":
+                self.requests.setdefault(e.command_id, e)
+            elif e.status in ENDED:
+                self.requests_done.add(e.command_id)
+            return
         if e.actor.startswith("agent:") and e.command_id:
             held = self.acks.get(e.command_id)
             if held is None or _RANK[e.status] > _RANK[held.status] or (

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from fleet import Fleet, Harness, incident
 
-from vigil.contract import Alert, Command, Diagnostic, Outcome, RecoveryAction
+from vigil.contract import Alert, Command, Diagnostic, Outcome, RecoveryAction, operator_request
 from vigil.recovery.controller.report import format_history, history, status
 
 pytestmark = pytest.mark.pure
@@ -247,3 +247,34 @@ def test_incidents_from_before_the_restart_are_history(tmp_path: Path) -> None:
     h.turn()
     (skip,) = h.actions(incident_id="late-victim-report")
     assert skip.status == "skipped" and "before generation 2" in skip.reason
+
+
+def test_an_operator_request_is_executed_once_and_recorded_with_who_asked(tmp_path: Path) -> None:
+    """The dashboard's cordon button: a request the controller executes against its backend, once."""
+    fleet = Fleet(job=JOB, hosts=["h0", "h1", "h2"])
+    h = started(Harness.build(fleet, tmp_path))
+    req = operator_request(action="cordon", host="h1", job_id=JOB, reason="flaky NIC", actor="user:dashboard")
+    h.feed([req])
+    h.turn()
+    assert list(h.fx.backend.cordoned()) == ["h1"]
+    assert h.fx.backend.cordoned()["h1"].by == "user:dashboard"
+    (done,) = h.actions(command_id=req.command_id)
+    assert (done.action, done.target, done.status, done.actor, done.reason) == (
+        "cordon", "h1", "succeeded", "user:dashboard", "flaky NIC")
+    h.turn()
+    assert len(h.actions(command_id=req.command_id)) == 1
+    successor = h.successor()  # a new controller folds the log: the request is done, nothing is re-executed
+    successor.turn()
+    assert successor.actions(command_id=req.command_id) == []
+    assert not h.engine.state.cordons, "an operator's cordon does not count against the circuit breaker"
+
+
+def test_dry_run_skips_operator_requests(tmp_path: Path) -> None:
+    fleet = Fleet(job=JOB, hosts=["h0", "h1"])
+    h = Harness.build(fleet, tmp_path, mode="dry-run")
+    req = operator_request(action="cordon", host="h1", job_id=JOB, reason="test", actor="user:dashboard")
+    h.feed([req])
+    h.turn()
+    assert h.fx.backend.cordoned() == {}
+    (done,) = h.actions(command_id=req.command_id)
+    assert done.status == "skipped" and "dry-run" in done.reason

@@ -7,10 +7,13 @@ from vigil.contract.decisions import (
     Checkpoint,
     Incident,
     JobRegistered,
+    OperatorAction,
     RankPlacement,
     RankRef,
     RecoveryAction,
     Silence,
+    is_operator_request,
+    operator_request,
 )
 from vigil.contract.registry import (
     DEAD_LETTER_TOPIC,
@@ -38,8 +41,8 @@ from vigil.contract.wire import Decoded, Rejected, decode_batch, encode_batch, v
 __all__ = [
     "DEAD_LETTER_TOPIC", "SPECS", "TELEMETRY_TOPICS", "TOPICS", "Alert", "Checkpoint",
     "CollectiveEntry", "CollectiveTrace", "Command", "Decoded", "Diagnostic", "Event", "EventSpec", "GpuState",
-    "Heartbeat", "Incident", "JobRegistered", "LogLine", "Member", "MemberState", "NicCounters", "Outcome",
+    "Heartbeat", "Incident", "JobRegistered", "LogLine", "Member", "MemberState", "NicCounters", "OperatorAction", "Outcome",
     "ParallelCoords", "ProcessExit", "ProcessState", "RankPlacement", "RankRef", "RankScoped", "RecoveryAction",
     "Rejected", "Silence", "StepTiming", "Verdict", "World", "decode_batch",
-    "encode_batch", "new_event_id", "spec_for", "topic_of", "utcnow", "validate_event",
+    "encode_batch", "is_operator_request", "new_event_id", "operator_request", "spec_for", "topic_of", "utcnow", "validate_event",
 ]

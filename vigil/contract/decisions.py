@@ -163,6 +163,26 @@ class RecoveryAction(Event):
     dry_run: bool = Field(default=False, description="decided and published only (mode dry-run)")
 
 
+OperatorAction = Literal["cordon", "uncordon", "evict"]
+REQUEST_PREFIX = "request/"
+
+
+def operator_request(*, action: OperatorAction, host: str, job_id: str, reason: str, actor: str) -> RecoveryAction:
+    """An operator asks the recovery controller to cordon, uncordon or evict `host`.
+
+    For callers that hold no node backend (the dashboard: only the controller may write to the
+    cluster). The request is a `planned` step with `command_id` ``request/<event id>``; the
+    controller executes it once and records the result under the same `command_id` and actor.
+    """
+    req = RecoveryAction(job_id=job_id, host=host, action=action, target=host, status="planned", reason=reason,
+                         actor=actor)
+    return req.model_copy(update={"command_id": REQUEST_PREFIX + req.event_id})
+
+
+def is_operator_request(e: RecoveryAction) -> bool:
+    return e.command_id.startswith(REQUEST_PREFIX)
+
+
 class Checkpoint(Event):
     """A checkpoint of a job: staged to host memory, then persisted to storage.
 
