@@ -47,6 +47,12 @@ NIC_WINDOWS = _t("nic_windows", "job_id bucket host device sum_bps n")
 HOST_PRESENCE = _t("host_presence", "job_id host first_ts last_ts interval_s")
 JOB_CLOCK = _t("job_clock", "job_id first_ts last_ts last_ingested")
 CHECKPOINTS = _t("checkpoints", "job_id ts step phase path blocked_ms duration_ms bytes error")
+RECOVERY_ACTIONS = _t("recovery_actions", "ts job_id action target status reason details incident_id actor command_id "
+                                          "generation duration_ms dry_run")
+RECOVERY_OUTCOMES = _t("recovery_outcomes", "ts job_id incident_id result detect_s decide_s pause_s diagnose_s "
+                                            "restart_s checkpoint_load_s total_s checkpoint_step last_step "
+                                            "steps_lost first_step cordoned hosts reason")
+RECOVERY_MEMBERS = _t("recovery_members", "ts job_id host state generation last_step step_ms last_step_at")
 
 # the notifier's own tables (dashboard/notify/migrations)
 NOTIFY_DELIVERIES = _t("notify_deliveries", "key receiver receiver_kind group_key seq job_id status reason severity "
@@ -55,4 +61,5 @@ NOTIFY_SILENCES = _t("notify_silences", "silence_id ts matchers starts_at ends_a
 
 ALL: tuple[Table, ...] = (JOBS, JOB_RANKS, STEP_TIMINGS, HEARTBEATS, GPU_STATS, NIC_COUNTERS, LOG_LINES, PROCESS_EXITS,
                           ALERT_EVENTS, ALERTS_CURRENT, PHASE_HOST_WINDOWS, JOB_STEPS, NIC_WINDOWS, HOST_PRESENCE,
-                          JOB_CLOCK, CHECKPOINTS, NOTIFY_DELIVERIES, NOTIFY_SILENCES)
+                          JOB_CLOCK, CHECKPOINTS, RECOVERY_ACTIONS, RECOVERY_OUTCOMES, RECOVERY_MEMBERS,
+                          NOTIFY_DELIVERIES, NOTIFY_SILENCES)
