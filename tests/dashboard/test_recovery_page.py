@@ -94,3 +94,24 @@ def test_the_page_tells_the_story_read_only(store: Store, told: Story) -> None:
 def test_no_recoveries_is_said_not_blank(store: Store, tmp_path: Path) -> None:
     assert q.recoveries(store, "no-such-job") == []
     assert q.goodput(store, "no-such-job", []) is None
+
+
+@pytest.mark.browser
+def test_in_the_browser_the_story_shows_and_the_buttons_are_disabled(dash_duo: Any, store: Store,
+                                                                      told: Story) -> None:
+    from vigil.dashboard.app import create_app
+    from vigil.dashboard.settings import DashboardSettings
+
+    dash_duo.start_server(create_app(store.client, DashboardSettings(refresh_s=3600)))
+    dash_duo.driver.get(f"{dash_duo.server_url}/recovery?job={JOB}")
+    dash_duo.wait_for_element("#recoveries .recovery", timeout=30)
+    story_text = dash_duo.find_element("#recoveries").text
+    assert told.incident_id in story_text and "resumed" in story_text and f"cordoned {CULPRIT}" in story_text
+    assert "EFFECTIVE TRAINING TIME RATIO" in dash_duo.find_element("#goodput-stats").text.upper()
+    assert CULPRIT in dash_duo.find_element("#rec-cordons").text
+    buttons = dash_duo.driver.find_elements_by_css_selector("button.act")
+    assert len(buttons) >= 7 and all(not b.is_enabled() for b in buttons)  # cordon+evict x 3 hosts, uncordon
+    bar = dash_duo.find_element("#action-bar")
+    assert bar.is_displayed() and "read-only" in bar.text
+    assert not dash_duo.driver.find_element_by_id("rec-token").is_enabled()
+    assert [e for e in (dash_duo.get_logs() or []) if e.get("level") == "SEVERE"] == []
