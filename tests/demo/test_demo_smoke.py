@@ -20,7 +20,7 @@ import httpx
 import psutil
 import pytest
 
-from tests.dashboard.dashhttp import figure_of, render_page, texts
+from tests.dashboard.dashhttp import figure_of, find, render_page, texts
 from tests.notify.receiver import Receiver, signed_by
 
 pytestmark = [pytest.mark.kafka, pytest.mark.clickhouse, pytest.mark.slow, pytest.mark.timeout(480)]
@@ -114,6 +114,17 @@ def test_demo_runs_shows_torch_steps_and_stops_clean(tmp_path: Path) -> None:
         after = _sql(control, "SELECT DISTINCT host FROM step_timings WHERE job_id = 'demo-torch' AND ts > "
                      f"toDateTime64('{restarted[0][0]}', 3, 'UTC')")
         assert {r[0] for r in after} <= TORCH_HOSTS - {XID_HOST}
+        # the Recovery page tells it: the cordon, and the recovery that resumed the job (its outcome)
+        assert "/recovery?job=demo-torch" in "".join(out)
+        story = cordoned_now = ""
+        while time.monotonic() < recovery_deadline:
+            page = render_page(dashboard, "/recovery", "?job=demo-torch")
+            story = " ".join(texts(find(page, "recoveries") or {}))
+            cordoned_now = " ".join(texts(find(page, "rec-cordons") or {}))
+            if "resumed" in story and f"cordoned {XID_HOST}" in story and XID_HOST in cordoned_now:
+                break
+            time.sleep(2)
+        assert "resumed" in story and f"cordoned {XID_HOST}" in story and XID_HOST in cordoned_now, story
         notify_deadline = time.monotonic() + 180  # the simulated straggler fires ~1-2 min into the demo
         while time.monotonic() < notify_deadline and not oncall.delivered():
             time.sleep(2)

@@ -185,7 +185,9 @@ What to look at (give it a minute or two to develop):
   Recovery  at step {XID_AT} rank {XID_RANK} on {HOSTS[2]} prints an Xid 79 and dies: the recovery controller
             pauses the job, diagnoses the hosts, cordons {HOSTS[2]} and restarts the job on {HOSTS[0]} and
             {HOSTS[1]} from its latest checkpoint (every {CKPT_EVERY} steps); the lines below tell it as it
-            happens, `vigil recovery history` shows each step's timing, `vigil recovery status` the cordon.
+            happens; the Recovery page ({dash.rstrip("/")}/recovery?job={TORCH_JOB}) shows each step's
+            timing, the cordon and the goodput it cost (read-only unless VIGIL_DASHBOARD_ACTION_TOKEN is
+            set); so do `vigil recovery history` and `vigil recovery status`.
   Heatmap   {TORCH_JOB}: {HOSTS[1]} turns red in 'forward' once rank {SLOW_RANK} is slowed (step 60)
             (the other hosts warm in 'backward': their ranks wait for the slow one in the all-reduce);
             {SIM_JOB}: {straggler} stands out in 'forward' (10% slower from step 20).
