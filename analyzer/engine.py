@@ -1,35 +1,50 @@
-"""The detector engine: evaluate every detector for a job at event-time points.
+"""The detector engine: judge a job at every instant of its event-time clock, live or in replay.
 
-`evaluate` runs each detector at one instant and turns its findings into alert events
-through the book. `LiveCursor` walks each active job's event-time clock forward in
-`eval_step_s` steps (at most `max_catchup` per turn), so a burst of fast simulated
-telemetry is judged at the same instants a replay would use. `replay` does the same
-over stored history with a fresh book and publishes nothing.
+`evaluate` runs every detector for one job at one instant (with the job's current run,
+`Epoch`) and turns the findings into alert events through the book. `replay` does it at
+every grid instant of a job's stored history with a fresh book and publishes nothing.
+`LiveCursor` does the same live: each turn it reads the active jobs' clocks (clock.py),
+and judges every grid instant between a job's position and the newest instant its
+watermark allows, oldest first, so a burst of telemetry (a spool replay, a simulation
+faster than real time, catching up after a restart) is judged at exactly the instants a
+replay judges, and raises the same alerts. Nothing is skipped:
 
-The live clock of a job is its watermark, not its newest timestamp: each host's sources
-(steps, heartbeats, NIC samples) arrive on their own partitions and catch up at their own
-pace, so the cursor stops at the earliest `last_ts` among the sources still being
-ingested. A source with nothing ingested for `watermark_idle_s` of wall clock (a dead
-agent, a lost host) no longer holds the clock back; that silence is for the heartbeat
-detector to report. Nor does a source more than `watermark_max_lag_s` of event time
-behind the job's newest timestamp (a host replaying a long spool after an outage): the
-rest of the job is not left unjudged for that long.
+* a turn judges at most `max_catchup` instants per job, round robin between jobs (one
+  instant each in turn), and starts none after `turn_budget_s` of wall clock; the rest
+  waits for the next turn, which the service starts at once (`backlog` > 0). One job's
+  backlog neither starves the others nor delays publishing.
+* every query of an instant is bounded by time or by the run's recent step range, so an
+  instant costs the same at the start of a job and after a week of it.
+* a job's position is saved (positions.py) once the turn's alerts are published, so a
+  restarted analyzer goes on where it stopped.
+* data that arrives for an instant already judged — a late exit or log line, or anything
+  once the job has stopped — has the job's last instant judged again (the book publishes
+  only what changed).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+from clickhouse_connect.driver.exceptions import OperationalError
 
 from vigil.analyzer.alerts.book import AlertBook
-from vigil.analyzer.detect.base import Detector, EvalContext, as_utc
+from vigil.analyzer.clock import SPARSE, JobClock, grid, grid_ceil, grid_floor, job_clocks
+from vigil.analyzer.detect.base import Detector, EvalContext, Finding, SourceClock
+from vigil.analyzer.detect.epoch import EpochTracker
+from vigil.analyzer.detect.hang import HangDetector
 from vigil.analyzer.detect.heartbeat import HeartbeatDetector
 from vigil.analyzer.detect.logs import ExitDetector, LogDetector
 from vigil.analyzer.detect.mfu import MfuDriftDetector
 from vigil.analyzer.detect.straggler import StragglerDetector
 from vigil.analyzer.detect.traffic import TrafficDetector
+from vigil.analyzer.positions import PositionStore
 from vigil.analyzer.settings import AnalyzerSettings
 from vigil.clickhouse.query import QueryClient
 from vigil.contract import Alert
@@ -39,111 +54,178 @@ log = logging.getLogger(__name__)
 
 DETECTORS: tuple[Detector, ...] = (
     StragglerDetector(), TrafficDetector(), MfuDriftDetector(), HeartbeatDetector(), LogDetector(), ExitDetector(),
+    HangDetector(),
 )
+_MS = timedelta(milliseconds=1)
 
 
-@dataclass(frozen=True, kw_only=True)
-class JobClock:
-    job: str
-    first_ts: datetime
-    last_ts: datetime
-    watermark: datetime  # every source still arriving has been ingested up to here
+class FindingStage(Protocol):
+    """A step between the detectors and the alert book (incidents: link findings, demote victims')."""
+
+    def apply(self, ctx: EvalContext, findings: list[Finding], ran: Sequence[str]) -> list[Finding]: ...
 
 
-_CLOCKS_SQL = """
-SELECT job_id, min(first) AS first_ts, max(last) AS last_ts,
-       if(countIf(alive) = 0, max(last), minIf(last, alive)) AS watermark
-FROM (SELECT job_id, host, source, min(first_ts) AS first, max(last_ts) AS last,
-             max(last_ingested) > now64(3) - toIntervalMillisecond({idle_src:UInt64}) AS alive,
-             max(last_ingested) AS ingested
-      FROM host_clock WHERE $where GROUP BY job_id, host, source)
-GROUP BY job_id HAVING $having ORDER BY job_id
-"""
+def evaluate(client: QueryClient, settings: AnalyzerSettings, book: AlertBook, job: str, at: datetime, *,
+             live: bool = False, detectors: Sequence[Detector] = DETECTORS, errors: list[str] | None = None,
+             tracker: EpochTracker | None = None, sources: Mapping[tuple[str, str], SourceClock] | None = None,
+             stages: Sequence[FindingStage] = ()) -> list[Alert]:
+    """Run the detectors for `job` as of `at`; the alert events this instant produces.
 
-
-def job_clocks(client: QueryClient, job: str | None = None, idle_s: float | None = None,
-               source_idle_s: float = 5.0) -> list[JobClock]:
-    """Event-time span and watermark of each job; with `idle_s`, only jobs with anything ingested that recently (wall)."""
-    params: dict[str, object] = {"idle_src": int(source_idle_s * 1000)}
-    where = "1"
-    if job is not None:
-        where = "job_id = {job:String}"
-        params["job"] = job
-    having = "1"
-    if idle_s is not None:
-        having = "max(ingested) > now64(3) - toIntervalMillisecond({idle:UInt64})"
-        params["idle"] = int(idle_s * 1000)
-    res = client.query(_CLOCKS_SQL.replace("$where", where).replace("$having", having), parameters=params)
-    return [JobClock(job=str(r[0]), first_ts=as_utc(r[1]), last_ts=as_utc(r[2]), watermark=as_utc(r[3]))
-            for r in res.result_rows]
-
-
-def evaluate(client: QueryClient, settings: AnalyzerSettings, book: AlertBook, job: str, at: datetime,
-             live: bool = False, detectors: Sequence[Detector] = DETECTORS, errors: list[str] | None = None) -> list[Alert]:
-    """Run the detectors for `job` as of `at`; the alert events this instant produces."""
-    ctx = EvalContext(client=client, settings=settings, job=job, at=at, live=live, firing=book.firing_subjects(job))
+    A detector that fails on its own (a bug, a bad row) is left out of this instant and the
+    others still run; a store that is down or busy (`OperationalError`) fails the instant,
+    so the live cursor judges it again on its next turn instead of judging it half.
+    """
+    tracker = tracker or EpochTracker(job=job, settings=settings.epoch)
+    ctx = EvalContext(client=client, settings=settings, job=job, at=at, live=live, firing=book.firing_subjects(job),
+                      epoch=tracker.at(client, at), sources=sources)
     findings = []
     ran = []
     for d in detectors:
         try:
             findings.extend(d.detect(ctx))
             ran.append(d.name)
+        except OperationalError:
+            raise
         except Exception as exc:  # one broken detector must not silence the others
             msg = f"{d.name} on {job} at {at.isoformat()}: {one_line(exc)}"
             log.warning("detector failed: %s", msg)
             if errors is not None:
                 errors.append(msg)
+    for stage in stages:
+        try:
+            findings = stage.apply(ctx, findings, ran)
+        except OperationalError:
+            raise
+        except Exception as exc:  # a broken stage leaves the findings as the detectors made them
+            msg = f"{type(stage).__name__} on {job} at {at.isoformat()}: {one_line(exc)}"
+            log.warning("finding stage failed: %s", msg)
+            if errors is not None:
+                errors.append(msg)
     return book.update(job, at, ran, findings)
 
 
-def instants(start: datetime, end: datetime, step_s: float) -> list[datetime]:
-    """start, start+step, ... up to and including `end`."""
-    if end < start:
-        return []
-    n = int((end - start).total_seconds() // step_s)
-    points = [start + timedelta(seconds=i * step_s) for i in range(n + 1)]
-    if points[-1] < end:
-        points.append(end)
-    return points
-
-
 def replay(client: QueryClient, settings: AnalyzerSettings, job: str, start: datetime | None = None,
-           end: datetime | None = None) -> list[Alert]:
-    """Alert events the detectors would have raised over `job`'s stored history."""
+           end: datetime | None = None, stages: Sequence[FindingStage] = ()) -> list[Alert]:
+    """Alert events the detectors would have raised over `job`'s stored history (every grid instant)."""
     clocks = job_clocks(client, job=job)
     if not clocks:
         raise ValueError(f"no telemetry stored for job {job!r}")
-    lo = max(start, clocks[0].first_ts) if start else clocks[0].first_ts
-    hi = min(end, clocks[0].last_ts) if end else clocks[0].last_ts
+    clock = clocks[0]
+    step = settings.eval_step_s
+    lo = max(start, clock.first_ts) if start else clock.first_ts
+    hi = grid_floor(min(end, clock.last_ts), step) if end else clock.until(step)
     book = AlertBook(refresh_s=settings.refresh_s)
+    tracker = EpochTracker(job=job, settings=settings.epoch)
     out: list[Alert] = []
-    for at in instants(lo, hi, settings.eval_step_s):
-        out.extend(evaluate(client, settings, book, job, at))
+    for at in grid(lo - _MS, hi, step):
+        out.extend(evaluate(client, settings, book, job, at, tracker=tracker, stages=stages))
     return out
 
 
 @dataclass(kw_only=True)
 class LiveCursor:
-    """Per-job position of the live evaluation on the event-time clock."""
+    """Per-job position of the live evaluation on the event-time clock (see the module docstring)."""
 
     settings: AnalyzerSettings
     book: AlertBook
+    store: PositionStore | None = None
+    stages: Sequence[FindingStage] = ()
     positions: dict[str, datetime] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    backlog: int = 0  # instants known to wait after the last turn
+    behind_s: float = 0.0  # event time between the most lagging job's position and its judgeable end, after the turn
+    instants_judged: int = 0
+    _trackers: dict[str, EpochTracker] = field(default_factory=dict)
+    _judged_wall: dict[str, datetime] = field(default_factory=dict)
+    _unsaved: dict[str, datetime] = field(default_factory=dict)
+    _unfinished: set[str] = field(default_factory=set)
+    _loaded: bool = False
 
-    def turn(self, client: QueryClient) -> list[Alert]:
+    def turn(self, client: QueryClient, frontier: datetime | None = None) -> list[Alert]:
+        """Judge the pending instants of every active job; the alert events raised (publish, then `commit`)."""
         s = self.settings
+        if not self._loaded and self.store is not None:
+            self.positions.update(self.store.load())
+            self._unfinished |= set(self.positions)
+        self._loaded = True
+        fr = frontier or datetime.now(UTC)
+        clocks = job_clocks(client, active_since=fr - timedelta(seconds=s.job_idle_s), also=sorted(self._unfinished),
+                            frontier=fr, idle_s=s.watermark_idle_s, max_lag_s=s.watermark_max_lag_s)
+        queues: dict[str, deque[datetime]] = {}
+        by_job = {c.job: c for c in clocks}
+        for gone in set(self._trackers) - set(by_job):  # inactive jobs: their state is rebuilt if they return
+            self._trackers.pop(gone, None)
+            self._judged_wall.pop(gone, None)
+        self.backlog = 0
+        for c in clocks:
+            points, more = self._plan(c)
+            self.backlog += int(more)
+            if points:
+                queues[c.job] = deque(points)
+            elif c.stopped:
+                self._unfinished.discard(c.job)
         out: list[Alert] = []
-        for clock in job_clocks(client, idle_s=s.job_idle_s, source_idle_s=s.watermark_idle_s):
-            until = max(clock.watermark, clock.last_ts - timedelta(seconds=s.watermark_max_lag_s))
-            pos = self.positions.get(clock.job)
-            if pos is None:
-                pos = until - timedelta(seconds=s.eval_step_s)
-            points = instants(pos + timedelta(seconds=s.eval_step_s), until, s.eval_step_s)
-            if not points:
-                continue
-            for at in points[-s.max_catchup:]:
-                out.extend(evaluate(client, s, self.book, clock.job, at, live=True, errors=self.errors))
-            self.positions[clock.job] = points[-1]
+        deadline = time.monotonic() + s.turn_budget_s
+        rounds = 0
+        while queues and (rounds == 0 or time.monotonic() < deadline):  # at least one round: always progress
+            rounds += 1
+            for job in list(queues):  # round robin: one instant of each job per round
+                at = queues[job].popleft()
+                try:
+                    out.extend(self._judge(client, by_job[job], at))
+                except Exception as exc:  # the store is down or busy: this job waits for the next turn
+                    self.errors.append(f"{job} at {at.isoformat()}: {one_line(exc)}")
+                    log.warning("judging %s at %s failed: %s", job, at.isoformat(), one_line(exc))
+                    queues[job].clear()
+                if not queues[job]:
+                    del queues[job]
+        self.backlog += sum(len(q) for q in queues.values())
+        self.behind_s = max((max(0.0, (c.until(s.eval_step_s) - self.positions[c.job]).total_seconds())
+                             for c in clocks if c.job in self.positions), default=0.0)
         del self.errors[:-20]
         return out
+
+    def _plan(self, c: JobClock) -> tuple[list[datetime], bool]:
+        """The next instants to judge for `c.job` (at most `max_catchup`), and whether more wait after them."""
+        s = self.settings
+        until = c.until(s.eval_step_s)
+        pos = self.positions.get(c.job)
+        if pos is None:  # first seen: from its first event (or live_history_s back), on the grid
+            start = max(c.first_ts, until - timedelta(seconds=s.live_history_s))
+            points = grid(start - _MS, until, s.eval_step_s, limit=s.max_catchup + 1)
+        else:
+            points = grid(pos, until, s.eval_step_s, limit=s.max_catchup + 1)
+            if not points and self._late(c, pos):
+                points = [pos]
+        return points[:s.max_catchup], len(points) > s.max_catchup
+
+    def _late(self, c: JobClock, pos: datetime) -> bool:
+        """Something stamped at or before `pos` arrived after the job was last judged."""
+        judged = self._judged_wall.get(c.job)
+        if judged is None:
+            return False
+        since = judged - timedelta(seconds=1)  # ClickHouse's clock may differ a little from ours
+        if c.stopped:
+            return c.last_ingested > since
+        return any(sc.ingested > since and sc.last_ts <= pos for (_h, src), sc in c.sources.items() if src in SPARSE)
+
+    def _judge(self, client: QueryClient, c: JobClock, at: datetime) -> list[Alert]:
+        tracker = self._trackers.get(c.job)
+        if tracker is None:
+            tracker = self._trackers[c.job] = EpochTracker(job=c.job, settings=self.settings.epoch)
+        alerts = evaluate(client, self.settings, self.book, c.job, at, live=True, errors=self.errors,
+                          tracker=tracker, sources=c.sources, stages=self.stages)
+        self.positions[c.job] = self._unsaved[c.job] = at
+        self._judged_wall[c.job] = datetime.now(UTC)
+        self.instants_judged += 1
+        if c.stopped and at >= grid_ceil(c.last_ts, self.settings.eval_step_s):
+            self._unfinished.discard(c.job)
+        else:
+            self._unfinished.add(c.job)
+        return alerts
+
+    def commit(self) -> None:
+        """Save the positions reached (call once the turn's alerts are published)."""
+        if self.store is not None and self._unsaved:
+            self.store.save(self._unsaved)
+        self._unsaved = {}

@@ -1,10 +1,16 @@
 """AnalyzerService: the ingest loop and the detector loop as one service of `vigil up`.
 
-`start()` restores the alert book from the alerts topic, then starts two threads:
-ingest (Kafka -> ClickHouse, committing after each write) and detect (every
-`detect_interval_s`, evaluate active jobs on their event-time clocks and publish the
-resulting alert events to the alerts topic, which the ingest stores back into
-`alert_events`). `health()` is cheap: figures sampled by the threads.
+`start()` restores the alert book and the incident book from their topics, then starts
+two threads: ingest (Kafka -> ClickHouse, committing after each write) and detect (turns of
+the live cursor: judge active jobs on their event-time clocks, publish the resulting alert
+and incident events to their topics, which the ingest stores back into `alert_events` /
+`incident_events`, then save the positions reached). Between the detectors and the alert
+book, the incident stage groups findings under incidents and demotes victims'
+(`analyzer.incidents`). A turn is bounded (`turn_budget_s`); while instants wait (a burst,
+a catch-up) the next turn starts at once, otherwise after `detect_interval_s`. The
+cursor's idle rule uses the ingest's frontier (ingest/lag.py), so a saturated ingest
+delays judgement instead of making hosts look silent. `health()` is cheap: figures
+sampled by the threads, never a query.
 
 Ingest scales out (instances share the consumer group); detection does not: each
 detecting instance keeps its own alert book, so exactly one runs with `detect` on and
@@ -21,9 +27,13 @@ from typing import Any
 from vigil.analyzer.alerts.book import AlertBook
 from vigil.analyzer.alerts.view import read_alert_events
 from vigil.analyzer.engine import LiveCursor
+from vigil.analyzer.incidents.stage import IncidentStage
+from vigil.analyzer.incidents.view import read_incident_events
 from vigil.analyzer.ingest.loop import IngestLoop
+from vigil.analyzer.positions import ClickHousePositions
 from vigil.analyzer.settings import AnalyzerSettings
-from vigil.contract import Alert
+from vigil.clickhouse.client import open_client
+from vigil.contract import Event
 from vigil.errors import one_line
 from vigil.kafka.producer import EventProducer
 from vigil.service import StackContext
@@ -41,20 +51,27 @@ class AnalyzerService:
         self._threads: list[threading.Thread] = []
         self.producer = EventProducer(settings=ctx.settings, bootstrap=ctx.bootstrap, batch_events=500)
         self.book = AlertBook(refresh_s=self.settings.refresh_s)
-        self.cursor = LiveCursor(settings=self.settings, book=self.book)
+        self.incidents = IncidentStage(self.settings)
+        self.cursor = LiveCursor(settings=self.settings, book=self.book, store=ClickHousePositions(client=ctx.clickhouse),
+                                 stages=(self.incidents,))
         self.ingest: IngestLoop | None = None
         self.alerts_published = 0
-        self._unpublished: list[Alert] = []
+        self._unpublished: list[Event] = []
         self.detect_turns = 0
         self.last_error = ""
 
     def start(self) -> None:
         if self.settings.detect:
             self.book.restore(read_alert_events(self.ctx.settings, self.ctx.bootstrap))
+            self.incidents.book.restore(read_incident_events(self.ctx.settings, self.ctx.bootstrap))
         # its own producer: a flush reports every failure since the last one, so one user each
         dead_letters = EventProducer(settings=self.ctx.settings, bootstrap=self.ctx.bootstrap, batch_events=500)
+        # the writer's own ClickHouse client: detectors, the dashboard and the control port never wait on its inserts
+        database = getattr(self.ctx.clickhouse, "database", None) or "vigil"
+        writer_client = open_client(self.ctx.clickhouse_dsn, database=database) if self.ctx.clickhouse_dsn \
+            else self.ctx.clickhouse
         self.ingest = IngestLoop(settings=self.ctx.settings, analyzer=self.settings, bootstrap=self.ctx.bootstrap,
-                                 client=self.ctx.clickhouse, producer=dead_letters)
+                                 client=writer_client, producer=dead_letters)
         self._stop.clear()
         self._threads = [
             threading.Thread(target=self.ingest.run, args=(self._stop,), name="analyzer-ingest", daemon=True),
@@ -65,24 +82,30 @@ class AnalyzerService:
             t.start()
 
     def _detect_loop(self) -> None:
-        while not self._stop.wait(self.settings.detect_interval_s):
+        while not self._stop.wait(0 if self.cursor.backlog else self.settings.detect_interval_s):
             self.detect_once()
 
     def detect_once(self) -> int:
-        """One turn of the detector loop; the number of alert events published."""
+        """One turn of the detector loop; the number of alert and incident events published."""
         try:
-            alerts = self._unpublished + self.cursor.turn(self.ctx.clickhouse)
-            self._unpublished = alerts  # kept until the broker has them; ingest dedups a resend
-            if alerts:
-                self.producer.send(alerts)
+            frontier = self.ingest.frontier if self.ingest is not None else None
+            if self.ingest is not None and frontier is None and not self._unpublished:
+                return 0  # no lag sample yet: nothing tells a silent source from a queued one
+            turned: list[Event] = list(self.cursor.turn(self.ctx.clickhouse, frontier=frontier))
+            events = self._unpublished + turned + list(self.incidents.drain())
+            self._unpublished = events  # kept until the broker has them; ingest dedups a resend
+            if events:
+                self.producer.send(events)
                 self.producer.flush()
             self._unpublished = []
-            self.alerts_published += len(alerts)
+            self.cursor.commit()
+            self.alerts_published += len(events)
             self.detect_turns += 1
-            return len(alerts)
+            return len(events)
         except Exception as exc:
             self.last_error = f"detect: {one_line(exc)}"
             log.exception("detector turn failed")
+            self.cursor.backlog = 0  # wait for the next interval before trying again
             return 0
 
     def stop(self) -> None:
@@ -95,14 +118,21 @@ class AnalyzerService:
         except Exception as exc:
             log.warning("flushing alerts on stop: %s", exc)
 
+    @property
+    def failed(self) -> str:
+        """The error that stopped ingest ("" while it runs): the process should exit non-zero."""
+        return self.ingest.failed if self.ingest is not None else ""
+
     def health(self) -> dict[str, Any]:
         ing = self.ingest
         stats = ing.stats if ing is not None else None
-        errors = [e for e in (self.last_error, ing.last_error if ing else "", stats.last_error if stats else "",
+        errors = [e for e in (self.failed, self.last_error, ing.last_error if ing else "", stats.last_error if stats else "",
                               self.cursor.errors[-1] if self.cursor.errors else "") if e]
         alive = bool(self._threads) and all(t.is_alive() for t in self._threads)
         return {
-            "ok": alive and (stats is None or time.time() - stats.last_commit_ts < 600 or stats.events == 0),
+            "ok": alive and not self.failed and (stats is None or stats.state != "retrying")
+            and (stats is None or time.time() - stats.last_commit_ts < 600 or stats.events == 0),
+            "ingest": stats.state if stats else "starting",
             "lag": dict(ing.lag) if ing else {},
             "events_per_s": round(ing.events_per_s, 1) if ing else 0.0,
             "events": stats.events if stats else 0,
@@ -111,6 +141,10 @@ class AnalyzerService:
             "last_error": errors[0] if errors else "",
             "detect": self.settings.detect,
             "alerts_firing": len(self.book.firing()),
+            "incidents_open": len(self.incidents.book.open()),
             "alerts_published": self.alerts_published,
             "detect_turns": self.detect_turns,
+            "instants_judged": self.cursor.instants_judged,
+            "detect_backlog": self.cursor.backlog,
+            "detect_behind_s": round(self.cursor.behind_s, 1),
         }

@@ -65,12 +65,39 @@ class MfuSettings(_Section):
 
 class HeartbeatSettings(_Section):
     miss_intervals: float = Field(default=3.0, gt=0)
-    quiet_s: float = Field(default=2.0, ge=0, description="wall clock: nothing of the host ingested for this long (live only)")
+
+
+class EpochSettings(_Section):
+    """When a job's steps begin a new run (epoch): every baseline starts afresh after warm-up."""
+
+    gap_s: float = Field(default=120.0, gt=0, description="steps resuming after this long without any is a new run")
+    back_steps: int = Field(default=2, ge=1, description="a step this many below the run's newest so far: a restart")
+    jump_steps: int = Field(default=1000, ge=1, description="a step this many above the run's newest so far: a new run")
 
 
 class LogSettings(_Section):
     min_severity: Literal["warning", "error", "critical"] = "error"
     resolve_s: float = Field(default=600.0, gt=0, description="an error-log alert resolves after this long quiet")
+
+
+class HangSettings(_Section):
+    episode_s: float = Field(default=60.0, gt=0, description="Flight Recorder dumps this close to the newest belong "
+                             "to one hang")
+    gather_s: float = Field(default=10.0, ge=0, description="a hang is judged once every member dumped, or this long "
+                            "after its first dump")
+    lookback_s: float = Field(default=3600.0, gt=0, description="how far back dumps are read")
+    stall_s: float = Field(default=120.0, gt=0, description="no Flight Recorder culprit: steps stopped this long while "
+                           "the job's processes live is a hang (weak evidence)")
+
+
+class IncidentSettings(_Section):
+    window_s: float = Field(default=120.0, gt=0, description="rank failures this close in time form one cascade")
+    settle_s: float = Field(default=20.0, ge=0, description="a cascade of peer errors only (no culprit yet) waits this "
+                            "long for its culprit's exit before naming the first failure")
+    hardware_window_s: float = Field(default=300.0, ge=0, description="hardware error lines on the culprit's host "
+                                     "this long before its failure make it a host fault")
+    victim_severity: Literal["info", "warning", "error"] = Field(default="warning", description="severity a "
+                                                                 "victim's alert is demoted to (it no longer pages)")
 
 
 class AnalyzerSettings(VigilBaseSettings):
@@ -81,15 +108,25 @@ class AnalyzerSettings(VigilBaseSettings):
     group_id: str = Field(default="vigil-analyzer", min_length=1)
     batch_events: int = Field(default=20_000, ge=1, description="flush a batch at this many events")
     batch_s: float = Field(default=1.0, gt=0, description="... or when it is this old (wall clock)")
+    write_thread: bool = Field(default=True, description="write each batch on a thread of its own while the next "
+                               "one is read and decoded")
+    dedup_window_s: float = Field(default=60.0, gt=0, description="event time: re-sends of step/heartbeat/NIC events "
+                                  "this recent are caught in memory; older ones are looked up in ClickHouse")
     # detector cadence
     detect: bool = Field(default=True, description="run the detectors; exactly one analyzer per cluster should "
                          "(more instances with detect off scale the ingest)")
     detect_interval_s: float = Field(default=2.0, gt=0, description="wall-clock period of the detector loop")
     eval_step_s: float = Field(default=2.0, gt=0, description="event-time spacing of evaluation points")
-    max_catchup: int = Field(default=60, ge=1, description="most evaluation points per job per loop turn")
+    max_catchup: int = Field(default=60, ge=1, description="most evaluation points per job per loop turn (the rest "
+                             "waits for the next turn, which follows at once: nothing is skipped)")
+    turn_budget_s: float = Field(default=2.0, gt=0, description="wall clock: a turn stops starting evaluations after "
+                                 "this long and publishes; the next turn goes on where it stopped")
+    live_history_s: float = Field(default=3600.0, gt=0, description="a job first seen (no stored position) is judged "
+                                  "live from at most this far behind its watermark; replay covers older history")
     job_idle_s: float = Field(default=600.0, gt=0, description="wall clock: a job with no ingest for this long is not evaluated")
-    watermark_idle_s: float = Field(default=5.0, gt=0, description="wall clock: a host's source with no ingest for this "
-                                    "long stops holding the job's event-time watermark back")
+    watermark_idle_s: float = Field(default=5.0, gt=0, description="wall clock: a host's source with nothing ingested "
+                                    "for this long before the ingest frontier (everything produced before it is "
+                                    "stored) stops holding the job's event-time watermark back: its agent is silent")
     watermark_max_lag_s: float = Field(default=120.0, gt=0, description="the watermark never trails the job's "
                                        "newest event time by more than this")
     refresh_s: float = Field(default=60.0, gt=0, description="re-publish a firing alert at most this often")
@@ -98,4 +135,7 @@ class AnalyzerSettings(VigilBaseSettings):
     traffic: TrafficSettings = TrafficSettings()
     mfu: MfuSettings = MfuSettings()
     heartbeat: HeartbeatSettings = HeartbeatSettings()
+    epoch: EpochSettings = EpochSettings()
     log: LogSettings = LogSettings()
+    hang: HangSettings = HangSettings()
+    incidents: IncidentSettings = IncidentSettings()

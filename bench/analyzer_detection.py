@@ -13,7 +13,14 @@ the ground truth of `vigil simulate --json`. A verdict line checks the issue's t
 precision and recall >= 0.97, hard faults <= 15 s, a 5 %-slow host within 30 steps.
 Wall-clock latency through the live path is bench/analyzer_live_latency.py.
 
-    python bench/analyzer_detection.py [--seeds 3] [--big-seeds 3] [--no-append]
+Resumed jobs (`--resumed-seeds`): the same 64-host scenarios, once started at step 4800 (as
+every job is after a restart from a checkpoint) and once restarted: a healthy first run of
+150 steps, then a minute later a second run from the checkpoint at step 120 carrying the
+faults (a fresh registration, steps going back). Fleet (`--fleet-jobs`, analyzer_fleet.py):
+that many jobs interleaved and streamed faster than real time through the broker into the
+live analyzer hosted by the real stack; live alerts vs replay per job, `/health` latency.
+
+    python bench/analyzer_detection.py [--seeds 3] [--big-seeds 3] [--resumed-seeds 2] [--fleet-jobs 10] [--no-append]
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ import argparse
 import tempfile
 import time
 from collections import defaultdict
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from analyzer_common import append_results, machine_info
@@ -39,42 +46,41 @@ from vigil.clickhouse.client import connect
 from vigil.contract import Event
 
 
-def faults_for(hosts: int, seed: int, steps: int) -> list[str]:
-    """Seven faults on distinct hosts chosen by the seed; onsets spread over the run."""
+def faults_for(hosts: int, seed: int, steps: int, first: int = 0) -> list[str]:
+    """Seven faults on distinct hosts chosen by the seed; onsets spread over the run (which begins at step `first`)."""
     import random
 
     rng = random.Random(seed)
     picks = rng.sample(range(hosts), 6)
     h = [f"sim-host-{i:04d}" for i in picks]
-    base = max(20, steps // 6)
+    base = first + max(20, steps // 6)
     return [
         f"straggler:host={h[0]},start={base},magnitude=0.05",
         f"nic_drop:host={h[1]},start={base + 5},duration={steps // 3}",
         f"traffic_stop:host={h[2]},start={base + 10}",
-        f"mfu_decay:start={max(90, steps - 60)},magnitude=0.4,ramp=30",
+        f"mfu_decay:start={first + max(90, steps - 60)},magnitude=0.4,ramp=30",
         f"heartbeat_loss:host={h[3]},start={base + 15}",
         f"xid:host={h[4]},start={base + 20}",
         f"process_exit:host={h[5]},start={base + 25}",
     ]
 
 
-def scenario(client: Any, hosts: int, steps: int, seed: int) -> dict[str, Any]:
-    job = f"q{hosts}-{seed}"
-    specs = faults_for(hosts, seed, steps)
-    sim = Simulation(SimConfig(job=job, layout=Layout(hosts=hosts, pp=4), faults=[parse_fault(s) for s in specs],
-                               seed=seed, start=datetime(2026, 11, 1, tzinfo=UTC)))
+def scenario(client: Any, hosts: int, steps: int, seed: int, mode: str = "fresh") -> dict[str, Any]:
+    """mode: fresh (steps from 0), resumed (from step 4800), restarted (a healthy run, then a restart with faults)."""
+    job = f"q{hosts}-{seed}" + ("" if mode == "fresh" else f"-{mode}")
+    first = {"fresh": 0, "resumed": 4800, "restarted": 120}[mode]
+    start = datetime(2026, 11, 1, tzinfo=UTC)
     writer = ClickHouseWriter(client=client)
     t0 = time.perf_counter()
-    buf: list[Event] = [sim.registration()]
-    n = 1
-    for i in range(steps):
-        buf += sim.step(i)
-        if len(buf) >= 50_000:
-            writer.write(buf)
-            n += len(buf)
-            buf = []
-    writer.write(buf)
-    n += len(buf)
+    n = 0
+    if mode == "restarted":  # a healthy first run; the faulty run restarts from its checkpoint a minute later
+        healthy = Simulation(SimConfig(job=job, layout=Layout(hosts=hosts, pp=4), seed=seed + 1000, start=start))
+        n += write_run(writer, healthy, range(150))
+        start = healthy.now + timedelta(seconds=60)
+    specs = faults_for(hosts, seed, steps, first)
+    sim = Simulation(SimConfig(job=job, layout=Layout(hosts=hosts, pp=4), faults=[parse_fault(s) for s in specs],
+                               seed=seed, start=start))
+    n += write_run(writer, sim, range(first, first + steps))
     ingest_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     alerts = replay(client, AnalyzerSettings(), job)
@@ -82,6 +88,19 @@ def scenario(client: Any, hosts: int, steps: int, seed: int) -> dict[str, Any]:
     truth = ground_truth(sim, steps, n)
     step_s = (sim.now - sim.cfg.start).total_seconds() / steps
     return {"truth": truth, "alerts": alerts, "step_s": step_s, "events": n, "ingest_s": ingest_s, "replay_s": replay_s}
+
+
+def write_run(writer: ClickHouseWriter, sim: Simulation, numbers: range) -> int:
+    buf: list[Event] = [sim.registration()]
+    n = 0
+    for i in numbers:
+        buf += sim.step(i)
+        if len(buf) >= 50_000:
+            writer.write(buf)
+            n += len(buf)
+            buf = []
+    writer.write(buf)
+    return n + len(buf)
 
 
 def score(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -154,32 +173,77 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--big-seeds", type=int, default=3, help="1024-host scenarios")
     ap.add_argument("--big-steps", type=int, default=150)
+    ap.add_argument("--resumed-seeds", type=int, default=2, help="64-host scenarios resumed at 4800, and restarted")
+    ap.add_argument("--fleet-jobs", type=int, default=10, help="jobs streamed interleaved through the live path")
+    ap.add_argument("--fleet-hosts", type=int, default=16)
+    ap.add_argument("--fleet-steps", type=int, default=150)
+    ap.add_argument("--speed", type=float, default=10.0, help="fleet: simulated seconds per wall second")
     ap.add_argument("--no-append", dest="append", action="store_false", help="print only; do not add to bench/RESULTS.md")
     args = ap.parse_args()
-    client = connect(f"chdb://{tempfile.mkdtemp(prefix='vigil-bench-d-')}", database="vigil")
+    dsn = f"chdb://{tempfile.mkdtemp(prefix='vigil-bench-d-')}"
+    client = connect(dsn, database="vigil")
     migrate_all(client, 3650)
     sections = []
-    for hosts, seeds, steps in ((64, args.seeds, args.steps), (1024, args.big_seeds, args.big_steps)):
+    plans = [(64, args.seeds, args.steps, "fresh"), (1024, args.big_seeds, args.big_steps, "fresh"),
+             (64, args.resumed_seeds, args.steps, "resumed"), (64, args.resumed_seeds, args.steps, "restarted")]
+    for hosts, seeds, steps, mode in plans:
         if seeds <= 0:
             continue
         results = []
         for seed in range(seeds):
-            r = scenario(client, hosts, steps, seed)
-            print(f"{hosts} hosts seed {seed}: {r['events']:,} events, ingest {r['ingest_s']:.1f} s, "
+            r = scenario(client, hosts, steps, seed, mode)
+            print(f"{hosts} hosts seed {seed} {mode}: {r['events']:,} events, ingest {r['ingest_s']:.1f} s, "
                   f"replay {r['replay_s']:.1f} s, {len(r['alerts'])} alert events", flush=True)
             results.append(r)
         step_s = sum(r["step_s"] for r in results) / len(results)
-        head = (f"### {hosts} hosts x 8 GPUs (pp=4), {steps} steps (~{step_s:.2f} s each), {seeds} seed(s), "
+        what = {"fresh": "", "resumed": ", **resumed at step 4800**",
+                "restarted": ", **restarted**: 150 healthy steps, then a minute later from the checkpoint at step 120 "
+                             "with the faults"}[mode]
+        head = (f"### {hosts} hosts x 8 GPUs (pp=4), {steps} steps (~{step_s:.2f} s each){what}, {seeds} seed(s), "
                 f"all 7 fault kinds per job; straggler magnitude 5%")
         sections.append(head + "\n\n" + table(score(results)))
         print(sections[-1], flush=True)
+    if args.fleet_jobs > 0:
+        sections.append(fleet_section(args, dsn))
+        print(sections[-1], flush=True)
     if args.append:
         append_results("Analyzer detection quality (simulator scenarios)", machine_info() + "\n\n" +
-                       "Detectors fed through the ingest processors straight into chdb (no broker), evaluated every "
-                       "2 s of event time as live; latency = alert event time - fault onset.\n\n"
+                       "Detectors fed through the ingest processors straight into chdb (no broker), evaluated at "
+                       "every 2 s of event time as live (replay); the fleet section goes through the broker and the "
+                       "live analyzer. Latency = alert event time - fault onset.\n\n"
                        + "\n\n".join(sections) + "\n\nCommand: `python bench/analyzer_detection.py` "
                        f"(seeds {args.seeds} x 64 hosts x {args.steps} steps, {args.big_seeds} x 1024 hosts x "
-                       f"{args.big_steps} steps).")
+                       f"{args.big_steps} steps, {args.resumed_seeds} resumed + restarted, fleet of {args.fleet_jobs} "
+                       f"x {args.fleet_hosts} hosts x {args.fleet_steps} steps at {args.speed:g}x).")
+
+
+def fleet_section(args: argparse.Namespace, dsn: str) -> str:
+    from analyzer_fleet import fleet, same
+
+    f = fleet(args.fleet_jobs, args.fleet_hosts, args.fleet_steps, args.speed, dsn)
+    rows = {"live": [], "replay": []}  # type: dict[str, list[dict[str, Any]]]
+    for j in f["jobs"]:
+        for mode in rows:
+            rows[mode].append({"truth": j["truth"], "alerts": j[mode], "step_s": j["step_s"]})
+    equal = [j["name"] for j in f["jobs"] if same(j["live"], j["replay"])]
+    differ = [j["name"] for j in f["jobs"] if j["name"] not in equal]
+    lat = sorted(f["status_latencies"])
+    p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))] if lat else float("nan")
+    h = f["health"]
+    head = (f"### Fleet: {args.fleet_jobs} jobs x {args.fleet_hosts} hosts x 4 GPUs (pp=2), {args.fleet_steps} steps, "
+            f"interleaved, streamed at {args.speed:g}x real time through the broker into the live analyzer "
+            f"(`vigil up`'s stack, default settings)\n\n"
+            f"fleet00 starts at step 4800; fleet01 runs 100 healthy steps, then restarts a minute later from step 80 "
+            f"with its faults; every job has two fault kinds (every third also an MFU decay).\n\n"
+            f"{f['events']:,} events streamed in {f['streamed_s']:.0f} s; every job judged to its end "
+            f"{f['judged_s']:.0f} s after the stream began ({h['instants_judged']:,} instants in {h['detect_turns']} "
+            f"turns); replaying the {args.fleet_jobs} jobs took {f['replay_s']:.0f} s.\n\n"
+            f"**Live alert events == replay's (instant, fingerprint, status, severity) for {len(equal)} of "
+            f"{len(f['jobs'])} jobs**" + (f" (differ: {', '.join(differ)})" if differ else "") + ".\n\n"
+            f"`/health` (what `vigil status` asks) polled every 0.25 s while it ran: {len(lat)} answers, "
+            f"{f['status_failures']} failures, p99 {p99 * 1000:.0f} ms, max {max(lat, default=0) * 1000:.0f} ms.")
+    return (head + "\n\n#### Live\n\n" + table(score(rows["live"])) + "\n\n#### Replay\n\n"
+            + table(score(rows["replay"])))
 
 
 if __name__ == "__main__":

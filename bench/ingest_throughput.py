@@ -1,20 +1,24 @@
-"""Ingest throughput in one run: broker raw consume vs the analyzer ingest vs ClickHouse's Kafka engine.
+"""Ingest throughput in one run: broker raw consume vs the analyzer ingest, with 200k and 2M events stored.
 
-All three read the same topic on the embedded broker (Tansu): step-timing events, 500
-per record, as `vigil simulate` and the node agent produce them.
+Every leg reads step-timing events, 500 per record, as `vigil simulate` and the node agent
+produce them, from the embedded broker (Tansu):
 
 * raw consume: a plain confluent-kafka consumer counting records (no decoding);
-* analyzer ingest: BatchingConsumer -> validation -> idempotent ClickHouseWriter (event_id
-  look-ups) -> raw table + materialised rollups, commit after write;
+* analyzer ingest: BatchingConsumer -> fast decode -> ClickHouseWriter (intent, recent-id
+  window, one token-deduplicated block per table) -> raw table + materialised rollups, commit
+  after write; first into an empty store (200k stored at the end), then the same number of
+  new events after the store was grown to 2M rows (history loaded in-engine, rollups and all):
+  the cost per batch must not grow with what is stored;
 * ClickHouse Kafka table engine (inside chdb): records as RawBLOB -> materialised view that
   counts events with JSONExtractArrayRaw (no validation, no dedup, no rollups).
 
-    python bench/ingest_throughput.py [--events 200000] [--no-append]
+    python bench/ingest_throughput.py [--events 200000] [--stored 2000000] [--no-append]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import threading
 import time
@@ -27,7 +31,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from vigil.analyzer.ingest.loop import IngestLoop
 from vigil.analyzer.settings import AnalyzerSettings
 from vigil.app.components import migrate_all
-from vigil.clickhouse.client import connect
+from vigil.clickhouse.client import connect, open_client
 from vigil.contract import ParallelCoords, StepTiming
 from vigil.errors import one_line
 from vigil.kafka.admin import ensure_topics
@@ -38,11 +42,11 @@ from vigil.settings import VigilSettings
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
 
-def make_steps(n: int, hosts: int = 64, gpus: int = 8) -> list[StepTiming]:
+def make_steps(n: int, hosts: int = 64, gpus: int = 8, first_step: int = 0) -> list[StepTiming]:
     ranks = hosts * gpus
     return [StepTiming(job_id="ingest", host=f"h{(i % ranks) // gpus:04d}", rank=i % ranks, local_rank=i % gpus,
-                       world_size=ranks, coords=ParallelCoords(tp=i % gpus), step=i // ranks,
-                       ts=T0 + timedelta(seconds=i // ranks), step_ms=1000.0,
+                       world_size=ranks, coords=ParallelCoords(tp=i % gpus), step=first_step + i // ranks,
+                       ts=T0 + timedelta(seconds=first_step + i // ranks), step_ms=1000.0,
                        phases={"forward": 300.0, "backward": 520.0, "optimizer": 60.0, "comm": 120.0}, mfu=0.42)
             for i in range(n)]
 
@@ -65,22 +69,53 @@ def raw_consume(settings: VigilSettings, bootstrap: str, topic: str, records: in
 CHDB = f"chdb://{tempfile.mkdtemp(prefix='vigil-bench-i-')}"  # one engine per process: one path, two databases
 
 
-def analyzer_ingest(settings: VigilSettings, bootstrap: str, events: int) -> tuple[float, int]:
+def analyzer_ingest(settings: VigilSettings, bootstrap: str, events: int, group: str,
+                    write_thread: bool = True) -> tuple[float, float, int, int]:
+    """(seconds in all, events/s after the first batch's commit, rows stored after, batches) to ingest `events`
+    new events of the topic with a fresh group: the first figure includes joining the group (seconds on the
+    embedded broker), the second is the steady rate."""
     client = connect(CHDB, database="vigil")
     migrate_all(client, 3650)
-    loop = IngestLoop(settings=settings, analyzer=AnalyzerSettings(group_id=f"ing-{uuid.uuid4().hex[:6]}"),
-                      bootstrap=bootstrap, client=client, producer=EventProducer(settings=settings, bootstrap=bootstrap))
+    loop = IngestLoop(settings=settings, analyzer=AnalyzerSettings(group_id=group, write_thread=write_thread),
+                      bootstrap=bootstrap, client=open_client(CHDB),
+                      producer=EventProducer(settings=settings, bootstrap=bootstrap))
     stop = threading.Event()
     t = threading.Thread(target=loop.run, args=(stop,))
     start = time.perf_counter()
     t.start()
-    while loop.stats.events < events:
-        time.sleep(0.05)
-    elapsed = time.perf_counter() - start
+    first: tuple[float, int] | None = None
+    while loop.stats.events < events and not loop.failed:
+        time.sleep(0.01)
+        if first is None and loop.stats.events:
+            first = (time.perf_counter(), loop.stats.events)
+    end = time.perf_counter()
+    elapsed = end - start
+    steady = (loop.stats.events - first[1]) / (end - first[0]) if first and end > first[0] else 0.0
     stop.set()
     t.join(30)
+    if loop.failed:
+        raise SystemExit(loop.failed)
     rows = int(client.query("SELECT count() FROM step_timings").result_rows[0][0])
-    return elapsed, rows
+    st, w = loop.stats, loop.writer.seconds
+    print(f"  {group}: {st.batches} batches, seconds: decode {st.decode_s:.2f}, intent {w['intent']:.2f}, "
+          f"prepare {w['prepare']:.2f}, insert {w['insert']:.2f}, commit {st.commit_s:.2f}; total {elapsed:.2f}", flush=True)
+    return elapsed, steady, rows, loop.stats.batches
+
+
+def grow_history(rows: int) -> float:
+    """Store `rows` older step rows in-engine (through the rollups), as a long-running job's history."""
+    client = connect(CHDB, database="vigil")
+    start = time.perf_counter()
+    for lo in range(0, rows, 500_000):
+        n = min(500_000, rows - lo)
+        client.command(f"""INSERT INTO step_timings (event_id, job_id, host, rank, local_rank, world_size, dp, tp, pp,
+            step, ts, step_ms, phases, tokens, tflops, mfu, failed, dropped)
+            SELECT concat('hist-', toString(number)), 'history', concat('h', leftPad(toString(intDiv(number % 512, 8)), 4, '0')),
+                   number % 512, number % 8, 512, 0, number % 8, 0, intDiv(number, 512),
+                   toDateTime64('2026-10-25 00:00:00', 3, 'UTC') + toIntervalSecond(intDiv(number, 512)), 1000.0,
+                   map('forward', 300.0, 'backward', 520.0, 'optimizer', 60.0, 'comm', 120.0), NULL, NULL, 0.42, 0, 0
+            FROM numbers({lo}, {n})""")
+    return time.perf_counter() - start
 
 
 def kafka_engine(dsn: str, bootstrap: str, topic: str, records: int, wait_s: float = 30.0) -> tuple[float, int, str]:
@@ -113,43 +148,64 @@ def kafka_engine(dsn: str, bootstrap: str, topic: str, records: int, wait_s: flo
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=200_000)
+    ap.add_argument("--stored", type=int, default=2_000_000, help="rows stored before the second ingest leg")
+    ap.add_argument("--no-write-thread", dest="write_thread", action="store_false",
+                    help="write batches on the consumer's thread (no decode/insert overlap)")
     ap.add_argument("--no-append", dest="append", action="store_false", help="print only; do not add to bench/RESULTS.md")
     ap.add_argument("--engine-dsn", default=CHDB, help="ClickHouse for the Kafka-engine leg (default: the in-process "
                     "chdb, whose Kafka engine does not run); e.g. http://user:pass@localhost:8123")
     ap.add_argument("--engine-bootstrap", default=None,
                     help="the broker as the ClickHouse server reaches it (default: the embedded broker's address)")
     args = ap.parse_args()
+    load0 = os.getloadavg()
     broker = EmbeddedBroker()
     bootstrap = broker.start()
+    n = args.events
     try:
-        settings = VigilSettings(kafka_bootstrap=bootstrap, topic_prefix="bench.", topic_partitions=4)
-        ensure_topics(settings, bootstrap)
-        producer = EventProducer(settings=settings, bootstrap=bootstrap, batch_events=500)
-        evs = make_steps(args.events)
+        first = VigilSettings(kafka_bootstrap=bootstrap, topic_prefix="bench.", topic_partitions=4)
+        second = VigilSettings(kafka_bootstrap=bootstrap, topic_prefix="bench2.", topic_partitions=4)
+        for s in (first, second):
+            ensure_topics(s, bootstrap)
+        producer = EventProducer(settings=first, bootstrap=bootstrap, batch_events=500)
+        evs = make_steps(n)
         start = time.perf_counter()
         records = producer.send(evs)
         producer.flush(120)
         produce_s = time.perf_counter() - start
-        topic = settings.topic("steps")
-        raw_s = raw_consume(settings, bootstrap, topic, records)
-        ing_s, rows = analyzer_ingest(settings, bootstrap, args.events)
+        later = EventProducer(settings=second, bootstrap=bootstrap, batch_events=500)
+        later.send(make_steps(n, first_step=n // 512 + 10))
+        later.flush(120)
+        topic = first.topic("steps")
+        raw_s = raw_consume(first, bootstrap, topic, records)
+        ing_s, steady, rows, batches = analyzer_ingest(first, bootstrap, n, f"ing-{uuid.uuid4().hex[:6]}", args.write_thread)
+        grow_s = grow_history(max(0, args.stored - rows))
+        raw2_s = raw_consume(second, bootstrap, second.topic("steps"), records)
+        ing2_s, steady2, rows2, batches2 = analyzer_ingest(second, bootstrap, n, f"ing-{uuid.uuid4().hex[:6]}", args.write_thread)
         ke_s, ke_events, ke_problem = kafka_engine(args.engine_dsn, args.engine_bootstrap or bootstrap, topic, records)
     finally:
         broker.stop()
-    n = args.events
-    lines = [f"{n:,} step events in {records:,} records of <= 500 events (~{n / records:.0f} per record), 4 partitions.",
-             "", "| path | seconds | records/s | events/s | notes |", "| --- | --- | --- | --- | --- |",
-             f"| produce (EventProducer, encode + send) | {produce_s:.2f} | {records / produce_s:,.0f} | {n / produce_s:,.0f} | |",
-             f"| broker raw consume (no decode) | {raw_s:.2f} | {records / raw_s:,.0f} | {n / raw_s:,.0f} | ceiling |",
-             f"| analyzer ingest -> ClickHouse | {ing_s:.2f} | {records / ing_s:,.0f} | {n / ing_s:,.0f} | "
-             f"validated, dedup look-ups, rollups; {rows:,} rows stored |",
-             (f"| ClickHouse Kafka engine -> MV | {ke_s:.2f} | {records / ke_s:,.0f} | {ke_events / ke_s:,.0f} | "
+    load1 = os.getloadavg()
+    lines = [f"{n:,} step events per leg in {records:,} records of <= 500 events (~{n / records:.0f} per record), "
+             f"4 partitions, batches of <= 20,000 events. Load average (1/5/15 min) at start "
+             f"{load0[0]:.1f}/{load0[1]:.1f}/{load0[2]:.1f}, at end {load1[0]:.1f}/{load1[1]:.1f}/{load1[2]:.1f} "
+             "(2 cores shared with other sessions' test runs).",
+             "", "| path | stored before -> after | seconds (incl. group join) | events/s | steady events/s | "
+             "ms per batch (steady) | notes |", "| --- | --- | --- | --- | --- | --- | --- |",
+             f"| produce (EventProducer, encode + send) | | {produce_s:.2f} | {n / produce_s:,.0f} | | | |",
+             f"| broker raw consume (no decode) | | {raw_s:.2f} | {n / raw_s:,.0f} | | | ceiling |",
+             f"| analyzer ingest -> ClickHouse | 0 -> {rows:,} | {ing_s:.2f} | {n / ing_s:,.0f} | {steady:,.0f} | "
+             f"{20_000_000 / max(1.0, steady):,.0f} | fast decode, window dedup, token inserts, rollups; {batches} batches |",
+             f"| broker raw consume (no decode), again | | {raw2_s:.2f} | {n / raw2_s:,.0f} | | | ceiling |",
+             f"| analyzer ingest -> ClickHouse | {rows2 - n:,} -> {rows2:,} | {ing2_s:.2f} | {n / ing2_s:,.0f} | "
+             f"{steady2:,.0f} | {20_000_000 / max(1.0, steady2):,.0f} | same, after {rows2 - n - rows:,} rows of history "
+             f"were stored in-engine ({grow_s:.0f} s); {batches2} batches |",
+             (f"| ClickHouse Kafka engine -> MV | | {ke_s:.2f} | {ke_events / ke_s:,.0f} | | | "
               f"counts events only; {ke_events:,} events seen |" if not ke_problem else
-              f"| ClickHouse Kafka engine -> MV ({args.engine_dsn.split(':')[0]}) | - | - | - | not usable: {ke_problem} |")]
+              f"| ClickHouse Kafka engine -> MV ({args.engine_dsn.split(':')[0]}) | | - | - | | | not usable: {ke_problem} |")]
     text = "\n".join(lines)
     print(text)
     if args.append:
-        append_results("Ingest throughput: raw consume vs analyzer ingest vs ClickHouse Kafka engine",
+        append_results("Ingest throughput: raw consume vs analyzer ingest at 200k and 2M stored",
                        machine_info() + "\n\n" + text + "\n\nCommand: `python bench/ingest_throughput.py`.")
 
 

@@ -30,6 +30,7 @@ from vigil.collector.rules import Rule, load_rules
 from vigil.collector.settings import AgentPaths, CollectorSettings
 from vigil.collector.shipper import LineDecoder, OutboxSource, Shipper, SpoolSource
 from vigil.collector.sink import Sink
+from vigil.collector.summary import ErrorMemory
 from vigil.collector.tailer import Tailer
 from vigil.contract import Event, NicCounters
 
@@ -47,6 +48,7 @@ class Agent:
     tracker: ProcessTracker = field(default_factory=ProcessTracker)
     gpus: NvmlProbe | None = None
     clock: Callable[[], float] = time.monotonic
+    memory: ErrorMemory = field(default_factory=ErrorMemory)  # each rank's last error, for the exit report
 
     def __post_init__(self) -> None:
         s = self.settings
@@ -88,12 +90,18 @@ class Agent:
             self.emitted += len(events)
 
     def new_stream(self, **kw: Any) -> LogStream:
-        """A LogStream with this agent's identity, rules and flood limits, ticked by the agent."""
+        """A LogStream with this agent's identity, rules, flood limits and error memory, ticked by the agent."""
         s = self.settings
+        kw.setdefault("memory", self.memory)
         stream = LogStream(job_id=s.job_id, host=s.host, rules=self.rules, rank_of=self.tracker.rank_of,
                            flood_burst=s.flood_burst, flood_window_s=s.flood_window_s, clock=self.clock, **kw)
         self.streams.append(stream)
         return stream
+
+    def add_log_dir(self, path: Path) -> None:
+        """Also tail `*.log` files under `path` (torchrun's per-rank files when it redirects)."""
+        if path not in self.log_dirs:
+            self.log_dirs.append(path)  # the log tailer shares this list
 
     # ---- periodic work -----------------------------------------------------------------------
     def heartbeat(self) -> None:

@@ -7,6 +7,10 @@ size and mtime held still for one scan. Pickles are read with an unpickler that
 refuses every class (dumps hold only dicts, lists, strings and numbers), so a hostile
 file cannot run code. Gloo quirks are tolerated: state always "scheduled", pg_config
 keyed by "", no send/recv. The newest `max_entries` entries are kept, frames cut to 3.
+Dumps written by the step timer's hang watchdog carry a `vigil` object beside torch's
+keys (the rank's process groups with their global ranks, its last step, what triggered
+the dump, where its training thread was); it becomes the trace's `group_ranks`,
+`step`, `trigger` and `stack`.
 """
 
 from __future__ import annotations
@@ -89,8 +93,18 @@ def to_trace(doc: dict[str, Any], *, job_id: str, host: str, rank: int, max_entr
                 started[str(pg_id)] = s
             if (c := _seq(st.get("last_completed_collective"))) is not None:
                 completed[str(pg_id)] = c
+    raw_extra = doc.get("vigil")
+    extra: dict[str, Any] = raw_extra if isinstance(raw_extra, dict) else {}
+    group_ranks: dict[str, list[int]] = {}
+    for name, ranks in (extra.get("group_ranks") or {}).items():
+        if isinstance(ranks, list) and all(isinstance(r, int) and r >= 0 for r in ranks):
+            group_ranks[str(name)] = sorted(ranks)
+    step = _seq(extra.get("step"))
     return CollectiveTrace(job_id=job_id, host=host, rank=rank, process_groups=groups, entries=entries,
-                           last_started_seq=started, last_completed_seq=completed, dumped_at=dumped_at)
+                           last_started_seq=started, last_completed_seq=completed, dumped_at=dumped_at,
+                           group_ranks=group_ranks, trigger=str(extra.get("trigger") or "")[:64],
+                           step=step if step is not None and step >= 0 else None,
+                           stack=str(extra.get("stack") or "")[-8192:])
 
 
 @dataclass(kw_only=True)

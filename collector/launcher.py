@@ -1,15 +1,16 @@
 """The child of `vigil run`: start it, capture and echo its output, forward signals, report its end.
 
-The command runs in its own session with stdout and stderr piped. One thread per
-stream echoes each line to the agent's own stream, appends it to numbered segment files
-(`stdout.000000001.log`, ...: `max_bytes` each, the newest `keep` + 1 kept; a disk that
-refuses is counted in `output_errors`, never raised) and feeds it to a LogStream (classified lines become events). SIGINT, SIGTERM and SIGHUP
-are forwarded to the child (torchrun passes them on to its workers); a second signal,
-or `kill_grace_s` after the first, kills the whole process tree. When the child ends,
-a ProcessExit carries its exit code or signal and the error summary (the failing
-rank's last traceback line, torchrun's root cause when it printed one); a worker named
-as root cause gets its own ProcessExit. The exit code is the child's (128+N for
-signal N).
+The command runs in its own session with stdout and stderr piped. A torchrun command line
+first gets `--log-dir`/`--tee` so each worker line is attributed to its rank (see
+`collector.torchrun`). One thread per stream echoes each line to the agent's own stream,
+appends it to numbered segment files (`stdout.000000001.log`, ...: `max_bytes` each, the
+newest `keep` + 1 kept; a disk that refuses is counted in `output_errors`, never raised) and
+feeds it to a LogStream (classified lines become events). SIGINT, SIGTERM and SIGHUP are
+forwarded to the child (torchrun passes them on to its workers); a second signal, or
+`kill_grace_s` after the first, kills the whole process tree. While it runs, the rank
+processes under it are watched every half second; when it ends, each gets its own
+ProcessExit with its own last error and the launcher one naming its first failing rank
+(`collector.exits`). The exit code is the child's (128+N for signal N).
 """
 
 from __future__ import annotations
@@ -27,11 +28,12 @@ from typing import IO, Any
 
 import psutil
 
+from vigil.collector import torchrun
 from vigil.collector.agent import Agent
+from vigil.collector.exits import first_failure, launched_exits, launcher_summary
 from vigil.collector.logstream import LogStream
 from vigil.collector.segments import SegmentWriter
-from vigil.collector.summary import ErrorMemory, summarize
-from vigil.contract import ProcessExit
+from vigil.contract import ProcessExit, utcnow
 
 log = logging.getLogger(__name__)
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -58,7 +60,7 @@ class Launcher:
     keep: int = 3
     kill_grace_s: float = 30.0
     echo: bool = True
-    memory: ErrorMemory = field(default_factory=ErrorMemory)
+    attribute: bool = True  # torchrun: add --log-dir / --tee so every worker line names its rank
     proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
     output_errors: int = field(default=0, init=False)
     _signals: int = field(default=0, init=False)
@@ -68,8 +70,9 @@ class Launcher:
     def run(self) -> int:
         if not self.argv:
             raise ValueError("vigil run: no command given (usage: vigil run [options] -- CMD ...)")
+        argv = self._attributed()
         try:
-            self.proc = subprocess.Popen(self.argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            self.proc = subprocess.Popen(argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                          start_new_session=True)
         except OSError as exc:
             message = f"cannot start {self.argv[0]!r}: {exc.strerror or exc}"
@@ -94,12 +97,31 @@ class Launcher:
             out.close()
         return self._report(returncode)
 
+    def _attributed(self) -> list[str]:
+        if not self.attribute:
+            return list(self.argv)
+        got = torchrun.with_attribution(self.argv, self.output_dir / "torchelastic")
+        if got.log_dir is not None:
+            if got.injected:
+                torchrun.prune_runs(got.log_dir)
+            if got.redirected:
+                self.agent.add_log_dir(got.log_dir)
+            log.info("torchrun: per-rank files in %s%s", got.log_dir, " (tailed)" if got.redirected else "")
+        return got.argv
+
+    def _watch(self) -> None:
+        try:
+            self.agent.tracker.watch()
+        except Exception:  # a failed look at /proc must not stop the launcher
+            log.debug("watching the rank processes failed", exc_info=True)
+
     def _wait(self) -> int:
         assert self.proc is not None
         while True:
             try:
                 return self.proc.wait(timeout=0.5)
             except subprocess.TimeoutExpired:
+                self._watch()
                 if self._kill_at is not None and time.monotonic() >= self._kill_at:
                     self.kill_tree()
                     self._kill_at = None
@@ -157,7 +179,7 @@ class Launcher:
 
     def _reader(self, pipe: IO[bytes] | None, name: str, echo_to: Any) -> tuple[threading.Thread, LogStream, SegmentWriter]:
         assert pipe is not None
-        stream = self.agent.new_stream(stream=name, memory=self.memory)
+        stream = self.agent.new_stream(stream=name)
         out = SegmentWriter(directory=self.output_dir, stem=f"{name}.", suffix=".log", segment_bytes=self.max_bytes,
                             keep=self.keep)
         sink = getattr(echo_to, "buffer", None) if self.echo else None
@@ -189,23 +211,17 @@ class Launcher:
 
     def _report(self, returncode: int) -> int:
         assert self.proc is not None
-        code, sig, status = exit_status(returncode)
+        self._watch()
         s = self.agent.settings
-        summary = summarize(self.memory) if returncode != 0 else None
-        events = [ProcessExit(
-            job_id=s.job_id, host=s.host, pid=self.proc.pid, exit_code=code, signal=sig,
-            rank=summary.rank if summary else None, local_rank=summary.local_rank if summary else None,
-            summary=summary.summary if summary else "", traceback=summary.traceback if summary else "",
-        )]
-        root = self.memory.root
-        if summary is not None and root is not None and root.pid is not None:
-            events.append(ProcessExit(
-                job_id=s.job_id, host=s.host, pid=root.pid, rank=root.rank, local_rank=root.local_rank,
-                exit_code=root.exit_code if root.exit_code is None or root.exit_code >= 0 else None,
-                signal=root.signal, summary=summary.summary, traceback=summary.traceback,
-            ))
+        events = launched_exits(job_id=s.job_id, host=s.host, memory=self.agent.memory,
+                                workers=self.agent.tracker.workers(), child_pid=self.proc.pid,
+                                returncode=returncode, now=utcnow())
         self.agent.emit(events)
-        if summary is not None:
-            where = f" (rank {summary.rank}, local rank {summary.local_rank})" if summary.rank is not None else ""
-            log.info("child exited with %s%s: %s", sig or code, where, summary.summary or "(no error output)")
-        return status
+        if returncode != 0:
+            mine = next((e for e in events if e.pid == self.proc.pid), None)
+            first = first_failure(events)
+            what = (mine.summary if mine is not None and mine.launcher else "") or \
+                (launcher_summary(first) if first is not None else "") or (mine.summary if mine else "")
+            how = exit_status(returncode)[1] or f"code {returncode}"
+            log.info("child exited with %s: %s", how, what or "(no error output)")
+        return exit_status(returncode)[2]

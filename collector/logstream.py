@@ -1,11 +1,14 @@
 """One output stream of a training process -> classified LogLine events.
 
-Each line: the torchrun rank prefix (`[rank3]:` = global rank, `[default3]:` = local
-rank of role `default`) is parsed and stripped; Python tracebacks are assembled
-(header, indented frames, exception line) into one `traceback` event; other lines are
-classified by `rules` and plain output yields nothing. Events pass a per-(category,
-rank) flood limiter. Errors are remembered for the exit summary. Pure logic: the
-caller feeds lines and passes the clock.
+Each line: torchrun's rank prefixes (`[default3]:` = local rank 3 of role `default`, from
+`--tee`; `[rank5]:` = global rank 5, torch's excepthook on uncaught tracebacks; both nest as
+`[default1]:[rank5]: ...`) are parsed and stripped; Python tracebacks are assembled (header,
+indented frames, exception line) into one `traceback` event; other lines are classified by
+`rules` and plain output yields nothing. Lines of torchrun's failure report quote its
+workers' errors: they are parsed into the error memory, never classified a second time.
+Events of one line share its arrival time, which the memory keeps as the time each rank's
+error was printed. Events pass a per-(category, rank) flood limiter. Pure logic: the caller
+feeds lines and passes the clock.
 """
 
 from __future__ import annotations
@@ -14,14 +17,18 @@ import re
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from vigil.collector.flood import FloodLimiter
 from vigil.collector.rules import Rule, classify
 from vigil.collector.summary import ErrorMemory, Key, last_line
 from vigil.contract import LogLine, new_event_id, utcnow
 
-PREFIX = re.compile(r"^\[(?P<role>[A-Za-z_]*)(?P<n>\d+)\]:\s?")
+if TYPE_CHECKING:
+    from datetime import datetime
+
+PREFIX = re.compile(r"^\[(?P<role>[A-Za-z_]+)(?P<n>\d+)\]:\s?")
+MAX_PREFIXES = 2
 TRACEBACK_HEADER = "Traceback (most recent call last):"
 MAX_TRACEBACK_LINES = 400
 
@@ -29,13 +36,23 @@ RankOf = Callable[[int], int | None]  # local rank -> global rank, when known
 
 
 def split_prefix(line: str) -> tuple[int | None, int | None, str]:
-    """(rank, local_rank, rest): `[rank3]:` names a global rank, `[<role>3]:` a local one."""
-    m = PREFIX.match(line)
-    if m is None:
-        return None, None, line
-    n = int(m["n"])
-    rest = line[m.end():]
-    return (n, None, rest) if m["role"] == "rank" else (None, n, rest)
+    """(rank, local_rank, rest): `[rank3]:` names a global rank, `[<role>3]:` a local one; both may nest."""
+    rank: int | None = None
+    local: int | None = None
+    rest = line
+    for _ in range(MAX_PREFIXES):
+        m = PREFIX.match(rest)
+        if m is None:
+            break
+        n = int(m["n"])
+        if m["role"] == "rank" and rank is None:
+            rank = n
+        elif m["role"] != "rank" and local is None:
+            local = n
+        else:
+            break
+        rest = rest[m.end():]
+    return rank, local, rest
 
 
 class LogStream:
@@ -66,10 +83,12 @@ class LogStream:
         rank, local, text = split_prefix(line)
         if rank is None and local is None:
             rank, local = self.rank, self.local_rank
-            self.memory.note_line(text)
+            if self.memory.note_line(text):
+                return []  # torchrun's failure report, quoting errors already seen in its workers' output
         if rank is None and local is not None and self.rank_of is not None:
             rank = self.rank_of(local)
         key: Key = (rank, local)
+        now = utcnow()
         out: list[LogLine] = []
         collecting = self._tracebacks.get(key)
         if collecting is not None:
@@ -78,14 +97,14 @@ class LogStream:
                     collecting.append(text)
                 return out
             collecting.append(text)  # the exception line ends the traceback
-            out += self._traceback_done(key)
+            out += self._traceback_done(key, now)
         elif text.startswith(TRACEBACK_HEADER):
             self._tracebacks[key] = [text]
             return out
         match = classify(text, self.rules)
         if match is not None:
-            self.memory.note_error(key, text.strip())
-            event = self._event(key, match.category, match.severity, text, match.xid)
+            self.memory.note_error(key, text.strip(), now)
+            event = self._event(key, match.category, match.severity, text, match.xid, now)
             out += self._limit(event)
         return out
 
@@ -99,20 +118,20 @@ class LogStream:
         with self._lock:
             out: list[LogLine] = []
             for key in list(self._tracebacks):
-                out += self._traceback_done(key)
+                out += self._traceback_done(key, utcnow())
             return out + [self._repeat(e, n) for e, n in self.limiter.drain()]
 
-    def _traceback_done(self, key: Key) -> list[LogLine]:
+    def _traceback_done(self, key: Key, now: datetime) -> list[LogLine]:
         lines = self._tracebacks.pop(key)
         text = "\n".join(lines)
-        self.memory.note_traceback(key, text)
+        self.memory.note_traceback(key, text, now)
         if "ChildFailedError" in last_line(text):
             return []
-        return self._limit(self._event(key, "traceback", "error", text[-8192:], None))
+        return self._limit(self._event(key, "traceback", "error", text[-8192:], None, now))
 
-    def _event(self, key: Key, category: str, severity: str, message: str, xid: int | None) -> LogLine:
+    def _event(self, key: Key, category: str, severity: str, message: str, xid: int | None, ts: datetime) -> LogLine:
         rank, local = key
-        return LogLine(job_id=self.job_id, host=self.host, rank=rank, local_rank=local, stream=self.stream,
+        return LogLine(job_id=self.job_id, host=self.host, rank=rank, local_rank=local, stream=self.stream, ts=ts,
                        category=category, severity=severity, message=message[:8192], xid=xid)  # type: ignore[arg-type]
 
     def _limit(self, event: LogLine) -> list[LogLine]:

@@ -4,6 +4,10 @@
 per pid so CPU percentages are measured between heartbeats, and reads each new
 process's `RANK` / `LOCAL_RANK` once, which also maps torchrun's `[default3]:` local
 rank prefixes to global ranks. Processes that vanish or deny access are skipped.
+
+Every process that carries a `RANK` is also kept as a `Worker` (pid, rank, local rank,
+torchrun restart count, when it was first seen and when it was seen gone) for the exit
+report; `watch()` is the cheap walk that keeps that list current between heartbeats.
 """
 
 from __future__ import annotations
@@ -11,10 +15,11 @@ from __future__ import annotations
 import re
 import threading
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import psutil
 
-from vigil.contract import ProcessState
+from vigil.contract import ProcessState, utcnow
 
 MAX_PROCESSES = 256
 
@@ -32,11 +37,25 @@ class _Tracked:
 
 
 @dataclass(kw_only=True)
+class Worker:
+    """A training rank's process as the tracker saw it."""
+
+    pid: int
+    rank: int
+    local_rank: int | None
+    restart: int | None
+    seen_at: datetime
+    gone_at: datetime | None = None
+
+
+@dataclass(kw_only=True)
 class ProcessTracker:
     root_pids: list[int] = field(default_factory=list)
     match: str | None = None
     _tracked: dict[int, _Tracked] = field(default_factory=dict, init=False)
     _ranks: dict[int, int] = field(default_factory=dict, init=False)
+    _workers: dict[int, Worker] = field(default_factory=dict, init=False)
+    _inspected: set[int] = field(default_factory=set, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def _candidates(self) -> list[psutil.Process]:
@@ -72,11 +91,7 @@ class ProcessTracker:
             t = self._tracked.get(p.pid)
             try:
                 if t is None:
-                    try:
-                        env = p.environ()
-                    except psutil.Error:
-                        env = {}
-                    t = _Tracked(proc=p, rank=_env_int(env, "RANK"), local_rank=_env_int(env, "LOCAL_RANK"))
+                    t = self._track(p)
                     t.proc.cpu_percent(None)  # first call primes the measurement
                     cpu = None
                 else:
@@ -93,7 +108,49 @@ class ProcessTracker:
             self._tracked = alive
             self._ranks = {t.local_rank: t.rank for t in alive.values()
                            if t.local_rank is not None and t.rank is not None}
+            self._mark_gone(set(alive))
         return states
+
+    def _track(self, p: psutil.Process) -> _Tracked:
+        try:
+            env = p.environ()
+        except psutil.Error:
+            env = {}
+        t = _Tracked(proc=p, rank=_env_int(env, "RANK"), local_rank=_env_int(env, "LOCAL_RANK"))
+        if t.rank is not None:
+            with self._lock:
+                self._workers.setdefault(p.pid, Worker(pid=p.pid, rank=t.rank, local_rank=t.local_rank,
+                                                       restart=_env_int(env, "TORCHELASTIC_RESTART_COUNT"),
+                                                       seen_at=utcnow()))
+        return t
+
+    def _mark_gone(self, alive: set[int]) -> None:
+        now = utcnow()
+        for w in self._workers.values():
+            if w.gone_at is None and w.pid not in alive:
+                w.gone_at = now
+
+    def watch(self) -> None:
+        """Note new ranks and ranks gone (a light walk: no CPU or memory readings)."""
+        alive: set[int] = set()
+        for p in self._candidates():
+            alive.add(p.pid)
+            if p.pid not in self._inspected:
+                self._inspected.add(p.pid)
+                try:
+                    t = self._track(p)
+                except psutil.Error:
+                    continue
+                if t.local_rank is not None and t.rank is not None:
+                    with self._lock:
+                        self._ranks.setdefault(t.local_rank, t.rank)
+        with self._lock:
+            self._mark_gone(alive)
+
+    def workers(self) -> list[Worker]:
+        """Every rank process seen so far (its latest incarnation last), with when it was seen gone."""
+        with self._lock:
+            return sorted(self._workers.values(), key=lambda w: w.seen_at)
 
     def rank_of(self, local_rank: int) -> int | None:
         with self._lock:

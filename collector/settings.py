@@ -57,6 +57,8 @@ class CollectorSettings(VigilBaseSettings):
     output_keep: int = Field(default=3, ge=0, description="rotated child output files kept per stream")
     fr_max_entries: int = Field(default=500, ge=1, description="newest Flight Recorder entries kept per dump")
     kill_grace_s: float = Field(default=30.0, ge=0, description="after a forwarded signal, SIGKILL the tree")
+    attribute_ranks: bool = Field(default=True, description="`vigil run` of torchrun: add --log-dir and --tee 3 "
+                                  "(when not given) so every worker line and error file names its rank")
     drain_timeout_s: float = Field(default=10.0, ge=0, description="at exit, time to deliver what is pending")
 
     @field_validator("process_match", "nic_exclude")

@@ -1,34 +1,74 @@
-"""The error summary of a failed run: which rank failed and its last error.
+"""What each rank said last, and torchrun's own failure report: the memory behind exit events.
 
-DLRover-style error-log collection: from the child's output, remember each rank's last
-Python traceback and last classified error line, and parse torchrun's own failure
-report ("Root Cause (first observed failure): rank : 1 (local_rank: 1) exitcode : 3
-(pid: 123)"). `summarize` picks the root-cause rank's traceback when torchrun named
-one, else the latest traceback, else the latest error line. Pure logic.
+DLRover-style error-log collection: from the output of the launched command, remember per
+rank (the `(rank, local_rank)` key of the line) its last Python traceback and its last
+classified error line, each with the time it was printed, and parse torchrun's failure
+report: every entry of "Failures:" and the "Root Cause (first observed failure)" (time, rank,
+local rank, exit code, pid, signal, error file, message). Lines inside that report are
+torchrun quoting its workers: `note_line` says so, and the stream does not classify them
+again. `summarize` gives the one-line error of a plain (non-launcher) child. Pure logic.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from datetime import datetime
 
 Key = tuple[int | None, int | None]  # (rank, local_rank) of the output line, when known
 
 LAUNCHER_ERRORS = ("ChildFailedError",)
+_REPORT_START = re.compile(r"^\s*(?:Failures:\s*$|Root Cause \(first observed failure\))")
 _ROOT = re.compile(r"Root Cause \(first observed failure\)")
+_ENTRY = re.compile(r"^\s*\[\d+\]:\s*$")
 _RANK = re.compile(r"^\s*rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)")
-_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)\s*\(pid:\s*(\d+)\)(?:\s*(SIG\w+))?")
+_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)\s*\(pid:\s*(\d+)\)(?:\s*\(?(SIG\w+)\)?)?")
+_ERROR_FILE = re.compile(r"^\s*error_file\s*:\s*(.*)$")
 _TRACE = re.compile(r"^\s*traceback\s*:\s*(.*)$")
+_FIELD = re.compile(r"^\s*(?:time|host|rank|exitcode|error_file|traceback)\s*:")
+_NO_TRACEBACK = "To enable traceback"
+
+
+@dataclass(frozen=True, kw_only=True)
+class OwnError:
+    """A rank's own error: a whole traceback or one classified line, and when it was printed."""
+
+    text: str
+    at: datetime
+    is_traceback: bool
+
+    @property
+    def line(self) -> str:
+        return last_line(self.text)
 
 
 @dataclass(kw_only=True)
-class RootCause:
+class Failure:
+    """One entry of torchrun's failure report."""
+
     rank: int | None = None
     local_rank: int | None = None
     exit_code: int | None = None
     pid: int | None = None
     signal: str | None = None
+    error_file: str | None = None
     message: str = ""
+    root: bool = False
+    _quoted: list[str] = field(default_factory=list, repr=False)
+
+    @property
+    def signal_name(self) -> str | None:
+        """SIGTERM for `exitcode: -15`, the name torchrun printed otherwise."""
+        if self.signal:
+            return self.signal
+        if self.exit_code is not None and self.exit_code < 0:
+            import signal as _signal
+
+            try:
+                return _signal.Signals(-self.exit_code).name
+            except ValueError:
+                return f"SIG{-self.exit_code}"
+        return None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,63 +86,104 @@ def last_line(text: str) -> str:
 
 @dataclass(kw_only=True)
 class ErrorMemory:
-    tracebacks: dict[Key, str] = field(default_factory=dict)
-    errors: dict[Key, str] = field(default_factory=dict)
-    root: RootCause | None = None
+    tracebacks: dict[Key, OwnError] = field(default_factory=dict)
+    errors: dict[Key, OwnError] = field(default_factory=dict)
+    failures: list[Failure] = field(default_factory=list)
+    _entry: Failure | None = None
+    _in_report: bool = False
     _in_root: bool = False
 
-    def note_traceback(self, key: Key, text: str) -> None:
+    @property
+    def root(self) -> Failure | None:
+        return next((f for f in self.failures if f.root), None)
+
+    def note_traceback(self, key: Key, text: str, at: datetime) -> None:
         if any(name in last_line(text) for name in LAUNCHER_ERRORS):
-            return  # torchrun's own wrapper: the root cause block says more
+            return  # torchrun's own wrapper: its failure report says more
         self.tracebacks.pop(key, None)
-        self.tracebacks[key] = text  # re-inserted: dict order = recency
+        self.tracebacks[key] = OwnError(text=text, at=at, is_traceback=True)  # re-inserted: dict order = recency
 
-    def note_error(self, key: Key, line: str) -> None:
+    def note_error(self, key: Key, line: str, at: datetime) -> None:
         self.errors.pop(key, None)
-        self.errors[key] = line
+        self.errors[key] = OwnError(text=line, at=at, is_traceback=False)
 
-    def note_line(self, line: str) -> None:
-        """Every unprefixed line: looks for torchrun's failure report."""
-        if _ROOT.search(line):
-            self.root, self._in_root = RootCause(), True
-            return
-        if not self._in_root or self.root is None:
-            return
+    def note_line(self, line: str) -> bool:
+        """Every unprefixed line: True while it belongs to torchrun's failure report (not to classify)."""
+        if _REPORT_START.search(line):
+            self._in_report = True
+            self._in_root = bool(_ROOT.search(line))
+            self._close_entry()
+            return True
+        if not self._in_report:
+            return False
+        if line.startswith("=") or line.startswith("-"):
+            self._close_entry()
+            self._in_report = not line.startswith("=")
+            return True
+        if _ENTRY.match(line):
+            self._close_entry()
+            self._entry = Failure(root=self._in_root)
+            return True
+        entry = self._entry
+        if entry is None:
+            return True
         if m := _RANK.match(line):
-            self.root.rank, self.root.local_rank = int(m[1]), int(m[2])
+            entry.rank, entry.local_rank = int(m[1]), int(m[2])
         elif m := _EXIT.match(line):
-            self.root.exit_code, self.root.pid, self.root.signal = int(m[1]), int(m[2]), m[3]
+            entry.exit_code, entry.pid, entry.signal = int(m[1]), int(m[2]), m[3]
+        elif m := _ERROR_FILE.match(line):
+            path = m[1].strip()
+            entry.error_file = path if path and not path.startswith("<") else None
         elif m := _TRACE.match(line):
-            self.root.message = m[1].strip()
-        elif line.startswith("="):
-            self._in_root = False
+            entry._quoted = [m[1].strip()]
+        elif entry._quoted and not _FIELD.match(line):
+            entry._quoted.append(line.strip())
+        return True
+
+    def _close_entry(self) -> None:
+        entry, self._entry = self._entry, None
+        if entry is None or (entry.rank is None and entry.pid is None):
+            return
+        quoted = [q for q in entry._quoted if q]
+        message = quoted[-1] if quoted else ""
+        entry.message = "" if message.startswith(_NO_TRACEBACK) else message
+        self.failures.append(entry)
+
+    def own_error(self, rank: int | None, local_rank: int | None, before: datetime | None = None) -> OwnError | None:
+        """The rank's last traceback, else its last classified error line (printed before `before`)."""
+        for memory in (self.tracebacks, self.errors):
+            hits = [e for k, e in memory.items() if _matches(k, rank, local_rank) and (before is None or e.at <= before)]
+            if hits:
+                return max(hits, key=lambda e: e.at)
+        return None
 
 
-def _matches(key: Key, root: RootCause) -> bool:
-    rank, local = key
-    if rank is not None and root.rank is not None:
-        return rank == root.rank
-    return local is not None and local == root.local_rank
+def _matches(key: Key, rank: int | None, local: int | None) -> bool:
+    k_rank, k_local = key
+    if k_rank is not None and rank is not None:
+        return k_rank == rank
+    return k_rank is None and k_local is not None and k_local == local
 
 
 def summarize(memory: ErrorMemory) -> Summary:
+    """The error of a failed plain child: torchrun's root cause rank when it printed one, else the latest error."""
     root = memory.root
     rank = root.rank if root else None
     local = root.local_rank if root else None
-    chosen: tuple[Key, str] | None = None
+    chosen: tuple[Key, OwnError] | None = None
     if root is not None:
-        hits = [(k, t) for k, t in memory.tracebacks.items() if _matches(k, root)]
+        hits = [(k, t) for k, t in memory.tracebacks.items() if _matches(k, root.rank, root.local_rank)]
         chosen = hits[-1] if hits else None
     if chosen is None and memory.tracebacks:
         chosen = list(memory.tracebacks.items())[-1]
     if chosen is not None:
-        (k_rank, k_local), text = chosen
-        return Summary(summary=last_line(text)[:8192], traceback=text[-65536:],
+        (k_rank, k_local), err = chosen
+        return Summary(summary=err.line[:8192], traceback=err.text[-65536:],
                        rank=rank if rank is not None else k_rank, local_rank=local if local is not None else k_local)
-    if root is not None and root.message and not root.message.startswith("To enable traceback"):
+    if root is not None and root.message:
         return Summary(summary=root.message[:8192], traceback="", rank=rank, local_rank=local)
     if memory.errors:
-        (k_rank, k_local), line = list(memory.errors.items())[-1]
-        return Summary(summary=line[:8192], traceback="", rank=rank if rank is not None else k_rank,
+        (k_rank, k_local), err = list(memory.errors.items())[-1]
+        return Summary(summary=err.text[:8192], traceback="", rank=rank if rank is not None else k_rank,
                        local_rank=local if local is not None else k_local)
     return Summary(summary="", traceback="", rank=rank, local_rank=local)

@@ -2,13 +2,15 @@
 
     sync_pickers   the URL's job/range into the header pickers, and picker changes back into the URL
     page_controls  any page control `{"type": "sel", "key": K}` writes its value to `?K=`
-    open_host      a click on a heatmap / 3D cell navigates to that host's page
+    open_host      a click on a heatmap cell navigates to that host's page; on the 3D view it selects the rank
+    trace          the 3D view's download: the job's last steps as a Chrome/Perfetto trace
     nav_links      navigation links carry the shared selection (job, range)
     render         the page body: pure function of (path, query string) plus the store's current data
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -20,11 +22,15 @@ from dash.development.base_component import Component
 from vigil.dashboard.components import guarded, store_error
 from vigil.dashboard.layout import PAGES, PageSpec, nav_id
 from vigil.dashboard.pages.base import PageView
+from vigil.dashboard.queries import timeline
 from vigil.dashboard.queries.jobs import list_jobs, pick_job
-from vigil.dashboard.queries.parallel import host_at
+from vigil.dashboard.queries.parallel import host_at, rank_at
 from vigil.dashboard.selection import SHARED_KEYS, Selection, page_href
 from vigil.dashboard.settings import DashboardSettings
 from vigil.dashboard.store import Store, StoreError
+from vigil.dashboard.trace import chrome_trace
+
+TRACE_STEPS = 20  # steps in the 3D view's trace download: the job's last ones
 
 Renderer = Callable[[PageView], Component]
 
@@ -76,6 +82,36 @@ def clicked_host(store: Store, sel: Selection, page: str, point: dict[str, Any])
         return None
 
 
+def clicked_rank(store: Store, sel: Selection, point: dict[str, Any]) -> str | None:
+    """The rank behind a clicked 3D cell: its customdata (host, rank, ...), else the rank at its coordinates."""
+    data = point.get("customdata")
+    if isinstance(data, list) and len(data) > 1 and str(data[0]):
+        return str(int(data[1]))
+    match = re.fullmatch(r"pp(\d+) tp(\d+)", str(point.get("y", "")))
+    if not match or point.get("x") is None:
+        return None
+    try:
+        job = pick_job(list_jobs(store), sel.job)
+        rank = rank_at(store, job.job_id, dp=int(point["x"]), pp=int(match[1]), tp=int(match[2])) if job else None
+    except (StoreError, ValueError):
+        return None
+    return str(rank) if rank is not None else None
+
+
+def trace_file(store: Store, sel: Selection) -> dict[str, Any] | None:
+    """The download of the selected job's last `TRACE_STEPS` steps (of the range) as a Chrome trace."""
+    job = pick_job(list_jobs(store), sel.job)
+    if job is None:
+        return None
+    last = timeline.last_step(store, job.job_id)
+    if last is None:
+        return None
+    steps = timeline.step_window(store, job.job_id, last - TRACE_STEPS + 1, last)
+    first = max(0, last - TRACE_STEPS + 1)
+    return {"content": json.dumps(chrome_trace(steps, job=job.job_id)), "base64": False, "type": "application/json",
+            "filename": f"{job.job_id}-steps-{first}-{last}.trace.json"}  # what dcc.Download takes
+
+
 def register(app: Dash, store: Store, settings: DashboardSettings, renderers: dict[str, Renderer], *,
              actions: bool = False) -> None:
     @app.callback(Output("url", "search"), Output("job-select", "value"), Output("job-select", "options"),
@@ -120,10 +156,23 @@ def register(app: Dash, store: Store, settings: DashboardSettings, renderers: di
         if not isinstance(trig, dict) or not data or not data.get("points"):
             return no_update, no_update
         sel = Selection.from_search(search, default_range=settings.default_range)
+        if trig.get("page") == "parallel":
+            rank = clicked_rank(store, sel, data["points"][0])
+            return (no_update, sel.with_(rank=rank).to_search()) if rank is not None else (no_update, no_update)
         host = clicked_host(store, sel, str(trig.get("page")), data["points"][0])
         if not host:
             return no_update, no_update
         return "/host", page_href("", sel, host=host)
+
+    @app.callback(Output("trace-download", "data"), Input("trace-download-button", "n_clicks"),
+                  State("url", "search"), prevent_initial_call=True)
+    def trace(n_clicks: int | None, search: str | None) -> Any:
+        if not n_clicks:
+            return no_update
+        try:
+            return trace_file(store, Selection.from_search(search, default_range=settings.default_range)) or no_update
+        except StoreError:
+            return no_update
 
     @app.callback([Output(nav_id(p), "href") for p in PAGES] + [Output(nav_id(p), "className") for p in PAGES],
                   Input("url", "pathname"), Input("url", "search"))

@@ -1,7 +1,7 @@
 """What the user is looking at, kept in the URL's query string and shared by every page.
 
 `?job=J&range=1h` is common to all pages; pages add their own keys (`host`, `view`,
-`phase`, `rows`, `kind`, `severity`, `status`). Parsing is forgiving: unknown keys and bad
+`phase`, `rows`, `kind`, `severity`, `status`, `rank`). Parsing is forgiving: unknown keys and bad
 values fall back to defaults, so a hand-edited URL never breaks a page. Pure: no I/O.
 """
 
@@ -35,6 +35,7 @@ class Selection:
     kind: str | None = None
     severity: str | None = None
     status: str | None = None
+    rank: str | None = None  # the 3D view's selected rank
 
     @classmethod
     def from_search(cls, search: str | None, *, default_range: str = "1h") -> Selection:
@@ -51,6 +52,8 @@ class Selection:
             values.pop("severity", None)
         if values.get("status") not in STATUSES:
             values.pop("status", None)
+        if not str(values.get("rank", "")).isdigit():
+            values.pop("rank", None)
         return cls(**values)
 
     def to_search(self, *, keys: tuple[str, ...] | None = None) -> str:

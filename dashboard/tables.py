@@ -36,7 +36,7 @@ HEARTBEATS = _t("heartbeats", "job_id host ts ip pod node agent_version interval
 GPU_STATS = _t("gpu_stats", "job_id host gpu ts name util_pct temp_c power_w sm_clock_mhz throttle_reasons")
 NIC_COUNTERS = _t("nic_counters", "job_id host device port ts tx_bps rx_bps interval_s")
 LOG_LINES = _t("log_lines", "job_id host ts rank category severity message xid repeats")
-PROCESS_EXITS = _t("process_exits", "job_id host ts rank exit_code signal summary")
+PROCESS_EXITS = _t("process_exits", "job_id host ts rank exit_code signal summary failed_at launcher")
 ALERT_EVENTS = _t("alert_events", "ts job_id host fingerprint alert subject status severity summary first_seen "
                                   "last_seen evidence")
 ALERTS_CURRENT = _t("alerts_current", "job_id fingerprint alert subject host status severity summary first_seen "
@@ -46,6 +46,9 @@ JOB_STEPS = _t("job_steps", "job_id step ranks sum_step_ms max_step_ms sum_mfu n
 NIC_WINDOWS = _t("nic_windows", "job_id bucket host device sum_bps n")
 HOST_PRESENCE = _t("host_presence", "job_id host first_ts last_ts interval_s")
 JOB_CLOCK = _t("job_clock", "job_id first_ts last_ts last_ingested")
+INCIDENTS_CURRENT = _t("incidents_current", "job_id incident_id category cause status severity confidence summary "
+                                            "culprit_host culprit_rank culprits victims alerts first_sign detected "
+                                            "updated")
 CHECKPOINTS = _t("checkpoints", "job_id ts step phase path blocked_ms duration_ms bytes error")
 RECOVERY_ACTIONS = _t("recovery_actions", "ts job_id action target status reason details incident_id actor command_id "
                                           "generation duration_ms dry_run")
@@ -61,5 +64,5 @@ NOTIFY_SILENCES = _t("notify_silences", "silence_id ts matchers starts_at ends_a
 
 ALL: tuple[Table, ...] = (JOBS, JOB_RANKS, STEP_TIMINGS, HEARTBEATS, GPU_STATS, NIC_COUNTERS, LOG_LINES, PROCESS_EXITS,
                           ALERT_EVENTS, ALERTS_CURRENT, PHASE_HOST_WINDOWS, JOB_STEPS, NIC_WINDOWS, HOST_PRESENCE,
-                          JOB_CLOCK, CHECKPOINTS, RECOVERY_ACTIONS, RECOVERY_OUTCOMES, RECOVERY_MEMBERS,
+                          JOB_CLOCK, INCIDENTS_CURRENT, CHECKPOINTS, RECOVERY_ACTIONS, RECOVERY_OUTCOMES, RECOVERY_MEMBERS,
                           NOTIFY_DELIVERIES, NOTIFY_SILENCES)

@@ -29,6 +29,23 @@ class SpoolConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class HangConfig:
+    """The hang watchdog (see `timer.watchdog`); None fields fall back to `VIGIL_HANG_*`, then the default."""
+
+    enabled: bool | None = None  # None: on unless VIGIL_HANG_WATCHDOG=0
+    timeout_s: float | None = None  # a fixed stall timeout (VIGIL_HANG_TIMEOUT_S); None: calibrated
+    factor: float | None = None  # x the longest step interval after warm-up (VIGIL_HANG_FACTOR, 5)
+    floor_s: float | None = None  # the calibrated timeout is never shorter (VIGIL_HANG_FLOOR_S, 10)
+    warmup_steps: int = 5  # step intervals not used for calibration (init, compile, first allocations)
+    poll_s: float = 0.5  # how often the watchdog thread looks
+    dump_prefix: str | None = None  # None: TORCH_FR_DUMP_TEMP_FILE, else $VIGIL_HOME/fr/nccl_trace_rank_
+
+    def __post_init__(self) -> None:
+        if self.warmup_steps < 0 or self.poll_s <= 0:
+            raise ValueError("warmup_steps must be >= 0 and poll_s > 0")
+
+
+@dataclass(frozen=True, kw_only=True)
 class TimerConfig:
     """What a `StepTimer` times, who it says it is, and where its records go."""
 
@@ -47,6 +64,7 @@ class TimerConfig:
     start_step: int = 0
     max_pending: int = 64  # CUDA steps waiting for their events before the oldest is dropped
     spool: SpoolConfig = field(default_factory=SpoolConfig)
+    hang: HangConfig = field(default_factory=HangConfig)
 
     def __post_init__(self) -> None:
         if self.start_step < 0:

@@ -88,3 +88,5 @@ class StepContext:
         if t._writer is None:  # first step: start the spool thread (it also polls CUDA events)
             t._ensure_writer()
         t._clock.finish(cur)
+        if t._watchdog is not None:
+            t._watchdog.beat(cur.index)

@@ -45,6 +45,7 @@ from vigil.timer.contexts import NULL, NULL_STEP, PhaseContext, StepContext
 from vigil.timer.identity import Identity, resolve_identity, safe_name
 from vigil.timer.spool import SpoolWriter
 from vigil.timer.step import Step, render
+from vigil.timer.watchdog import HangWatchdog
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -58,8 +59,8 @@ def default_spool_dir() -> Path:
     return Path(os.environ.get("VIGIL_HOME") or "~/.vigil").expanduser() / "spool"
 
 
-def _env_enabled() -> bool:
-    return os.environ.get("VIGIL_TIMER", "1").strip().lower() not in ("0", "false", "off", "no")
+def _env_enabled(name: str = "VIGIL_TIMER") -> bool:
+    return os.environ.get(name, "1").strip().lower() not in ("0", "false", "off", "no")
 
 
 class StepTimer:
@@ -108,6 +109,10 @@ class StepTimer:
             self._clock = CudaClock(self._emit, self._drop, device=device, max_pending=cfg.max_pending)
         else:
             self._clock = HostClock(self._emit)
+        self._watchdog: HangWatchdog | None = None
+        hang = cfg.hang
+        if self.enabled and (_env_enabled("VIGIL_HANG_WATCHDOG") if hang.enabled is None else hang.enabled):
+            self._watchdog = HangWatchdog(hang, rank=self._rank)
         self._closed = False
         if self.enabled:
             atexit.register(self._atexit)
@@ -203,6 +208,21 @@ class StepTimer:
         return decorate(fn) if fn is not None else decorate
 
     # ---- plumbing -----------------------------------------------------------------------
+    def _rank(self) -> int:
+        """This process's rank (the watchdog names its dump with it)."""
+        if self.identity is not None:
+            return self.identity.rank
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank())
+        return int(os.environ.get("RANK", "0") or 0)
+
+    @property
+    def watchdog(self) -> HangWatchdog | None:
+        """The hang watchdog (None when disabled)."""
+        return self._watchdog
+
     def _drop(self, n: int) -> None:
         if self._writer is not None:
             self._writer.count_dropped(n)
@@ -272,6 +292,8 @@ class StepTimer:
         if self._closed:
             return
         self._closed = True
+        if self._watchdog is not None:
+            self._watchdog.stop()
         left = self._clock.drain(timeout)
         if left:
             self._drop(left)

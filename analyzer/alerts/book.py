@@ -2,8 +2,8 @@
 
 One fingerprint `job/alert/subject` is one incident. A new finding publishes
 `firing` (first_seen = when the condition started holding); while it keeps holding,
-the alert is re-published only when its severity changes or `refresh_s` of event
-time has passed; when a detector that ran no longer finds it, `resolved` is
+the alert is re-published only when its severity or its incident (evidence `incident_id`)
+changes or `refresh_s` of event time has passed; when a detector that ran no longer finds it, `resolved` is
 published. Event ids are derived from (fingerprint, status, ts), so re-publishing
 after a crash is recognisable as the same event. The book is rebuilt from the alerts
 topic at start (`restore`), so a restarted analyzer does not fire twice.
@@ -56,7 +56,8 @@ class AlertBook:
             held = self.current.get(fp)
             if held is not None and held.status == "firing":
                 stale = (at - held.ts).total_seconds() >= self.refresh_s
-                if held.severity == f.severity and not stale:
+                relinked = held.evidence.get("incident_id") != f.evidence.get("incident_id")
+                if held.severity == f.severity and not stale and not relinked:
                     continue
                 out.append(self._emit(job, fp, f, "firing", at, held.first_seen, f.evidence))
             else:

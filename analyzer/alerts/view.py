@@ -7,7 +7,6 @@ from collections.abc import Iterable
 from typing import Any
 
 from vigil.contract import Alert
-from vigil.contract.wire import decode_batch
 from vigil.settings import VigilSettings
 
 
@@ -23,12 +22,9 @@ def fold(alerts: Iterable[Alert]) -> dict[str, Alert]:
 
 def read_alert_events(settings: VigilSettings, bootstrap: str, timeout: float = 10.0) -> list[Alert]:
     """Every alert event on the alerts topic, oldest first per partition."""
-    from vigil.kafka.reader import read_topics
+    from vigil.kafka.reader import read_events
 
-    out: list[Alert] = []
-    for rec in read_topics(settings, bootstrap, [settings.topic("alerts")], timeout=timeout):
-        out.extend(e for e in decode_batch(rec.value).events if isinstance(e, Alert))
-    return out
+    return read_events(settings, bootstrap, "alerts", Alert, timeout=timeout)
 
 
 def current(alerts: Iterable[Alert], job: str | None = None, include_resolved: bool = False) -> list[Alert]:

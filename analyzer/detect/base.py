@@ -1,13 +1,20 @@
-"""What every detector shares: the evaluation context, findings, and row access.
+"""What every detector shares: the evaluation context, findings, the job's run, and row access.
 
 A detector evaluates one job "as of" an event-time instant `at`, seeing only data
 stamped at or before it, so the same code serves live evaluation, catch-up after a
 burst of fast simulated telemetry, and `vigil analyzer replay`.
+
+The context carries the job's current run (`Epoch`, see detect/epoch.py): every baseline
+is taken from the run's own steps after its warm-up, never from absolute step numbers,
+and per-step reads are bounded to the run's recent step range, so the cost of an
+instant does not grow with the job's history. Live, it also carries each source's
+ingest progress (`sources`), so a detector can tell data that is missing from data that
+is late; in replay the stored history is complete and `sources` is None.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol
@@ -17,6 +24,48 @@ from vigil.clickhouse.query import QueryClient
 
 Severity = Literal["info", "warning", "error", "critical"]
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+RUN_BUCKET_S = 10
+"""Seconds of event time per bucket of `job_step_runs` and `job_step_spans` (fixed by migration 0130)."""
+
+
+def bucket_of(ts: datetime) -> datetime:
+    """The `job_step_runs` bucket holding `ts`."""
+    secs = (ts - EPOCH).total_seconds()
+    return EPOCH + timedelta(seconds=secs - secs % RUN_BUCKET_S)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Epoch:
+    """One run of a job as of an instant: from its (re)start to now.
+
+    `start` is when the run began (its registration, or its first step), `first_step` its
+    first step number; `step_lo`..`step_hi` bounds the step numbers that can hold the run's
+    newest complete step at the instant (for bounded reads).
+    """
+
+    index: int
+    start: datetime
+    first_step: int
+    reason: Literal["start", "registration", "step_back", "step_jump", "gap"]
+    step_lo: int
+    step_hi: int
+
+    @property
+    def bucket(self) -> datetime:
+        return bucket_of(self.start)
+
+    def describe(self) -> dict[str, Any]:
+        return {"index": self.index, "start": self.start.isoformat(), "first_step": self.first_step,
+                "reason": self.reason}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SourceClock:
+    """Live ingest progress of one host's source: newest event time stored, when (wall), and whether it still arrives."""
+
+    last_ts: datetime
+    ingested: datetime
+    alive: bool
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,9 +89,28 @@ class EvalContext:
     at: datetime
     live: bool = False
     firing: frozenset[str] = frozenset()  # subjects of this job's firing alerts, as "alert:subject"
+    epoch: Epoch | None = None  # the job's run at `at`; None before its first step
+    sources: Mapping[tuple[str, str], SourceClock] | None = None  # (host, source) -> progress; None in replay
+    memo: dict[str, Any] = field(default_factory=dict)  # what several detectors ask at this instant, asked once
 
     def is_firing(self, alert: str, subject: str) -> bool:
         return f"{alert}:{subject}" in self.firing
+
+    def caught_up(self, host: str, source: str) -> bool:
+        """Whether `host`'s `source` is known up to `at`: stored up to it, or silent (its agent sends nothing).
+
+        Always true in replay. Live, false only for a source still arriving but not yet up to
+        `at` (a lagging partition, a spool being replayed): its silence there is not news.
+        """
+        if self.sources is None:
+            return True
+        c = self.sources.get((host, source))
+        return c is None or not c.alive or c.last_ts >= self.at
+
+    def run_buckets(self) -> dict[str, str]:
+        """Parameters `b0`, `b1`: the `job_step_runs` buckets of the current run up to `at`."""
+        start = self.epoch.bucket if self.epoch is not None else EPOCH
+        return {"b0": ch_time(start), "b1": ch_time(bucket_of(self.at))}
 
     def rows(self, sql: str, **params: Any) -> list[dict[str, Any]]:
         params = {"job": self.job, "at": ch_time(self.at), **params}
@@ -52,6 +120,11 @@ class EvalContext:
 
     def ago(self, seconds: float) -> str:
         return ch_time(self.at - timedelta(seconds=seconds))
+
+    def ago_in_run(self, seconds: float) -> str:
+        """`ago(seconds)`, but not before the current run began: a baseline window never spans a restart."""
+        t = self.at - timedelta(seconds=seconds)
+        return ch_time(max(t, self.epoch.start) if self.epoch is not None else t)
 
 
 class Detector(Protocol):
@@ -85,10 +158,20 @@ def median(values: Sequence[float]) -> float:
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
 
 
+RUN = "bucket >= {b0:DateTime64(3, 'UTC')} AND bucket <= {b1:DateTime64(3, 'UTC')}"
+"""`job_step_runs` rows of the current run up to `at` (with `ctx.run_buckets()`)."""
+
+
 def last_complete_step(ctx: EvalContext) -> int | None:
-    """The job's highest step whose every reported rank is stamped at or before `at`."""
+    """The current run's highest step whose every reported rank is stamped at or before `at`."""
+    e = ctx.epoch
+    if e is None:
+        return None
+    if "last_complete_step" in ctx.memo:
+        return ctx.memo["last_complete_step"]  # type: ignore[no-any-return]
     rows = ctx.rows(
-        f"SELECT step FROM job_steps WHERE job_id = {{job:String}} GROUP BY step "
-        f"HAVING max(last_ts) <= {AT} ORDER BY step DESC LIMIT 1"
-    )
-    return int(rows[0]["step"]) if rows else None
+        f"SELECT step FROM job_step_runs WHERE job_id = {{job:String}} AND step >= {{lo:UInt64}} "
+        f"AND step <= {{hi:UInt64}} AND {RUN} GROUP BY step HAVING max(last_ts) <= {AT} ORDER BY step DESC LIMIT 1",
+        lo=e.step_lo, hi=e.step_hi, **ctx.run_buckets())
+    ctx.memo["last_complete_step"] = int(rows[0]["step"]) if rows else None
+    return ctx.memo["last_complete_step"]  # type: ignore[no-any-return]

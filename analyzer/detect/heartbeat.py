@@ -1,16 +1,31 @@
-"""Heartbeat loss: a host that reported before and has been silent for the miss threshold.
+"""Heartbeat loss: a host of the job whose heartbeats stopped while the job's other hosts went on.
 
-Silence is measured on the job's event-time clock (`at`), never the wall clock, so a
-replay or a fast simulation that ends does not declare every host lost. Threshold =
-`heartbeat.miss_intervals` x the host's own heartbeat interval. Live, a host is also
-required to have had nothing ingested for `heartbeat.quiet_s` of wall clock, so a
-host whose partition merely lags behind the others is not taken for dead. The
-finding's `since` is the instant the silence crossed the threshold.
+Silence is measured on the job's event-time clock (`at`), never the wall clock: a host is
+silent once its newest heartbeat is `heartbeat.miss_intervals` x its own interval old; the
+finding's `since` is the instant the silence crossed that threshold. It is a *loss* only
+while the job's others advance: some other host heartbeated at least twice within its own
+last threshold (it beats steadily now). So a job that ends, pauses or is restarted —
+every host falling silent within one interval of the others, then the whole job coming
+back within one interval — pages no host, whichever host happened to beat last, live or
+in replay; a host lost before the job stopped stays lost. A job with one host has no
+others: its silence is the job's (an idle job, its exits).
+
+Silence is judged against what has been ingested for *that host*: live, a host whose
+heartbeats still arrive but are not yet stored up to `at` (its partition lags, its agent
+replays a spool) is late, not lost — neither paged nor resolved until its own clock gets
+there — and late hosts are no evidence that the job advances. A host whose agent sends
+nothing at all goes idle (the engine's rule, on the ingest frontier) and is judged on
+what is stored. So late delivery, however out of order, pages nobody, and live raises
+what replay raises.
+
+Members: every host that heartbeated for the job; after a restart (a later run, see
+epoch.py), only those heard from since the run began — a host the restart left out is
+no longer the job's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -21,10 +36,11 @@ LOOKBACK_S = 600.0
 
 _SQL = f"""
 SELECT p.host AS host, p.first_seen AS first_ts, p.base_iv AS base_interval,
-       h.last_ts AS last_ts, h.iv AS interval_s, h.last_ingested AS last_ingested
+       h.last_ts AS last_ts, h.iv AS interval_s, h.recent AS recent
 FROM (SELECT host, min(first_ts) AS first_seen, max(interval_s) AS base_iv
       FROM host_presence WHERE job_id = {{job:String}} GROUP BY host) AS p
-LEFT JOIN (SELECT host, max(ts) AS last_ts, max(interval_s) AS iv, max(ingested_at) AS last_ingested
+LEFT JOIN (SELECT host, max(ts) AS last_ts, max(interval_s) AS iv,
+                  countIf(dateDiff('millisecond', ts, {AT}) < {{miss:Float64}} * interval_s * 1000) AS recent
            FROM heartbeats WHERE job_id = {{job:String}} AND ts > {{lo:DateTime64(3, 'UTC')}} AND ts <= {AT}
            GROUP BY host) AS h ON p.host = h.host
 WHERE p.first_seen <= {AT}
@@ -35,28 +51,39 @@ class HeartbeatDetector:
     name = "heartbeat_loss"
 
     def detect(self, ctx: EvalContext) -> list[Finding]:
-        rows = ctx.rows(_SQL, lo=ctx.ago(LOOKBACK_S))
-        wall = datetime.now(tz=ctx.at.tzinfo) if ctx.live else None
-        return judge(rows, ctx.settings.heartbeat, ctx.at, wall)
+        rows = ctx.rows(_SQL, lo=ctx.ago(LOOKBACK_S), miss=ctx.settings.heartbeat.miss_intervals)
+        run_start = ctx.epoch.start if ctx.epoch is not None and ctx.epoch.index > 0 else None
+        return judge(rows, ctx.settings.heartbeat, ctx.at, caught_up=lambda h: ctx.caught_up(h, "heartbeat"),
+                     firing={s.split(":", 1)[1] for s in ctx.firing if s.startswith("heartbeat_loss:")},
+                     run_start=run_start)
 
 
-def judge(rows: Sequence[Mapping[str, Any]], s: HeartbeatSettings, at: datetime,
-          wall_now: datetime | None = None) -> list[Finding]:
-    out = []
+def judge(rows: Sequence[Mapping[str, Any]], s: HeartbeatSettings, at: datetime, *,
+          caught_up: Callable[[str], bool] = lambda _h: True, firing: set[str] | frozenset[str] = frozenset(),
+          run_start: datetime | None = None) -> list[Finding]:
+    """Findings from {host, first_ts, base_interval, last_ts (newest heartbeat <= at), interval_s, recent (its
+    heartbeats within its last threshold)}.
+
+    `caught_up(host)`: its heartbeats are known up to `at` (late hosts keep their state);
+    `run_start`: a restarted run's start (hosts silent since before it are not members).
+    """
+    members = []
     for r in rows:
-        host = str(r["host"])
         last = as_utc(r["last_ts"]) if r["last_ts"] is not None else EPOCH
+        last = last if last > EPOCH else at - timedelta(seconds=LOOKBACK_S)
+        if run_start is None or last >= run_start:
+            members.append((str(r["host"]), r, last))
+    steady = {h for h, r, _ in members if int(r.get("recent") or 0) >= 2 and caught_up(h)}
+    out = []
+    for host, r, last in members:
+        late = not caught_up(host)
+        if late and host not in firing:
+            continue  # late, not lost (a firing alert stays as it is)
         interval = float(r["interval_s"] or 0) or float(r["base_interval"] or 0) or 2.0
         threshold = s.miss_intervals * interval
-        if last <= EPOCH:
-            last = at - timedelta(seconds=LOOKBACK_S)
         silent = (at - last).total_seconds()
-        if silent < threshold:
-            continue
-        if wall_now is not None and r["last_ingested"] is not None:
-            ingested = as_utc(r["last_ingested"])
-            if ingested > EPOCH and (wall_now - ingested).total_seconds() < s.quiet_s:
-                continue
+        if not late and (silent < threshold or (host not in firing and not steady - {host})):
+            continue  # beating, or the whole job fell silent (stopped, restarting): not this host's loss
         out.append(Finding(
             alert="heartbeat_loss", subject=host, host=host, severity="critical",
             since=last + timedelta(seconds=threshold),

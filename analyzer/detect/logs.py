@@ -5,7 +5,9 @@ incident: its alert names the ranks, the line count (flood summaries counted by
 their `repeats`) and the latest message; it resolves once the host has been quiet in
 that category for `log.resolve_s`. A process that exits non-zero or by a signal
 raises a critical alert per (host, rank) that resolves when that rank reports a
-training step again (restart).
+training step again (restart); its evidence carries the rank's own message and when it
+was printed (`failed_at`), from which incidents order a cascade. The launcher's own exit
+(torchrun: not a rank) alerts (`host/launcher`) only when none of its ranks did.
 """
 
 from __future__ import annotations
@@ -32,8 +34,9 @@ GROUP BY host, category
 """
 
 _EXIT_SQL = f"""
-SELECT host, ifNull(toString(rank), concat('pid', toString(pid))) AS who, rank,
-       argMax(exit_code, ts) AS code, argMax(signal, ts) AS sig, argMax(summary, ts) AS last_summary,
+SELECT host, multiIf(launcher = 1, 'launcher', rank IS NOT NULL, toString(rank), concat('pid', toString(pid))) AS who,
+       rank, argMax(exit_code, ts) AS code, argMax(signal, ts) AS sig, argMax(summary, ts) AS last_summary,
+       argMax(failed_at, ts) AS failed, argMax(local_rank, ts) AS local, max(launcher) AS is_launcher,
        max(ts) AS exit_ts
 FROM process_exits
 WHERE job_id = {{job:String}} AND ts > {{lo:DateTime64(3, 'UTC')}} AND ts <= {AT}
@@ -107,12 +110,17 @@ def judge_exits(exits: Sequence[Mapping[str, Any]], restarted: Sequence[Mapping[
         host, exit_ts = str(r["host"]), as_utc(r["exit_ts"])
         if r["rank"] is not None and back.get((host, int(r["rank"])), exit_ts) > exit_ts:
             continue  # the rank trains again
+        launcher = bool(r.get("is_launcher"))
         how = f"signal {r['sig']}" if r["sig"] else f"exit code {r['code']}"
-        who = f"rank {r['rank']}" if r["rank"] is not None else str(r["who"])
+        who = "launcher" if launcher else f"rank {r['rank']}" if r["rank"] is not None else str(r["who"])
+        failed_at = as_utc(r["failed"]) if r.get("failed") is not None else None
         out.append(Finding(
             alert="process_exit", subject=f"{host}/{who.replace(' ', '')}", host=host, severity="critical",
             since=exit_ts, summary=f"{host} {who} exited with {how}: {str(r['last_summary'])[:300]}",
-            evidence={"host": host, "rank": r["rank"], "exit_code": r["code"], "signal": r["sig"] or None,
-                      "summary": str(r["last_summary"])[:2000], "exit_ts": exit_ts.isoformat()},
+            evidence={"host": host, "rank": r["rank"], "local_rank": r.get("local"), "exit_code": r["code"],
+                      "signal": r["sig"] or None, "summary": str(r["last_summary"])[:2000],
+                      "exit_ts": exit_ts.isoformat(), "failed_at": failed_at.isoformat() if failed_at else None,
+                      "launcher": launcher},
         ))
-    return out
+    ranked_hosts = {f.host for f in out if not f.evidence["launcher"] and f.evidence["rank"] is not None}
+    return [f for f in out if not (f.evidence["launcher"] and f.host in ranked_hosts)]

@@ -1,38 +1,36 @@
-"""MFU drift: the job's efficiency now against its own healthy baseline, attributed to phases.
+"""MFU drift: the run's efficiency now against its own healthy baseline, attributed to phases.
 
-Per step (`job_steps`): MFU (mean over ranks) when the timer reports it, else step time
-(MFU is inversely proportional to it for a fixed model). Baseline = median over
-`mfu.baseline_steps` steps after `mfu.warmup_steps`; current = median over the last
-`mfu.current_steps` complete steps. Medians ignore checkpoint steps. It fires when
-the drop is >= `mfu.drop_pct`, or when a least-squares trend over the last
-`mfu.trend_steps` (on 10-step medians) projects a decline >= `mfu.trend_pct`; in both
-cases only when some phase's fleet-mean time (`job_phase_steps`) grew by at least
+Per step of the job's current run (`job_step_runs`, see epoch.py): MFU (mean over ranks)
+when the timer reports it, else step time (MFU is inversely proportional to it for a
+fixed model). Baseline = median over `mfu.baseline_steps` steps after the run's first
+`mfu.warmup_steps` — relative to the step the run began at, so a job resumed at step
+4800 has its baseline at 4820-4869 and is judged as soon as one started at 0; a restart
+takes a fresh baseline. Current = median over the last `mfu.current_steps` complete
+steps. It fires when the drop is >= `mfu.drop_pct`, or when a least-squares trend over
+the last `mfu.trend_steps` (on 10-step medians) projects a decline >= `mfu.trend_pct`;
+in both cases only when some phase's fleet-mean time grew by at least
 `mfu.phase_growth_pct` — those phases are named. A drop that no phase explains
-fleet-wide is one slow host: the straggler detector's business.
+fleet-wide is one slow host: the straggler detector's business. The alert quotes the
+real step numbers of its baseline and current windows, and the run they belong to.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
-from vigil.analyzer.detect.base import AT, EvalContext, Finding, as_utc, last_complete_step, median
+from vigil.analyzer.detect.base import AT, RUN, EvalContext, Finding, as_utc, last_complete_step, median
 from vigil.analyzer.settings import MfuSettings
 
 _STEPS_SQL = f"""
-SELECT step, max(max_step_ms) AS step_ms, sum(sum_mfu) AS smfu, sum(n_mfu) AS nmfu, max(last_ts) AS last_ts
-FROM job_steps
-WHERE job_id = {{job:String}} AND ((step >= {{b_lo:UInt64}} AND step < {{b_hi:UInt64}}) OR step >= {{r_lo:UInt64}})
+SELECT step, max(max_step_ms) AS step_ms, sum(sum_mfu) AS smfu, sum(n_mfu) AS nmfu, max(last_ts) AS last_ts,
+       sumMap(phase_ms) AS phase_ms, sumMap(phase_n) AS phase_n
+FROM job_step_runs
+WHERE job_id = {{job:String}} AND {RUN} AND step <= {{last:UInt64}}
+  AND ((step >= {{b_lo:UInt64}} AND step < {{b_hi:UInt64}}) OR step >= {{r_lo:UInt64}})
 GROUP BY step HAVING last_ts <= {AT} ORDER BY step
-"""
-
-_PHASES_SQL = """
-SELECT phase, step, sum(sum_ms) / sum(n) AS mean_ms
-FROM job_phase_steps
-WHERE job_id = {job:String} AND step <= {last:UInt64}
-  AND ((step >= {b_lo:UInt64} AND step < {b_hi:UInt64}) OR step > {c_lo:UInt64})
-GROUP BY phase, step
 """
 
 
@@ -42,13 +40,25 @@ class MfuDriftDetector:
     def detect(self, ctx: EvalContext) -> list[Finding]:
         s = ctx.settings.mfu
         last = last_complete_step(ctx)
-        b_lo, b_hi = s.warmup_steps, s.warmup_steps + s.baseline_steps
-        if last is None or last < b_hi + s.current_steps:
+        if last is None or ctx.epoch is None:
+            return []
+        b_lo = ctx.epoch.first_step + s.warmup_steps
+        b_hi = b_lo + s.baseline_steps
+        if last < b_hi + s.current_steps:
             return []
         r_lo = max(b_hi, last - max(s.trend_steps, s.current_steps) + 1)
-        steps = ctx.rows(_STEPS_SQL, b_lo=b_lo, b_hi=b_hi, r_lo=r_lo)
-        phases = ctx.rows(_PHASES_SQL, b_lo=b_lo, b_hi=b_hi, c_lo=last - s.current_steps, last=last)
-        return judge(steps, phases, s, firing=ctx.is_firing("mfu_drift", "job"))
+        steps = ctx.rows(_STEPS_SQL, b_lo=b_lo, b_hi=b_hi, r_lo=r_lo, last=last, **ctx.run_buckets())
+        phases = [{"phase": p, "step": r["step"], "mean_ms": ms / int(r["phase_n"][p])}
+                  for r in steps if int(r["step"]) < b_hi or int(r["step"]) > last - s.current_steps
+                  for p, ms in r["phase_ms"].items() if int(r["phase_n"].get(p, 0)) > 0]
+        findings = judge(steps, phases, s, firing=ctx.is_firing("mfu_drift", "job"), baseline_from=b_lo)
+        return [_with_run(f, ctx) for f in findings]
+
+
+def _with_run(f: Finding, ctx: EvalContext) -> Finding:
+    if ctx.epoch is None:
+        return f
+    return replace(f, evidence={**f.evidence, "run": ctx.epoch.describe()})
 
 
 def _efficiency(rows: Sequence[Mapping[str, Any]]) -> tuple[dict[int, float], str]:
@@ -75,8 +85,11 @@ def _trend_pct(values: dict[int, float], base: float, span: int) -> float:
 
 
 def judge(steps: Sequence[Mapping[str, Any]], phases: Sequence[Mapping[str, Any]], s: MfuSettings,
-          firing: bool = False) -> list[Finding]:
-    b_lo, b_hi = s.warmup_steps, s.warmup_steps + s.baseline_steps
+          firing: bool = False, baseline_from: int | None = None) -> list[Finding]:
+    """Findings from per-step rows {step, step_ms, smfu, nmfu, last_ts} and phase rows {phase, step, mean_ms};
+    the baseline is `mfu.baseline_steps` steps from `baseline_from` (the run's first step + warm-up)."""
+    b_lo = s.warmup_steps if baseline_from is None else baseline_from
+    b_hi = b_lo + s.baseline_steps
     eff, metric = _efficiency(steps)
     if not eff:
         return []

@@ -70,7 +70,7 @@ class StragglerDetector:
         hi = (last - s.lag_steps + 1) // ROLLUP_WINDOW_STEPS - 1
         if hi < 0:
             return []
-        lo = max(0, hi - s.n + 1)
+        lo = max(-(-ctx.epoch.first_step // ROLLUP_WINDOW_STEPS) if ctx.epoch else 0, hi - s.n + 1)
         rows = ctx.rows(_WINDOWS_SQL, lo=lo, hi=hi)
         firing = {subj.split(":", 1)[1] for subj in ctx.firing if subj.startswith("straggler:")}
         if 0 < len({r["host"] for r in rows}) < s.min_hosts:

@@ -49,7 +49,7 @@ class TrafficDetector:
     def detect(self, ctx: EvalContext) -> list[Finding]:
         s = ctx.settings.traffic
         rows = ctx.rows(_NIC_SQL, zero=s.zero_bps, recent=ctx.ago(s.recent_s),
-                        lo=ctx.ago(s.recent_s + s.baseline_s))
+                        lo=ctx.ago_in_run(s.recent_s + s.baseline_s))
         running = {str(r["host"]): int(r["running"]) for r in ctx.rows(_RUNNING_SQL, lo=ctx.ago(s.stall_s))}
         firing = {subj.split(":", 1)[1] for subj in ctx.firing if subj.startswith("traffic_stall:")}
         return judge(rows, running, s, ctx.at, firing)

@@ -1,7 +1,15 @@
 """The ingest loop: a BatchingConsumer over the telemetry, alerts and recovery topics into ClickHouse.
 
 Runs in its own thread; every few seconds it samples the event rate, and a
-`LagProbe` thread samples the consumer lag, for `vigil status`.
+`LagProbe` thread samples the consumer lag (for `vigil status`) and the ingest frontier
+(for the detector engine's idle rule) every second. A transient store or
+broker failure is retried by the consumer (state "retrying"); any other error stops the
+loop with `failed` set to it (state "failed"): the service reports it and `vigil analyzer`
+exits non-zero, so a supervisor restarts it and the uncommitted batch is re-read.
+
+`client` must be the writer's own ClickHouse client: a chdb handle that raised may hand
+leftover output to its next query, and a client shared with readers makes them wait for
+the inserts (clickhouse-connect holds one lock per client for a whole call).
 """
 
 from __future__ import annotations
@@ -10,12 +18,14 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from vigil.analyzer.ingest.writer import ClickHouseDeadLetters, ClickHouseWriter
 from vigil.analyzer.settings import AnalyzerSettings
 from vigil.contract.registry import TELEMETRY_TOPICS
-from vigil.kafka.consumer import BatchingConsumer
+from vigil.errors import one_line
+from vigil.kafka.consumer import BatchingConsumer, ConsumerFailed
 from vigil.kafka.deadletter import KafkaDeadLetters
 from vigil.kafka.lag import LagProbe
 from vigil.kafka.producer import EventProducer
@@ -23,7 +33,7 @@ from vigil.settings import VigilSettings
 
 log = logging.getLogger(__name__)
 
-INGEST_TOPICS: tuple[str, ...] = (*TELEMETRY_TOPICS, "alerts", "recovery")
+INGEST_TOPICS: tuple[str, ...] = (*TELEMETRY_TOPICS, "alerts", "incidents", "recovery")
 
 
 @dataclass(kw_only=True)
@@ -34,23 +44,33 @@ class IngestLoop:
     client: Any
     producer: EventProducer
     sample_every_s: float = 5.0
+    probe_every_s: float = 1.0  # lag and ingest frontier (the detector engine's idle rule waits on it)
     events_per_s: float = 0.0
     last_error: str = ""
+    failed: str = ""  # the error that stopped ingest; empty while it runs
 
     def __post_init__(self) -> None:
-        self.writer = ClickHouseWriter(client=self.client)
+        self.writer = ClickHouseWriter(client=self.client, group=self.analyzer.group_id,
+                                       window_s=self.analyzer.dedup_window_s)
         sink = ClickHouseDeadLetters(client=self.client, inner=KafkaDeadLetters(self.producer))
         self.consumer = BatchingConsumer(
             settings=self.settings, bootstrap=self.bootstrap, group_id=self.analyzer.group_id,
             topics=list(INGEST_TOPICS), writer=self.writer, dead_letters=sink,
             max_batch_events=self.analyzer.batch_events, max_batch_s=self.analyzer.batch_s,
+            pipeline=self.analyzer.write_thread,
         )
         self.probe = LagProbe(settings=self.settings, bootstrap=self.bootstrap, group_id=self.analyzer.group_id,
-                              topics=INGEST_TOPICS, every_s=self.sample_every_s)
+                              topics=INGEST_TOPICS, every_s=self.probe_every_s)
 
     @property
     def lag(self) -> dict[str, int]:
         return dict(self.probe.lag)
+
+    @property
+    def frontier(self) -> datetime | None:
+        """Wall time before which everything produced to the ingested topics is stored (None before a sample)."""
+        f = self.probe.frontier
+        return datetime.fromtimestamp(f, UTC) if f is not None else None
 
     @property
     def stats(self) -> Any:
@@ -62,16 +82,16 @@ class IngestLoop:
         probe.start()
         try:
             while not stop.is_set():
-                try:
-                    self.consumer.poll(stop=stop)
-                except Exception as exc:  # never let the thread die on a surprise
-                    self.last_error = f"ingest: {exc}"
-                    log.exception("ingest poll failed")
-                    stop.wait(1.0)
+                self.consumer.poll(stop=stop)
                 now = time.monotonic()
                 if now - last_t >= self.sample_every_s:
                     n = self.consumer.stats.events
                     self.events_per_s = (n - last_n) / (now - last_t)
                     last_t, last_n = now, n
-        finally:
-            self.consumer.run(stop)  # stop is set: flushes and commits what is batched, then closes
+        except Exception as exc:  # ConsumerFailed, or a bug outside the write: stop, commit nothing more
+            self.failed = self.last_error = f"ingest stopped: {one_line(exc)}"
+            self.consumer.stats.state = "failed"
+            log.error("ingest stopped: %s", exc, exc_info=not isinstance(exc, ConsumerFailed))
+            self.consumer.close()
+            return
+        self.consumer.run(stop)  # stop is set: flushes and commits what is batched, then closes

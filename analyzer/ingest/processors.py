@@ -1,11 +1,24 @@
 """Pure processors: one event -> the rows it becomes, per ClickHouse table.
 
 `process(event)` returns `[(table, row), ...]` where each row is a dict keyed by column
-name: the writer inserts by those names, and the test suite checks every table's rows
-against the migrated schema and every like-named field against its event. No I/O here: the writer, the benchmarks and the tests share these functions.
+name: the writer inserts by those names (column by column), and the test suite checks
+every table's rows against the migrated schema and every like-named field against its
+event. No I/O here: the writer, the benchmarks and the tests share these functions.
 A heartbeat becomes one `heartbeats` row and one `gpu_stats` row per GPU; a job
-registration one `jobs` row and one `job_ranks` row per rank; the recovery controller's
-actions, outcomes and its agents' `member` reports one row each (`recovery_*`).
+registration one `jobs` row and one `job_ranks` row per rank; a Flight Recorder trace one
+`collective_traces` row with its per-group tail (`pg_tail`) for the hang detector. The
+recovery controller's (re)start of a job, when it begins, is a `job_registrations` row:
+the detectors take it as the start of a new run (analyzer/detect/epoch.py), like a
+registration. The controller's actions, outcomes and its agents' `member` reports are one row
+each (`recovery_*`).
+
+An event is either the pydantic model or its fast-path mirror (`vigil.contract.fastwire`,
+same attribute names): processors read attributes only, so both give the same rows.
+
+Adding a kind = a row builder in `KINDS` (keyed by the event's `kind`) and a migration for
+its table; `LOOKUP` names the column that bounds the look-up of stored event_ids in each
+table with an `event_id` (the writer's exact check for late re-sends and re-reads), and
+`RECENT` the high-volume kinds whose re-sends the writer first checks in memory.
 """
 
 from __future__ import annotations
@@ -14,12 +27,13 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from vigil.analyzer.incidents.flightrec import dumps_tail, tail_of
 from vigil.contract import (
     Alert,
     Checkpoint,
     CollectiveTrace,
-    Event,
     Heartbeat,
+    Incident,
     JobRegistered,
     LogLine,
     Member,
@@ -29,6 +43,7 @@ from vigil.contract import (
     RecoveryAction,
     StepTiming,
 )
+from vigil.contract.fastwire import FastHeartbeat, FastNic, FastStep, Ingestable
 
 Row = dict[str, Any]
 """One table row, keyed by column name (the writer inserts by these names)."""
@@ -37,7 +52,7 @@ TableRow = tuple[str, Row]
 _RUNNING = {"running", "sleeping", "disk-sleep", "R", "S", "D"}
 
 
-def _step(e: StepTiming) -> list[TableRow]:
+def _step(e: StepTiming | FastStep) -> list[TableRow]:
     c = e.coords
     return [("step_timings", {
         "event_id": e.event_id, "job_id": e.job_id, "host": e.host, "rank": e.rank, "local_rank": e.local_rank,
@@ -46,7 +61,7 @@ def _step(e: StepTiming) -> list[TableRow]:
         "failed": int(e.failed), "dropped": e.dropped})]
 
 
-def _heartbeat(e: Heartbeat) -> list[TableRow]:
+def _heartbeat(e: Heartbeat | FastHeartbeat) -> list[TableRow]:
     utils = [g.util_pct for g in e.gpus if g.util_pct is not None]
     temps = [g.temp_c for g in e.gpus if g.temp_c is not None]
     rows: list[TableRow] = [("heartbeats", {
@@ -67,7 +82,7 @@ def _heartbeat(e: Heartbeat) -> list[TableRow]:
     return rows
 
 
-def _nic(e: NicCounters) -> list[TableRow]:
+def _nic(e: NicCounters | FastNic) -> list[TableRow]:
     return [("nic_counters", {
         "event_id": e.event_id, "job_id": e.job_id, "host": e.host, "device": e.device, "port": e.port,
         "link": e.link, "ts": e.ts, "tx_bytes": e.tx_bytes, "rx_bytes": e.rx_bytes, "tx_bps": e.tx_bps,
@@ -85,15 +100,17 @@ def _exit(e: ProcessExit) -> list[TableRow]:
     return [("process_exits", {
         "event_id": e.event_id, "job_id": e.job_id, "host": e.host, "ts": e.ts, "rank": e.rank,
         "local_rank": e.local_rank, "pid": e.pid, "exit_code": e.exit_code, "signal": e.signal or "",
-        "summary": e.summary, "traceback": e.traceback})]
+        "summary": e.summary, "traceback": e.traceback, "failed_at": e.failed_at, "launcher": int(e.launcher)})]
 
 
 def _collective(e: CollectiveTrace) -> list[TableRow]:
+    entries = [x.model_dump(mode="json") for x in e.entries]
     return [("collective_traces", {
         "event_id": e.event_id, "job_id": e.job_id, "host": e.host, "rank": e.rank, "ts": e.ts,
         "dumped_at": e.dumped_at, "process_groups": dict(e.process_groups),
         "last_started_seq": dict(e.last_started_seq), "last_completed_seq": dict(e.last_completed_seq),
-        "entries": json.dumps([x.model_dump(mode="json") for x in e.entries])})]
+        "entries": json.dumps(entries), "group_ranks": {k: list(v) for k, v in e.group_ranks.items()},
+        "trigger": e.trigger, "step": e.step, "stack": e.stack, "pg_tail": dumps_tail(tail_of(entries))})]
 
 
 def _job(e: JobRegistered) -> list[TableRow]:
@@ -117,6 +134,20 @@ def _alert(e: Alert) -> list[TableRow]:
         "evidence": json.dumps(e.evidence, default=str, sort_keys=True)})]
 
 
+def _incident(e: Incident) -> list[TableRow]:
+    culprit = e.culprits[0] if e.culprits else None
+    return [("incident_events", {
+        "event_id": e.event_id, "ts": e.ts, "job_id": e.job_id, "host": e.host, "incident_id": e.incident_id,
+        "category": e.category, "cause": e.cause, "status": e.status, "severity": e.severity,
+        "confidence": e.confidence, "summary": e.summary, "culprit_host": culprit.host if culprit else "",
+        "culprit_rank": culprit.rank if culprit else None,
+        "culprits": json.dumps([c.model_dump(mode="json") for c in e.culprits]),
+        "victims": json.dumps([v.model_dump(mode="json") for v in e.victims]),
+        "victim_ranks": sorted({v.rank for v in e.victims if v.rank is not None}), "alerts": list(e.alerts),
+        "first_sign": e.first_sign, "detected": e.detected,
+        "evidence": json.dumps(e.evidence, default=str, sort_keys=True)})]
+
+
 def _checkpoint(e: Checkpoint) -> list[TableRow]:
     return [("checkpoints", {
         "event_id": e.event_id, "ts": e.ts, "job_id": e.job_id, "host": e.host, "rank": e.rank, "step": e.step,
@@ -125,12 +156,17 @@ def _checkpoint(e: Checkpoint) -> list[TableRow]:
 
 
 def _recovery(e: RecoveryAction) -> list[TableRow]:
-    return [("recovery_actions", {
+    rows: list[TableRow] = [("recovery_actions", {
         "event_id": e.event_id, "ts": e.ts, "job_id": e.job_id, "host": e.host, "action": e.action,
         "target": e.target, "status": e.status, "reason": e.reason, "alert_fingerprint": e.alert_fingerprint,
         "details": json.dumps(e.details, default=str, sort_keys=True), "incident_id": e.incident_id,
         "actor": e.actor, "command_id": e.command_id, "generation": e.generation, "started_at": e.started_at,
         "duration_ms": e.duration_ms, "dry_run": int(e.dry_run)})]
+    if e.action in ("start", "restart") and e.status == "started":  # a new run of the job begins
+        hosts = e.details.get("hosts", [])
+        rows.append(("job_registrations", {"job_id": e.job_id, "ts": e.ts, "event_id": e.event_id,
+                                           "hosts": sorted(str(h) for h in hosts) if isinstance(hosts, list) else []}))
+    return rows
 
 
 def _outcome(e: Outcome) -> list[TableRow]:
@@ -152,14 +188,25 @@ def _member(e: Member) -> list[TableRow]:
         "last_step_at": e.last_step_at, "steps": e.steps, "step_ms": e.step_ms, "reason": e.reason})]
 
 
-_BY_TYPE: dict[type[Event], Callable[[Any], list[TableRow]]] = {
-    StepTiming: _step, Heartbeat: _heartbeat, NicCounters: _nic, LogLine: _log, ProcessExit: _exit,
-    CollectiveTrace: _collective, JobRegistered: _job, Alert: _alert, Checkpoint: _checkpoint,
-    RecoveryAction: _recovery, Outcome: _outcome, Member: _member,
+KINDS: dict[str, Callable[[Any], list[TableRow]]] = {
+    "step": _step, "heartbeat": _heartbeat, "nic": _nic, "log": _log, "exit": _exit, "collective": _collective,
+    "job": _job, "alert": _alert, "checkpoint": _checkpoint, "recovery": _recovery,
+    "incident": _incident, "outcome": _outcome, "member": _member,
 }
 
+LOOKUP: dict[str, str] = {
+    "step_timings": "step", "heartbeats": "ts", "gpu_stats": "ts", "nic_counters": "ts", "log_lines": "ts",
+    "process_exits": "ts", "collective_traces": "ts", "alert_events": "ts", "checkpoints": "ts",
+    "recovery_actions": "ts", "incident_events": "ts",
+}
+"""table -> the column bounding a look-up of its stored event_ids (`jobs`, `job_ranks` and `job_registrations` are
+keyed by job (and rank or event), have no rollups, and rely on their ReplacingMergeTree)."""
 
-def process(event: Event) -> list[TableRow]:
+RECENT = frozenset({"step", "heartbeat", "nic"})
+"""Kinds a 10,000-GPU job sends thousands of per second: their re-sends are caught by an in-memory window."""
+
+
+def process(event: Ingestable) -> list[TableRow]:
     """The rows `event` becomes; [] for kinds the analyzer does not store."""
-    fn = _BY_TYPE.get(type(event))
+    fn = KINDS.get(event.kind)
     return fn(event) if fn is not None else []

@@ -1,80 +1,192 @@
-"""The ClickHouse batch writer: idempotent by event_id, so rollups never double-count.
+"""The ClickHouse batch writer: exactly once per event, at a cost per batch that does not grow with the tables.
 
-Kafka delivers at least once (a batch is re-read after a crash between the write and
-the commit). Before inserting, the writer drops events already in the batch and asks
-ClickHouse, per table, which of the rows' event_ids are already stored there (a
-primary-key-pruned lookup), and inserts only the rest: an event that becomes rows in
-two tables (a heartbeat: `heartbeats` and `gpu_stats`) and was cut off after the first
-insert gets its second table's rows on the retry. Materialised rollups fire on insert,
-so skipping there — not merging later — is what keeps their sums exact. Raw tables are
-ReplacingMergeTrees keyed on event_id as a second line of defence.
+Two kinds of repeats reach the writer, and each is removed where it is cheap:
 
-An insert that fails because of the data (a value out of a column's range) fails on
-every retry, so the writer bisects the batch down to the events that cannot be stored
-and returns them (the consumer dead-letters them); store failures (down, busy) raise
-and are retried by the consumer.
+* **Batches written again** (a retry after a failed insert; a batch re-read after a crash
+  between write and commit). Each table's rows of a batch are one insert block under a
+  token derived from the batch's Kafka offsets (`blocks`, migration 0140): ClickHouse drops
+  a repeat in the raw table and in every rollup, and a retry after a partial write fills
+  only the views it missed. For that, a repeat must be cut into the same rows: the batch's
+  intent is recorded first (`intents`), a retry reuses the rows prepared for the first
+  attempt, and a re-cut after a crash is judged against rows ingested *before* that intent.
+* **Events sent again** by a producer (an agent replaying its spool) arrive in new batches.
+  In-batch repeats are dropped; for the high-volume kinds the recent-id window (`recent`)
+  answers in memory; the rest (late re-sends, low-volume kinds, re-checked or re-cut
+  batches) is looked up exactly in ClickHouse (`lookup`), off the hot path. Raw tables stay
+  ReplacingMergeTrees keyed on event_id as the last line of defence.
 
-Host-keyed partitions mean one event is only ever handled by one consumer of the
-group, so the check-then-insert has no concurrent writer for the same event_id.
+An insert that fails because of the data (a value out of a column's range) fails on every
+retry, so the writer bisects the batch down to the events that cannot be stored and returns
+them (the consumer dead-letters them); the halves are checked table by table against what is
+stored, since a table may have taken its rows before another refused. Transient store
+failures raise `Unreachable` (the consumer retries them); anything else propagates (a bug:
+the consumer stops).
+
+Host-keyed partitions mean one event is only ever handled by one consumer of the group.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
-from vigil.analyzer.ingest.processors import Row, TableRow, process
-from vigil.clickhouse.failures import is_data_error
-from vigil.contract import Event
-from vigil.errors import one_line
-from vigil.kafka.consumer import Unstorable
+from vigil.analyzer.ingest.blocks import BlockInserter
+from vigil.analyzer.ingest.intents import IntentLedger
+from vigil.analyzer.ingest.lookup import StoredIds
+from vigil.analyzer.ingest.processors import LOOKUP, RECENT, Row, TableRow, process
+from vigil.analyzer.ingest.recent import RecentIds
+from vigil.clickhouse.failures import is_data_error, is_transient
+from vigil.contract.fastwire import Ingestable
+from vigil.errors import Unreachable, one_line
+from vigil.kafka.consumer import BatchId, Intent, Partition, Unstorable
 from vigil.kafka.deadletter import DeadLetter, DeadLetterSink
 
-# table -> column that prunes the lookup of its stored event_ids (tables with no rollups,
-# `jobs` and `job_ranks`, rely on their ReplacingMergeTree alone)
-_PRUNE: dict[str, str] = {
-    "step_timings": "step", "heartbeats": "ts", "gpu_stats": "ts", "nic_counters": "ts", "log_lines": "ts",
-    "process_exits": "ts", "collective_traces": "ts", "alert_events": "ts", "checkpoints": "ts",
-    "recovery_actions": "ts",
-}
+T = TypeVar("T")
 
 
-def _ch_param(value: Any) -> str:
-    if isinstance(value, datetime):
-        return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
-    return str(value)
-
-
-def insert_rows(client: Any, table: str, rows: Sequence[Row]) -> None:
-    """Insert named rows of one table, column by column (every row of a table has the same columns)."""
-    names = list(rows[0])
-    client.insert(table, [[r[n] for r in rows] for n in names], column_names=names, column_oriented=True)
+@dataclass
+class _Prepared:
+    tables: dict[str, list[Row]]
+    recent: list[Ingestable]  # high-volume events of the batch, for the window once stored
 
 
 @dataclass(kw_only=True)
 class ClickHouseWriter:
-    """A `BatchWriter` for vigil.kafka.BatchingConsumer (and for direct feeding in benchmarks)."""
+    """A `BatchWriter` for vigil.kafka.BatchingConsumer (and for direct feeding in benchmarks and tests)."""
 
     client: Any
-    check_existing: bool = True
+    group: str = "vigil-analyzer"
+    window_s: float = 60.0
+    check_existing: bool = True  # False: no look-ups at all (benchmarks and fixtures that write unique events)
     rows_written: int = 0
     skipped_duplicates: int = 0
+    looked_up: int = 0  # events checked against ClickHouse (the window could not judge them)
+    seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(("intent", "prepare", "insert"), 0.0))
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def write(self, events: Sequence[Event]) -> list[Unstorable]:
+    def __post_init__(self) -> None:
+        self.recent = RecentIds(window_s=self.window_s)
+        self._stored = StoredIds(self.client)
+        self._blocks = BlockInserter(self.client)
+        self._ledger = IntentLedger(self.client, self.group)
+        self._started = False
+        self._tokened: set[str] = set()  # tables that deduplicate inserts by token (migration 0140)
+        self._recorded = ""
+        self._prepared: tuple[str, _Prepared] | None = None
+
+    def intents(self, partitions: Sequence[Partition]) -> dict[Partition, Intent]:
         with self._lock:
+            return self._guard(lambda: self._ledger.latest(partitions))
+
+    def write(self, events: Sequence[Ingestable], batch: BatchId | None = None) -> list[Unstorable]:
+        with self._lock:
+            return self._guard(lambda: self._write(events, batch))
+
+    @staticmethod
+    def _guard(fn: Callable[[], T]) -> T:
+        try:
+            return fn()
+        except Exception as exc:
+            if is_transient(exc):
+                raise Unreachable(f"ClickHouse: {one_line(exc)}") from exc
+            raise
+
+    def _write(self, events: Sequence[Ingestable], batch: BatchId | None) -> list[Unstorable]:
+        if not self._started:  # what was stored before this process: the window cannot vouch for it
+            rows = self.client.query("SELECT job_id, host, max(last_ts) FROM host_clock GROUP BY job_id, host").result_rows
+            self.recent.started_after({(str(j), str(h)): ts if ts.tzinfo else ts.replace(tzinfo=UTC) for j, h, ts in rows})
+            self._tokened = {str(r[0]) for r in self.client.query(
+                "SELECT name FROM system.tables WHERE database = currentDatabase() "
+                "AND engine_full LIKE '%non_replicated_deduplication_window%'").result_rows}
+            self._started = True
+        token = batch.token if batch is not None else None
+        t0 = time.perf_counter()
+        if batch is not None and self._recorded != batch.token and batch.first_attempt is None:
+            self._ledger.record(batch)
+            self._recorded = batch.token
+        t1 = time.perf_counter()
+        if token is not None and self._prepared is not None and self._prepared[0] == token:
+            prepared = self._prepared[1]  # a retry: exactly the rows of the first attempt
+        else:
+            prepared = self._prepare(events, batch)
+            if token is not None:
+                self._prepared = (token, prepared)
+        t2 = time.perf_counter()
+        self.seconds["intent"] += t1 - t0
+        self.seconds["prepare"] += t2 - t1
+        try:
+            self._insert(prepared, token)
+            self.seconds["insert"] += time.perf_counter() - t2
+            bad: list[Unstorable] = []
+        except Exception as exc:
+            if not is_data_error(exc):
+                raise
+            bad = self._isolate(list(events), batch, exc, "")
+        refused = {u.event.event_id for u in bad}
+        self.recent.add_all([(e.job_id, e.host, e.ts, e.event_id) for e in prepared.recent if e.event_id not in refused])
+        self.recent.evict()
+        self._prepared = None
+        return bad
+
+    def _prepare(self, events: Sequence[Ingestable], batch: BatchId | None, check_all: bool = False) -> _Prepared:
+        unique: dict[str, Ingestable] = {}
+        for e in events:
+            unique.setdefault(e.event_id, e)
+        self.skipped_duplicates += len(events) - len(unique)
+        window = not check_all and batch is not None and batch.first_attempt is None and not batch.recheck
+        tables: dict[str, list[Row]] = defaultdict(list)
+        checked: dict[str, list[Row]] = defaultdict(list)  # rows the window cannot vouch for, per table
+        recent: list[Ingestable] = []
+        for e in unique.values():
+            hot = e.kind in RECENT
+            if hot:
+                recent.append(e)
+            if window and hot and self.recent.covered(e.job_id, e.host, e.ts):
+                if self.recent.seen(e.event_id):
+                    self.skipped_duplicates += 1
+                    continue
+                rows: list[TableRow] = process(e)
+                for table, row in rows:
+                    tables[table].append(row)
+                continue
+            for table, row in process(e):
+                (checked if table in LOOKUP and self.check_existing else tables)[table].append(row)
+        before = batch.first_attempt if batch is not None else None
+        skipped: set[str] = set()
+        self.looked_up += len({r["event_id"] for rows_ in checked.values() for r in rows_})
+        for table, rows_ in checked.items():  # a table that ignores tokens must not take a re-cut's rows again
+            stored = self._stored.stored(table, rows_, before=before if table in self._tokened else None)
+            skipped |= stored
+            tables[table].extend(r for r in rows_ if r["event_id"] not in stored)
+        self.skipped_duplicates += len(skipped)
+        return _Prepared(tables={t: rs for t, rs in sorted(tables.items()) if rs}, recent=recent)
+
+    def _insert(self, prepared: _Prepared, token: str | None) -> None:
+        for table, rows in prepared.tables.items():
+            self._blocks.insert(table, rows, f"{token}:{table}" if token else None)
+            self.rows_written += len(rows)
+
+    def _isolate(self, events: list[Ingestable], batch: BatchId | None, exc: Exception, path: str) -> list[Unstorable]:
+        """Store what can be stored; the events that fail on their own come back with the reason."""
+        if len(events) == 1:
+            return [Unstorable(event=events[0], reason=f"ClickHouse rejected it: {one_line(exc)}")]
+        out: list[Unstorable] = []
+        mid = len(events) // 2
+        for i, half in enumerate((events[:mid], events[mid:])):
+            sub = f"{path}{i}"
             try:
-                self._insert(events)
-                return []
-            except Exception as exc:
-                if not is_data_error(exc):
+                self._insert(self._prepare(half, batch, check_all=True), f"{batch.token}/{sub}" if batch else None)
+            except Exception as inner:
+                if not is_data_error(inner):
                     raise
-                return self._isolate(list(events), exc)
+                out += self._isolate(half, batch, inner, sub)
+        return out
 
     def write_rows(self, rows: Sequence[TableRow]) -> None:
         """Insert pre-processed rows (no dedup): for benchmarks that produce unique events."""
@@ -82,53 +194,7 @@ class ClickHouseWriter:
         for table, row in rows:
             by_table[table].append(row)
         for table, batch in by_table.items():
-            insert_rows(self.client, table, batch)
-
-    def _isolate(self, events: list[Event], exc: Exception) -> list[Unstorable]:
-        """Store what can be stored; the events that fail on their own come back with the reason."""
-        if len(events) == 1:
-            return [Unstorable(event=events[0], reason=f"ClickHouse rejected it: {one_line(exc)}")]
-        out: list[Unstorable] = []
-        mid = len(events) // 2
-        for half in (events[:mid], events[mid:]):
-            try:
-                self._insert(half)
-            except Exception as inner:
-                if not is_data_error(inner):
-                    raise
-                out += self._isolate(half, inner)
-        return out
-
-    def _insert(self, events: Sequence[Event]) -> None:
-        unique: dict[str, Event] = {}
-        for e in events:
-            unique.setdefault(e.event_id, e)
-        self.skipped_duplicates += len(events) - len(unique)
-        by_table: dict[str, list[Row]] = defaultdict(list)
-        for e in unique.values():
-            for table, row in process(e):
-                by_table[table].append(row)
-        skipped: set[str] = set()
-        for table, rows in by_table.items():
-            if self.check_existing and table in _PRUNE:
-                stored = self._stored(table, rows)
-                if stored:
-                    rows = [r for r in rows if r["event_id"] not in stored]
-                    skipped |= stored
-            if rows:
-                insert_rows(self.client, table, rows)
-                self.rows_written += len(rows)
-        self.skipped_duplicates += len(skipped)
-
-    def _stored(self, table: str, rows: list[Row]) -> set[str]:
-        prune = _PRUNE[table]
-        values = [r[prune] for r in rows]
-        typ = "UInt64" if prune == "step" else "DateTime64(3, 'UTC')"
-        sql = (f"SELECT event_id FROM {table} WHERE job_id IN {{jobs:Array(String)}} "
-               f"AND {prune} BETWEEN {{lo:{typ}}} AND {{hi:{typ}}} AND event_id IN {{ids:Array(String)}}")
-        params = {"jobs": sorted({r["job_id"] for r in rows}), "lo": _ch_param(min(values)),
-                  "hi": _ch_param(max(values)), "ids": sorted({r["event_id"] for r in rows})}
-        return {str(r[0]) for r in self.client.query(sql, parameters=params).result_rows}
+            self._blocks.insert(table, batch, None)
 
 
 @dataclass(kw_only=True)

@@ -35,7 +35,7 @@ from vigil.dashboard.notify.sender import HttpSender, Sender
 from vigil.dashboard.notify.settings import NotifySettings
 from vigil.dashboard.settings import DashboardSettings
 from vigil.errors import one_line
-from vigil.kafka.consumer import BatchingConsumer, Unstorable
+from vigil.kafka.consumer import BatchId, BatchingConsumer, Unstorable
 from vigil.kafka.deadletter import DeadLetter, KafkaDeadLetters
 from vigil.kafka.lag import LagProbe
 from vigil.kafka.producer import EventProducer
@@ -151,7 +151,7 @@ class NotifyService:
 
     # -- the consumer's writer, and the planner --------------------------------------------------------
 
-    def write(self, events: Sequence[Event]) -> Sequence[Unstorable]:
+    def write(self, events: Sequence[Event], batch: BatchId | None = None) -> Sequence[Unstorable]:
         """Fold a batch and save what it makes due; the consumer commits only after this returns."""
         with self._lock:
             for e in events:

@@ -1,4 +1,7 @@
-"""Alerts: current state per incident (`alerts_current`) and the transition history (`alert_events`).
+"""Alerts: current state per alert (`alerts_current`) and the transition history (`alert_events`).
+
+Each current alert also names the incident it is linked to (`incident_id`, its `role` there:
+culprit or victim), from its evidence, so the page can group alerts under incidents.
 
 Filters (job, alert kind, severity, host, status) are bound parameters; an empty value
 means "any". The time range, like every page's, is anchored at each job's latest event
@@ -32,7 +35,8 @@ _IN_RANGE = f"(status = 'firing' OR {_since('last_seen')})"
 _CURRENT_SQL = f"""
 SELECT job_id, fingerprint, alert, subject, host, status, severity, summary,
        toUnixTimestamp64Milli(first_seen) AS first_ms, toUnixTimestamp64Milli(last_seen) AS last_ms,
-       toUnixTimestamp64Milli(updated) AS updated_ms, evidence
+       toUnixTimestamp64Milli(updated) AS updated_ms, evidence,
+       JSONExtractString(evidence, 'incident_id') AS incident_id, JSONExtractString(evidence, 'incident_role') AS role
 FROM {ALERTS_CURRENT} {_CLOCK}
 WHERE {_FILTER} AND ({{status:String}} = '' OR status = {{status:String}}) AND {_IN_RANGE}
 ORDER BY status = 'firing' DESC, indexOf(['critical', 'error', 'warning', 'info'], severity), updated DESC

@@ -12,13 +12,17 @@ T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 
 def steps(job: str, hosts: int, n_steps: int, *, gpus: int = 2, jitter: float = 0.02, seed: int = 0,
           slow: dict[str, float] | None = None, slow_from: int = 0, phase_factor: dict[int, dict[str, float]] | None = None,
-          host_bias: float = 0.0, step_s: float = 1.0) -> list[StepTiming]:
-    """Step timings; `slow` = {host: factor on forward from `slow_from`}, `phase_factor` = {step: {phase: x}} for all."""
+          host_bias: float = 0.0, step_s: float = 1.0, first_step: int = 0, start: datetime = T0) -> list[StepTiming]:
+    """Step timings; `slow` = {host: factor on forward from `slow_from`}, `phase_factor` = {step: {phase: x}} for all.
+
+    `slow_from` and `phase_factor` count steps from the first one; the reported step numbers start at
+    `first_step` (a job resumed from a checkpoint), the first one ending `step_s` after `start`.
+    """
     rng = random.Random(seed)
     bias = [1 + rng.uniform(-host_bias, host_bias) for _ in range(hosts)]
     out = []
     for s in range(n_steps):
-        ts = T0 + timedelta(seconds=(s + 1) * step_s)
+        ts = start + timedelta(seconds=(s + 1) * step_s)
         for h in range(hosts):
             host = f"h{h:04d}"
             for g in range(gpus):
@@ -30,7 +34,7 @@ def steps(job: str, hosts: int, n_steps: int, *, gpus: int = 2, jitter: float = 
                     ms *= (phase_factor or {}).get(s, {}).get(p, 1.0)
                     ph[p] = ms
                 out.append(StepTiming(job_id=job, host=host, rank=h * gpus + g, local_rank=g, world_size=hosts * gpus,
-                                      coords=ParallelCoords(tp=g, dp=h), step=s, step_ms=sum(ph.values()) + 100,
+                                      coords=ParallelCoords(tp=g, dp=h), step=first_step + s, step_ms=sum(ph.values()) + 100,
                                       phases=ph, ts=ts, mfu=0.4 * 960 / (sum(ph.values()) + 100)))
     return out
 

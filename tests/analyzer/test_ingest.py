@@ -113,3 +113,35 @@ def test_an_event_the_store_refuses_is_dead_lettered_and_ingest_goes_on(topics: 
                                                                    [topics.topic("deadletter")])]
     assert "rank" in letter["reason"] and letter["topic"] == topics.topic("steps") and letter["offset"] >= 0
     assert letter["payload"]["event_id"] == record[1].event_id and letter["payload"]["rank"] == 2**40
+
+
+def test_a_writer_bug_stops_ingest_and_the_service_reports_it(topics: VigilSettings, clickhouse_dsn: str,
+                                                              database: str) -> None:
+    """Not transient: no endless paused retry loop; health says so (vigil status: BAD), the CLI would exit 1."""
+    from vigil.analyzer.service import AnalyzerService
+    from vigil.service import StackContext
+
+    ctx = StackContext(settings=topics, bootstrap=str(topics.kafka_bootstrap),
+                       clickhouse=connect(clickhouse_dsn, database=database), clickhouse_dsn=clickhouse_dsn)
+    service = AnalyzerService(ctx, AnalyzerSettings(detect=False, batch_s=0.2, group_id=f"bug-{database}"))
+    service.start()
+    try:
+        assert service.ingest is not None
+
+        class Broken:
+            def write(self, events: object, batch: object) -> None:
+                raise KeyError("a bug in a writer")
+
+            def intents(self, partitions: object) -> dict[object, object]:
+                return {}
+
+        service.ingest.consumer.writer = Broken()  # type: ignore[assignment]
+        producer = EventProducer(settings=topics, bootstrap=str(topics.kafka_bootstrap))
+        producer.send(steps("bug", 1, 2))
+        producer.flush()
+        wait_until(lambda: service.failed, 60, "ingest to stop")
+        health = service.health()
+        assert health["ok"] is False and health["ingest"] == "failed" and "a bug in a writer" in health["last_error"]
+        assert service.ingest.stats.events == 0
+    finally:
+        service.stop()

@@ -127,3 +127,32 @@ def test_sectioned_settings_keep_their_flat_names(monkeypatch: pytest.MonkeyPatc
     assert (s.straggler.k, s.straggler.z, s.traffic.drop_pct, s.mfu.drop_pct, s.heartbeat.miss_intervals) == (
         2, 5.5, 30.0, 7.0, 4.0)
     assert s.straggler.n == 5 and s.group_id == "vigil-analyzer"
+
+
+def test_heartbeat_judges_each_host_on_its_own_clock() -> None:
+    from vigil.analyzer.detect.heartbeat import judge
+    from vigil.analyzer.settings import HeartbeatSettings
+
+    at = T0 + timedelta(minutes=5)
+
+    def row(host: str, silent_s: float, recent: int = 3) -> dict[str, object]:
+        return {"host": host, "first_ts": T0, "base_interval": 2.0, "last_ts": at - timedelta(seconds=silent_s),
+                "interval_s": 2.0, "recent": 0 if silent_s >= 6 else recent}
+
+    s = HeartbeatSettings()
+    rows = [row("lost", 10), row("fine", 1), row("late", 30)]
+    known = {"lost", "fine"}  # "late": its heartbeats still arrive but are not stored up to `at` yet
+    subjects = lambda fs: sorted(f.subject for f in fs)  # noqa: E731
+    assert subjects(judge(rows, s, at, caught_up=lambda h: h in known)) == ["lost"]
+    assert subjects(judge(rows, s, at, caught_up=lambda h: h in known, firing={"late"})) == ["late", "lost"]  # held
+    assert subjects(judge(rows, s, at)) == ["late", "lost"]  # replay: everything stored is all there is
+    # the job stopped (ended, restarting): every host fell silent within one interval of the others, and the
+    # last to beat is not beating steadily: nobody is paged, whoever crossed the threshold first
+    stopped = [row("a", 6.5), row("b", 5.0, recent=1), row("c", 4.6, recent=1)]
+    assert judge(stopped, s, at) == []
+    assert subjects(judge(stopped, s, at, firing={"a"})) == ["a"]  # ... and one already lost stays lost
+    resumed = [row("a", 61), row("b", 0.3, recent=1)]  # the whole job back after a minute: "a" beats next
+    assert judge(resumed, s, at) == []
+    assert judge([row("alone", 10)], s, at) == []  # no other host: its silence is the job's
+    restarted = at - timedelta(seconds=60)  # a restart left "gone" out: no longer a member
+    assert subjects(judge([row("gone", 120), row("lost", 10), row("fine", 1)], s, at, run_start=restarted)) == ["lost"]

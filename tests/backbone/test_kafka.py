@@ -27,7 +27,7 @@ class ListWriter:
         self.fail_times = fail_times
         self.calls = 0
 
-    def write(self, events: Sequence[Event]) -> list[Unstorable]:
+    def write(self, events: Sequence[Event], batch: object = None) -> list[Unstorable]:
         self.calls += 1
         if self.fail_times > 0:
             self.fail_times -= 1

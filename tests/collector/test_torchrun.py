@@ -45,7 +45,8 @@ def test_two_rank_training_steps_reach_kafka(topics: VigilSettings, broker_boots
         assert e.coords.dp == e.rank and e.coords.tp == 0 and e.coords.pp == 0
         assert e.step_ms >= sum(e.phases.values()) * 0.5
     exits = [e for e in read_events(topics, broker_bootstrap, ["logs"]) if isinstance(e, ProcessExit)]
-    assert [e.exit_code for e in exits] == [0]
+    assert sorted((e.rank if e.rank is not None else -1, e.exit_code, e.launcher) for e in exits) == [
+        (-1, 0, True), (0, 0, False), (1, 0, False)]
 
 
 def test_failing_rank_is_named_in_the_exit_summary(topics: VigilSettings, broker_bootstrap: str, tmp_path: Path) -> None:
@@ -54,9 +55,14 @@ def test_failing_rank_is_named_in_the_exit_summary(topics: VigilSettings, broker
     done = torchrun(env)
     assert done.returncode == 1, done.stderr[-3000:]  # torchrun's own code when a worker failed
     exits = [e for e in read_events(topics, broker_bootstrap, ["logs"]) if isinstance(e, ProcessExit)]
-    # one for torchrun itself, one for the worker torchrun named as root cause (DLRover-style)
-    assert len(exits) == 2 and len({e.pid for e in exits}) == 2
-    for e in exits:
-        assert (e.rank, e.local_rank, e.exit_code) == (1, 1, 1)
-        assert e.summary == "RuntimeError: injected failure on rank 1"
-        assert "Traceback (most recent call last)" in e.traceback
+    # one per rank process, each with its own error, and one for torchrun (not a rank) naming the first failure
+    ranks = {e.rank: e for e in exits if not e.launcher}
+    (launcher,) = [e for e in exits if e.launcher]
+    assert set(ranks) == {0, 1} and len({e.pid for e in exits}) == 3
+    failed = ranks[1]
+    assert (failed.local_rank, failed.exit_code) == (1, 1)
+    assert failed.summary == "RuntimeError: injected failure on rank 1"
+    assert "Traceback (most recent call last)" in failed.traceback and failed.failed_at is not None
+    assert "injected failure" not in ranks[0].summary  # the peer's own error (or none), never the culprit's
+    assert launcher.rank is None and launcher.exit_code == 1
+    assert launcher.summary == "rank 1 (local rank 1) failed first: RuntimeError: injected failure on rank 1"

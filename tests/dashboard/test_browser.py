@@ -106,7 +106,10 @@ def test_3d_view_singles_out_the_straggler_ranks(dash_duo: Any, sim_client: Any,
     hot = {(i, j) for i, row in enumerate(z) for j, val in enumerate(row) if val is not None and val > 10}
     cols = {j for _, j in hot}
     assert len(cols) == 1 and len(hot) == len(z), "every tensor rank of one dp index (one host) is slow"
-    click_cell(dash_duo, css, 0, cols.pop())
+    click_cell(dash_duo, css, 0, cols.pop())  # selects that rank; its panel links to its host
+    dash_duo.wait_for_contains_text("#rank-panel", f"on {STRAGGLER}", timeout=30)
+    assert "rank=" in dash_duo.driver.current_url
+    dash_duo.find_element("#rank-panel a").click()
     dash_duo.wait_for_element("#host-panel", timeout=30)
     assert f"host={STRAGGLER}" in dash_duo.driver.current_url
     assert severe(dash_duo) == []

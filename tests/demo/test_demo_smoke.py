@@ -3,10 +3,12 @@ torch job's steps reach ClickHouse and the dashboard's pages (its step chart, it
 heatmap, its latest committed checkpoint, fetched over HTTP as the browser gets them), the
 recovery controller cordons the host whose rank died of an Xid and the job trains on on the other
 two, a webhook named by VIGIL_NOTIFY_WEBHOOK_URL receives the demo's alerts signed, and Ctrl-C
-leaves no process behind."""
+leaves no process behind. Later the slowed rank hangs once: one `collective_hang` incident names it
+(from the ranks' Flight Recorder traces) on the alerts page."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -23,13 +25,14 @@ import pytest
 from tests.dashboard.dashhttp import figure_of, find, render_page, texts
 from tests.notify.receiver import Receiver, signed_by
 
-pytestmark = [pytest.mark.kafka, pytest.mark.clickhouse, pytest.mark.slow, pytest.mark.timeout(480)]
+pytestmark = [pytest.mark.kafka, pytest.mark.clickhouse, pytest.mark.slow, pytest.mark.timeout(720)]
 TORCH_HOSTS = {"demo-host-0", "demo-host-1", "demo-host-2"}
 XID_HOST = "demo-host-2"
 
 
-def _sql(control_url: str, sql: str) -> list[list[object]]:
-    resp = httpx.post(f"{control_url}/sql", json={"sql": sql}, timeout=30)
+def _sql(control_url: str, sql: str, home: Path) -> list[list[object]]:
+    token = json.loads(next(home.rglob("stack.json")).read_text())["token"]  # the control port wants vigil up's token
+    resp = httpx.post(f"{control_url}/sql", json={"sql": sql}, headers={"Authorization": f"Bearer {token}"}, timeout=30)
     resp.raise_for_status()
     rows: list[list[object]] = resp.json()["rows"]
     return rows
@@ -68,11 +71,11 @@ def test_demo_runs_shows_torch_steps_and_stops_clean(tmp_path: Path) -> None:
 
         ranks: set[object] = set()
         while time.monotonic() < deadline and len(ranks) < 6:
-            rows = _sql(control, "SELECT DISTINCT rank FROM step_timings WHERE job_id = 'demo-torch'")
+            rows = _sql(control, "SELECT DISTINCT rank FROM step_timings WHERE job_id = 'demo-torch'", tmp_path)
             ranks = {r[0] for r in rows}
             time.sleep(2)
         assert ranks == {0, 1, 2, 3, 4, 5}, f"torch ranks seen: {ranks}\n" + "".join(out)
-        hosts = {r[0] for r in _sql(control, "SELECT DISTINCT host FROM step_timings WHERE job_id = 'demo-torch'")}
+        hosts = {r[0] for r in _sql(control, "SELECT DISTINCT host FROM step_timings WHERE job_id = 'demo-torch'", tmp_path)}
         assert hosts == TORCH_HOSTS
 
         # the same steps on the dashboard: the torch job's step chart, its hosts as heatmap rows
@@ -94,7 +97,7 @@ def test_demo_runs_shows_torch_steps_and_stops_clean(tmp_path: Path) -> None:
         # the torch job checkpoints (two-phase, every 20 steps): committed, and on its overview
         committed: list[list[object]] = []
         while time.monotonic() < page_deadline and not committed:
-            committed = _sql(control, "SELECT step FROM checkpoints WHERE job_id = 'demo-torch' AND phase = 'committed'")
+            committed = _sql(control, "SELECT step FROM checkpoints WHERE job_id = 'demo-torch' AND phase = 'committed'", tmp_path)
             time.sleep(2)
         assert committed, "no committed checkpoint of demo-torch\n" + "".join(out)
         shown = texts(render_page(dashboard, "/overview", "?job=demo-torch&range=all"))
@@ -104,15 +107,15 @@ def test_demo_runs_shows_torch_steps_and_stops_clean(tmp_path: Path) -> None:
         restarted: list[list[object]] = []
         while time.monotonic() < recovery_deadline and not restarted:
             restarted = _sql(control, "SELECT ts FROM recovery_actions WHERE job_id = 'demo-torch' "
-                             "AND action = 'restart' AND status = 'succeeded' ORDER BY ts DESC LIMIT 1")
+                             "AND action = 'restart' AND status = 'succeeded' ORDER BY ts DESC LIMIT 1", tmp_path)
             time.sleep(2)
         assert restarted, "no automatic recovery of demo-torch\n" + "".join(out)
         cordons = _sql(control, "SELECT target FROM recovery_actions WHERE job_id = 'demo-torch' AND action = 'cordon' "
-                       "AND status = 'succeeded' AND target != 'demo-torch'")
+                       "AND status = 'succeeded' AND target != 'demo-torch'", tmp_path)
         assert cordons == [[XID_HOST]]
         assert "Recovery  resumed on demo-host-0, demo-host-1 at step" in "".join(out)
         after = _sql(control, "SELECT DISTINCT host FROM step_timings WHERE job_id = 'demo-torch' AND ts > "
-                     f"toDateTime64('{restarted[0][0]}', 3, 'UTC')")
+                     f"toDateTime64('{restarted[0][0]}', 3, 'UTC')", tmp_path)
         assert {r[0] for r in after} <= TORCH_HOSTS - {XID_HOST}
         # the Recovery page tells it: the cordon, and the recovery that resumed the job (its outcome)
         assert "/recovery?job=demo-torch" in "".join(out)
@@ -134,6 +137,17 @@ def test_demo_runs_shows_torch_steps_and_stops_clean(tmp_path: Path) -> None:
         assert "Notify    alerts and incidents go to webhook (webhook http://127.0.0.1" in "".join(out)
         descendants = psutil.Process(proc.pid).children(recursive=True)
         assert len(descendants) >= 6  # broker, 3 agents, 2 torchrun, 4 ranks, simulator
+
+        # the slowed rank 3 hangs once at step 150: one incident names it (Flight Recorder), on the alerts page
+        incident: list[list[object]] = []
+        hang_deadline = time.monotonic() + 300
+        while time.monotonic() < hang_deadline and not incident:
+            incident = _sql(control, "SELECT category, culprit_host, culprit_rank FROM incidents_current "
+                                     "WHERE job_id = 'demo-torch' AND category = 'collective_hang'", tmp_path)
+            time.sleep(3)
+        assert incident == [["collective_hang", "demo-host-1", 3]], "".join(out[-50:])
+        alerts_page = " ".join(texts(render_page(dashboard, "/alerts", "?job=demo-torch&range=all")))
+        assert "collective_hang" in alerts_page and "demo-host-1" in alerts_page
     finally:
         oncall.down()
         proc.send_signal(signal.SIGINT)

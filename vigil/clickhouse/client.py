@@ -50,6 +50,29 @@ def connect(dsn: str, *, database: str = DATABASE, explicit: bool = True, create
         return client
 
 
+def open_client(dsn: str, *, database: str = DATABASE, options: dict[str, Any] | None = None) -> Client:
+    """A client of its own (not shared), for one role: the ingest writer, the control port, ...
+
+    chdb serves any number of handles on its one engine; a handle whose query failed may hand
+    the failed query's leftover output to its next query, and clickhouse-connect holds one lock
+    per client for a whole call, so roles that must not disturb or wait for each other each get
+    one. `options` become the handle's session settings (e.g. `readonly`, limits): set once at
+    open, they cannot be lifted by the queries it runs when `readonly` is among them (put last).
+    The database must exist (`connect` creates it).
+    """
+    scheme = urlparse(dsn).scheme
+    try:
+        if scheme == "chdb":
+            path = dsn[len("chdb://"):]
+            return clickhouse_connect.get_client(dsn=f"chdb://{path}", database=database, chdb_options=options or None)
+        if scheme in ("http", "https"):
+            return clickhouse_connect.get_client(dsn=dsn, database=database, autogenerate_session_id=False,
+                                                 connect_timeout=5, settings=options or {})
+    except Exception as exc:
+        raise Unreachable(f"ClickHouse {dsn}: not reachable ({one_line(exc)})") from None
+    raise ValueError(f"VIGIL_CLICKHOUSE_DSN={dsn}: expected chdb:///path or http(s)://host:port")
+
+
 def _chdb_client(dsn: str, path: str, database: str, create: bool) -> Client:
     import os
 

@@ -1,4 +1,4 @@
-"""Which ClickHouse failures are the data's fault and which the store's.
+"""Which ClickHouse failures are the data's fault, which the store's for now, and which neither (bugs).
 
 A writer retries a failed insert while the store is down or busy, but a value the
 store can never take (out of a column's range, unconvertible) fails the same way on
@@ -41,3 +41,30 @@ def is_data_error(exc: BaseException) -> bool:
         return m is not None and int(m.group(1)) in DATA_ERROR_CODES
     return False
 
+
+
+# Server error codes that say the store is unavailable or busy right now, not that the query is wrong.
+TRANSIENT_CODES = frozenset({
+    159,  # TIMEOUT_EXCEEDED
+    202,  # TOO_MANY_SIMULTANEOUS_QUERIES
+    209,  # SOCKET_TIMEOUT
+    210,  # NETWORK_ERROR
+    236,  # ABORTED
+    241,  # MEMORY_LIMIT_EXCEEDED
+    242,  # TABLE_IS_READ_ONLY
+    243,  # NOT_ENOUGH_SPACE
+    252,  # TOO_MANY_PARTS
+    394,  # QUERY_WAS_CANCELLED
+    425,  # SYSTEM_ERROR
+    999,  # KEEPER_EXCEPTION
+})
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True when the same statement may succeed later: the store unreachable, overloaded or out of room."""
+    if isinstance(exc, OperationalError | ConnectionError | TimeoutError):
+        return True
+    if isinstance(exc, DatabaseError):
+        m = _CODE.search(str(exc))
+        return m is not None and int(m.group(1)) in TRANSIENT_CODES
+    return False

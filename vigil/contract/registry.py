@@ -66,13 +66,16 @@ SPECS: tuple[EventSpec, ...] = (
     EventSpec(kind="exit", version=1, model=ProcessExit, topic="logs", example={
         **_ORIGIN, "rank": 5, "local_rank": 5, "pid": 4242, "exit_code": 1,
         "summary": "RuntimeError: CUDA error: uncorrectable NVLink error detected",
-        "traceback": "Traceback (most recent call last):\n  ...\nRuntimeError: CUDA error"}),
+        "traceback": "Traceback (most recent call last):\n  ...\nRuntimeError: CUDA error",
+        "failed_at": "2026-11-01T11:59:58Z", "launcher": False}),
     EventSpec(kind="collective", version=1, model=CollectiveTrace, topic="collectives", example={
         **_ORIGIN, "rank": 3, "local_rank": 1, "process_groups": {"0": "default_pg"},
         "entries": [{"record_id": 17, "pg_id": 0, "collective_seq_id": 17,
                      "profiling_name": "nccl:all_reduce", "state": "started",
                      "time_created_ns": 1_700_000_000_000_000_000, "timeout_ms": 600000}],
-        "last_started_seq": {"0": 17}, "last_completed_seq": {"0": 16}}),
+        "last_started_seq": {"0": 17}, "last_completed_seq": {"0": 16},
+        "group_ranks": {"0": [0, 1, 2, 3]}, "trigger": "watchdog", "step": 1199,
+        "stack": 'File "train.py", line 88, in main\n    loss.backward()'}),
     EventSpec(kind="alert", version=1, model=Alert, topic="alerts", example={
         **_ORIGIN, "fingerprint": "llama-70b/straggler/node-0007/forward", "alert": "straggler",
         "subject": "node-0007/forward", "status": "firing", "severity": "warning",

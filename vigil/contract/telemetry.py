@@ -124,7 +124,13 @@ class LogLine(Event):
 
 
 class ProcessExit(Event):
-    """A training process ended; the summary is the failing output's last error."""
+    """A process ended: one per training rank with that rank's own last error, or the launcher itself.
+
+    `ts` is when the agent saw the process gone; `failed_at` when the rank's own fatal error
+    (its last traceback or error line) was printed, which orders a cascade of failures better
+    than exit times do (a rank that raised first may tear down last). `launcher` marks the
+    launched command itself (torchrun): not a rank; its summary names its first failing rank.
+    """
 
     kind: Literal["exit"] = "exit"
     schema_version: Literal[1] = 1
@@ -135,6 +141,8 @@ class ProcessExit(Event):
     signal: str | None = None
     summary: str = Field(default="", max_length=8192)
     traceback: str = Field(default="", max_length=65536)
+    failed_at: UtcDatetime | None = Field(default=None, description="when its own fatal error was printed")
+    launcher: bool = Field(default=False, description="the launcher (torchrun) itself, not a training rank")
 
 
 class CollectiveEntry(BaseModel):
@@ -155,12 +163,20 @@ class CollectiveEntry(BaseModel):
 
 
 class CollectiveTrace(RankScoped):
-    """A Flight Recorder dump of one rank: what it was doing when a collective hung."""
+    """A Flight Recorder dump of one rank: what it was doing when a collective hung.
+
+    `group_ranks` (process group name -> global ranks) comes from the rank itself, written
+    beside the dump by the step timer's hang watchdog: gloo's own `pg_config` is empty.
+    """
 
     kind: Literal["collective"] = "collective"
     schema_version: Literal[1] = 1
-    process_groups: dict[str, str] = Field(default_factory=dict, description="pg_id -> name")
+    process_groups: dict[str, str] = Field(default_factory=dict, description="process group name -> description")
     entries: list[CollectiveEntry] = Field(default_factory=list)
     last_started_seq: dict[str, int] = Field(default_factory=dict)
     last_completed_seq: dict[str, int] = Field(default_factory=dict)
     dumped_at: UtcDatetime | None = None
+    group_ranks: dict[str, list[int]] = Field(default_factory=dict, description="process group name -> global ranks")
+    trigger: str = Field(default="", max_length=64, description="watchdog (the timer's hang watchdog), else unknown")
+    step: int | None = Field(default=None, ge=0, description="the last step the rank completed")
+    stack: str = Field(default="", max_length=8192, description="where the rank's training thread was")

@@ -1,48 +1,120 @@
 """Consuming events: decode -> validate -> batch (size/time) -> write -> commit after the write.
 
-One consumer group over several topics. Each polled record is decoded per event;
-rejected events and undecodable records become dead letters. A batch is handed to
-the `BatchWriter` and, only once it and its dead letters are durably stored, the
-offsets are committed. A write that fails is retried (partitions paused, the
-group kept alive) until it succeeds or the consumer is stopped: nothing is
-skipped. Events the writer can never store (valid by the contract, refused by the
-store) come back from `write` and become dead letters too, so one bad value never
-stalls the stream. A crash between write and commit re-delivers the batch; writers
-dedup on `event_id`.
+One consumer group over several topics. Each polled record is decoded (the fast path of
+`vigil.contract.fastwire`, same decisions as the per-event pydantic path); rejected events
+and undecodable records become dead letters. A batch is handed to the `BatchWriter` with
+its identity, a `BatchId`: the offset range it covers on each partition. Only once the
+batch and its dead letters are durably stored are the offsets committed. With `pipeline`
+(the default) a batch is written on a writer thread while the next one is read and decoded
+(the engine releases the GIL while it inserts); one batch is in flight at most, and its
+commit comes before the next batch is handed over, so crash semantics do not change.
+
+Exactly once. The writer records the batch's ranges (an intent) before writing and inserts
+under a token derived from them. A consumer that is assigned a partition whose latest
+intent is not committed (a crash or a failed commit between write and commit) re-cuts that
+very batch and hands it over with `first_attempt` set, so the writer can make it a no-op
+where the first attempt got through. When it cannot own every partition of that batch (a
+rebalance split them) it marks batches over those offsets `recheck`: the writer checks
+their event_ids against what is stored.
+
+Errors. A write, dead-letter write or commit that fails with a transient error (the store
+or the broker unavailable, a timeout) is retried with exponential backoff, partitions
+paused and the group kept alive, and `stats.state` says "retrying" with the error.
+Anything else stops the consumer: `ConsumerFailed` is raised out of `poll`/`run` with the
+cause, nothing is committed, and the owner (the service) exits non-zero. Events the writer
+can never store (valid by the contract, refused by the store) come back from `write` and
+become dead letters, so one bad value never stalls the stream.
+
+    VigilError
+    └── ConsumerFailed   a non-transient error stopped the consumer (the cause is chained)
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from datetime import datetime
+from functools import cached_property
+from typing import Any, Protocol, runtime_checkable
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from vigil.contract.base import Event
-from vigil.contract.wire import decode_batch
+from vigil.contract.fastwire import Ingestable, decode_fast, payload_of
+from vigil.errors import DeliveryError, Unreachable, VigilError, one_line
 from vigil.kafka.admin import client_config
 from vigil.kafka.deadletter import DeadLetter, DeadLetterSink
 from vigil.settings import VigilSettings
 
 log = logging.getLogger(__name__)
 
+Partition = tuple[str, int]
+
+
+class ConsumerFailed(VigilError):
+    """A non-transient error stopped the consumer; nothing of the failed batch was committed."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class Unstorable:
     """An event its writer can never store, whatever the retries, and why."""
 
-    event: Event
+    event: Ingestable
     reason: str
 
 
+@dataclass(frozen=True, kw_only=True, order=True)
+class OffsetRange:
+    """The records of one partition in a batch: offsets first..last (inclusive)."""
+
+    topic: str
+    partition: int
+    first: int
+    last: int
+    first_ts: int = 0  # the first record's Kafka timestamp (ms): a re-created topic's offsets do not collide
+
+    def key(self) -> str:
+        return f"{self.topic}:{self.partition}:{self.first}@{self.first_ts}-{self.last}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchId:
+    """What a batch is: its offset ranges. Equal ranges, equal token: the writer's insert identity."""
+
+    ranges: tuple[OffsetRange, ...]
+    first_attempt: datetime | None = None  # a re-cut of a batch first attempted (its intent recorded) then
+    recheck: bool = False  # covers offsets an earlier owner may have stored but this batch cannot re-cut
+
+    @cached_property
+    def token(self) -> str:
+        return "b1-" + hashlib.sha1("|".join(r.key() for r in sorted(self.ranges)).encode()).hexdigest()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Intent:
+    """A batch recorded as about to be written: its full ranges and when."""
+
+    ranges: tuple[OffsetRange, ...]
+    at: datetime
+
+
 class BatchWriter(Protocol):
-    def write(self, events: Sequence[Event]) -> Sequence[Unstorable]:
-        """Store the events durably (idempotently by event_id) before returning; raise while
-        the store fails; return the events that can never be stored."""
+    def write(self, events: Sequence[Any], batch: BatchId) -> Sequence[Unstorable]:
+        """Store the events (`Ingestable`s) durably before returning (writing the same BatchId again stores
+        nothing twice); raise while the store fails (`Unreachable` when that is transient); return the
+        events that can never be stored."""
+
+
+@runtime_checkable
+class IntentSource(Protocol):
+    """A writer that records each batch's intent before writing it (so a re-read batch can be re-cut)."""
+
+    def intents(self, partitions: Sequence[Partition]) -> dict[Partition, Intent]:
+        """The latest intent recorded for each of `partitions` (absent: none)."""
 
 
 @dataclass(kw_only=True)
@@ -51,21 +123,54 @@ class ConsumerStats:
     events: int = 0
     rejected: int = 0
     batches: int = 0
+    replayed_batches: int = 0
+    rechecked_batches: int = 0
     write_errors: int = 0
+    decode_s: float = 0.0  # seconds spent decoding records (the consumer thread)
+    commit_s: float = 0.0  # seconds spent committing offsets
+    state: str = "running"  # running | retrying | failed | stopped
     last_error: str = ""
     last_commit_ts: float = 0.0
 
 
 @dataclass
 class _Batch:
-    events: list[Event] = field(default_factory=list)
+    events: list[Ingestable] = field(default_factory=list)
     sources: dict[str, tuple[str, int, int]] = field(default_factory=dict)  # event_id -> topic, partition, offset
     letters: list[DeadLetter] = field(default_factory=list)
-    offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+    ranges: dict[Partition, list[int]] = field(default_factory=dict)  # -> [first, last, first_ts]
     started: float = field(default_factory=time.monotonic)
 
     def __len__(self) -> int:
         return len(self.events) + len(self.letters)
+
+
+@dataclass
+class _Replay:
+    intent: Intent
+    todo: dict[Partition, int]  # partitions of the batch still being re-read -> its last offset there
+    started: float = field(default_factory=time.monotonic)
+
+    def last(self, tp: Partition) -> int | None:
+        return next((r.last for r in self.intent.ranges if (r.topic, r.partition) == tp), None)
+
+
+_Raw = tuple[str, int, int, int, bytes | None]  # topic, partition, offset, timestamp, value
+
+_TRANSIENT_KAFKA = {KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN,
+                    KafkaError.REQUEST_TIMED_OUT, KafkaError.COORDINATOR_NOT_AVAILABLE,
+                    KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                    KafkaError.NETWORK_EXCEPTION, KafkaError.REBALANCE_IN_PROGRESS}
+
+
+def is_transient(exc: BaseException) -> bool:
+    """A failure that retrying later can cure: the store or the broker unreachable or busy, a timeout."""
+    if isinstance(exc, Unreachable | DeliveryError | ConnectionError | TimeoutError):
+        return True
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+        err: KafkaError = exc.args[0]
+        return bool(err.retriable()) or err.code() in _TRANSIENT_KAFKA
+    return False
 
 
 @dataclass(kw_only=True)
@@ -79,7 +184,10 @@ class BatchingConsumer:
     max_batch_events: int = 20_000
     max_batch_s: float = 1.0
     from_beginning: bool = True
-    retry_backoff_s: float = 1.0
+    retry_backoff_s: float = 0.5
+    max_backoff_s: float = 30.0
+    replay_timeout_s: float = 60.0
+    pipeline: bool = True  # write a batch on a thread of its own while the next one is read and decoded
     stats: ConsumerStats = field(default_factory=ConsumerStats)
 
     def __post_init__(self) -> None:
@@ -95,89 +203,265 @@ class BatchingConsumer:
         }
         self._consumer = Consumer(conf)
         self._batch = _Batch()
-        self._consumer.subscribe([self.settings.topic(t) for t in self.topics], on_revoke=self._on_revoke)
+        self._replay: _Replay | None = None
+        self._recheck: dict[Partition, int] = {}  # partition -> last offset an earlier owner may have stored
+        self._held: list[_Raw] = []  # records read while a replayed batch is completed
+        self._paused: set[Partition] = set()
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="ingest-write") if self.pipeline else None
+        self._inflight: tuple[_Batch, BatchId, Future[tuple[BatchId, int, list[DeadLetter]]]] | None = None
+        self._consumer.subscribe([self.settings.topic(t) for t in self.topics],
+                                 on_assign=self._on_assign, on_revoke=self._on_revoke)
+
+    # ------------------------------------------------------------------ group membership
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        tps = [(str(tp.topic), int(tp.partition)) for tp in partitions]
+        if not tps or not isinstance(self.writer, IntentSource):
+            return
+        try:
+            intents = self.writer.intents(tps)
+            committed = {(str(tp.topic), int(tp.partition)): int(tp.offset)
+                         for tp in consumer.committed(partitions, timeout=10)} if intents else {}
+        except Exception as exc:  # cannot tell what an earlier owner left: re-check what it may have
+            log.warning("reading intents on assignment failed, re-checking recent offsets: %s", one_line(exc))
+            self.stats.last_error = f"intents: {one_line(exc)}"
+            self._recheck.update({tp: 2**63 - 1 for tp in tps})  # until the first commit passes them
+            return
+        for part in partitions:  # never committed: reading starts at the log's start (auto.offset.reset=earliest)
+            key = (str(part.topic), int(part.partition))
+            if key in intents and committed.get(key, -1) < 0 and self.from_beginning:
+                committed[key] = int(consumer.get_watermark_offsets(part, timeout=10)[0])
+        owned = set(tps)
+        pending: dict[tuple[OffsetRange, ...], Intent] = {}
+        for tp, intent in intents.items():
+            rng = next(r for r in intent.ranges if (r.topic, r.partition) == tp)
+            if committed.get(tp, -1) <= rng.last:  # written (maybe), never committed
+                pending[intent.ranges] = intent
+        for intent in pending.values():
+            ours = all((r.topic, r.partition) in owned and committed.get((r.topic, r.partition)) == r.first
+                       for r in intent.ranges)
+            if ours and self._replay is None:
+                self._replay = _Replay(intent=intent, todo={(r.topic, r.partition): r.last for r in intent.ranges})
+                log.info("re-cutting an uncommitted batch of %d partition(s) first recorded at %s",
+                         len(intent.ranges), intent.at.isoformat())
+            else:
+                for r in intent.ranges:
+                    if (r.topic, r.partition) in owned:
+                        self._recheck[(r.topic, r.partition)] = max(r.last, self._recheck.get((r.topic, r.partition), -1))
 
     def _on_revoke(self, _consumer: Consumer, _partitions: list[TopicPartition]) -> None:
-        if len(self._batch):
-            try:
-                self._flush_once()
-            except Exception as exc:  # the next owner re-reads what we could not commit
-                log.warning("flush on rebalance failed, batch will be re-read: %s", exc)
+        self._abandon_replay()
+        try:
+            self._reap(None, wait=True)
+            if len(self._batch):
+                self._commit(*self._store_taken(None))
+        except Exception as exc:  # the next owner re-reads what we could not commit (its intent says how)
+            log.warning("flush on rebalance failed, batch will be re-read: %s", one_line(exc))
         self._batch = _Batch()
+        self._replay = None
+        self._held.clear()
+        self._paused.clear()
+        self._recheck.clear()
 
+    # ------------------------------------------------------------------ consuming
     def poll(self, timeout: float = 0.2, stop: threading.Event | None = None) -> None:
-        """One iteration: consume what is there, flush the batch when it is full or old."""
-        room = max(1, min(500, self.max_batch_events - len(self._batch)))  # records carry many events each
+        """One iteration: consume what is there, flush the batch when it is full, old, or a completed re-cut."""
+        per_record = max(1, self.stats.events // max(1, self.stats.records)) if self.stats.batches else 1
+        room = max(1, min(500, (self.max_batch_events - len(self._batch)) // per_record))  # records carry many events
         for msg in self._consumer.consume(num_messages=room, timeout=timeout):
             err = msg.error()
             if err is not None:
                 if err.code() != KafkaError._PARTITION_EOF:
                     self.stats.last_error = err.str()
                 continue
-            self._add(str(msg.topic()), int(msg.partition() or 0), int(msg.offset() or 0), msg.value())
+            self._route((str(msg.topic()), int(msg.partition() or 0), int(msg.offset() or 0),
+                         int(msg.timestamp()[1]), msg.value()))
+            if self._replay is None and len(self._batch) >= self.max_batch_events:
+                self._hand_over(stop)  # full: the rest of what was consumed starts the next batch
+        self._reap(stop)
+        replay = self._replay
+        if replay is not None:
+            if time.monotonic() - replay.started > self.replay_timeout_s:
+                log.warning("re-cut batch incomplete after %.0f s: writing it as a re-check", self.replay_timeout_s)
+                self._abandon_replay()
+            elif not replay.todo:
+                self._reap(stop, wait=True)
+                self._flush_with_retry(stop, *self._take(replay))
+                self._after_replay()
+                return
+            else:
+                return
         batch = self._batch
         if len(batch) >= self.max_batch_events or (len(batch) and time.monotonic() - batch.started >= self.max_batch_s):
-            self._flush_with_retry(stop)
+            self._hand_over(stop)
 
-    def _add(self, topic: str, partition: int, offset: int, value: bytes | None) -> None:
+    def _hand_over(self, stop: threading.Event | None) -> None:
+        """Write the current batch: on the writer thread when pipelined, else here (with retries)."""
+        self._reap(stop, wait=True)  # one batch in flight at most: its commit comes before the next write
+        taken, bid = self._take(None)
+        if self._pool is not None:
+            self._inflight = (taken, bid, self._pool.submit(self._store, taken, bid))
+        else:
+            self._flush_with_retry(stop, taken, bid)
+
+    def _route(self, raw: _Raw) -> None:
+        replay = self._replay
+        if replay is not None:
+            tp = (raw[0], raw[1])
+            last = replay.last(tp)
+            if last is None or raw[2] > last:  # not part of the batch being re-cut: hold it until that is written
+                self._held.append(raw)
+                replay.todo.pop(tp, None)
+                if tp not in self._paused:
+                    self._consumer.pause([TopicPartition(tp[0], tp[1])])
+                    self._paused.add(tp)
+                return
+            if raw[2] == last:
+                replay.todo.pop(tp, None)
+        self._add(raw)
+
+    def _add(self, raw: _Raw) -> None:
+        topic, partition, offset, ts, value = raw
         self.stats.records += 1
-        decoded = decode_batch(value)
+        t = time.perf_counter()
+        decoded = decode_fast(value)
+        self.stats.decode_s += time.perf_counter() - t
         self._batch.events.extend(decoded.events)
         for e in decoded.events:
             self._batch.sources[e.event_id] = (topic, partition, offset)
         for r in decoded.rejected:
             self._batch.letters.append(DeadLetter(reason=r.reason, topic=topic, partition=partition, offset=offset, payload=r.payload))
-        key = (topic, partition)
-        self._batch.offsets[key] = max(offset, self._batch.offsets.get(key, -1))
+        rng = self._batch.ranges.get((topic, partition))
+        if rng is None:
+            self._batch.ranges[(topic, partition)] = [offset, offset, ts]
+        else:
+            rng[0], rng[1] = min(rng[0], offset), max(rng[1], offset)
 
-    def _flush_once(self) -> None:
+    def _take(self, replay: _Replay | None) -> tuple[_Batch, BatchId]:
+        """The current batch and its identity; a new batch starts."""
         batch = self._batch
+        if replay is not None:
+            bid = BatchId(ranges=replay.intent.ranges, first_attempt=replay.intent.at)
+        else:
+            ranges = tuple(sorted(OffsetRange(topic=t, partition=p, first=f, last=la, first_ts=ts)
+                                  for (t, p), (f, la, ts) in batch.ranges.items()))
+            recheck = any(r.first <= self._recheck.get((r.topic, r.partition), -1) for r in ranges)
+            bid = BatchId(ranges=ranges, recheck=recheck)
+        self._batch = _Batch()
+        return batch, bid
+
+    def _store(self, batch: _Batch, bid: BatchId) -> tuple[BatchId, int, list[DeadLetter]]:
+        """Write the batch and its dead letters (on the writer thread when pipelined); nothing is committed."""
         letters = list(batch.letters)
         stored = len(batch.events)
         if batch.events:
-            for bad in self.writer.write(batch.events):
+            for bad in self.writer.write(batch.events, bid):
                 topic, partition, offset = batch.sources.get(bad.event.event_id, ("", -1, -1))
                 letters.append(DeadLetter(reason=bad.reason, topic=topic, partition=partition, offset=offset,
-                                          payload=bad.event.model_dump(mode="json")))
+                                          payload=payload_of(bad.event)))
                 stored -= 1
         self.dead_letters.write(letters)
-        offsets = [TopicPartition(t, p, o + 1) for (t, p), o in batch.offsets.items()]
+        return bid, stored, letters
+
+    def _store_taken(self, replay: _Replay | None) -> tuple[BatchId, int, list[DeadLetter]]:
+        return self._store(*self._take(replay))
+
+    def _commit(self, bid: BatchId, stored: int, letters: list[DeadLetter]) -> None:
+        offsets = [TopicPartition(r.topic, r.partition, r.last + 1) for r in bid.ranges]
+        t = time.perf_counter()
         if offsets:
             self._consumer.commit(offsets=offsets, asynchronous=False)
+        self.stats.commit_s += time.perf_counter() - t
+        for r in bid.ranges:  # offsets past an earlier owner's uncommitted batch need no re-check
+            if self._recheck.get((r.topic, r.partition), -1) <= r.last:
+                self._recheck.pop((r.topic, r.partition), None)
         self.stats.events += stored
         self.stats.rejected += len(letters)
         self.stats.batches += 1
+        self.stats.replayed_batches += bid.first_attempt is not None
+        self.stats.rechecked_batches += bid.recheck
         self.stats.last_commit_ts = time.time()
-        self._batch = _Batch()
+        self.stats.state = "running"
 
-    def _flush_with_retry(self, stop: threading.Event | None = None) -> None:
+    def _reap(self, stop: threading.Event | None, wait: bool = False) -> None:
+        """Commit the batch in flight once written (waiting for it with `wait`); a failed one is retried here."""
+        if self._inflight is None:
+            return
+        batch, bid, fut = self._inflight
+        if not wait and not fut.done():
+            return
+        self._inflight = None
+        try:
+            self._commit(*fut.result())
+        except Exception as exc:
+            self._flush_with_retry(stop, batch, bid, failed=exc)
+
+    def _abandon_replay(self) -> None:
+        """Give up re-cutting (partitions lost, records gone): what was read is re-checked instead."""
+        if self._replay is None:
+            return
+        for r in self._replay.intent.ranges:
+            tp = (r.topic, r.partition)
+            self._recheck[tp] = max(r.last, self._recheck.get(tp, -1))
+        self._after_replay()
+
+    def _after_replay(self) -> None:
+        self._replay = None
+        if self._paused:
+            self._consumer.resume([TopicPartition(t, p) for t, p in self._paused])
+            self._paused.clear()
+        held, self._held = self._held, []
+        for raw in held:
+            self._add(raw)
+
+    def _flush_with_retry(self, stop: threading.Event | None, batch: _Batch, bid: BatchId,
+                          failed: Exception | None = None) -> None:
+        """Store and commit `batch`, retrying transient failures (the same BatchId: a no-op where it got through)."""
         paused: list[TopicPartition] = []
+        backoff = self.retry_backoff_s
         try:
             while True:
                 try:
-                    self._flush_once()
-                    return
+                    if failed is not None:
+                        exc, failed = failed, None
+                        raise exc
+                    self._commit(*self._store(batch, bid))
+                    break
                 except Exception as exc:
                     self.stats.write_errors += 1
-                    self.stats.last_error = f"write failed, retrying: {exc}"
-                    log.error("batch write failed (%d events), retrying: %s", len(self._batch.events), exc)
+                    if not is_transient(exc):
+                        self.stats.state = "failed"
+                        self.stats.last_error = f"stopped: {one_line(exc)}"
+                        log.error("batch write failed (%d events), stopping: %s", len(batch.events), exc)
+                        raise ConsumerFailed(f"ingest stopped: {one_line(exc)}") from exc
+                    self.stats.state = "retrying"
+                    self.stats.last_error = f"retrying in {backoff:.1f} s: {one_line(exc)}"
+                    log.warning("batch write failed (%d events), retrying in %.1f s: %s",
+                                len(batch.events), backoff, one_line(exc))
                     if not paused:
                         paused = self._consumer.assignment()
                         self._consumer.pause(paused)
                     if stop is not None and stop.is_set():
                         return
-                    self._consumer.consume(num_messages=1, timeout=self.retry_backoff_s)
+                    for msg in self._consumer.consume(num_messages=100, timeout=backoff):  # keeps the group alive
+                        if msg.error() is None:  # (only from a partition assigned meanwhile) kept for later
+                            self._held.append((str(msg.topic()), int(msg.partition() or 0), int(msg.offset() or 0),
+                                               int(msg.timestamp()[1]), msg.value()))
+                    backoff = min(self.max_backoff_s, backoff * 2)
         finally:
             if paused:
                 self._consumer.resume(paused)
+        if self._held and self._replay is None:
+            self._after_replay()
 
     def run(self, stop: threading.Event) -> None:
-        """Consume until `stop` is set, then write and commit what is batched."""
+        """Consume until `stop` is set, then write and commit what is batched; ConsumerFailed on a fatal error."""
         try:
             while not stop.is_set():
                 self.poll(stop=stop)
-            if len(self._batch):
-                self._flush_with_retry(stop)
+            self._reap(stop, wait=True)
+            if len(self._batch) and self._replay is None:
+                self._flush_with_retry(stop, *self._take(None))
+            self.stats.state = "stopped"
         finally:
             self.close()
 
@@ -195,6 +479,8 @@ class BatchingConsumer:
         return out
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
         try:
             self._consumer.close()
         except RuntimeError:

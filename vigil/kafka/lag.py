@@ -5,6 +5,13 @@ batched admin calls (committed offsets of the group, latest offsets of the topic
 `LagProbe.run` samples in its own thread because some brokers answer offset queries
 slowly, and a consumer must never wait on a status figure. `group_progress` is what
 `vigil status` shows of a service running elsewhere: its group's lag and commit rate.
+
+It also keeps the *ingest frontier*: the newest sample time T such that the group has
+committed, on every partition, past the end offset that partition had at T — so every
+record produced before T is stored (the consumer commits after the write). The
+analyzer's detector engine judges a source idle against it, not against now: while the
+ingest is saturated the frontier lags, and hosts whose data is still queued are late,
+not silent.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +43,9 @@ class LagProbe:
     every_s: float = 5.0
     lag: dict[str, int] = field(default_factory=dict)
     last_error: str = ""
+    frontier: float | None = None  # wall time (s since 1970): everything produced before it is stored
+    _marks: deque[tuple[float, dict[tuple[str, int], int]]] = field(default_factory=lambda: deque(maxlen=3600),
+                                                                   repr=False)
 
     def sample(self, timeout: float = 10.0) -> dict[str, int]:
         return self.offsets(timeout)[0]
@@ -51,12 +62,22 @@ class LagProbe:
         committed = admin.list_consumer_group_offsets(committed_req, request_timeout=timeout)[self.group_id].result()
         done = {(tp.topic, tp.partition): max(tp.offset, 0) for tp in committed.topic_partitions}
         spec = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        asked = time.time()  # records produced before this have offsets below the ends read next
         latest = admin.list_offsets({tp: spec for tp in parts}, request_timeout=timeout)
         out: dict[str, int] = {}
+        highs: dict[tuple[str, int], int] = {}
         for tp, fut in latest.items():
             high = fut.result().offset
+            highs[(tp.topic, tp.partition)] = high
             out[tp.topic] = out.get(tp.topic, 0) + max(0, high - done.get((tp.topic, tp.partition), 0))
+        self._advance_frontier(asked, highs, done)
         return out, sum(done.values())
+
+    def _advance_frontier(self, asked: float, highs: dict[tuple[str, int], int],
+                          done: dict[tuple[str, int], int]) -> None:
+        self._marks.append((asked, highs))
+        while self._marks and all(done.get(tp, 0) >= high for tp, high in self._marks[0][1].items()):
+            self.frontier = max(self.frontier or 0.0, self._marks.popleft()[0])
 
     def run(self, stop: threading.Event) -> None:
         while True:

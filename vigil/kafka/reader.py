@@ -11,12 +11,16 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
+from vigil.contract import Event
+from vigil.contract.wire import decode_batch
 from vigil.kafka.admin import client_config, unreachable
 from vigil.settings import VigilSettings
+
+E = TypeVar("E", bound=Event)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,3 +88,11 @@ def read_topics(
                 return
     finally:
         consumer.close()
+
+
+def read_events(settings: VigilSettings, bootstrap: str, logical: str, kind: type[E], timeout: float = 10.0) -> list[E]:
+    """Every event of type `kind` on the logical topic `logical` (e.g. all alerts), oldest first per partition."""
+    out: list[E] = []
+    for rec in read_topics(settings, bootstrap, [settings.topic(logical)], timeout=timeout):
+        out.extend(e for e in decode_batch(rec.value).events if isinstance(e, kind))
+    return out

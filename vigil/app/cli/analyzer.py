@@ -30,6 +30,7 @@ def register(sub: Any) -> None:
                     help="start (ISO 8601 with zone, or unix seconds); default: the job's first event")
     rp.add_argument("--to", dest="end", type=parse_time, default=None, metavar="T", help="end; default: its last event")
     rp.add_argument("--json", action="store_true", help="a JSON list of alert events")
+    rp.add_argument("--incidents", action="store_true", help="print the incidents the replay opens instead")
     rp.set_defaults(handler=cmd_replay)
 
     al = sub.add_parser("alerts", help="current alerts, folded from the alerts topic")
@@ -94,25 +95,38 @@ def cmd_analyzer(args: argparse.Namespace) -> int:
     service.start()
     role = "ingest + detectors" if analyzer.detect else "ingest only"
     print(f"analyzer running ({role}): kafka {bootstrap}, clickhouse {ctx.clickhouse_dsn}; Ctrl-C stops it.", flush=True)
+    ticks = 0
     try:
-        while not stop.wait(10.0):
-            h = service.health()
-            print(f"events={h['events']} rate={h['events_per_s']}/s rejected={h['rejected']} "
-                  f"lag={sum(h['lag'].values())} firing={h['alerts_firing']} {h['last_error']}", flush=True)
+        while not stop.wait(1.0) and not service.failed:  # a stopped ingest ends the process, non-zero
+            ticks += 1
+            if ticks % 10 == 0:
+                h = service.health()
+                print(f"events={h['events']} rate={h['events_per_s']}/s rejected={h['rejected']} "
+                      f"lag={sum(h['lag'].values())} firing={h['alerts_firing']} {h['last_error']}", flush=True)
     finally:
         service.stop()
+    if service.failed:
+        print(f"analyzer: {service.failed}", file=sys.stderr, flush=True)
+        return 1
     return 0
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from vigil.analyzer.alerts.view import as_json, format_line
     from vigil.analyzer.engine import replay
+    from vigil.analyzer.incidents.stage import IncidentStage
     from vigil.analyzer.settings import AnalyzerSettings
     from vigil.app.stack.access import clickhouse_for_cli
 
     settings = VigilSettings.load()
     client = clickhouse_for_cli(settings)
-    alerts = replay(client, AnalyzerSettings.load(), args.job, args.start, args.end)  # type: ignore[arg-type]
+    analyzer = AnalyzerSettings.load()
+    stage = IncidentStage(analyzer)
+    alerts = replay(client, analyzer, args.job, args.start, args.end, stages=[stage])  # type: ignore[arg-type]
+    if args.incidents:
+        from vigil.app.cli.incidents import show
+
+        return show(stage.drain(), json_out=args.json)
     if args.json:
         print(json.dumps([as_json(a) for a in alerts], indent=2))
     else:

@@ -122,7 +122,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return Launcher(argv=argv, env=env, agent=agent,
                         output_dir=paths.output_dir / safe_name(s.job_id) / safe_name(s.host),
                         max_bytes=int(s.output_max_mb * 2**20), keep=s.output_keep, kill_grace_s=s.kill_grace_s,
-                        echo=not args.no_echo)
+                        echo=not args.no_echo, attribute=s.attribute_ranks)
 
     if args.nodes:  # under recovery control: the controller starts, stops and restarts the command
         from vigil.app.cli import controlled

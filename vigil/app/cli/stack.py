@@ -125,7 +125,8 @@ def stack_health(settings: VigilSettings) -> dict[str, Any]:
     state = read_state(settings)
     if state is not None:
         try:
-            doc: dict[str, Any] = httpx.get(f"{state.control_url}/health", timeout=10).json()
+            doc: dict[str, Any] = httpx.get(f"{state.control_url}/health", headers=state.control_headers,
+                                            timeout=10).json()
         except httpx.HTTPError as exc:
             return {"ok": False, "mode": "embedded", "error": f"control port {state.control_url}: {exc}"}
         doc["mode"] = f"stack pid {state.pid}"
@@ -192,7 +193,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     state = read_state(settings)
     if dsn.startswith("chdb://") and state is not None and state.clickhouse_dsn == dsn:
         try:  # the running stack holds this engine (one per process): it migrates for us
-            resp = httpx.post(f"{state.control_url}/migrate", timeout=120)
+            resp = httpx.post(f"{state.control_url}/migrate", headers=state.control_headers, timeout=120)
             report = resp.json()
         except (httpx.HTTPError, ValueError) as exc:
             raise Unreachable(f"vigil up control port {state.control_url}: {exc}") from None

@@ -8,6 +8,9 @@ notifier), then side by side:
    at step `XID_AT` a rank of `demo-host-2` prints an Xid 79 and dies: the controller pauses the
    job, runs diagnostics, cordons that host and restarts the job on the other two from its latest
    checkpoint (the demo prints each step as it happens);
+   later, at step `HANG_AT`, the slowed rank hangs once (a stuck GPU): the ranks' Flight Recorder
+   traces (the step timer's hang watchdog) name it the culprit of a `collective_hang` incident,
+   and the controller dumps, diagnoses and restarts the job from its checkpoint;
 2. a simulated 256-host job with a straggler, a NIC stall and MFU decay injected.
 It prints where to look and runs until Ctrl-C (or --duration), then stops every child:
 SIGINT first (each agent forwards it to torchrun and SIGKILLs the tree `KILL_GRACE_S` later),
@@ -41,6 +44,7 @@ XID_AT, CKPT_EVERY = 30, 10
 # The demo's 2 CPUs are shared by ~15 processes, so diagnostics' timings are noisy: cordon only
 # what fails (and the Xid host itself), never a host that merely looked slow.
 RECOVERY_DEFAULTS = {"VIGIL_RECOVERY_POLICY_CORDON_SLOW": "false"}
+HANG_AT, PG_TIMEOUT_S = 150, 60  # the slowed rank hangs once at this step; its peers time out this much later
 # An agent SIGKILLs torchrun's tree KILL_GRACE_S after the forwarded SIGINT, then delivers
 # for at most DRAIN_S; the demo waits STOP_WAIT_S (> both, plus its output threads' 2 x 5 s).
 KILL_GRACE_S, DRAIN_S, STOP_WAIT_S = 5.0, 5.0, 30.0
@@ -75,6 +79,8 @@ class Demo:
         """One agent per host under recovery control: the controller starts the job once they wait."""
         once = self.settings.home / "demo" / "xid.once"
         once.unlink(missing_ok=True)
+        hang_once = self.settings.home / "demo" / "hang.once"
+        hang_once.unlink(missing_ok=True)
         for host in HOSTS:
             env = {**os.environ, "VIGIL_KAFKA_BOOTSTRAP": bootstrap, "OMP_NUM_THREADS": "1",
                    "VIGIL_SPOOL_DIR": str(self.settings.home / "demo" / "spool" / host)}
@@ -83,7 +89,9 @@ class Demo:
                     "--", sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(PROCS),
                     str(TRAIN), "--slow-rank", str(SLOW_RANK), "--slow-from", "60", "--xid-rank", str(XID_RANK),
                     "--xid-at", str(XID_AT), "--xid-dies", "--xid-once", str(once),
-                    "--ckpt-dir", str(self.settings.home / "demo" / "checkpoints"), "--ckpt-every", str(CKPT_EVERY)]
+                    "--ckpt-dir", str(self.settings.home / "demo" / "checkpoints"), "--ckpt-every", str(CKPT_EVERY),
+                    "--hang-rank", str(SLOW_RANK), "--hang-at", str(HANG_AT), "--hang-once", str(hang_once),
+                    "--pg-timeout-s", str(PG_TIMEOUT_S)]
             self._spawn(argv, f"{host}.log", env)
 
     def start_simulation(self, bootstrap: str) -> None:
@@ -195,8 +203,13 @@ What to look at (give it a minute or two to develop):
             a traffic stop on {stop}, MFU drift on {TORCH_JOB} (its slowed rank drags every step);
             MFU drift on {SIM_JOB} follows after a few minutes (its decay ramps over 100 steps).
   Network   the stall of {stop} and the drop of {nic}.
+  Incident  at step {HANG_AT} (a few minutes in) rank {SLOW_RANK} hangs once: the Alerts page shows one collective_hang
+            incident naming {HOSTS[1]} rank {SLOW_RANK} (from the Flight Recorder traces every rank dumps), the
+            other ranks its victims (linked, not paged); the 3D view marks the culprit and dims the victims;
+            `vigil incidents --job {TORCH_JOB}` prints it. The controller dumps, diagnoses and restarts the job.
 {notify_line(notify or {})}
-From another terminal: `vigil status`, `vigil alerts`, `vigil recovery history`, `vigil tail --kind alert`.
+From another terminal: `vigil status`, `vigil alerts`, `vigil incidents`, `vigil recovery history`,
+`vigil tail --kind alert`, `vigil trace --job {TORCH_JOB} -o trace.json` (open it in ui.perfetto.dev).
 Ctrl-C stops everything.
 """
 

@@ -4,7 +4,9 @@ Launched by torchrun under `vigil run` (which sets VIGIL_JOB_ID / VIGIL_HOST /
 VIGIL_SPOOL_DIR). For the demo one rank is slowed part-way through (its forward
 pass takes longer, so its host stands out on the heatmap, as a fail-slow GPU would)
 and another prints an Xid-style driver error line once (with `--xid-dies` it then dies of a
-CUDA error, as a rank whose GPU fell off the bus does). With `--ckpt-dir` it saves a
+CUDA error, as a rank whose GPU fell off the bus does), and later one rank hangs (a stuck
+GPU: it never joins the next all-reduce; with `--hang-once` only the first time) until the
+process group's timeout ends the job or the recovery controller restarts it. With `--ckpt-dir` it saves a
 two-phase checkpoint every `--ckpt-every` steps (`vigil.recovery.checkpoint`) and, when
 started again, resumes from the latest complete one. Under recovery control (`vigil run
 --nodes`, which sets VIGIL_HOSTS) rank 0 registers the job's topology through the spool at
@@ -21,6 +23,7 @@ import os
 import sys
 import time
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -63,6 +66,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--xid-dies", action="store_true", help="the Xid rank then dies with a CUDA error")
     p.add_argument("--xid-once", default="", help="a file: the Xid fires only if it does not exist (it is created)")
     p.add_argument("--peak-tflops", type=float, default=0.05, help="the 'GPU' peak used for MFU on CPU")
+    p.add_argument("--hang-rank", type=int, default=-1, help="global rank that hangs")
+    p.add_argument("--hang-at", type=int, default=300, help="step before which it hangs")
+    p.add_argument("--hang-once", default="", help="a file: the hang happens only if it does not exist (it is created)")
+    p.add_argument("--pg-timeout-s", type=float, default=1800.0, help="process group (collective) timeout")
     p.add_argument("--ckpt-dir", default=None, help="checkpoint here (shared by every rank); resume from it")
     p.add_argument("--ckpt-every", type=int, default=20, help="steps between checkpoints")
     return p.parse_args(argv)
@@ -100,7 +107,7 @@ def register_job(args: argparse.Namespace, world: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     torch.set_num_threads(1)
-    dist.init_process_group("gloo")
+    dist.init_process_group("gloo", timeout=timedelta(seconds=args.pg_timeout_s))
     rank = dist.get_rank()
     if rank == 0:
         register_job(args, dist.get_world_size())
@@ -123,6 +130,10 @@ def main(argv: list[str] | None = None) -> int:
                                   coords={"dp": rank, "tp": 0, "pp": 0}, start_step=step))
     try:
         while args.steps == 0 or step < args.steps:
+            if rank == args.hang_rank and step == args.hang_at and first_time(args.hang_once):
+                print(f"rank {rank} hangs before step {step} (a stuck GPU)", flush=True)
+                while True:  # its peers wait in the next all-reduce until the process group times out
+                    time.sleep(3600)
             with timer.step(tokens=tokens_per_step, samples=args.batch):
                 with timer.phase("data"):
                     batch = torch.randint(0, args.vocab, (args.batch, args.seq + 1), generator=gen)

@@ -29,9 +29,9 @@ class RemoteResult:
 class RemoteClient:
     """Read-only queries proxied to `vigil up`'s control port."""
 
-    def __init__(self, control_url: str, timeout: float = 60.0) -> None:
+    def __init__(self, control_url: str, token: str, timeout: float = 60.0) -> None:
         self._url = control_url
-        self._http = httpx.Client(timeout=timeout)
+        self._http = httpx.Client(timeout=timeout, headers={"Authorization": f"Bearer {token}"})
 
     def query(self, sql: str, parameters: dict[str, Any] | None = None) -> RemoteResult:
         try:
@@ -49,5 +49,5 @@ def clickhouse_for_cli(settings: VigilSettings) -> QueryClient:
     if dsn.startswith("chdb://"):
         state = read_state(settings)
         if state is not None and state.clickhouse_dsn == dsn:
-            return RemoteClient(state.control_url)
+            return RemoteClient(state.control_url, state.token)
     return connect(dsn, explicit=settings.clickhouse_dsn is not None)  # type: ignore[return-value]

@@ -1,18 +1,24 @@
-"""The control port of a running `vigil up`: health, read-only SQL, migrations. Loopback only.
+"""The control port of a running `vigil up`: health, read-only SQL, migrations. Loopback, token only.
 
 chdb runs one engine per process, so while `vigil up` holds it every other
 process (the CLI, a replay) reaches the data through this port:
 
     GET  /health            {"ok": bool, "parts": {name: {...}}}
-    POST /sql {sql, parameters}   {"columns": [...], "rows": [[...]]}   SELECT/WITH/SHOW/DESCRIBE/EXPLAIN only
+    POST /sql {sql, parameters}   {"columns": [...], "rows": [[...]]}   one read statement (see sqlgate)
     POST /migrate           {"applied": [...], "already": [...], "changed": [...]}
+
+Every request must carry `Authorization: Bearer <token>`, the random token `vigil up`
+writes to `$VIGIL_HOME/stack.json` (mode 0600): other users of a shared node, who can
+reach any loopback port, get 401. SQL runs through `sqlgate.ReadOnlySql` on read-only
+handles of its own, never on the handle the services write with.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
-import re
+import secrets
 import threading
 from collections.abc import Callable
 from datetime import date, datetime
@@ -21,12 +27,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from uuid import UUID
 
-from clickhouse_connect.driver.client import Client
-
+from vigil.app.stack.sqlgate import ReadOnlySql, Refused
+from vigil.clickhouse.client import DATABASE, open_client
 from vigil.errors import one_line
 
 log = logging.getLogger(__name__)
-_READ_ONLY = re.compile(r"^\s*(SELECT|WITH|SHOW|DESCRIBE|DESC|EXPLAIN)\b", re.I)
 
 
 def to_jsonable(value: Any) -> Any:
@@ -47,9 +52,12 @@ def to_jsonable(value: Any) -> Any:
 
 class ControlServer:
     def __init__(
-        self, *, port: int, client: Client, health: Callable[[], dict[str, Any]], migrate: Callable[[], dict[str, Any]]
+        self, *, port: int, dsn: str, health: Callable[[], dict[str, Any]], migrate: Callable[[], dict[str, Any]],
+        token: str | None = None, database: str = DATABASE,
     ) -> None:
-        self._client, self._health, self._migrate = client, health, migrate
+        self._health, self._migrate = health, migrate
+        self.token = token or secrets.token_urlsafe(32)
+        self._sql = ReadOnlySql(lambda options: open_client(dsn, database=database, options=options))
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -64,13 +72,24 @@ class ControlServer:
                 self.end_headers()
                 self.wfile.write(data)
 
+            def _authorized(self) -> bool:
+                given = self.headers.get("Authorization") or ""
+                if hmac.compare_digest(given.encode(), f"Bearer {server.token}".encode()):
+                    return True
+                self._reply(401, {"error": "missing or wrong token (Authorization: Bearer <token from stack.json>)"})
+                return False
+
             def do_GET(self) -> None:
+                if not self._authorized():
+                    return
                 if self.path == "/health":
                     self._reply(200, server._health())
                 else:
                     self._reply(404, {"error": f"no such path {self.path}"})
 
             def do_POST(self) -> None:
+                if not self._authorized():
+                    return
                 try:
                     length = int(self.headers.get("Content-Length") or 0)
                     doc = json.loads(self.rfile.read(length) or b"{}")
@@ -95,9 +114,13 @@ class ControlServer:
         return f"http://{host!s}:{port}"
 
     def sql(self, sql: str, parameters: dict[str, Any]) -> dict[str, Any]:
-        if not _READ_ONLY.match(sql):
-            raise ValueError("only read-only statements (SELECT, WITH, SHOW, DESCRIBE, EXPLAIN) are served")
-        result = self._client.query(sql, parameters=parameters)
+        """Run one vetted read statement; ValueError (400) when refused or failed."""
+        try:
+            result = self._sql.query(sql, parameters)
+        except Refused:
+            raise
+        except Exception as exc:
+            raise ValueError(f"ClickHouse: {one_line(exc, 400)}") from None
         return {"columns": list(result.column_names), "rows": to_jsonable(result.result_rows)}
 
     def start(self) -> None:
@@ -106,3 +129,4 @@ class ControlServer:
     def stop(self) -> None:
         self._httpd.shutdown()
         self._httpd.server_close()
+        self._sql.close()

@@ -17,6 +17,7 @@ from typing import Any
 from vigil.app.components import SERVICES, migrate_all
 from vigil.app.stack.control import ControlServer
 from vigil.app.stack.state import StackState, clear_state, read_state, write_state
+from vigil.app.stack.store_health import StoreHealth
 from vigil.clickhouse.client import check, connect
 from vigil.errors import StackError
 from vigil.kafka.admin import check_reachable, ensure_topics
@@ -45,6 +46,7 @@ class Stack:
     hosted: list[Service] = field(default_factory=list)
     control: ControlServer | None = None
     ctx: StackContext | None = None
+    store_health: StoreHealth | None = None
 
     def start(self) -> StackState:
         s = self.settings
@@ -66,16 +68,19 @@ class Stack:
             bootstrap = str(s.kafka_bootstrap)
         self.ctx = prepare(s, bootstrap)
         client = self.ctx.clickhouse
+        self.store_health = StoreHealth(check=lambda: check(client), dsn=self.ctx.clickhouse_dsn)
+        self.store_health.start()
         for spec in self.services:
             svc = spec.factory(self.ctx)
             svc.start()
             self.hosted.append(svc)
-        self.control = ControlServer(port=s.control_port, client=client, health=self.health, migrate=self._migrate)
+        self.control = ControlServer(port=s.control_port, dsn=self.ctx.clickhouse_dsn, health=self.health,
+                                     migrate=self._migrate)
         self.control.start()
         urls = {str(k): str(v) for svc in self.hosted for k, v in self._health_of(svc).get("urls", {}).items()}
         state = StackState(
             pid=os.getpid(), bootstrap=bootstrap, clickhouse_dsn=self.ctx.clickhouse_dsn, control_url=self.control.url,
-            broker_pid=self.broker.pid if self.broker else None, urls=urls,
+            broker_pid=self.broker.pid if self.broker else None, urls=urls, token=self.control.token,
         )
         write_state(s, state)
         return state
@@ -97,10 +102,8 @@ class Stack:
             host, _, port = self.ctx.bootstrap.rpartition(":")
             broker_ok = port_open(host, int(port)) if self.broker is None else self.broker.alive()
             parts["broker"] = {"ok": broker_ok, "bootstrap": self.ctx.bootstrap, "embedded": self.broker is not None}
-            try:
-                parts["clickhouse"] = {"ok": True, "dsn": self.ctx.clickhouse_dsn, "version": check(self.ctx.clickhouse)}
-            except Exception as exc:
-                parts["clickhouse"] = {"ok": False, "dsn": self.ctx.clickhouse_dsn, "error": str(exc)[:300]}
+            if self.store_health is not None:
+                parts["clickhouse"] = self.store_health.report()
         for svc in self.hosted:
             parts[svc.name] = self._health_of(svc)
         return {"ok": all(p.get("ok") for p in parts.values()), "pid": os.getpid(), "parts": parts}
@@ -109,6 +112,8 @@ class Stack:
         if self.control is not None:
             self.control.stop()
             self.control = None
+        if self.store_health is not None:
+            self.store_health.stop()
         for svc in reversed(self.hosted):
             try:
                 svc.stop()

@@ -2,7 +2,9 @@
 
 `vigil up` writes it once every part is ready and removes it on exit. Commands
 resolve the broker and the control port from it unless `VIGIL_KAFKA_BOOTSTRAP`
-points at a production cluster.
+points at a production cluster. It holds the control port's token, so it is created
+with mode 0600 (readable by the user running vigil only); `control_headers` is what a
+client of the port sends.
 """
 
 from __future__ import annotations
@@ -24,6 +26,11 @@ class StackState:
     control_url: str
     broker_pid: int | None = None
     urls: dict[str, str] = field(default_factory=dict)
+    token: str = ""
+
+    @property
+    def control_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
 
 
 def state_path(settings: VigilSettings) -> Path:
@@ -34,7 +41,10 @@ def write_state(settings: VigilSettings, state: StackState) -> None:
     path = state_path(settings)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(asdict(state), indent=2))
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # the token never sits in a readable file
+    with os.fdopen(fd, "w") as fh:
+        fh.write(json.dumps(asdict(state), indent=2))
     tmp.replace(path)
 
 

@@ -1,0 +1,129 @@
+"""A job's event-time clock: each source's progress, the watermark, and the grid of instants.
+
+`host_clock` keeps, per job, host and source, the newest event time stored and when it
+was last ingested (wall). Sources are *dense* (steps, heartbeats, NIC samples: they
+arrive all the time while the job runs) or *sparse* (log lines, process exits, Flight
+Recorder dumps: they may not arrive for hours).
+
+Watermark rules (what `JobClock.until` returns, the newest instant that may be judged):
+
+* A dense source is *alive* while something of it was ingested within `idle_s` of the
+  ingest *frontier* — the wall time before which everything produced to the telemetry
+  topics has been stored (from the consumer group's offsets; without one, now). A source
+  that lags because the ingest is saturated stays alive; one whose agent sends nothing
+  goes idle, and its silence is then final (the heartbeat detector's to report).
+* While any dense source is alive, the watermark is the oldest newest-timestamp among the
+  alive ones (hosts on partitions that catch up at different paces are all there up to
+  it), but never more than `max_lag_s` behind the job's newest dense timestamp (a host
+  replaying a long spool does not stall the rest of the job; detectors treat it as late).
+* When every dense source is idle the job has stopped (finished, crashed, or all its hosts
+  went silent): the clock runs to the newest timestamp of any source, sparse ones
+  included, so the exits and logs that end a job are judged live as replay judges them.
+
+Instants are the multiples of `eval_step_s` since 1970 (the grid), whatever the job or
+when it was first seen, so live and replay judge the same instants; the last instant of
+a stopped job is the grid point at or after its newest timestamp.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from vigil.analyzer.detect.base import EPOCH, SourceClock, as_utc, ch_time
+from vigil.clickhouse.query import QueryClient
+
+DENSE = ("step", "heartbeat", "nic")
+SPARSE = ("log", "exit", "collective")
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobClock:
+    job: str
+    first_ts: datetime
+    last_ts: datetime  # newest event of any source
+    watermark: datetime
+    stopped: bool  # every dense source idle
+    last_ingested: datetime  # wall clock, any source
+    sources: dict[tuple[str, str], SourceClock]
+
+    def until(self, step_s: float) -> datetime:
+        """The newest grid instant that may be judged now."""
+        return grid_ceil(self.last_ts, step_s) if self.stopped else grid_floor(self.watermark, step_s)
+
+
+_CLOCKS_SQL = """
+SELECT job_id, host, source, min(first_ts) AS first, max(last_ts) AS last, max(last_ingested) AS ingested
+FROM host_clock WHERE $where GROUP BY job_id, host, source ORDER BY job_id
+"""
+
+_ACTIVE_SQL = """
+SELECT job_id FROM host_clock GROUP BY job_id HAVING max(last_ingested) > {since:DateTime64(3, 'UTC')}
+"""
+
+
+def job_clocks(client: QueryClient, *, job: str | None = None, active_since: datetime | None = None,
+               also: Sequence[str] = (), frontier: datetime | None = None, idle_s: float = 5.0,
+               max_lag_s: float | None = None) -> list[JobClock]:
+    """The clock of `job`, or of every job with anything ingested after `active_since` (plus `also`).
+
+    `frontier` (wall): everything produced before it is stored; None = replay (nothing more
+    is coming: every source idle).
+    """
+    params: dict[str, object] = {}
+    if job is not None:
+        where, params["job"] = "job_id = {job:String}", job
+    elif active_since is not None:
+        where = f"job_id IN ({_ACTIVE_SQL}) OR job_id IN {{also:Array(String)}}"
+        params["since"], params["also"] = ch_time(active_since), list(also)
+    else:
+        where = "1"
+    rows = client.query(_CLOCKS_SQL.replace("$where", where), parameters=params).result_rows
+    per_job: dict[str, list[tuple[str, str, datetime, datetime, datetime]]] = defaultdict(list)
+    for j, host, source, first, last, ingested in rows:
+        per_job[str(j)].append((str(host), str(source), as_utc(first), as_utc(last), as_utc(ingested)))
+    return [_clock(j, srcs, frontier, idle_s, max_lag_s) for j, srcs in sorted(per_job.items())]
+
+
+def _clock(job: str, srcs: list[tuple[str, str, datetime, datetime, datetime]], frontier: datetime | None,
+           idle_s: float, max_lag_s: float | None) -> JobClock:
+    idle_before = frontier - timedelta(seconds=idle_s) if frontier is not None else None
+    sources = {(h, s): SourceClock(last_ts=last, ingested=ingested, alive=idle_before is not None and ingested > idle_before)
+               for h, s, _f, last, ingested in srcs}
+    dense = [c for (_h, s), c in sources.items() if s in DENSE]
+    alive = [c.last_ts for c in dense if c.alive]
+    last_ts = max(c.last_ts for c in sources.values())
+    if alive:
+        watermark = min(alive)
+        if max_lag_s is not None:
+            watermark = max(watermark, max(c.last_ts for c in dense) - timedelta(seconds=max_lag_s))
+    else:
+        watermark = last_ts
+    return JobClock(job=job, first_ts=min(f for _h, _s, f, _l, _i in srcs), last_ts=last_ts, watermark=watermark,
+                    stopped=not alive, last_ingested=max(i for *_x, i in srcs), sources=sources)
+
+
+def grid_floor(ts: datetime, step_s: float) -> datetime:
+    """The grid instant at or before `ts` (millisecond arithmetic: no float drift)."""
+    ms = (ts - EPOCH) // timedelta(milliseconds=1)
+    step = max(1, round(step_s * 1000))
+    return EPOCH + timedelta(milliseconds=ms - ms % step)
+
+
+def grid_ceil(ts: datetime, step_s: float) -> datetime:
+    """The grid instant at or after `ts`."""
+    floor = grid_floor(ts, step_s)
+    return floor if floor >= ts else floor + timedelta(milliseconds=max(1, round(step_s * 1000)))
+
+
+def grid(after: datetime, until: datetime, step_s: float, limit: int | None = None) -> list[datetime]:
+    """Grid instants in (after, until], oldest first; at most `limit`."""
+    step = timedelta(milliseconds=max(1, round(step_s * 1000)))
+    out: list[datetime] = []
+    t = grid_floor(after, step_s) + step
+    while t <= until and (limit is None or len(out) < limit):
+        out.append(t)
+        t += step
+    return out

@@ -1,0 +1,176 @@
+"""A 10,000-GPU job at real step rate through the real broker into the analyzer, detectors running.
+
+A producer process streams what 1,250 hosts x 8 GPUs send: one step event per rank per second,
+4 NIC samples per host per second, a heartbeat (8 GPUs) per host every 2 s, as the agent's
+records (one host's events per record, keyed by host). The analyzer runs in this process as
+`vigil up` hosts it (ingest + detectors on the embedded ClickHouse engine). Every 10 s the run
+samples the ingest rate, the consumer lag (records and seconds of event time behind), the
+detector turns (wall time of each `LiveCursor.turn`, which must stay under `detect_interval_s`),
+the ClickHouse size and the process's CPU and RSS.
+
+    python bench/scale.py [--minutes 10] [--hosts 1250] [--partitions 8] [--no-append]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+import psutil
+from analyzer_common import append_results, machine_info
+
+PHASES = ("forward", "backward", "optimizer", "comm")
+
+
+def produce(bootstrap: str, prefix: str, hosts: int, gpus: int, nics: int, seconds: int) -> None:
+    """The producer process: paced at one simulated step per wall second."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "compression.type": "lz4",
+                  "queue.buffering.max.kbytes": 512 * 1024, "enable.idempotence": True, "acks": "all"})
+    enc = msgspec.json.Encoder()
+    job, world = "scale-10k", hosts * gpus
+    start = time.time()
+    for step in range(seconds):
+        target = start + step
+        if (delay := target - time.time()) > 0:
+            time.sleep(delay)
+        ts = datetime.fromtimestamp(target, UTC).isoformat().replace("+00:00", "Z")
+        for h in range(hosts):
+            host = f"node-{h:05d}"
+            key = host.encode()
+            slow = 1.08 if h == 7 and step > 120 else 1.0  # one straggler for the detectors to find
+            ev = [{"event_id": f"{host}-s{step}-{g}", "job_id": job, "host": host, "ts": ts, "rank": h * gpus + g,
+                   "local_rank": g, "world_size": world, "coords": {"dp": h, "tp": g, "pp": 0}, "step": step,
+                   "step_ms": 1000.0 * slow, "phases": {"forward": 300.0 * slow, "backward": 520.0, "optimizer": 60.0,
+                                                        "comm": 120.0}, "mfu": 0.42} for g in range(gpus)]
+            p.produce(f"{prefix}steps", key=key, value=b'{"kind":"step","schema_version":1,"events":' + enc.encode(ev) + b"}")
+            nic = [{"event_id": f"{host}-n{step}-{n}", "job_id": job, "host": host, "ts": ts, "device": f"mlx5_{n}",
+                    "link": "rdma", "tx_bytes": step * 10**10, "rx_bytes": step * 10**10, "tx_bps": 1e10, "rx_bps": 1e10,
+                    "interval_s": 1.0} for n in range(nics)]
+            p.produce(f"{prefix}nic", key=key, value=b'{"kind":"nic","schema_version":1,"events":' + enc.encode(nic) + b"}")
+            if step % 2 == h % 2:
+                hb = [{"event_id": f"{host}-h{step}", "job_id": job, "host": host, "ts": ts, "interval_s": 2.0,
+                       "processes": [{"pid": 100 + g, "status": "running", "local_rank": g} for g in range(gpus)],
+                       "gpus": [{"index": g, "name": "H100", "util_pct": 97.0, "temp_c": 60.0} for g in range(gpus)]}]
+                p.produce(f"{prefix}heartbeats", key=key,
+                          value=b'{"kind":"heartbeat","schema_version":1,"events":' + enc.encode(hb) + b"}")
+            p.poll(0)
+        print(f"produced step {step} in {time.time() - target:.2f} s", flush=True)
+    p.flush(60)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--minutes", type=float, default=10.0)
+    ap.add_argument("--hosts", type=int, default=1250)
+    ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--nics", type=int, default=4)
+    ap.add_argument("--partitions", type=int, default=8)
+    ap.add_argument("--drain-s", type=float, default=180.0, help="after the producer ends, wait this long for lag 0")
+    ap.add_argument("--produce", nargs=2, metavar=("BOOTSTRAP", "PREFIX"), help=argparse.SUPPRESS)
+    ap.add_argument("--no-append", dest="append", action="store_false")
+    args = ap.parse_args()
+    seconds = int(args.minutes * 60)
+    if args.produce:
+        produce(args.produce[0], args.produce[1], args.hosts, args.gpus, args.nics, seconds)
+        return
+
+    from vigil.analyzer.service import AnalyzerService
+    from vigil.analyzer.settings import AnalyzerSettings
+    from vigil.app.stack.runner import prepare
+    from vigil.kafka.broker import EmbeddedBroker
+    from vigil.settings import VigilSettings
+
+    load0 = os.getloadavg()
+    broker = EmbeddedBroker()
+    bootstrap = broker.start()
+    home = tempfile.mkdtemp(prefix="vigil-scale-")
+    settings = VigilSettings(home=home, kafka_bootstrap=bootstrap, clickhouse_dsn=f"chdb://{home}/ch",
+                             topic_prefix="scale.", topic_partitions=args.partitions)
+    ctx = prepare(settings, bootstrap)
+    service = AnalyzerService(ctx, AnalyzerSettings())
+    turns: list[tuple[float, float]] = []  # (end time, seconds)
+    real_turn = service.cursor.turn
+
+    def timed_turn(client: Any) -> Any:
+        t = time.perf_counter()
+        try:
+            return real_turn(client)
+        finally:
+            turns.append((time.monotonic(), time.perf_counter() - t))
+
+    service.cursor.turn = timed_turn  # type: ignore[method-assign]
+    service.start()
+    producer = subprocess.Popen([sys.executable, __file__, "--produce", bootstrap, "scale.", "--minutes", str(args.minutes),
+                                 "--hosts", str(args.hosts), "--gpus", str(args.gpus), "--nics", str(args.nics)],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    produced: list[str] = []
+    threading.Thread(target=lambda: produced.extend(producer.stdout or []), daemon=True).start()
+    proc = psutil.Process()
+    proc.cpu_percent()
+    rows: list[list[Any]] = []
+    t0 = time.monotonic()
+    last_n, last_t = 0, t0
+    try:
+        while True:
+            time.sleep(10)
+            now = time.monotonic()
+            h = service.health()
+            ing = service.ingest
+            assert ing is not None
+            n = ing.stats.events
+            lag = sum(h["lag"].values())
+            recent = [d for end, d in turns if end > last_t]
+            newest = ctx.clickhouse.query("SELECT max(last_ts) FROM job_clock").result_rows[0][0]
+            behind = (datetime.now(UTC) - newest.replace(tzinfo=UTC)).total_seconds() if newest else float("nan")
+            rows.append([round(now - t0), n, round((n - last_n) / (now - last_t)), lag, round(behind, 1), len(recent),
+                         round(max(recent), 2) if recent else None, round(statistics.median(recent), 2) if recent else None,
+                         round(proc.cpu_percent(), 0), round(proc.memory_info().rss / 2**20), h["ingest"]])
+            print(rows[-1], h["last_error"][:120], flush=True)
+            last_n, last_t = n, now
+            if service.failed or (producer.poll() is not None and lag == 0):
+                break
+            if now - t0 > seconds + args.drain_s:  # the producer is done; lag is reported as it stands
+                break
+        size = ctx.clickhouse.query("SELECT formatReadableSize(sum(bytes_on_disk)), sum(rows) FROM system.parts "
+                                    "WHERE active AND database = currentDatabase()").result_rows[0]
+        stored = ctx.clickhouse.query("SELECT count() FROM step_timings").result_rows[0][0]
+        alerts = service.alerts_published
+    finally:
+        producer.kill()
+        service.stop()
+        broker.stop()
+    load1 = os.getloadavg()
+    every = [d for _, d in turns]
+    lines = [
+        f"{args.hosts:,} hosts x {args.gpus} GPUs ({args.hosts * args.gpus:,} ranks), 1 step/s, {args.nics} NICs/host at 1 Hz, "
+        f"heartbeats every 2 s: ~{args.hosts * (args.gpus + args.nics + 0.5):,.0f} events/s for {args.minutes:g} min, "
+        f"{args.partitions} partitions per topic; analyzer (ingest + detectors, detect_interval_s=2) in one process.",
+        f"Load average (1/5/15 min) at start {load0[0]:.1f}/{load0[1]:.1f}/{load0[2]:.1f}, at end "
+        f"{load1[0]:.1f}/{load1[1]:.1f}/{load1[2]:.1f} (2 cores shared with other sessions' test runs).",
+        "", "| t s | events stored | events/s | lag records | event time behind s | detector turns | max turn s | "
+        "median turn s | CPU % | RSS MiB | ingest |", "| " + " | ".join(["---"] * 11) + " |",
+        *("| " + " | ".join("-" if v is None else f"{v:,}" if isinstance(v, int) else str(v) for v in r) + " |" for r in rows),
+        "", f"Stored: {stored:,} step rows; ClickHouse {size[0]} on disk ({size[1]:,} rows in all tables); "
+        f"{alerts} alert events published; detector turns: {len(every)}, median {statistics.median(every) if every else 0:.2f} s, "
+        f"max {max(every) if every else 0:.2f} s.",
+    ]
+    text = "\n".join(lines)
+    print(text)
+    if args.append:
+        append_results("Scale: a 10,000-GPU job through broker + analyzer (bench/scale.py)",
+                       machine_info() + "\n\n" + text + "\n\nCommand: `python bench/scale.py " + " ".join(sys.argv[1:]) + "`.")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""torchrun command lines: recognise them and make every worker's output attributable to its rank.
+
+`vigil run -- torchrun ... train.py` (or `python -m torch.distributed.run ...`) gets
+`--log-dir <output>/torchelastic` unless it has one (each worker's `error.json` from
+`@record` lands there, named in torchrun's failure report) and `--tee 3` unless it tees or
+redirects already (every console line of a worker is then prefixed `[default<local_rank>]:`).
+With `--redirects` the console carries no worker output, so the agent tails the log
+directory's per-rank files instead (`Attributed.redirected`). Older run directories under the
+injected log directory are pruned to the newest `KEEP_RUNS`. Pure logic, but for the pruning.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+MODULES = ("torch.distributed.run", "torch.distributed.launch")
+FLAGS = frozenset({"--standalone", "--no-python", "--no_python", "--run-path", "--run_path", "-m", "--module",
+                   "--virtual-local-rank", "--virtual_local_rank"})
+KEEP_RUNS = 3
+
+
+@dataclass(frozen=True, kw_only=True)
+class TorchrunArgs:
+    at: int  # index of the first torchrun option in argv
+    options: dict[str, str]  # normalised long name -> value, for the options given before the script
+
+
+_SHORT = {"-t": "--tee", "-r": "--redirects"}
+
+
+def _norm(name: str) -> str:
+    name = _SHORT.get(name, name)
+    return name.replace("_", "-")
+
+
+def parse(argv: Sequence[str]) -> TorchrunArgs | None:
+    """torchrun's own options in `argv`, or None when `argv` does not run torchrun."""
+    start = None
+    for i, tok in enumerate(argv):
+        if Path(tok).name == "torchrun":
+            start = i + 1
+            break
+        if tok == "-m" and i + 1 < len(argv) and argv[i + 1] in MODULES:
+            start = i + 2
+            break
+    if start is None:
+        return None
+    options: dict[str, str] = {}
+    i = start
+    while i < len(argv) and argv[i].startswith("-"):
+        tok = argv[i]
+        if "=" in tok and tok.startswith("--"):
+            name, value = tok.split("=", 1)
+            options[_norm(name)] = value
+        elif tok in FLAGS:
+            options[_norm(tok)] = ""
+        elif tok[:2] in _SHORT and len(tok) > 2:
+            options[_norm(tok[:2])] = tok[2:]
+        else:
+            options[_norm(tok)] = argv[i + 1] if i + 1 < len(argv) else ""
+            i += 1
+        i += 1
+    return TorchrunArgs(at=start, options=options)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Attributed:
+    argv: list[str]
+    log_dir: Path | None  # where torchrun writes per-rank files (None: not torchrun)
+    injected: bool  # the log directory is ours (prunable)
+    redirected: bool  # worker output goes to the files only: tail them
+
+
+def with_attribution(argv: Sequence[str], log_dir: Path) -> Attributed:
+    """`argv` with --log-dir / --tee added where missing, and where torchrun's per-rank files will be."""
+    args = parse(argv)
+    if args is None:
+        return Attributed(argv=list(argv), log_dir=None, injected=False, redirected=False)
+    extra: list[str] = []
+    chosen = args.options.get("--log-dir")
+    if not chosen:
+        extra += ["--log-dir", str(log_dir)]
+    redirected = bool(args.options.get("--redirects"))
+    if "--tee" not in args.options and not redirected:
+        extra += ["--tee", "3"]
+    return Attributed(argv=[*argv[:args.at], *extra, *argv[args.at:]], log_dir=Path(chosen) if chosen else log_dir,
+                      injected=not chosen, redirected=redirected)
+
+
+def prune_runs(log_dir: Path, keep: int = KEEP_RUNS) -> None:
+    """Keep the newest `keep` run directories torchrun made under `log_dir` (never raises)."""
+    try:
+        runs = sorted((p for p in log_dir.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime)
+    except OSError:
+        return
+    for old in runs[:-keep] if keep > 0 else runs:
+        shutil.rmtree(old, ignore_errors=True)
+        log.info("pruned old torchrun log directory %s", old)

@@ -1,0 +1,95 @@
+"""Consumer error classes: transient failures are retried with backoff and shown; anything else stops it."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from tests.waiting import wait_until
+from vigil.contract import StepTiming
+from vigil.contract.fastwire import Ingestable
+from vigil.errors import Unreachable
+from vigil.kafka.consumer import BatchId, BatchingConsumer, ConsumerFailed, Intent, Partition, Unstorable
+from vigil.kafka.deadletter import DeadLetter
+from vigil.kafka.producer import EventProducer
+from vigil.settings import VigilSettings
+
+pytestmark = [pytest.mark.kafka]
+
+
+class FlakyWriter:
+    """Fails the first `failures` writes with `error`, then stores in memory."""
+
+    def __init__(self, error: Exception, failures: int) -> None:
+        self.error, self.failures, self.calls = error, failures, 0
+        self.stored: dict[str, Ingestable] = {}
+        self.tokens: list[str] = []
+
+    def write(self, events: Sequence[Ingestable], batch: BatchId) -> list[Unstorable]:
+        self.calls += 1
+        self.tokens.append(batch.token)
+        if self.calls <= self.failures:
+            raise self.error
+        self.stored.update({e.event_id: e for e in events})
+        return []
+
+    def intents(self, partitions: Sequence[Partition]) -> dict[Partition, Intent]:
+        return {}
+
+
+class Letters:
+    def write(self, letters: Sequence[DeadLetter]) -> None:
+        pass
+
+
+def consumer(topics: VigilSettings, writer: Any, group: str) -> BatchingConsumer:
+    return BatchingConsumer(settings=topics, bootstrap=str(topics.kafka_bootstrap), group_id=group, topics=["steps"],
+                            writer=writer, dead_letters=Letters(), max_batch_s=0.2, retry_backoff_s=0.1)
+
+
+def send(topics: VigilSettings, n: int) -> None:
+    producer = EventProducer(settings=topics, bootstrap=str(topics.kafka_bootstrap))
+    producer.send([StepTiming(job_id="e", host="h0", rank=0, world_size=1, step=i, step_ms=1.0) for i in range(n)])
+    producer.flush()
+
+
+def test_a_transient_failure_is_retried_with_the_same_batch_and_shown(topics: VigilSettings) -> None:
+    send(topics, 50)
+    writer = FlakyWriter(Unreachable("ClickHouse: Code: 252. Too many parts"), failures=3)
+    c = consumer(topics, writer, "g-transient")
+    states: set[str] = set()
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            states.add(c.stats.state)
+            stop.wait(0.01)
+
+    threading.Thread(target=watch, daemon=True).start()
+    try:
+        wait_until(lambda: c.poll() is None and len(writer.stored) == 50, 60, "the batch stored after retries")
+    finally:
+        stop.set()
+        c.close()
+    assert writer.calls == 4 and len(set(writer.tokens)) == 1, "the same batch (same token) is written again"
+    assert "retrying" in states and c.stats.state == "running" and "Too many parts" in c.stats.last_error
+    assert c.stats.write_errors == 3 and c.stats.events == 50
+
+
+def test_any_other_failure_stops_the_consumer_and_commits_nothing(topics: VigilSettings) -> None:
+    send(topics, 20)
+    broken = consumer(topics, FlakyWriter(KeyError("bug in a writer"), failures=10**9), "g-fatal")
+    with pytest.raises(ConsumerFailed, match="bug in a writer"):
+        for _ in range(300):
+            broken.poll()
+    assert broken.stats.state == "failed" and broken.stats.events == 0
+    broken.close()
+    healthy = FlakyWriter(KeyError("never"), failures=0)
+    again = consumer(topics, healthy, "g-fatal")  # the restarted service reads the same records again
+    try:
+        wait_until(lambda: again.poll() is None and len(healthy.stored) == 20, 60, "the batch re-read")
+    finally:
+        again.close()

@@ -1,0 +1,91 @@
+"""The fast decode path makes exactly the per-event pydantic path's decisions, with the same values."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from vigil.analyzer.ingest.processors import process
+from vigil.contract import decode_batch, spec_for
+from vigil.contract.fastwire import FastHeartbeat, FastNic, FastStep, decode_fast, payload_of
+
+pytestmark = [pytest.mark.pure]
+
+FUTURE = (datetime.now(UTC) + timedelta(days=2)).isoformat()
+EDITS: dict[str, list[dict[str, Any]]] = {
+    "step": [
+        {}, {"step_ms": -5}, {"step_ms": "5"}, {"step_ms": 5}, {"step_ms": 1e308}, {"rank": "3"}, {"rank": 3.0},
+        {"rank": True}, {"rank": -1}, {"rank": 2**64}, {"rank": 2**40}, {"ts": "2026-11-01T12:00:00"},
+        {"ts": "2026-11-01T14:00:00+02:00"}, {"ts": 1_793_534_400.5}, {"ts": "1999-12-31T23:59:59Z"}, {"ts": FUTURE},
+        {"ts": "2026-11-01T12:00:00.1234567Z"}, {"ts": "2026-11-01T12:00:00.123Z"}, {"ts": "2026-11-01 12:00:00Z"},
+        {"ts": "2026-11-01T12:00:00z"}, {"ts": "2026-11-01T23:59:60Z"}, {"ts": "2026-11-01"}, {"ts": "2026-11-01T12:00Z"},
+        {"phases": {"": 1.0}}, {"phases": {"x" * 257: 1.0}}, {"phases": {"a": "1"}}, {"phases": {"a": None}},
+        {"phases": {"a": 1}}, {"mfu": 1.6}, {"mfu": None}, {"mfu": 1.5}, {"tokens": -1}, {"tokens": 1.5},
+        {"failed": "yes"}, {"failed": 1}, {"failed": True}, {"extra": 1}, {"kind": "heartbeat"}, {"schema_version": 2},
+        {"event_id": "short"}, {"event_id": None}, {"coords": {"dp": -1}}, {"coords": {"x": 1}}, {"coords": None},
+        {"job_id": ""}, {"job_id": "j" * 256}, {"job_id": "ü" * 256}, {"host": "h" * 257}, {"world_size": 0},
+        {"dropped": None}, {"samples": 5}, {"local_rank": None}, {"job_id": "\ud800x"},
+    ],
+    "heartbeat": [
+        {}, {"gpus": [{"index": 0, "util_pct": "97"}]}, {"gpus": [{"index": -1}]}, {"processes": [{"pid": 1}]},
+        {"interval_s": 0}, {"uptime_s": -1}, {"gpus": [{"index": 0, "throttle_reasons": ["a", 1]}]},
+        {"gpus": [{"index": 0, "ecc_uncorrected": 1.0}]}, {"gpus": [{"index": 0, "util_pct": 50}]},
+        {"processes": [{"pid": 1, "status": "running", "local_rank": True}]}, {"gpus": None},
+    ],
+    "nic": [
+        {}, {"link": "ib"}, {"tx_bytes": -1}, {"tx_bps": "1"}, {"interval_s": 0}, {"extra": {"a": 1.5}},
+        {"port": None}, {"device": ""}, {"tx_bps": 10}, {"rx_bytes": 2**63},
+    ],
+}
+FAST = {"step": FastStep, "heartbeat": FastHeartbeat, "nic": FastNic}
+
+
+def records(kind: str) -> list[bytes]:
+    base = {k: v for k, v in spec_for(kind).example.items() if k not in ("kind", "schema_version")}
+    out = []
+    for i, edit in enumerate(EDITS[kind]):
+        event = {**base, "event_id": f"{kind}-edit-{i:04d}", **edit}
+        if edit.get("event_id", "") is None:
+            event.pop("event_id")
+        out.append(json.dumps({"kind": kind, "schema_version": 1, "events": [event]}).encode())
+    ok = [{**base, "event_id": f"{kind}-ok-{i:04d}"} for i in range(3)]
+    out.append(json.dumps({"kind": kind, "schema_version": 1, "events": ok}, separators=(",", ":")).encode())
+    out.append(b'{"kind":"' + kind.encode() + b'","schema_version":1,"events":[{"step_ms": NaN}]}')
+    dup = json.dumps({**base, "event_id": f"{kind}-dupkey"}, separators=(",", ":"))
+    out.append(b'{"kind":"' + kind.encode() + b'","schema_version":1,"events":[' + dup[:-1].encode() +
+               b',"job_id":"other-job"}]}')  # a key twice: the last one wins, as with json.loads
+    return out
+
+
+def rows(events: list[Any]) -> list[Any]:
+    return [(t, {k: v for k, v in r.items() if k != "event_id"}) for e in events for t, r in process(e)]
+
+
+@pytest.mark.parametrize("kind", sorted(EDITS))
+def test_fast_path_decides_and_stores_like_pydantic(kind: str) -> None:
+    fast_hits = 0
+    for value in records(kind):
+        slow, fast = decode_batch(value), decode_fast(value)
+        assert [r.reason for r in fast.rejected] == [r.reason for r in slow.rejected], value
+        assert len(fast.events) == len(slow.events), value
+        assert rows(fast.events) == rows(slow.events), value
+        for f, s in zip(fast.events, slow.events, strict=True):
+            assert f.ts == s.ts and f.ts.tzinfo is UTC, value
+            pf, ps = payload_of(f), payload_of(s)
+            if b'"event_id"' not in value:  # generated on decode by both paths
+                pf.pop("event_id"), ps.pop("event_id")
+            assert pf == ps, value
+        fast_hits += sum(isinstance(e, FAST[kind]) for e in fast.events)
+    assert fast_hits >= 4, "the fast path took none of the plain records"
+
+
+def test_agent_records_take_the_fast_path() -> None:
+    from vigil.contract import encode_batch, validate_event
+
+    for kind, cls in FAST.items():
+        event = validate_event(kind, spec_for(kind).example)
+        [got] = decode_fast(encode_batch([event])).events
+        assert isinstance(got, cls) and process(got) == process(event)
