@@ -42,7 +42,11 @@ class PolicySettings(_Section):
     other_as: PolicyClass = Field(default="hang", description="network and unknown causes are handled as this")
     exit_as: PolicyClass = Field(default="software", description="a rank exit no incident explains within "
                                  "exit_grace_s is handled as this")
-    exit_grace_s: float = Field(default=10.0, gt=0, description="how long an exit waits for the analyzer's incident")
+    exit_grace_s: float = Field(default=30.0, gt=0, description="how long an exit waits for the analyzer's incident "
+                                "(it holds a crash's hardware lines ~20 s to tie them to the crash)")
+    escalate_window_s: float = Field(default=120.0, ge=0, description="a stronger verdict (an incident) on the failure "
+                                     "a finished recovery took as weaker, first sign within this of that recovery's: "
+                                     "recover again as the stronger class (a hardware culprit still in the job gets cordoned)")
     settle_s: float = Field(default=2.0, ge=0, description="triggers of one job within this window open one "
                             "recovery (the strongest class, every culprit)")
     alert_triggers: dict[str, PolicyClass] = Field(

@@ -5,7 +5,9 @@
 1. **Triggers** (`controller.triggers`) of a job with no open case are gathered for
    `policy.settle_s`, then open one case (the strongest class, every culprit; the others are
    recorded as merged into it). A trigger from before the job's current generation started is
-   history (skipped, with the reason); one for a halted job too. While a case is open, new
+   history (skipped, with the reason) unless it is a stronger verdict on the failure the latest
+   recovery took as weaker (`_escalates`: a hardware incident arriving after its exit was
+   recovered as software); one for a halted job too. While a case is open, new
    triggers wait: those still current when it ends open the next case.
 2. **Starts**: a job whose agents all wait and that runs nothing starts (`start`) once it has
    `nodes_max` eligible hosts or `nodes_min` for `form_wait_s`; in auto mode a job running on
@@ -37,7 +39,7 @@ from vigil.recovery.controller.effects import Effects
 from vigil.recovery.controller.goodput import outcome
 from vigil.recovery.controller.plan import node_range, plan_world, restarts_without_progress, steps_for
 from vigil.recovery.controller.state import Case, ClusterState, Job
-from vigil.recovery.controller.triggers import Trigger, since, strongest, triggers
+from vigil.recovery.controller.triggers import STRENGTH, Trigger, since, strongest, triggers
 from vigil.recovery.settings import RecoverySettings
 
 log = logging.getLogger(__name__)
@@ -81,7 +83,8 @@ class Engine:
             job = self.state.job(job_id)
             if self._open_case(job) is not None:
                 continue
-            stale = [t for t in group if job.world_started_at is not None and t.first_sign < job.world_started_at]
+            stale = [t for t in group if job.world_started_at is not None and t.first_sign < job.world_started_at
+                     and not self._escalates(job, t)]
             halted = halted_by(self.state, job)
             for t in stale:
                 self._skip(ctx, t, f"from before generation {job.generation} started: already recovered")
@@ -94,6 +97,20 @@ class Engine:
             if group and (ctx.now - min(t.detected for t in group)).total_seconds() >= self.settings.policy.settle_s:
                 top = strongest(group)
                 self._open(ctx, job, top, merged=[t.trigger_id for t in group if t.trigger_id != top.trigger_id])
+
+    def _escalates(self, job: Job, t: Trigger) -> bool:
+        """`t` is a stronger verdict on the failure the job's latest (finished) recovery took as weaker: an
+        incident naming a hardware culprit that arrived after the exit it explains had been recovered as a
+        software fault. It is recovered again, as its own class; any other trigger from before the current
+        generation is history."""
+        latest = self.state.cases.get(job.cases[-1]) if job.cases else None
+        if latest is None or latest.open or latest.cls not in STRENGTH or STRENGTH[t.cls] <= STRENGTH[latest.cls]:
+            return False
+        first = latest.details.get("first_sign")
+        if not isinstance(first, str):
+            return False
+        near = abs((t.first_sign - datetime.fromisoformat(first)).total_seconds()) <= self.settings.policy.escalate_window_s
+        return near and any(c.host in job.world for c in t.culprits)
 
     def _skip(self, ctx: st.Ctx, t: Trigger, reason: str) -> None:
         case = Case(case_id=t.trigger_id, job_id=t.job_id)

@@ -249,6 +249,31 @@ def test_incidents_from_before_the_restart_are_history(tmp_path: Path) -> None:
     assert skip.status == "skipped" and "before generation 2" in skip.reason
 
 
+def test_a_hardware_incident_after_its_exit_was_recovered_as_software_recovers_again_and_cordons(tmp_path: Path) -> None:
+    # the analyzer holds a crash's Xid lines to tie them to the crash: its host_fault incident may come after the
+    # controller took the bare exit as a software fault and restarted with the faulty host still in the job
+    fleet = Fleet(job=JOB, hosts=["h0", "h1", "h2"])
+    h = started(Harness.build(fleet, tmp_path, policy_exit_grace_s=5))
+    exited = h.now
+    h.feed(fleet.crash("h2", exited))
+    h.run(lambda: h.training(2))
+    assert h.actions(action="cordon") == [] and h.engine.state.job(JOB).world == ["h0", "h1", "h2"]
+    late = incident(JOB, "h2", at=exited + timedelta(seconds=2))  # first sign = the exit
+    h.feed([late])
+    h.run(lambda: h.training(3))
+    plan = h.actions(action="plan", incident_id=late.incident_id)[0]
+    assert plan.status == "planned" and plan.details["class"] == "hardware"
+    assert set(h.fx.backend.cordoned()) == {"h2"} and h.engine.state.job(JOB).world == ["h0", "h1"]
+    # a victim's software report of the same failure is not stronger: history, as before
+    victim = incident(JOB, "h0", cause="software", category="crash_cascade", at=exited + timedelta(seconds=3),
+                      iid="victim-report")
+    h.feed([victim])
+    h.turn()
+    h.turn()
+    (skip,) = h.actions(incident_id="victim-report")
+    assert skip.status == "skipped"
+
+
 def test_an_operator_request_is_executed_once_and_recorded_with_who_asked(tmp_path: Path) -> None:
     """The dashboard's cordon button: a request the controller executes against its backend, once."""
     fleet = Fleet(job=JOB, hosts=["h0", "h1", "h2"])

@@ -39,11 +39,14 @@ TRAIN = Path(__file__).with_name("train.py")
 TORCH_JOB, SIM_JOB = "demo-torch", "demo-sim"
 HOSTS = ("demo-host-0", "demo-host-1", "demo-host-2")
 NODES, PROCS = "2:3", 2  # the job runs on 2 or 3 hosts, 2 ranks each
-SLOW_RANK, XID_RANK = 3, 4  # rank 3 on demo-host-1 (there before and after the restart); rank 4 on demo-host-2
+# by host and local rank: a restart on fewer hosts renumbers the global ranks
+SLOW, XID = "demo-host-1:1", "demo-host-2:0"
+SLOW_RANK = 3  # demo-host-1 local rank 1 once the job runs on demo-host-0 and demo-host-1
 XID_AT, CKPT_EVERY = 30, 10
 # The demo's 2 CPUs are shared by ~15 processes, so diagnostics' timings are noisy: cordon only
 # what fails (and the Xid host itself), never a host that merely looked slow.
-RECOVERY_DEFAULTS = {"VIGIL_RECOVERY_POLICY_CORDON_SLOW": "false"}
+# The three agents start at once but not in the same second: the job waits for all three to form.
+RECOVERY_DEFAULTS = {"VIGIL_RECOVERY_POLICY_CORDON_SLOW": "false", "VIGIL_RECOVERY_FORM_WAIT_S": "60"}
 HANG_AT, PG_TIMEOUT_S = 150, 60  # the slowed rank hangs once at this step; its peers time out this much later
 # An agent SIGKILLs torchrun's tree KILL_GRACE_S after the forwarded SIGINT, then delivers
 # for at most DRAIN_S; the demo waits STOP_WAIT_S (> both, plus its output threads' 2 x 5 s).
@@ -87,10 +90,10 @@ class Demo:
             argv = [sys.executable, "-m", "vigil", "run", "--host", host, "--job", TORCH_JOB, "--nodes", NODES,
                     "--rdzv-addr", "127.0.0.1", "--kill-grace", str(KILL_GRACE_S), "--drain-timeout", str(DRAIN_S),
                     "--", sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(PROCS),
-                    str(TRAIN), "--slow-rank", str(SLOW_RANK), "--slow-from", "60", "--xid-rank", str(XID_RANK),
+                    str(TRAIN), "--slow-rank", SLOW, "--slow-from", "60", "--xid-rank", XID,
                     "--xid-at", str(XID_AT), "--xid-dies", "--xid-once", str(once),
                     "--ckpt-dir", str(self.settings.home / "demo" / "checkpoints"), "--ckpt-every", str(CKPT_EVERY),
-                    "--hang-rank", str(SLOW_RANK), "--hang-at", str(HANG_AT), "--hang-once", str(hang_once),
+                    "--hang-rank", SLOW, "--hang-at", str(HANG_AT), "--hang-once", str(hang_once),
                     "--pg-timeout-s", str(PG_TIMEOUT_S)]
             self._spawn(argv, f"{host}.log", env)
 
@@ -190,13 +193,13 @@ vigil demo is running.  Open {dash}
 What to look at (give it a minute or two to develop):
   Overview  two jobs: {TORCH_JOB} (real PyTorch, 6 ranks on 3 hosts, then 4 on 2) and {SIM_JOB}
             ({sim_hosts} simulated hosts).
-  Recovery  at step {XID_AT} rank {XID_RANK} on {HOSTS[2]} prints an Xid 79 and dies: the recovery controller
+  Recovery  at step {XID_AT} a rank on {HOSTS[2]} prints an Xid 79 and dies: the recovery controller
             pauses the job, diagnoses the hosts, cordons {HOSTS[2]} and restarts the job on {HOSTS[0]} and
             {HOSTS[1]} from its latest checkpoint (every {CKPT_EVERY} steps); the lines below tell it as it
             happens; the Recovery page ({dash.rstrip("/")}/recovery?job={TORCH_JOB}) shows each step's
             timing, the cordon and the goodput it cost (read-only unless VIGIL_DASHBOARD_ACTION_TOKEN is
             set); so do `vigil recovery history` and `vigil recovery status`.
-  Heatmap   {TORCH_JOB}: {HOSTS[1]} turns red in 'forward' once rank {SLOW_RANK} is slowed (step 60)
+  Heatmap   {TORCH_JOB}: {HOSTS[1]} turns red in 'forward' once its rank is slowed (step 60)
             (the other hosts warm in 'backward': their ranks wait for the slow one in the all-reduce);
             {SIM_JOB}: {straggler} stands out in 'forward' (10% slower from step 20).
   Alerts    a straggler alert for each, the Xid 79 and the exits of {TORCH_JOB}, a NIC drop on {nic},

@@ -58,21 +58,29 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seq", type=int, default=64)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--vocab", type=int, default=1024)
-    p.add_argument("--slow-rank", type=int, default=-1, help="global rank to slow down")
+    p.add_argument("--slow-rank", default="-1", help="global rank to slow down")
     p.add_argument("--slow-from", type=int, default=30, help="step from which it is slow")
     p.add_argument("--slow-ms", type=float, default=60.0, help="extra forward time of the slow rank")
-    p.add_argument("--xid-rank", type=int, default=-1, help="global rank that prints an Xid line")
+    p.add_argument("--xid-rank", default="-1", help="global rank (or HOST:LOCAL_RANK) that prints an Xid line")
     p.add_argument("--xid-at", type=int, default=20, help="step at which it prints it")
     p.add_argument("--xid-dies", action="store_true", help="the Xid rank then dies with a CUDA error")
     p.add_argument("--xid-once", default="", help="a file: the Xid fires only if it does not exist (it is created)")
     p.add_argument("--peak-tflops", type=float, default=0.05, help="the 'GPU' peak used for MFU on CPU")
-    p.add_argument("--hang-rank", type=int, default=-1, help="global rank that hangs")
+    p.add_argument("--hang-rank", default="-1", help="global rank (or HOST:LOCAL_RANK) that hangs")
     p.add_argument("--hang-at", type=int, default=300, help="step before which it hangs")
     p.add_argument("--hang-once", default="", help="a file: the hang happens only if it does not exist (it is created)")
     p.add_argument("--pg-timeout-s", type=float, default=1800.0, help="process group (collective) timeout")
     p.add_argument("--ckpt-dir", default=None, help="checkpoint here (shared by every rank); resume from it")
     p.add_argument("--ckpt-every", type=int, default=20, help="steps between checkpoints")
     return p.parse_args(argv)
+
+
+def picked(spec: str, rank: int) -> bool:
+    """`spec` names this process: a global rank, or HOST:LOCAL_RANK (stable when a restart reorders the hosts)."""
+    if ":" in spec:
+        host, local = spec.rsplit(":", 1)
+        return os.environ.get("VIGIL_HOST") == host and os.environ.get("LOCAL_RANK", "0") == local
+    return int(spec) == rank
 
 
 def first_time(marker: str) -> bool:
@@ -130,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
                                   coords={"dp": rank, "tp": 0, "pp": 0}, start_step=step))
     try:
         while args.steps == 0 or step < args.steps:
-            if rank == args.hang_rank and step == args.hang_at and first_time(args.hang_once):
+            if picked(args.hang_rank, rank) and step >= args.hang_at and first_time(args.hang_once):
                 print(f"rank {rank} hangs before step {step} (a stuck GPU)", flush=True)
                 while True:  # its peers wait in the next all-reduce until the process group times out
                     time.sleep(3600)
@@ -140,14 +148,14 @@ def main(argv: list[str] | None = None) -> int:
                 with timer.phase("forward"):
                     logits = ddp(batch[:, :-1])
                     loss = nn.functional.cross_entropy(logits.reshape(-1, args.vocab), batch[:, 1:].reshape(-1))
-                    if rank == args.slow_rank and step >= args.slow_from:
+                    if picked(args.slow_rank, rank) and step >= args.slow_from:
                         time.sleep(args.slow_ms / 1000)
                 with timer.phase("backward"):
                     opt.zero_grad(set_to_none=True)
                     loss.backward()  # type: ignore[no-untyped-call]
                 with timer.phase("optimizer"):
                     opt.step()
-            if rank == args.xid_rank and step == args.xid_at and first_time(args.xid_once):
+            if picked(args.xid_rank, rank) and step >= args.xid_at and first_time(args.xid_once):
                 print(f"NVRM: Xid (PCI:0000:3b:00): 79, pid={os.getpid()}, GPU has fallen off the bus.",
                       file=sys.stderr, flush=True)
                 if args.xid_dies:
