@@ -47,7 +47,10 @@ XID_AT, CKPT_EVERY = 30, 10
 # what fails (and the Xid host itself), never a host that merely looked slow.
 # The three agents start at once but not in the same second: the job waits for all three to form.
 RECOVERY_DEFAULTS = {"VIGIL_RECOVERY_POLICY_CORDON_SLOW": "false", "VIGIL_RECOVERY_FORM_WAIT_S": "60"}
-HANG_AT, PG_TIMEOUT_S = 150, 60  # the slowed rank hangs once at this step; its peers time out this much later
+HANG_AT, PG_TIMEOUT_S = 150, 180  # the slowed rank hangs once at this step; its peers time out this much later
+# The step timer's hang watchdog dumps after max(5 x the longest step, this floor) without a step: on the demo's
+# 2 busy CPUs a rank can stall for 10 s (a checkpoint, the simulator), which must not read as a hang.
+HANG_FLOOR_S = 40
 # An agent SIGKILLs torchrun's tree KILL_GRACE_S after the forwarded SIGINT, then delivers
 # for at most DRAIN_S; the demo waits STOP_WAIT_S (> both, plus its output threads' 2 x 5 s).
 KILL_GRACE_S, DRAIN_S, STOP_WAIT_S = 5.0, 5.0, 30.0
@@ -86,7 +89,8 @@ class Demo:
         hang_once.unlink(missing_ok=True)
         for host in HOSTS:
             env = {**os.environ, "VIGIL_KAFKA_BOOTSTRAP": bootstrap, "OMP_NUM_THREADS": "1",
-                   "VIGIL_SPOOL_DIR": str(self.settings.home / "demo" / "spool" / host)}
+                   "VIGIL_SPOOL_DIR": str(self.settings.home / "demo" / "spool" / host),
+                   "VIGIL_HANG_FLOOR_S": str(HANG_FLOOR_S)}
             argv = [sys.executable, "-m", "vigil", "run", "--host", host, "--job", TORCH_JOB, "--nodes", NODES,
                     "--rdzv-addr", "127.0.0.1", "--kill-grace", str(KILL_GRACE_S), "--drain-timeout", str(DRAIN_S),
                     "--", sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(PROCS),
