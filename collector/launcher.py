@@ -65,6 +65,7 @@ class Launcher:
     output_errors: int = field(default=0, init=False)
     _signals: int = field(default=0, init=False)
     _kill_at: float | None = field(default=None, init=False)
+    _terminate: bool = field(default=False, init=False)
 
     def run(self) -> int:
         if not self.argv:
@@ -80,6 +81,8 @@ class Launcher:
             self.agent.emit([ProcessExit(job_id=s.job_id, host=s.host, pid=0, exit_code=127, summary=message)])
             return 127
         self.agent.tracker.root_pids.append(self.proc.pid)
+        if self._terminate:  # stopped before it started
+            self.terminate()
         previous = {sig: signal.signal(sig, self._on_signal) for sig in FORWARDED}
         readers = [self._reader(self.proc.stdout, "stdout", sys.stdout), self._reader(self.proc.stderr, "stderr", sys.stderr)]
         try:
@@ -136,6 +139,26 @@ class Launcher:
             self._kill_at = time.monotonic() + self.kill_grace_s
         else:
             self.kill_tree()
+
+    # ---- recovery control (`collector.supervisor`): stop on request, from any thread ----------
+    def terminate(self) -> None:
+        """Stop the child as a first forwarded SIGTERM does: torchrun passes it to every worker's
+        process group; the tree is killed `kill_grace_s` later. Safe before the child started."""
+        self._terminate = True
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            os.kill(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        if self._kill_at is None:
+            self._kill_at = time.monotonic() + self.kill_grace_s
+
+    @property
+    def interrupted(self) -> bool:
+        """The agent itself was signalled (Ctrl-C, SIGTERM) while the child ran."""
+        return self._signals > 0
 
     def kill_tree(self) -> None:
         assert self.proc is not None

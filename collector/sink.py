@@ -1,5 +1,6 @@
 """Where shipped events go: Kafka (`KafkaSink`) or memory (`MemorySink`, tests and dry runs).
 
+`ObservedSink` wraps either and shows each delivered batch to an observer.
 `deliver(events)` returns once every event is acknowledged, or raises DeliveryError
 (or Unreachable / StackError while no broker can be found). KafkaSink uses a short
 message timeout (the agent has its own disk spool, so librdkafka need not retry for
@@ -9,6 +10,7 @@ broker restarted empty), and starts a fresh producer after any failure.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -87,3 +89,22 @@ class KafkaSink:
 
     def close(self) -> None:
         self._producer = None
+
+
+@dataclass(kw_only=True)
+class ObservedSink:
+    """Delivers through `inner`, then shows what was delivered to `observe` (recovery control
+    follows training progress this way); an observer that raises never fails a delivery."""
+
+    inner: Sink
+    observe: Callable[[Sequence[Event]], None]
+
+    def deliver(self, events: Sequence[Event]) -> None:
+        self.inner.deliver(events)
+        try:
+            self.observe(events)
+        except Exception:
+            logging.getLogger(__name__).exception("observing delivered events failed")
+
+    def close(self) -> None:
+        self.inner.close()

@@ -43,7 +43,7 @@ def spec_for(path: str | None) -> PageSpec:
 
 
 def render_page(store: Store, settings: DashboardSettings, renderers: dict[str, Renderer], path: str | None,
-                search: str | None) -> tuple[Component, str]:
+                search: str | None, *, actions: bool = False) -> tuple[Component, str]:
     """(page body, page title): what the `render` callback shows."""
     spec = spec_for(path)
     sel = Selection.from_search(search, default_range=settings.default_range)
@@ -51,7 +51,7 @@ def render_page(store: Store, settings: DashboardSettings, renderers: dict[str, 
         jobs = list_jobs(store)
     except StoreError as exc:
         return store_error(str(exc)), spec.label
-    view = PageView(store=store, settings=settings, sel=sel, jobs=jobs, job=pick_job(jobs, sel.job))
+    view = PageView(store=store, settings=settings, sel=sel, jobs=jobs, job=pick_job(jobs, sel.job), actions=actions)
     return guarded(lambda: renderers[spec.path](view)), f"{spec.label} — {spec.question}"
 
 
@@ -112,7 +112,8 @@ def trace_file(store: Store, sel: Selection) -> dict[str, Any] | None:
             "filename": f"{job.job_id}-steps-{first}-{last}.trace.json"}  # what dcc.Download takes
 
 
-def register(app: Dash, store: Store, settings: DashboardSettings, renderers: dict[str, Renderer]) -> None:
+def register(app: Dash, store: Store, settings: DashboardSettings, renderers: dict[str, Renderer], *,
+             actions: bool = False) -> None:
     @app.callback(Output("url", "search"), Output("job-select", "value"), Output("job-select", "options"),
                   Output("range-select", "value"),
                   Input("url", "search"), Input("job-select", "value"), Input("range-select", "value"),
@@ -186,6 +187,6 @@ def register(app: Dash, store: Store, settings: DashboardSettings, renderers: di
                   Output("updated", "children"),
                   Input("url", "pathname"), Input("url", "search"), Input("tick", "n_intervals"))
     def render(path: str | None, search: str | None, _tick: int) -> tuple[Component, str, Component]:
-        body, title = render_page(store, settings, renderers, path, search)
+        body, title = render_page(store, settings, renderers, path, search, actions=actions)
         stamp = html.Span(f"updated {datetime.now(UTC).strftime('%H:%M:%S')} UTC · every {settings.refresh_s:g} s")
         return body, title, stamp

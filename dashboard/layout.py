@@ -29,6 +29,7 @@ PAGES: tuple[PageSpec, ...] = (
     PageSpec(path="/alerts", label="Alerts", question="What fired, and on what evidence?"),
     PageSpec(path="/parallel", label="3D view", question="Which rank, stage or DP group is slow?"),
     PageSpec(path="/notifications", label="Notifications", question="Who was told what, and what is muted?"),
+    PageSpec(path="/recovery", label="Recovery", question="What broke, what was done, and what did it cost?"),
 )
 
 
@@ -36,7 +37,22 @@ def nav_id(spec: PageSpec) -> str:
     return "nav-" + spec.path.strip("/")
 
 
-def shell(refresh_s: float, default_range: str) -> Component:
+def action_bar(enabled: bool) -> Component:
+    """The Recovery page's action inputs and confirmation, outside the page body so a refresh keeps them."""
+    off = not enabled
+    inputs: list[Component] = [
+        dcc.Input(id="rec-token", type="password", placeholder="action token", className="rec-input", disabled=off),
+        dcc.Input(id="rec-name", type="text", placeholder="your name", className="rec-input", disabled=off),
+        dcc.Input(id="rec-reason", type="text", placeholder="reason (required)", className="rec-reason", disabled=off),
+    ]
+    if off:
+        inputs.insert(0, html.Span("read-only (no VIGIL_DASHBOARD_ACTION_TOKEN)", className="rec-mode"))
+    return html.Div([*inputs, html.Span(id="rec-result", className="rec-result", role="status"),
+                     dcc.ConfirmDialog(id="rec-confirm"), dcc.Store(id="rec-pending")],
+                    id="action-bar", className="action-bar", hidden=True)
+
+
+def shell(refresh_s: float, default_range: str, actions: bool = False) -> Component:
     return html.Div([
         dcc.Location(id="url", refresh="callback-nav"),
         dcc.Interval(id="tick", interval=int(refresh_s * 1000), n_intervals=0),
@@ -52,5 +68,6 @@ def shell(refresh_s: float, default_range: str) -> Component:
             ], className="pickers"),
         ], className="top"),
         html.Div([html.H2(id="page-title"), html.Span(id="updated", className="updated")], className="title-row"),
+        action_bar(actions),
         dcc.Loading(html.Main(id="page"), type="dot", delay_show=800),
     ], className="app")

@@ -1,6 +1,6 @@
 """`vigil up` hosts the dashboard: `DashboardService(ctx)` serves pages over the shared ClickHouse client.
 
-    svc = DashboardService(ctx)        # ctx: vigil.service.StackContext
+    svc = DashboardService(ctx)        # ctx: vigil.service.StackContext (publisher=: the Recovery page may act)
     svc.start()                        # threaded HTTP server on VIGIL_DASHBOARD_HOST:PORT (0 = free port)
     svc.health()                       # {"ok", "urls": {"dashboard": url}, "queries", "query_errors", ...}
     svc.stop()
@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from vigil.clickhouse.query import QueryClient
+from vigil.dashboard.actions import Publisher
 from vigil.dashboard.app import create_app
 from vigil.dashboard.server import ThreadedServer
 from vigil.dashboard.settings import DashboardSettings
@@ -22,14 +23,14 @@ class DashboardService:
     name = "dashboard"
 
     def __init__(self, ctx: StackContext | None = None, *, client: QueryClient | None = None,
-                 settings: DashboardSettings | None = None) -> None:
+                 settings: DashboardSettings | None = None, publisher: Publisher | None = None) -> None:
         if client is None:
             if ctx is None:
                 raise ValueError("DashboardService needs a StackContext or a query client")
             client = ctx.clickhouse
         self.settings: DashboardSettings = settings or DashboardSettings.load()
         self.store = Store(client=client)
-        self.app = create_app(self.store, self.settings)
+        self.app = create_app(self.store, self.settings, publisher)
         self._server = ThreadedServer(app=self.app.server, host=self.settings.host, port=self.settings.port)
         self.error: str | None = None
 

@@ -1,4 +1,4 @@
-"""Dashboard settings: where it listens and how often pages refresh.
+"""Dashboard settings: where it listens, how often pages refresh, and whether it may act.
 
 Environment variables use the prefix `VIGIL_DASHBOARD_` (`VIGIL_DASHBOARD_PORT=8050`);
 the `[dashboard]` table of the `VIGIL_CONFIG` file supplies defaults.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
 from vigil.settings import VigilBaseSettings
@@ -26,3 +26,6 @@ class DashboardSettings(VigilBaseSettings):
     default_range: str = Field(default="1h", description="time range when the URL names none")
     heatmap_rows: int = Field(default=48, ge=4, le=4096, description="hosts shown in the 'worst' heatmap view")
     max_points: int = Field(default=400, ge=20, le=5000, description="time buckets per series at most")
+    action_token: SecretStr | None = Field(
+        default=None, description="token the Recovery page's cordon / uncordon / evict / approve buttons ask for; "
+                                  "unset (the default): the dashboard is read-only")

@@ -51,6 +51,12 @@ INCIDENTS_CURRENT = _t("incidents_current", "job_id incident_id category cause s
                                             "culprit_host culprit_rank culprits victims alerts first_sign detected "
                                             "updated")
 CHECKPOINTS = _t("checkpoints", "job_id ts step phase path blocked_ms duration_ms bytes error")
+RECOVERY_ACTIONS = _t("recovery_actions", "ts job_id action target status reason details incident_id actor command_id "
+                                          "generation duration_ms dry_run")
+RECOVERY_OUTCOMES = _t("recovery_outcomes", "ts job_id incident_id result detect_s decide_s pause_s diagnose_s "
+                                            "restart_s checkpoint_load_s total_s checkpoint_step last_step "
+                                            "steps_lost first_step cordoned hosts reason")
+RECOVERY_MEMBERS = _t("recovery_members", "ts job_id host state generation last_step step_ms last_step_at")
 
 # the notifier's own tables (dashboard/notify/migrations)
 NOTIFY_DELIVERIES = _t("notify_deliveries", "key receiver receiver_kind group_key seq job_id status reason severity "
@@ -59,4 +65,5 @@ NOTIFY_SILENCES = _t("notify_silences", "silence_id ts matchers starts_at ends_a
 
 ALL: tuple[Table, ...] = (JOBS, JOB_RANKS, STEP_TIMINGS, HEARTBEATS, GPU_STATS, NIC_COUNTERS, LOG_LINES, PROCESS_EXITS,
                           ALERT_EVENTS, ALERTS_CURRENT, PHASE_HOST_WINDOWS, JOB_STEPS, NIC_WINDOWS, HOST_PRESENCE,
-                          JOB_CLOCK, JOB_PHASE_KINDS, INCIDENTS_CURRENT, CHECKPOINTS, NOTIFY_DELIVERIES, NOTIFY_SILENCES)
+                          JOB_CLOCK, JOB_PHASE_KINDS, INCIDENTS_CURRENT, CHECKPOINTS, RECOVERY_ACTIONS, RECOVERY_OUTCOMES, RECOVERY_MEMBERS,
+                          NOTIFY_DELIVERIES, NOTIFY_SILENCES)

@@ -10,7 +10,8 @@ phase kind it declares; a Flight Recorder trace one
 `collective_traces` row with its per-group tail (`pg_tail`) for the hang detector. The
 recovery controller's (re)start of a job, when it begins, is a `job_registrations` row:
 the detectors take it as the start of a new run (analyzer/detect/epoch.py), like a
-registration.
+registration. The controller's actions, outcomes and its agents' `member` reports are one row
+each (`recovery_*`).
 
 An event is either the pydantic model or its fast-path mirror (`vigil.contract.fastwire`,
 same attribute names): processors read attributes only, so both give the same rows.
@@ -36,7 +37,9 @@ from vigil.contract import (
     Incident,
     JobRegistered,
     LogLine,
+    Member,
     NicCounters,
+    Outcome,
     ProcessExit,
     RecoveryAction,
     StepTiming,
@@ -160,7 +163,9 @@ def _recovery(e: RecoveryAction) -> list[TableRow]:
     rows: list[TableRow] = [("recovery_actions", {
         "event_id": e.event_id, "ts": e.ts, "job_id": e.job_id, "host": e.host, "action": e.action,
         "target": e.target, "status": e.status, "reason": e.reason, "alert_fingerprint": e.alert_fingerprint,
-        "details": json.dumps(e.details, default=str, sort_keys=True)})]
+        "details": json.dumps(e.details, default=str, sort_keys=True), "incident_id": e.incident_id,
+        "actor": e.actor, "command_id": e.command_id, "generation": e.generation, "started_at": e.started_at,
+        "duration_ms": e.duration_ms, "dry_run": int(e.dry_run)})]
     if e.action in ("start", "restart") and e.status == "started":  # a new run of the job begins
         hosts = e.details.get("hosts", [])
         rows.append(("job_registrations", {"job_id": e.job_id, "ts": e.ts, "event_id": e.event_id,
@@ -168,10 +173,29 @@ def _recovery(e: RecoveryAction) -> list[TableRow]:
     return rows
 
 
+def _outcome(e: Outcome) -> list[TableRow]:
+    return [("recovery_outcomes", {
+        "event_id": e.event_id, "ts": e.ts, "job_id": e.job_id, "incident_id": e.incident_id, "result": e.result,
+        "category": e.category, "cause": e.cause, "first_sign": e.first_sign, "detected": e.detected,
+        "resumed_at": e.resumed_at, "detect_s": e.detect_s, "decide_s": e.decide_s, "pause_s": e.pause_s,
+        "diagnose_s": e.diagnose_s, "restart_s": e.restart_s, "checkpoint_load_s": e.checkpoint_load_s,
+        "total_s": e.total_s, "checkpoint_step": e.checkpoint_step, "last_step": e.last_step,
+        "steps_lost": e.steps_lost, "first_step": e.first_step, "generation": e.generation,
+        "cordoned": list(e.cordoned), "hosts": list(e.hosts), "reason": e.reason})]
+
+
+def _member(e: Member) -> list[TableRow]:
+    return [("recovery_members", {
+        "event_id": e.event_id, "ts": e.ts, "job_id": e.job_id, "host": e.host, "state": e.state, "since": e.since,
+        "generation": e.generation, "node_rank": e.node_rank, "spare": int(e.spare), "started_at": e.started_at,
+        "first_step": e.first_step, "first_step_at": e.first_step_at, "last_step": e.last_step,
+        "last_step_at": e.last_step_at, "steps": e.steps, "step_ms": e.step_ms, "reason": e.reason})]
+
+
 KINDS: dict[str, Callable[[Any], list[TableRow]]] = {
     "step": _step, "heartbeat": _heartbeat, "nic": _nic, "log": _log, "exit": _exit, "collective": _collective,
     "job": _job, "alert": _alert, "checkpoint": _checkpoint, "recovery": _recovery,
-    "incident": _incident,
+    "incident": _incident, "outcome": _outcome, "member": _member,
 }
 
 LOOKUP: dict[str, str] = {

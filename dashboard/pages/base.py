@@ -18,6 +18,7 @@ class PageView:
     sel: Selection
     jobs: list[JobInfo]
     job: JobInfo | None
+    actions: bool = False  # the dashboard may act (a token and a publisher; see dashboard/actions.py)
 
     @property
     def window(self) -> Window | None:

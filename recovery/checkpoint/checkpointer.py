@@ -217,6 +217,7 @@ class Checkpointer:
         report = load_latest(state, topology=self.topology, layout=self.layout, reader_factory=self._reader)
         self.last_restore = report
         if report is not None:
+            self.events.emit("restored", step=report.step, path=report.path, duration_ms=report.seconds * 1e3)
             log.info("restored step %d from %s (%s)", report.step, report.path,
                      "read from storage" if report.read_storage else "received from the DP group's reader")  # fmt: skip
         return report.step if report is not None else None

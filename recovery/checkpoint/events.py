@@ -32,7 +32,7 @@ import torch.distributed as dist
 
 from vigil.recovery.checkpoint.spool import EventSpool
 
-Phase = Literal["staged", "persisted", "committed", "failed", "skipped"]
+Phase = Literal["staged", "persisted", "committed", "failed", "skipped", "restored"]
 MAX_ERROR = 2000
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 

@@ -1,8 +1,10 @@
 """`vigil demo` (what `make demo` runs) as a real subprocess: the dashboard answers, the real
-torch job's steps reach ClickHouse and the dashboard's pages (its step chart, both of its hosts
-on the heatmap, its latest committed checkpoint, fetched over HTTP as the browser gets them), a
-webhook named by VIGIL_NOTIFY_WEBHOOK_URL receives the demo's alerts signed, its hang becomes an
-incident naming the hung rank on the alerts page, and Ctrl-C leaves no process behind."""
+torch job's steps reach ClickHouse and the dashboard's pages (its step chart, its hosts on the
+heatmap, its latest committed checkpoint, fetched over HTTP as the browser gets them), the
+recovery controller cordons the host whose rank died of an Xid and the job trains on on the other
+two, a webhook named by VIGIL_NOTIFY_WEBHOOK_URL receives the demo's alerts signed, and Ctrl-C
+leaves no process behind. Later the slowed rank hangs once: one `collective_hang` incident names it
+(from the ranks' Flight Recorder traces) on the alerts page."""
 
 from __future__ import annotations
 
@@ -20,11 +22,12 @@ import httpx
 import psutil
 import pytest
 
-from tests.dashboard.dashhttp import figure_of, render_page, texts
+from tests.dashboard.dashhttp import figure_of, find, render_page, texts
 from tests.notify.receiver import Receiver, signed_by
 
-pytestmark = [pytest.mark.kafka, pytest.mark.clickhouse, pytest.mark.slow, pytest.mark.timeout(480)]
-TORCH_HOSTS = {"demo-host-0", "demo-host-1"}
+pytestmark = [pytest.mark.kafka, pytest.mark.clickhouse, pytest.mark.slow, pytest.mark.timeout(720)]
+TORCH_HOSTS = {"demo-host-0", "demo-host-1", "demo-host-2"}
+XID_HOST = "demo-host-2"
 
 
 def _sql(control_url: str, sql: str, home: Path) -> list[list[object]]:
@@ -67,11 +70,11 @@ def test_demo_runs_shows_torch_steps_and_stops_clean(tmp_path: Path) -> None:
         assert httpx.get(dashboard, timeout=30).status_code == 200
 
         ranks: set[object] = set()
-        while time.monotonic() < deadline and len(ranks) < 4:
+        while time.monotonic() < deadline and len(ranks) < 6:
             rows = _sql(control, "SELECT DISTINCT rank FROM step_timings WHERE job_id = 'demo-torch'", tmp_path)
             ranks = {r[0] for r in rows}
             time.sleep(2)
-        assert ranks == {0, 1, 2, 3}, f"torch ranks seen: {ranks}\n" + "".join(out)
+        assert ranks == {0, 1, 2, 3, 4, 5}, f"torch ranks seen: {ranks}\n" + "".join(out)
         hosts = {r[0] for r in _sql(control, "SELECT DISTINCT host FROM step_timings WHERE job_id = 'demo-torch'", tmp_path)}
         assert hosts == TORCH_HOSTS
 
@@ -99,6 +102,32 @@ def test_demo_runs_shows_torch_steps_and_stops_clean(tmp_path: Path) -> None:
         assert committed, "no committed checkpoint of demo-torch\n" + "".join(out)
         shown = texts(render_page(dashboard, "/overview", "?job=demo-torch&range=all"))
         assert any(t.startswith("step ") and t[5:].isdigit() and int(t[5:]) % 20 == 0 for t in shown), shown
+        # the Xid of demo-host-2: cordoned by the recovery controller, the job trains on on the other two
+        recovery_deadline = time.monotonic() + 240
+        restarted: list[list[object]] = []
+        while time.monotonic() < recovery_deadline and not restarted:
+            restarted = _sql(control, "SELECT ts FROM recovery_actions WHERE job_id = 'demo-torch' "
+                             "AND action = 'restart' AND status = 'succeeded' ORDER BY ts DESC LIMIT 1", tmp_path)
+            time.sleep(2)
+        assert restarted, "no automatic recovery of demo-torch\n" + "".join(out)
+        cordons = _sql(control, "SELECT target FROM recovery_actions WHERE job_id = 'demo-torch' AND action = 'cordon' "
+                       "AND status = 'succeeded' AND target != 'demo-torch'", tmp_path)
+        assert cordons == [[XID_HOST]]
+        assert "Recovery  resumed on demo-host-0, demo-host-1 at step" in "".join(out)
+        after = _sql(control, "SELECT DISTINCT host FROM step_timings WHERE job_id = 'demo-torch' AND ts > "
+                     f"toDateTime64('{restarted[0][0]}', 3, 'UTC')", tmp_path)
+        assert {r[0] for r in after} <= TORCH_HOSTS - {XID_HOST}
+        # the Recovery page tells it: the cordon, and the recovery that resumed the job (its outcome)
+        assert "/recovery?job=demo-torch" in "".join(out)
+        story = cordoned_now = ""
+        while time.monotonic() < recovery_deadline:
+            page = render_page(dashboard, "/recovery", "?job=demo-torch")
+            story = " ".join(texts(find(page, "recoveries") or {}))
+            cordoned_now = " ".join(texts(find(page, "rec-cordons") or {}))
+            if "resumed" in story and f"cordoned {XID_HOST}" in story and XID_HOST in cordoned_now:
+                break
+            time.sleep(2)
+        assert "resumed" in story and f"cordoned {XID_HOST}" in story and XID_HOST in cordoned_now, story
         notify_deadline = time.monotonic() + 180  # the simulated straggler fires ~1-2 min into the demo
         while time.monotonic() < notify_deadline and not oncall.delivered():
             time.sleep(2)
@@ -107,14 +136,14 @@ def test_demo_runs_shows_torch_steps_and_stops_clean(tmp_path: Path) -> None:
         assert all(signed_by(b"demo-secret", r) for r in oncall.all())
         assert "Notify    alerts and incidents go to webhook (webhook http://127.0.0.1" in "".join(out)
         descendants = psutil.Process(proc.pid).children(recursive=True)
-        assert len(descendants) >= 6  # broker, 2 agents, 2 torchrun, 4 ranks, simulator
+        assert len(descendants) >= 6  # broker, 3 agents, 2 torchrun, 4 ranks, simulator
 
-        # the torch job's rank 3 hangs at step 300: one incident names it (Flight Recorder), on the alerts page
+        # the slowed rank 3 hangs once at step 150: one incident names it (Flight Recorder), on the alerts page
         incident: list[list[object]] = []
         hang_deadline = time.monotonic() + 300
         while time.monotonic() < hang_deadline and not incident:
             incident = _sql(control, "SELECT category, culprit_host, culprit_rank FROM incidents_current "
-                                     "WHERE job_id = 'demo-torch'")
+                                     "WHERE job_id = 'demo-torch' AND category = 'collective_hang'", tmp_path)
             time.sleep(3)
         assert incident == [["collective_hang", "demo-host-1", 3]], "".join(out[-50:])
         alerts_page = " ".join(texts(render_page(dashboard, "/alerts", "?job=demo-torch&range=all")))

@@ -60,8 +60,8 @@ def test_ddp_4_ranks_round_trip_continues_with_identical_parameters(tmp_path: Pa
     got = [validate_event("checkpoint", e) for e in events(tmp_path)]
     assert all(isinstance(e, Checkpoint) and e.step == 5 and e.job_id == "ckpt-test" for e in got)
     assert sorted((e.rank, e.phase) for e in got) == sorted(
-        [(r, p) for r in range(4) for p in ("staged", "persisted")] + [(0, "committed")]
-    )
+        [(r, p) for r in range(4) for p in ("staged", "persisted", "restored")] + [(0, "committed")]
+    )  # every rank of the resumed run reports its restore (the controller's checkpoint-load time)
     committed = next(e for e in got if e.phase == "committed")
     assert Path(committed.path, MARKER).exists() and committed.bytes > 0
 

@@ -134,17 +134,56 @@ class Silence(Event):
         return self
 
 
+RecoveryStep = Literal[
+    "plan", "approve", "pause", "dump", "diagnose", "cordon", "uncordon", "evict", "restart", "notify", "page",
+    "halt", "start", "stop",
+]
+
+
 class RecoveryAction(Event):
-    """Something the recovery controller did, or decided to do, and how it went."""
+    """Something the recovery controller did, or decided to do, and how it went.
+
+    One step of one incident's recovery is one `(incident_id, action, target)`: `planned`, then
+    `started`, then `succeeded`, `failed` or `skipped`, each with its reason, so the controller's
+    state is rebuilt from these events and no step is taken twice. Node agents acknowledge a
+    command with the command's action (`start`, `stop`, `diagnose`, `dump`) and `command_id`.
+    """
 
     kind: Literal["recovery"] = "recovery"
     schema_version: Literal[1] = 1
-    action: Literal["diagnose", "cordon", "uncordon", "evict", "restart", "notify"]
-    target: Name
+    action: RecoveryStep
+    target: Name = Field(description="a host, a job, or the incident")
     status: Literal["planned", "started", "succeeded", "failed", "skipped"]
     reason: str = Field(default="", max_length=4096)
     alert_fingerprint: str = ""
     details: dict[str, Any] = Field(default_factory=dict)
+    incident_id: str = Field(default="", max_length=256, description="the incident this step recovers from")
+    command_id: str = Field(default="", max_length=256, description="the agent command it sent or acknowledges")
+    actor: str = Field(default="", max_length=256, description="controller, agent:<host>, or user:<name>")
+    generation: int | None = Field(default=None, ge=0, description="the job's rendezvous it starts or stops")
+    started_at: UtcDatetime | None = Field(default=None, description="when the step started (on its end event)")
+    duration_ms: float | None = Field(default=None, ge=0)
+    dry_run: bool = Field(default=False, description="decided and published only (mode dry-run)")
+
+
+OperatorAction = Literal["cordon", "uncordon", "evict"]
+REQUEST_PREFIX = "request/"
+
+
+def operator_request(*, action: OperatorAction, host: str, job_id: str, reason: str, actor: str) -> RecoveryAction:
+    """An operator asks the recovery controller to cordon, uncordon or evict `host`.
+
+    For callers that hold no node backend (the dashboard: only the controller may write to the
+    cluster). The request is a `planned` step with `command_id` ``request/<event id>``; the
+    controller executes it once and records the result under the same `command_id` and actor.
+    """
+    req = RecoveryAction(job_id=job_id, host=host, action=action, target=host, status="planned", reason=reason,
+                         actor=actor)
+    return req.model_copy(update={"command_id": REQUEST_PREFIX + req.event_id})
+
+
+def is_operator_request(e: RecoveryAction) -> bool:
+    return e.command_id.startswith(REQUEST_PREFIX)
 
 
 class Checkpoint(Event):
@@ -154,13 +193,14 @@ class Checkpoint(Event):
     ``staged`` (or ``skipped``: the previous save was still persisting; or ``failed``), then
     every rank ``persisted`` (its part written) or ``failed``; rank 0 ``committed`` once the
     commit marker is written: only then is the checkpoint complete and restorable.
-    The latest complete checkpoint of a job is its latest ``committed`` event.
+    The latest complete checkpoint of a job is its latest ``committed`` event. Every rank
+    emits ``restored`` when `load_latest` loaded one (step, path, duration_ms = the load).
     """
 
     kind: Literal["checkpoint"] = "checkpoint"
     schema_version: Literal[1] = 1
     step: int = Field(ge=0)
-    phase: Literal["staged", "persisted", "committed", "failed", "skipped"]
+    phase: Literal["staged", "persisted", "committed", "failed", "skipped", "restored"]
     path: str = ""
     blocked_ms: float = Field(default=0, ge=0, description="time training was blocked")
     duration_ms: float = Field(default=0, ge=0)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vigil.contract.base import Event
+from vigil.contract.control import Command, Diagnostic, Member, Outcome
 from vigil.contract.decisions import Alert, Checkpoint, Incident, JobRegistered, RecoveryAction, Silence
 from vigil.contract.telemetry import (
     CollectiveTrace,
@@ -25,6 +26,7 @@ DEAD_LETTER_TOPIC = "deadletter"
 
 _TS = "2026-11-01T12:00:00Z"
 _ORIGIN = {"job_id": "llama-70b", "host": "node-0007", "ts": _TS, "event_id": "0f3c2a9e5d7b4c1a"}
+_INCIDENT = "llama-70b/host_fault/node-0007/20261101T115958"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,7 +98,29 @@ SPECS: tuple[EventSpec, ...] = (
         "created_by": "alice", "reason": "node-0007 is being drained for maintenance"}),
     EventSpec(kind="recovery", version=1, model=RecoveryAction, topic="recovery", example={
         **_ORIGIN, "action": "cordon", "target": "node-0007", "status": "succeeded",
-        "reason": "traffic stopped for 30 s", "alert_fingerprint": "llama-70b/traffic_stall/node-0007"}),
+        "reason": "hardware incident: Xid 79 on node-0007", "alert_fingerprint": "",
+        "incident_id": _INCIDENT, "actor": "controller", "started_at": "2026-11-01T11:59:59Z", "duration_ms": 12.5,
+        "details": {"backend": "kubernetes", "breaker": {"cordons_last_hour": 1, "limit": 3}}}),
+    EventSpec(kind="command", version=1, model=Command, topic="commands", example={
+        **_ORIGIN, "command_id": "llama-70b/g8/start/node-0007", "action": "start", "incident_id": _INCIDENT,
+        "reason": "restart without node-0003", "generation": 8,
+        "world": {"generation": 8, "hosts": ["node-0001", "node-0007"], "node_rank": 1, "master_addr": "10.0.3.1",
+                  "master_port": 29500}}),
+    EventSpec(kind="member", version=1, model=Member, topic="recovery", example={
+        **_ORIGIN, "state": "training", "since": "2026-11-01T11:59:55Z", "generation": 8, "node_rank": 1, "nodes_min": 2, "nodes_max": 4,
+        "node_multiple": 2, "ip": "10.0.3.7", "ports": [29500, 29501, 29502], "started_at": "2026-11-01T11:59:40Z",
+        "first_step": 1201, "first_step_at": "2026-11-01T11:59:55Z", "last_step": 1210,
+        "last_step_at": _TS, "steps": 10, "step_ms": 812.5, "command_id": "llama-70b/g8/start/node-0007"}),
+    EventSpec(kind="diagnostic", version=1, model=Diagnostic, topic="recovery", example={
+        **_ORIGIN, "incident_id": _INCIDENT, "command_id": "llama-70b/diag/r2/node-0007", "round": 2,
+        "test": "verdict", "group": ["node-0007", "node-0001"], "ok": True, "verdict": "slow",
+        "values": {"elapsed_s_r1": 4.1, "elapsed_s_r2": 4.3, "median_s": 1.2, "gemm_gflops": 12.0}}),
+    EventSpec(kind="outcome", version=1, model=Outcome, topic="recovery", example={
+        **_ORIGIN, "incident_id": _INCIDENT, "result": "resumed", "category": "host_fault", "cause": "hardware",
+        "first_sign": "2026-11-01T11:59:58Z", "detected": _TS, "resumed_at": "2026-11-01T12:00:41Z",
+        "detect_s": 2.0, "decide_s": 0.1, "pause_s": 1.5, "diagnose_s": 14.2, "restart_s": 22.3,
+        "checkpoint_load_s": 1.1, "total_s": 43.0, "checkpoint_step": 1200, "last_step": 1213, "steps_lost": 13,
+        "first_step": 1201, "generation": 8, "cordoned": ["node-0003"], "hosts": ["node-0001", "node-0007"]}),
     EventSpec(kind="checkpoint", version=1, model=Checkpoint, topic="recovery", example={
         **_ORIGIN, "step": 1200, "phase": "committed", "path": "/ckpt/llama-70b/step-0000001200-3fa9c2d1",
         "blocked_ms": 0.0, "duration_ms": 4200.0, "bytes": 524_288_000, "rank": 0, "error": "", "dropped": 0}),

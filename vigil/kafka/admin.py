@@ -46,14 +46,15 @@ def unreachable(settings: VigilSettings, bootstrap: str, exc: KafkaException) ->
 
 
 def ensure_topics(
-    settings: VigilSettings, bootstrap: str, logical: Iterable[str] = TOPICS, timeout: float = 15.0
+    settings: VigilSettings, bootstrap: str, logical: Iterable[str] = TOPICS, timeout: float = 15.0,
+    partitions: int | None = None,
 ) -> list[str]:
-    """Create missing topics with the configured partitions and retention; returns those created."""
+    """Create missing topics with the configured (or the given) partitions and retention; returns those created."""
     existing = set(check_reachable(settings, bootstrap, timeout))
     wanted = [settings.topic(t) for t in logical]
     new = [
         NewTopic(
-            name, num_partitions=settings.topic_partitions, replication_factor=settings.topic_replication,
+            name, num_partitions=partitions or settings.topic_partitions, replication_factor=settings.topic_replication,
             config={"retention.ms": str(settings.topic_retention_ms)},
         )
         for name in wanted if name not in existing

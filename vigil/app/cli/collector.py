@@ -48,6 +48,9 @@ def register(sub: Any) -> None:
     run.add_argument("--kill-grace", type=float, metavar="S",
                      help="after forwarding SIGINT/SIGTERM, kill the tree after S seconds (default 30)")
     run.add_argument("--no-echo", action="store_true", help="do not echo the child's output")
+    from vigil.app.cli import controlled
+
+    controlled.add_options(run)
     run.add_argument("argv", nargs=argparse.REMAINDER, metavar="COMMAND", help="the command to run, after --")
     run.set_defaults(handler=cmd_run)
 
@@ -114,10 +117,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     s = agent.settings
     env = {**os.environ, **child_env}
     env.setdefault("PYTHONUNBUFFERED", "1")
-    launcher = Launcher(argv=command, env=env, agent=agent,
+
+    def launcher_for(argv: list[str], env: dict[str, str]) -> Launcher:
+        return Launcher(argv=argv, env=env, agent=agent,
                         output_dir=paths.output_dir / safe_name(s.job_id) / safe_name(s.host),
                         max_bytes=int(s.output_max_mb * 2**20), keep=s.output_keep, kill_grace_s=s.kill_grace_s,
                         echo=not args.no_echo, attribute=s.attribute_ranks)
+
+    if args.nodes:  # under recovery control: the controller starts, stops and restarts the command
+        from vigil.app.cli import controlled
+
+        return controlled.run(args, agent=agent, paths=paths, argv=command, env=env, launcher_for=launcher_for)
+    launcher = launcher_for(command, env)
     agent.start()
     try:
         status = launcher.run()

@@ -1,12 +1,16 @@
-"""`vigil demo`: the whole platform on embedded defaults, with a sick job to look at.
+"""`vigil demo`: the whole platform on embedded defaults, with a sick job to look at and an automatic recovery.
 
-Starts the stack in this process (broker, ClickHouse, analyzer, dashboard, notifier), then
-side by side:
-1. a real PyTorch job: `train.py`, data-parallel on gloo, 4 ranks as 2 hosts, each host a
-   `vigil run -- torchrun ...` agent; one rank is slowed part-way, another prints an Xid line,
-   and at step `HANG_AT` the slowed rank hangs: its Flight Recorder trace (the step timer's
-   hang watchdog) names it the culprit of a `collective_hang` incident, the other ranks time
-   out `PG_TIMEOUT_S` later and the job ends;
+Starts the stack in this process (broker, ClickHouse, analyzer, recovery controller, dashboard,
+notifier), then side by side:
+1. a real PyTorch job: `train.py`, data-parallel on gloo, 6 ranks as 3 hosts, each host a `vigil run
+   --nodes 2:3 -- torchrun ...` agent under recovery control (the controller starts it, node
+   count elastic 2..3, a checkpoint every `CKPT_EVERY` steps); one rank is slowed part-way, and
+   at step `XID_AT` a rank of `demo-host-2` prints an Xid 79 and dies: the controller pauses the
+   job, runs diagnostics, cordons that host and restarts the job on the other two from its latest
+   checkpoint (the demo prints each step as it happens);
+   later, at step `HANG_AT`, the slowed rank hangs once (a stuck GPU): the ranks' Flight Recorder
+   traces (the step timer's hang watchdog) name it the culprit of a `collective_hang` incident,
+   and the controller dumps, diagnoses and restarts the job from its checkpoint;
 2. a simulated 256-host job with a straggler, a NIC stall and MFU decay injected.
 It prints where to look and runs until Ctrl-C (or --duration), then stops every child:
 SIGINT first (each agent forwards it to torchrun and SIGKILLs the tree `KILL_GRACE_S` later),
@@ -27,17 +31,26 @@ from pathlib import Path
 import psutil
 
 from vigil.app.stack.runner import Stack
-from vigil.contract import JobRegistered, RankPlacement
-from vigil.contract.telemetry import ParallelCoords
-from vigil.kafka.broker import free_port
-from vigil.kafka.producer import EventProducer
+from vigil.contract import Event, Outcome, RecoveryAction
+from vigil.kafka.follow import Follower
 from vigil.settings import VigilSettings
 
 TRAIN = Path(__file__).with_name("train.py")
 TORCH_JOB, SIM_JOB = "demo-torch", "demo-sim"
-HOSTS = ("demo-host-0", "demo-host-1")
-SLOW_RANK, XID_RANK = 3, 0
-HANG_AT, PG_TIMEOUT_S = 300, 60  # the slowed rank hangs at this step; its peers time out this much later
+HOSTS = ("demo-host-0", "demo-host-1", "demo-host-2")
+NODES, PROCS = "2:3", 2  # the job runs on 2 or 3 hosts, 2 ranks each
+# by host and local rank: a restart on fewer hosts renumbers the global ranks
+SLOW, XID = "demo-host-1:1", "demo-host-2:0"
+SLOW_RANK = 3  # demo-host-1 local rank 1 once the job runs on demo-host-0 and demo-host-1
+XID_AT, CKPT_EVERY = 30, 10
+# The demo's 2 CPUs are shared by ~15 processes, so diagnostics' timings are noisy: cordon only
+# what fails (and the Xid host itself), never a host that merely looked slow.
+# The three agents start at once but not in the same second: the job waits for all three to form.
+RECOVERY_DEFAULTS = {"VIGIL_RECOVERY_POLICY_CORDON_SLOW": "false", "VIGIL_RECOVERY_FORM_WAIT_S": "60"}
+HANG_AT, PG_TIMEOUT_S = 150, 180  # the slowed rank hangs once at this step; its peers time out this much later
+# The step timer's hang watchdog dumps after max(5 x the longest step, this floor) without a step: on the demo's
+# 2 busy CPUs a rank can stall for 10 s (a checkpoint, the simulator), which must not read as a hang.
+HANG_FLOOR_S = 40
 # An agent SIGKILLs torchrun's tree KILL_GRACE_S after the forwarded SIGINT, then delivers
 # for at most DRAIN_S; the demo waits STOP_WAIT_S (> both, plus its output threads' 2 x 5 s).
 KILL_GRACE_S, DRAIN_S, STOP_WAIT_S = 5.0, 5.0, 30.0
@@ -62,16 +75,6 @@ class Demo:
     sim_speed: float = 1.0
     children: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
-    def register_torch_job(self, stack: Stack) -> None:
-        assert stack.ctx is not None
-        ranks = [RankPlacement(rank=r, host=HOSTS[r // 2], local_rank=r % 2, coords=ParallelCoords(dp=r))
-                 for r in range(4)]
-        job = JobRegistered(job_id=TORCH_JOB, host=HOSTS[0], name="tiny transformer, data-parallel on CPU (gloo)",
-                            world_size=4, dp=4, gpus_per_host=2, gpu_model="cpu", gpu_peak_tflops=0.05, ranks=ranks)
-        producer = EventProducer(settings=self.settings, bootstrap=stack.ctx.bootstrap)
-        producer.send([job])
-        producer.flush()
-
     def _spawn(self, argv: list[str], log_name: str, env: dict[str, str]) -> None:
         log = open(self.settings.home / "demo" / log_name, "ab")  # noqa: SIM115
         self.children.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -79,18 +82,23 @@ class Demo:
         log.close()
 
     def start_torch_job(self, bootstrap: str) -> None:
-        port = free_port()
-        for node, host in enumerate(HOSTS):
+        """One agent per host under recovery control: the controller starts the job once they wait."""
+        once = self.settings.home / "demo" / "xid.once"
+        once.unlink(missing_ok=True)
+        hang_once = self.settings.home / "demo" / "hang.once"
+        hang_once.unlink(missing_ok=True)
+        for host in HOSTS:
             env = {**os.environ, "VIGIL_KAFKA_BOOTSTRAP": bootstrap, "OMP_NUM_THREADS": "1",
-                   "VIGIL_SPOOL_DIR": str(self.settings.home / "demo" / "spool" / host)}
-            argv = [sys.executable, "-m", "vigil", "run", "--host", host, "--job", TORCH_JOB,
-                    "--kill-grace", str(KILL_GRACE_S), "--drain-timeout", str(DRAIN_S), "--",
-                    sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
-                    "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
-                    str(TRAIN), "--slow-rank", str(SLOW_RANK), "--slow-from", "60", "--xid-rank", str(XID_RANK),
-                    "--xid-at", "40", "--hang-rank", str(SLOW_RANK), "--hang-at", str(HANG_AT),
-                    "--pg-timeout-s", str(PG_TIMEOUT_S),
-                    "--ckpt-dir", str(self.settings.home / "demo" / "checkpoints"), "--ckpt-every", "20"]
+                   "VIGIL_SPOOL_DIR": str(self.settings.home / "demo" / "spool" / host),
+                   "VIGIL_HANG_FLOOR_S": str(HANG_FLOOR_S)}
+            argv = [sys.executable, "-m", "vigil", "run", "--host", host, "--job", TORCH_JOB, "--nodes", NODES,
+                    "--rdzv-addr", "127.0.0.1", "--kill-grace", str(KILL_GRACE_S), "--drain-timeout", str(DRAIN_S),
+                    "--", sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(PROCS),
+                    str(TRAIN), "--slow-rank", SLOW, "--slow-from", "60", "--xid-rank", XID,
+                    "--xid-at", str(XID_AT), "--xid-dies", "--xid-once", str(once),
+                    "--ckpt-dir", str(self.settings.home / "demo" / "checkpoints"), "--ckpt-every", str(CKPT_EVERY),
+                    "--hang-rank", SLOW, "--hang-at", str(HANG_AT), "--hang-once", str(hang_once),
+                    "--pg-timeout-s", str(PG_TIMEOUT_S)]
             self._spawn(argv, f"{host}.log", env)
 
     def start_simulation(self, bootstrap: str) -> None:
@@ -129,6 +137,45 @@ def kill_tree(child: subprocess.Popen[bytes]) -> None:
     child.wait()
 
 
+def narrate(event: Event) -> str | None:
+    """One line of the torch job's recovery, as the controller publishes it (None: not worth a line)."""
+    if event.job_id != TORCH_JOB:
+        return None
+    if isinstance(event, Outcome):
+        if event.category == "start":
+            return f"Recovery  {TORCH_JOB} started on {', '.join(event.hosts)} (generation {event.generation})"
+        if event.result != "resumed":
+            return f"Recovery  {event.incident_id}: {event.result}: {event.reason}"
+        return (f"Recovery  resumed on {', '.join(event.hosts)} at step {event.first_step} from the checkpoint of "
+                f"step {event.checkpoint_step} ({event.steps_lost} steps lost), {event.total_s} s after the first "
+                f"sign{'; cordoned ' + ', '.join(event.cordoned) if event.cordoned else ''}")
+    if isinstance(event, RecoveryAction) and event.actor == "controller" and event.status in ("planned", "succeeded",
+                                                                                              "failed"):
+        if event.action == "plan" and event.status == "planned":
+            return f"Recovery  {event.reason[:150]} -> plan: {' -> '.join(event.details.get('steps', []))}"
+        if event.action != "plan" and event.status != "planned" and event.target in (TORCH_JOB, *HOSTS):
+            took = f" ({event.duration_ms / 1000:.1f} s)" if event.duration_ms is not None else ""
+            return f"Recovery    {event.action} {event.target}: {event.status}{took} {event.reason[:120]}".rstrip()
+    return None
+
+
+def follow_recovery(settings: VigilSettings, bootstrap: str, stop: threading.Event) -> None:
+    """Print the torch job's recovery as it happens (the demo's terminal tells the story too)."""
+    try:
+        follower = Follower(settings=settings, bootstrap=bootstrap, topics=["recovery"])
+    except Exception as exc:
+        print(f"Recovery  (not followed: {exc})", flush=True)
+        return
+    try:
+        while not stop.is_set():
+            for event in follower.poll(0.5):
+                line = narrate(event)
+                if line:
+                    print(line, flush=True)
+    finally:
+        follower.close()
+
+
 def notify_line(health: dict[str, object]) -> str:
     """Where the demo's alerts and incidents are sent, from the notifier's health."""
     receivers = health.get("receivers")
@@ -148,22 +195,28 @@ def guide(urls: dict[str, str], sim_hosts: int, notify: dict[str, object] | None
 vigil demo is running.  Open {dash}
 
 What to look at (give it a minute or two to develop):
-  Overview  two jobs: {TORCH_JOB} (real PyTorch, 4 ranks on 2 hosts) and {SIM_JOB} ({sim_hosts} simulated hosts).
-  Heatmap   {TORCH_JOB}: {HOSTS[1]} turns red in 'forward' once rank {SLOW_RANK} is slowed (step 60);
-            the other ranks wait for it in 'grad_sync', and that waiting is charged to {HOSTS[1]} too
-            ({HOSTS[0]} stays neutral);
+  Overview  two jobs: {TORCH_JOB} (real PyTorch, 6 ranks on 3 hosts, then 4 on 2) and {SIM_JOB}
+            ({sim_hosts} simulated hosts).
+  Recovery  at step {XID_AT} a rank on {HOSTS[2]} prints an Xid 79 and dies: the recovery controller
+            pauses the job, diagnoses the hosts, cordons {HOSTS[2]} and restarts the job on {HOSTS[0]} and
+            {HOSTS[1]} from its latest checkpoint (every {CKPT_EVERY} steps); the lines below tell it as it
+            happens; the Recovery page ({dash.rstrip("/")}/recovery?job={TORCH_JOB}) shows each step's
+            timing, the cordon and the goodput it cost (read-only unless VIGIL_DASHBOARD_ACTION_TOKEN is
+            set); so do `vigil recovery history` and `vigil recovery status`.
+  Heatmap   {TORCH_JOB}: {HOSTS[1]} turns red in 'forward' once its rank is slowed (step 60)
+            (the others wait for it in 'grad_sync', and that waiting is charged to {HOSTS[1]} too);
             {SIM_JOB}: {straggler} stands out in 'forward' (10% slower from step 20).
-  Alerts    a straggler alert for each, an Xid 79 alert from {HOSTS[0]}, a NIC drop on {nic},
+  Alerts    a straggler alert for each, the Xid 79 and the exits of {TORCH_JOB}, a NIC drop on {nic},
             a traffic stop on {stop}, MFU drift on {TORCH_JOB} (its slowed rank drags every step);
             MFU drift on {SIM_JOB} follows after a few minutes (its decay ramps over 100 steps).
   Network   the stall of {stop} and the drop of {nic}.
-  Incident  at step {HANG_AT} (a few minutes in) rank {SLOW_RANK} hangs: the Alerts page shows one collective_hang
+  Incident  at step {HANG_AT} (a few minutes in) rank {SLOW_RANK} hangs once: the Alerts page shows one collective_hang
             incident naming {HOSTS[1]} rank {SLOW_RANK} (from the Flight Recorder traces every rank dumps), the
-            other ranks its victims (their timeouts {PG_TIMEOUT_S} s later are linked, not paged); the 3D view
-            marks the culprit and dims the victims; `vigil incidents --job {TORCH_JOB}` prints it.
+            other ranks its victims (linked, not paged); the 3D view marks the culprit and dims the victims;
+            `vigil incidents --job {TORCH_JOB}` prints it. The controller dumps, diagnoses and restarts the job.
 {notify_line(notify or {})}
-From another terminal: `vigil status`, `vigil alerts`, `vigil incidents`, `vigil tail --kind alert`,
-`vigil trace --job {TORCH_JOB} -o trace.json` (open it in ui.perfetto.dev).
+From another terminal: `vigil status`, `vigil alerts`, `vigil incidents`, `vigil recovery history`,
+`vigil tail --kind alert`, `vigil trace --job {TORCH_JOB} -o trace.json` (open it in ui.perfetto.dev).
 Ctrl-C stops everything.
 """
 
@@ -173,13 +226,16 @@ def run_demo(settings: VigilSettings, *, duration: float | None = None, sim_host
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    for key, value in RECOVERY_DEFAULTS.items():
+        os.environ.setdefault(key, value)
     stack = Stack(settings=settings)
     demo = Demo(settings=settings, sim_hosts=sim_hosts, sim_speed=sim_speed)
     try:
         state = stack.start()
         print(f"stack up: kafka {state.bootstrap}, clickhouse {state.clickhouse_dsn}, control {state.control_url}",
               flush=True)
-        demo.register_torch_job(stack)
+        threading.Thread(target=follow_recovery, args=(settings, state.bootstrap, stop), name="demo-recovery",
+                         daemon=True).start()
         demo.start_torch_job(state.bootstrap)
         demo.start_simulation(state.bootstrap)
         print(guide(state.urls, sim_hosts, stack.health()["parts"].get("notify")), flush=True)

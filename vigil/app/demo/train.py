@@ -4,13 +4,18 @@ Launched by torchrun under `vigil run` (which sets VIGIL_JOB_ID / VIGIL_HOST /
 VIGIL_SPOOL_DIR). Gradients are averaged with one all-reduce after the backward pass,
 timed as its own phase `grad_sync` (a comm phase by name): in synchronous training the
 ranks that wait for a slow peer wait *there*, and their forward/backward stay honest
-(DDP would overlap the all-reduce with backward, folding the wait into `backward`). For
-the demo one rank is slowed part-way through (its forward
-pass takes longer, so its host stands out on the heatmap, as a fail-slow GPU would),
-another prints an Xid-style driver error line once, and later one rank hangs (a stuck
-GPU: it never joins the next all-reduce) until the process group's timeout ends the job.
-With `--ckpt-dir` it saves a two-phase checkpoint every `--ckpt-every` steps
-(`vigil.recovery.checkpoint`) and, when started again, resumes from the latest complete one.
+(DDP would overlap the all-reduce with backward, folding the wait into `backward`).
+
+For the demo one rank is slowed part-way through (its forward pass takes longer, as a
+fail-slow GPU would: its host is the straggler, the others wait in `grad_sync`), another
+prints an Xid-style driver error line once (with `--xid-dies` it then dies of a CUDA error,
+as a rank whose GPU fell off the bus does), and later one rank hangs (a stuck GPU: it never
+joins the next all-reduce; with `--hang-once` only the first time) until the process
+group's timeout ends the job or the recovery controller restarts it. With `--ckpt-dir` it
+saves a two-phase checkpoint every `--ckpt-every` steps (`vigil.recovery.checkpoint`) and,
+when started again, resumes from the latest complete one. Under recovery control (`vigil
+run --nodes`, which sets VIGIL_HOSTS) rank 0 registers the job's topology through the spool
+at every start, so a restart on fewer hosts is known as such.
 
     python -m torch.distributed.run --nproc-per-node 2 vigil/app/demo/train.py --steps 50
 """
@@ -18,10 +23,13 @@ With `--ckpt-dir` it saves a two-phase checkpoint every `--ckpt-every` steps
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
+import uuid
 from datetime import timedelta
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -54,18 +62,58 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seq", type=int, default=64)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--vocab", type=int, default=1024)
-    p.add_argument("--slow-rank", type=int, default=-1, help="global rank to slow down")
+    p.add_argument("--slow-rank", default="-1", help="global rank to slow down")
     p.add_argument("--slow-from", type=int, default=30, help="step from which it is slow")
     p.add_argument("--slow-ms", type=float, default=60.0, help="extra forward time of the slow rank")
-    p.add_argument("--xid-rank", type=int, default=-1, help="global rank that prints an Xid line")
+    p.add_argument("--xid-rank", default="-1", help="global rank (or HOST:LOCAL_RANK) that prints an Xid line")
     p.add_argument("--xid-at", type=int, default=20, help="step at which it prints it")
+    p.add_argument("--xid-dies", action="store_true", help="the Xid rank then dies with a CUDA error")
+    p.add_argument("--xid-once", default="", help="a file: the Xid fires only if it does not exist (it is created)")
     p.add_argument("--peak-tflops", type=float, default=0.05, help="the 'GPU' peak used for MFU on CPU")
-    p.add_argument("--hang-rank", type=int, default=-1, help="global rank that hangs")
+    p.add_argument("--hang-rank", default="-1", help="global rank (or HOST:LOCAL_RANK) that hangs")
     p.add_argument("--hang-at", type=int, default=300, help="step before which it hangs")
+    p.add_argument("--hang-once", default="", help="a file: the hang happens only if it does not exist (it is created)")
     p.add_argument("--pg-timeout-s", type=float, default=1800.0, help="process group (collective) timeout")
     p.add_argument("--ckpt-dir", default=None, help="checkpoint here (shared by every rank); resume from it")
     p.add_argument("--ckpt-every", type=int, default=20, help="steps between checkpoints")
     return p.parse_args(argv)
+
+
+def picked(spec: str, rank: int) -> bool:
+    """`spec` names this process: a global rank, or HOST:LOCAL_RANK (stable when a restart reorders the hosts)."""
+    if ":" in spec:
+        host, local = spec.rsplit(":", 1)
+        return os.environ.get("VIGIL_HOST") == host and os.environ.get("LOCAL_RANK", "0") == local
+    return int(spec) == rank
+
+
+def first_time(marker: str) -> bool:
+    """True unless `marker` names a file that exists (then it is created: the next time is not the first)."""
+    if not marker:
+        return True
+    try:
+        Path(marker).touch(exist_ok=False)
+        return True
+    except FileExistsError:
+        return False
+
+
+def register_job(args: argparse.Namespace, world: int) -> None:
+    """Rank 0 under recovery control: the job's topology as a `job` event line in the spool (the agent ships it)."""
+    hosts = [h for h in os.environ.get("VIGIL_HOSTS", "").split(",") if h]
+    spool = os.environ.get("VIGIL_SPOOL_DIR")
+    if not hosts or not spool:
+        return
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    doc = {"kind": "job", "schema_version": 1, "event_id": uuid.uuid4().hex,
+           "job_id": os.environ.get("VIGIL_JOB_ID", "default"), "host": hosts[0], "ts": time.time(),
+           "name": "tiny transformer, data-parallel on CPU (gloo)", "world_size": world, "dp": world, "gpus_per_host": local,
+           "gpu_model": "cpu", "gpu_peak_tflops": args.peak_tflops,
+           "ranks": [{"rank": r, "host": hosts[min(r // local, len(hosts) - 1)], "local_rank": r % local,
+                      "coords": {"dp": r, "tp": 0, "pp": 0}} for r in range(world)]}
+    path = Path(spool) / f"job-g{os.environ.get('VIGIL_GENERATION', '0')}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc) + "\n")
 
 
 def average_gradients(model: nn.Module, world: int) -> None:
@@ -85,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", timeout=timedelta(seconds=args.pg_timeout_s))
     rank, world = dist.get_rank(), dist.get_world_size()
+    if rank == 0:
+        register_job(args, dist.get_world_size())
     torch.manual_seed(0)
     model = TinyLM(args.vocab, args.dim, args.layers, 4, args.seq)
     for p in model.parameters():  # every rank starts from rank 0's weights
@@ -105,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
                                   coords={"dp": rank, "tp": 0, "pp": 0}, start_step=step))
     try:
         while args.steps == 0 or step < args.steps:
-            if rank == args.hang_rank and step == args.hang_at:
+            if picked(args.hang_rank, rank) and step >= args.hang_at and first_time(args.hang_once):
                 print(f"rank {rank} hangs before step {step} (a stuck GPU)", flush=True)
                 while True:  # its peers wait in the next all-reduce until the process group times out
                     time.sleep(3600)
@@ -115,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
                 with timer.phase("forward"):
                     logits = model(batch[:, :-1])
                     loss = nn.functional.cross_entropy(logits.reshape(-1, args.vocab), batch[:, 1:].reshape(-1))
-                    if rank == args.slow_rank and step >= args.slow_from:
+                    if picked(args.slow_rank, rank) and step >= args.slow_from:
                         time.sleep(args.slow_ms / 1000)
                 with timer.phase("backward"):
                     opt.zero_grad(set_to_none=True)
@@ -124,9 +174,11 @@ def main(argv: list[str] | None = None) -> int:
                     average_gradients(model, world)
                 with timer.phase("optimizer"):
                     opt.step()
-            if rank == args.xid_rank and step == args.xid_at:
+            if picked(args.xid_rank, rank) and step >= args.xid_at and first_time(args.xid_once):
                 print(f"NVRM: Xid (PCI:0000:3b:00): 79, pid={os.getpid()}, GPU has fallen off the bus.",
                       file=sys.stderr, flush=True)
+                if args.xid_dies:
+                    raise RuntimeError("CUDA error: unspecified launch failure (the GPU fell off the bus)")
             if rank == 0 and step % 20 == 0:
                 print(f"step {step} loss {loss.item():.3f}", flush=True)
             if ckpt is not None and step > 0 and step % args.ckpt_every == 0:

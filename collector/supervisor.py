@@ -1,0 +1,324 @@
+"""Recovery control of `vigil run`: the node agent as the recovery controller's actuator.
+
+With `--nodes MIN:MAX` the agent does not start its command by itself. It announces itself
+(`member` events: waiting, its node range, its address and free ports) and executes the
+controller's commands, acknowledging each with `recovery` events:
+
+* `start`: launch the command for the command's world (`collector.rendezvous` fills torchrun's
+  rendezvous options); a start of a newer generation first stops the running one;
+* `stop`: SIGTERM to the command (torchrun passes it to each worker's process group), the tree
+  killed after the grace, then whatever outlived it in the remembered process groups
+  (`collector.stopping`); acknowledged once nothing is left;
+* `diagnose`: run the diagnostics argv with its time limit (`collector.diagnose`);
+* `dump`: record the state of the training processes.
+
+While its host is in the cordon registry the agent stops its command and refuses to start.
+It reports progress (first and latest step of the running generation, from the step records
+it ships: `collector.progress`) in `member` events, on every change and every `keepalive_s`.
+The main thread runs the command (the agent's signals reach it there: Ctrl-C ends the
+agent); commands, the cordon check and keep-alives run on a control thread, diagnostics on
+a thread of their own.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import signal
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from vigil.collector.agent import Agent
+from vigil.collector.commands import CommandFeed, ack
+from vigil.collector.diagnose import run_diagnostics
+from vigil.collector.launcher import Launcher, exit_status
+from vigil.collector.progress import Progress
+from vigil.collector.rendezvous import NodeRange, fill, free_ports, rendezvous_env
+from vigil.collector.stopping import ProcessGroups
+from vigil.contract import Command, Member, MemberState, World, utcnow
+from vigil.cordons import CordonRegistry, RegistryError
+
+log = logging.getLogger(__name__)
+PORTS = 4  # free ports announced: the training master's, and the diagnostics rounds'
+
+
+@dataclass(kw_only=True)
+class Supervisor:
+    agent: Agent
+    argv: list[str]
+    env: dict[str, str]
+    nodes: NodeRange
+    make_launcher: Callable[[list[str], dict[str, str]], Launcher]
+    feed: Callable[[], CommandFeed]  # built on the control thread (it reaches Kafka)
+    registry: CordonRegistry | None
+    address: str
+    spare: bool = False
+    keepalive_s: float = 10.0
+    reap_grace_s: float = 5.0
+    progress: Progress = field(default_factory=Progress)
+    state: MemberState = field(default="waiting", init=False)
+    generation: int = field(default=0, init=False)
+    world: World | None = field(default=None, init=False)
+    _lock: threading.RLock = field(default_factory=threading.RLock, init=False, repr=False)
+    _launches: queue.Queue[tuple[World, Command]] = field(default_factory=queue.Queue, init=False, repr=False)
+    _launcher: Launcher | None = field(default=None, init=False, repr=False)
+    _start_cmd: Command | None = field(default=None, init=False, repr=False)
+    _stop_cmds: list[Command] = field(default_factory=list, init=False, repr=False)
+    _groups: ProcessGroups = field(default_factory=ProcessGroups, init=False, repr=False)
+    _exit: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
+    _cordoned: str | None = field(default=None, init=False, repr=False)
+    _diag: threading.Thread | None = field(default=None, init=False, repr=False)
+    _ports: list[int] = field(default_factory=list, init=False, repr=False)
+    _started_at: datetime | None = field(default=None, init=False, repr=False)
+    _exit_code: int | None = field(default=None, init=False, repr=False)
+    _signal: str | None = field(default=None, init=False, repr=False)
+    _last_announce: float = field(default=0.0, init=False, repr=False)
+    _since: datetime | None = field(default=None, init=False, repr=False)
+    _announced_first: bool = field(default=False, init=False, repr=False)
+    _stopped_through: int = field(default=0, init=False, repr=False)  # queued starts up to here are void
+
+    # ---- main thread ---------------------------------------------------------------------------
+    def run(self) -> int:
+        previous = {sig: signal.signal(sig, lambda *_: self._exit.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+        control = threading.Thread(target=self._control, name="vigil-run-control", daemon=True)
+        self._check_cordon()
+        self._announce("cordoned" if self._cordoned else "waiting", reason="agent started")
+        control.start()
+        status = 0
+        try:
+            while not self._exit.is_set():
+                try:
+                    world, command = self._launches.get(timeout=0.5)
+                except queue.Empty:
+                    continue
+                status = self._run_generation(world, command)
+        finally:
+            self._exit.set()
+            control.join(timeout=10)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            self._announce("left", reason="agent exiting")
+        return status
+
+    def _run_generation(self, world: World, command: Command) -> int:
+        if self._cordoned or world.generation <= self._stopped_through:
+            why = f"host is cordoned: {self._cordoned}" if self._cordoned else "stopped before it started"
+            self.agent.emit([ack(command, "skipped", reason=why)])
+            return 0
+        argv, env = fill(self.argv, world), {**self.env, **rendezvous_env(world)}
+        launcher = self.make_launcher(argv, env)
+        with self._lock:
+            self._launcher, self._start_cmd, self.world = launcher, command, world
+            self.generation, self._started_at = world.generation, utcnow()
+            self._exit_code = self._signal = None
+            self._announced_first = False
+            self.progress.reset(self._started_at)
+        self._announce("starting", command_id=command.command_id, reason=command.reason)
+        log.info("generation %d: node rank %d of %d, master %s:%d", world.generation, world.node_rank,
+                 world.nnodes, world.master_addr, world.master_port)
+        status = launcher.run()
+        left = self._groups.reap(self.reap_grace_s)
+        with self._lock:
+            self._launcher = None
+            stops, self._stop_cmds = self._stop_cmds, []
+            if launcher.proc is not None and launcher.proc.returncode is not None:
+                self._exit_code, self._signal, _ = exit_status(launcher.proc.returncode)
+        if launcher.interrupted:
+            self._exit.set()
+        if self._start_cmd is command:  # it never came up
+            self._ack_start(launcher, "failed", "the command ended before it started")
+        for stop in stops:
+            self.agent.emit([ack(stop, "succeeded", started=stop.ts, details={"reaped": left, "exit_code": status})])
+        if stops or self._cordoned:
+            self._announce("cordoned" if self._cordoned else "waiting", reason="stopped", fresh_ports=True)
+        else:
+            self._announce("exited", reason=f"the command exited with status {status}", fresh_ports=True)
+        return status
+
+    # ---- control thread ------------------------------------------------------------------------
+    def _control(self) -> None:
+        feed: CommandFeed | None = None
+        while not self._exit.is_set():
+            try:
+                if feed is None:
+                    feed = self.feed()
+                commands = feed.poll(0.5)
+            except Exception as exc:
+                log.warning("recovery commands unavailable (%s); retrying", exc)
+                self._exit.wait(2.0)
+                commands = []
+            try:
+                self._tick()
+                for command in commands:
+                    self._handle(command)
+            except Exception:  # the control loop must outlive any one command
+                log.exception("recovery control failed")
+
+    def _tick(self) -> None:
+        self._check_cordon()
+        with self._lock:
+            launcher = self._launcher
+        if launcher is not None and launcher.proc is not None:
+            self._groups.remember(launcher.proc.pid)
+            if self._start_cmd is not None:
+                self._ack_start(launcher, "succeeded", f"launched as pid {launcher.proc.pid}")
+        snap = self.progress.snapshot()
+        if self.state == "starting" and snap.first_step is not None and not self._announced_first:
+            self._announced_first = True
+            self._announce("training", reason=f"first step {snap.first_step}")
+        elif utcnow().timestamp() - self._last_announce >= self.keepalive_s:
+            self._announce(self.state)
+
+    def _ack_start(self, launcher: Launcher, status: Any, reason: str) -> None:
+        with self._lock:
+            command, self._start_cmd = self._start_cmd, None
+        if command is not None:
+            self.agent.emit([ack(command, status, reason=reason, started=command.ts)])
+
+    def _check_cordon(self) -> None:
+        if self.registry is None:
+            return
+        try:
+            entry = self.registry.get(self.agent.settings.host)
+        except RegistryError as exc:
+            log.warning("%s", exc)
+            return
+        if entry is not None and not self._cordoned:
+            self._cordoned = entry.reason or "cordoned"
+            log.warning("host cordoned (%s): stopping the command, taking no new work", self._cordoned)
+            with self._lock:
+                launcher = self._launcher
+            if launcher is not None:
+                launcher.terminate()
+            self._announce("cordoned", reason=self._cordoned)
+        elif entry is None and self._cordoned:
+            self._cordoned = None
+            log.info("host uncordoned")
+            if self.state == "cordoned":
+                self._announce("waiting", reason="uncordoned", fresh_ports=True)
+
+    def _handle(self, command: Command) -> None:
+        log.info("command %s: %s (%s)", command.command_id, command.action, command.reason or "no reason")
+        if command.action == "start":
+            self._start(command)
+        elif command.action == "stop":
+            self._stop(command)
+        elif command.action == "diagnose":
+            self._diagnose(command)
+        else:
+            self._dump(command)
+
+    def _start(self, command: Command) -> None:
+        assert command.world is not None
+        if self._cordoned:
+            self.agent.emit([ack(command, "skipped", reason=f"host is cordoned: {self._cordoned}")])
+            return
+        with self._lock:
+            running = self._launcher
+            if command.generation < self.generation or (command.generation == self.generation and running):
+                self.agent.emit([ack(command, "skipped", reason=f"generation {self.generation} already started")])
+                return
+        if running is not None:
+            running.terminate()
+        self.agent.emit([ack(command, "started", reason="queued", started=command.ts)])
+        self._launches.put((command.world, command))
+
+    def _stop(self, command: Command) -> None:
+        with self._lock:
+            self._stopped_through = max(self._stopped_through, command.generation)
+            running = self._launcher
+            if running is not None and self.generation <= command.generation:
+                self._stop_cmds.append(command)
+        if running is None or self.generation > command.generation:
+            why = "nothing running" if running is None else f"generation {self.generation} is newer"
+            self.agent.emit([ack(command, "succeeded", reason=why, started=command.ts)])
+            return
+        self._announce("stopping", command_id=command.command_id, reason=command.reason)
+        running.terminate()
+
+    def _diagnose(self, command: Command) -> None:
+        with self._lock:
+            busy = "training is running here" if self._launcher is not None else (
+                "a diagnosis is running" if self._diag is not None and self._diag.is_alive() else "")
+        if busy:
+            self.agent.emit([ack(command, "failed", reason=busy, started=command.ts)])
+            return
+        self._diag = threading.Thread(target=self._run_diagnosis, args=(command,), name="vigil-run-diagnose",
+                                      daemon=True)
+        self._diag.start()
+
+    def _run_diagnosis(self, command: Command) -> None:
+        before = self.state
+        started = utcnow()
+        self.agent.emit([ack(command, "started", started=started)])
+        self._announce("diagnosing", command_id=command.command_id, reason=command.reason)
+        s = self.agent.settings
+        result = run_diagnostics(command, job_id=s.job_id, host=s.host, base_env=self.env)
+        self.agent.emit(result.events)
+        details = {"seconds": round(result.seconds, 3), "events": len(result.events), "tail": result.tail[-500:]}
+        self.agent.emit([ack(command, "succeeded" if result.ok else "failed", reason=result.error(),
+                             started=started, details=details)])
+        self._announce("cordoned" if self._cordoned else before, reason="diagnosis done")
+
+    def _dump(self, command: Command) -> None:
+        started = utcnow()
+        with self._lock:
+            launcher = self._launcher
+        procs: list[dict[str, Any]] = []
+        if launcher is not None and launcher.proc is not None:
+            try:
+                root = psutil.Process(launcher.proc.pid)
+                family = [root, *root.children(recursive=True)][:64]
+            except psutil.Error:
+                family = []
+            for p in family:
+                procs.append(_describe(p))
+        self.agent.emit([ack(command, "succeeded", reason=f"{len(procs)} processes", started=started,
+                             details={"processes": procs})])
+
+    # ---- member events -------------------------------------------------------------------------
+    def _announce(self, state: MemberState, *, command_id: str = "", reason: str = "",
+                  fresh_ports: bool = False) -> None:
+        with self._lock:
+            if state != self.state or self._since is None:
+                self._since = utcnow()
+            self.state = state
+            if fresh_ports or not self._ports:
+                self._ports = free_ports(PORTS)
+            snap = self.progress.snapshot()
+            world = self.world
+            s = self.agent.settings
+            member = Member(
+                job_id=s.job_id, host=s.host, state=state, since=self._since, generation=self.generation,
+                node_rank=world.node_rank if world is not None and state in ("starting", "training", "stopping")
+                else None,
+                nodes_min=self.nodes.min, nodes_max=self.nodes.max, node_multiple=self.nodes.multiple,
+                spare=self.spare, ip=self.address, ports=list(self._ports), started_at=self._started_at,
+                exit_code=self._exit_code, signal=self._signal, first_step=snap.first_step,
+                first_step_at=snap.first_step_at, last_step=snap.last_step, last_step_at=snap.last_step_at,
+                steps=snap.steps, step_ms=snap.step_ms, command_id=command_id, reason=reason[:2048],
+            )
+            self._last_announce = utcnow().timestamp()
+        self.agent.emit([member])
+
+
+def _describe(p: psutil.Process) -> dict[str, Any]:
+    doc: dict[str, Any] = {"pid": p.pid}
+    try:
+        with p.oneshot():
+            cpu = p.cpu_times()
+            doc.update(name=p.name(), status=p.status(), threads=p.num_threads(),
+                       cpu_user_s=round(cpu.user, 2), cpu_system_s=round(cpu.system, 2))
+    except psutil.Error as exc:
+        doc["error"] = type(exc).__name__
+    try:
+        doc["wchan"] = Path(f"/proc/{p.pid}/wchan").read_text().strip()
+    except OSError:
+        pass
+    return doc

@@ -1,0 +1,112 @@
+"""The Recovery page's buttons, server side: cordon, uncordon, evict a host, approve a recovery.
+
+Read-only unless `VIGIL_DASHBOARD_ACTION_TOKEN` is set *and* the dashboard has a publisher (`vigil
+up` gives it one; `create_app(client)` alone has none). `Actions.perform` is the only way an
+action leaves the dashboard, and it checks on every call, whatever the page showed: a dashboard
+without a token refuses everything, a wrong or missing token is refused (constant-time compare),
+a request without a reason is refused; a refusal publishes nothing. An accepted action is one
+`recovery` event on the `recovery` topic with its reason and who asked (``dashboard`` or
+``dashboard:<name>``):
+
+    approve            the same event `vigil recovery approve ID` publishes (the controller goes on)
+    cordon / uncordon  an operator request (`vigil.contract.operator_request`) that the leading
+    / evict            controller executes against its node backend: the dashboard holds no
+                       backend and no cluster credentials
+
+    Refused (VigilError)   the action was not allowed; nothing was published
+"""
+
+from __future__ import annotations
+
+import hmac
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from pydantic import SecretStr
+
+from vigil.contract import Event, RecoveryAction, operator_request
+from vigil.errors import VigilError
+from vigil.settings import VigilSettings
+
+ActionName = Literal["cordon", "uncordon", "evict", "approve"]
+ACTIONS: tuple[ActionName, ...] = ("cordon", "uncordon", "evict", "approve")
+
+
+class Refused(VigilError):
+    """The dashboard did not act: read-only, a wrong token, or an incomplete request."""
+
+
+class Publisher(Protocol):
+    def publish(self, events: Sequence[Event]) -> None:
+        """Deliver the events durably before returning; raise when the broker did not take them."""
+        ...
+
+
+@dataclass(kw_only=True)
+class KafkaPublisher:
+    """Publishes through the kernel's producer, created on first use (a read-only dashboard never connects)."""
+
+    settings: VigilSettings
+    bootstrap: str
+    flush_s: float = 15.0
+    _producer: object | None = field(default=None, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    def publish(self, events: Sequence[Event]) -> None:
+        from vigil.kafka.admin import ensure_topics
+        from vigil.kafka.producer import EventProducer
+
+        with self._lock:
+            if self._producer is None:
+                ensure_topics(self.settings, self.bootstrap, ["recovery"])
+                self._producer = EventProducer(settings=self.settings, bootstrap=self.bootstrap)
+            producer = self._producer
+            assert isinstance(producer, EventProducer)
+            producer.send(events)
+            producer.flush(self.flush_s)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ActionRequest:
+    """What a button asks: `target` is a host (cordon, uncordon, evict) or the recovery to approve
+    (its id, or `<id>/resume` for a halted job)."""
+
+    action: ActionName
+    job_id: str
+    target: str
+
+
+@dataclass(kw_only=True)
+class Actions:
+    token: SecretStr | None
+    publisher: Publisher | None
+
+    @property
+    def enabled(self) -> bool:
+        return self.token is not None and bool(self.token.get_secret_value()) and self.publisher is not None
+
+    def perform(self, req: ActionRequest, *, token: str | None, reason: str, who: str = "") -> RecoveryAction:
+        """Check, build and publish the action's event; `Refused` (nothing published) otherwise."""
+        if not self.enabled or self.token is None or self.publisher is None:
+            raise Refused("read-only dashboard: set VIGIL_DASHBOARD_ACTION_TOKEN to allow actions")
+        if not token or not hmac.compare_digest(token.encode(), self.token.get_secret_value().encode()):
+            raise Refused("wrong or missing action token")
+        if req.action not in ACTIONS or not req.target or not req.job_id:
+            raise Refused(f"not an action the dashboard takes: {req.action} {req.target!r}")
+        reason = reason.strip()
+        if not reason:
+            raise Refused("say why (the reason is kept with the action)")
+        actor = f"dashboard:{who.strip()}"[:256] if who.strip() else "dashboard"
+        event = build(req, reason=reason[:2000], actor=actor)
+        self.publisher.publish([event])
+        return event
+
+
+def build(req: ActionRequest, *, reason: str, actor: str) -> RecoveryAction:
+    if req.action == "approve":
+        return RecoveryAction(job_id=req.job_id, host="controller", action="approve", target=req.job_id,
+                              status="succeeded", incident_id=req.target, actor=actor,
+                              reason=f"approved by {actor}: {reason}")
+    return operator_request(action=req.action, host=req.target, job_id=req.job_id, reason=reason, actor=actor)

@@ -1,0 +1,243 @@
+"""One turn of the controller: triggers -> cases -> the next step of each open case.
+
+`Engine.tick(now)`:
+
+1. **Triggers** (`controller.triggers`) of a job with no open case are gathered for
+   `policy.settle_s`, then open one case (the strongest class, every culprit; the others are
+   recorded as merged into it). A trigger from before the job's current generation started is
+   history (skipped, with the reason) unless it is a stronger verdict on the failure the latest
+   recovery took as weaker (`_escalates`: a hardware incident arriving after its exit was
+   recovered as software); one for a halted job too. While a case is open, new
+   triggers wait: those still current when it ends open the next case.
+2. **Starts**: a job whose agents all wait and that runs nothing starts (`start`) once it has
+   `nodes_max` eligible hosts or `nodes_min` for `form_wait_s`; in auto mode a job running on
+   fewer hosts than it accepts scales up when an eligible host waited `scale_up_wait_s`.
+   `vigil recovery approve` on a halted case resumes its job (`restart`).
+3. **Steps**: every open case runs its plan in order (`controller.steps`,
+   `controller.diagnose`); a step that waits ends the turn for that case. A case ends with its
+   `outcome` (resumed, halted, failed, dry_run); a refused cordon (circuit breaker), a restart
+   that found too few hosts or no first step, or a halt (crash loop) pages a human once and
+   halts the job until `vigil recovery approve`; a restart whose new generation crashed at once
+   ends `failed` and the crash is the next case.
+
+A case opened in dry-run mode publishes its plan and every step as `planned` and ends at once;
+in manual mode its first step waits for `vigil recovery approve`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from vigil.recovery.controller import requests
+from vigil.recovery.controller import steps as st
+from vigil.recovery.controller.diagnose import diagnose
+from vigil.recovery.controller.effects import Effects
+from vigil.recovery.controller.goodput import outcome
+from vigil.recovery.controller.plan import node_range, plan_world, restarts_without_progress, steps_for
+from vigil.recovery.controller.state import Case, ClusterState, Job
+from vigil.recovery.controller.triggers import STRENGTH, Trigger, since, strongest, triggers
+from vigil.recovery.settings import RecoverySettings
+
+log = logging.getLogger(__name__)
+RUNNING = ("starting", "training", "stopping", "diagnosing")
+
+HANDLERS: dict[str, Callable[[st.Ctx, Case], bool]] = {
+    "approve": st.approve, "dump": st.dump, "pause": st.pause, "diagnose": diagnose, "cordon": st.cordon,
+    "restart": st.restart, "halt": st.halt, "start": lambda ctx, case: st.restart(ctx, case, "start"),
+}
+
+
+@dataclass(kw_only=True)
+class Engine:
+    state: ClusterState
+    settings: RecoverySettings
+    fx: Effects
+    last_error: str = ""
+    turns: int = 0
+
+    def tick(self, now: datetime) -> None:
+        ctx = st.Ctx(state=self.state, settings=self.settings, fx=self.fx, now=now)
+        self.turns += 1
+        for part in (self._requests, self._triggers, self._starts, self._cases):
+            try:
+                part(ctx)
+            except Exception as exc:  # retried next turn: every part is re-entrant
+                self.last_error = f"{part.__name__}: {type(exc).__name__}: {exc}"[:500]
+                log.exception("recovery turn failed in %s", part.__name__)
+
+    # ---- 0. operator requests (the dashboard's buttons) --------------------------------------------
+    def _requests(self, ctx: st.Ctx) -> None:
+        for req in self.state.pending_requests():
+            ctx.publish([requests.execute(ctx.fx.backend, req, ctx.now, dry_run=self.settings.mode == "dry-run")])
+
+    # ---- 1. triggers -------------------------------------------------------------------------------
+    def _triggers(self, ctx: st.Ctx) -> None:
+        by_job: dict[str, list[Trigger]] = {}
+        for t in triggers(self.state, self.settings.policy, ctx.now):
+            by_job.setdefault(t.job_id, []).append(t)
+        for job_id, group in by_job.items():
+            job = self.state.job(job_id)
+            if self._open_case(job) is not None:
+                continue
+            stale = [t for t in group if job.world_started_at is not None and t.first_sign < job.world_started_at
+                     and not self._escalates(job, t)]
+            halted = halted_by(self.state, job)
+            for t in stale:
+                self._skip(ctx, t, f"from before generation {job.generation} started: already recovered")
+            group = [t for t in group if t not in stale]
+            if halted is not None:
+                for t in group:
+                    self._skip(ctx, t, f"job halted by {halted.case_id}: needs a human "
+                               f"(`vigil recovery approve {st.short_id(halted.case_id)}` resumes it)")
+                continue
+            if group and (ctx.now - min(t.detected for t in group)).total_seconds() >= self.settings.policy.settle_s:
+                top = strongest(group)
+                self._open(ctx, job, top, merged=[t.trigger_id for t in group if t.trigger_id != top.trigger_id])
+
+    def _escalates(self, job: Job, t: Trigger) -> bool:
+        """`t` is a stronger verdict on the failure the job's latest (finished) recovery took as weaker: an
+        incident naming a hardware culprit that arrived after the exit it explains had been recovered as a
+        software fault. It is recovered again, as its own class; any other trigger from before the current
+        generation is history."""
+        latest = self.state.cases.get(job.cases[-1]) if job.cases else None
+        if latest is None or latest.open or latest.cls not in STRENGTH or STRENGTH[t.cls] <= STRENGTH[latest.cls]:
+            return False
+        first = latest.details.get("first_sign")
+        if not isinstance(first, str):
+            return False
+        near = abs((t.first_sign - datetime.fromisoformat(first)).total_seconds()) <= self.settings.policy.escalate_window_s
+        return near and any(c.host in job.world for c in t.culprits)
+
+    def _skip(self, ctx: st.Ctx, t: Trigger, reason: str) -> None:
+        case = Case(case_id=t.trigger_id, job_id=t.job_id)
+        ctx.publish([ctx.act(case, "plan", t.job_id, "skipped", reason=reason,
+                             details={"source": t.source, "category": t.category, "summary": t.summary[:500]})])
+
+    def _open(self, ctx: st.Ctx, job: Job, t: Trigger, *, merged: list[str] | None = None,
+              cls: str | None = None) -> None:
+        policy, mode = self.settings.policy, self.settings.mode
+        cls = cls or t.cls
+        loops = restarts_without_progress(self.state, job) if cls == "software" else 0
+        crash_loop = loops >= policy.crash_loops
+        plan = steps_for(cls, "auto" if cls in ("start", "resume") else mode, policy, crash_loop=crash_loop)
+        if cls == "resume":
+            plan = ["restart"]
+        dry = mode == "dry-run" and cls not in ("start", "resume")
+        details: dict[str, Any] = {
+            "class": cls, "steps": plan, "mode": mode, "dry_run": dry, "source": t.source, "category": t.category,
+            "cause": t.cause, "summary": t.summary[:1000], "first_sign": t.first_sign.isoformat(),
+            "detected": t.detected.isoformat(), "generation": job.generation, "merged": merged or [],
+            "culprits": [{"host": c.host, "strong": c.strong, "rank": c.rank, "message": c.message}
+                         for c in t.culprits]}
+        if crash_loop:
+            details["halt_reason"] = (f"{loops} restarts without checkpoint progress (limit {policy.crash_loops}): "
+                                      f"{t.summary[:300]}")
+        case = Case(case_id=t.trigger_id, job_id=job.job_id, details=details)
+        ctx.publish([ctx.act(case, "plan", job.job_id, "planned", details=details,
+                             reason=f"{cls}: {t.summary[:500]}")])
+        log.info("recovery %s (%s) for %s: %s", t.trigger_id, cls, job.job_id, " -> ".join(plan))
+        if dry:
+            opened = self.state.cases[t.trigger_id]
+            ctx.publish([ctx.act(opened, s, job.job_id, "planned", reason="dry-run") for s in plan])
+            ctx.publish([outcome(self.state, opened, "dry_run", ctx.now, "mode dry-run: decided, not acted")])
+
+    def _open_case(self, job: Job) -> Case | None:
+        for cid in job.cases:
+            case = self.state.cases[cid]
+            if case.open:
+                return case
+        return None
+
+    # ---- 2. starts, scale-ups, resumes -------------------------------------------------------------
+    def _starts(self, ctx: st.Ctx) -> None:
+        for job in self.state.jobs.values():
+            if not job.members or self._open_case(job) is not None:
+                continue
+            halted = halted_by(self.state, job)
+            if halted is not None:
+                resume = self.state.cases.get(f"{halted.case_id}/resume")
+                if resume is not None and resume.approved_at is not None and resume.opened_at is None:
+                    self._open(ctx, job, _synthetic(job, resume.case_id, "resume", ctx.now,
+                                                    f"resumed by an operator after {halted.case_id}"), cls="resume")
+                continue
+            self._maybe_start(ctx, job)
+
+    def _maybe_start(self, ctx: st.Ctx, job: Job) -> None:
+        s = self.settings
+        live = {h: m for h, m in job.members.items() if (ctx.now - m.ts).total_seconds() <= s.member_stale_s
+                and m.state != "left"}
+        _lo, hi, multiple = node_range(live.values())
+        cordoned = set(ctx.cordoned())
+        if live and all(m.state == "waiting" for h, m in live.items() if h not in cordoned):
+            plan = plan_world(job, exclude=cordoned, now=ctx.now, stale_s=s.member_stale_s, states=("waiting",))
+            if isinstance(plan, str):
+                return
+            full = len(plan.hosts) == min(hi, len(live)) // multiple * multiple
+            first = job.first_seen or ctx.now
+            if full or (ctx.now - first).total_seconds() >= s.form_wait_s:
+                cid = f"{job.job_id}/start/g{job.generation + 1}"
+                if cid not in self.state.cases:
+                    self._open(ctx, job, _synthetic(job, cid, "start", ctx.now, f"start on {len(plan.hosts)} hosts"),
+                               cls="start")
+            return
+        if s.mode != "auto" or not s.policy.scale_up or job.generation == 0:
+            return
+        world = [job.members.get(h) for h in job.world]
+        if not world or any(m is None or m.state != "training" or m.generation != job.generation for m in world):
+            return
+        wait = timedelta(seconds=s.policy.scale_up_wait_s)
+        extra = [h for h, m in live.items() if h not in job.world and h not in cordoned and m.state == "waiting"
+                 and ctx.now - since(m) >= wait]
+        bigger = min(hi, len(job.world) + len(extra)) // multiple * multiple
+        if bigger > len(job.world):
+            cid = f"{job.job_id}/scale/g{job.generation}"
+            if cid not in self.state.cases:
+                self._open(ctx, job, _synthetic(job, cid, "scale", ctx.now,
+                                                f"scale up from {len(job.world)} to {bigger} hosts ({', '.join(extra)} "
+                                                "waiting)"), cls="scale")
+
+    # ---- 3. steps ----------------------------------------------------------------------------------
+    def _cases(self, ctx: st.Ctx) -> None:
+        for case in sorted((c for c in self.state.cases.values() if c.open), key=lambda c: c.opened_at or ctx.now):
+            self.advance(ctx, case)
+
+    def advance(self, ctx: st.Ctx, case: Case) -> None:
+        for name in case.plan:
+            step = st.umbrella(case, name)
+            if step is None or not step.ended:
+                if not HANDLERS[name](ctx, case):
+                    return
+                step = st.umbrella(case, name)
+                assert step is not None and step.ended
+            if step.status == "failed" and name in ("cordon", "restart", "start"):
+                self._failed(ctx, case, name, step.reason)
+                return
+        result = "halted" if "halt" in case.plan else "resumed"
+        ctx.publish([outcome(self.state, case, result, ctx.now)])
+        log.info("recovery %s of %s: %s", case.case_id, case.job_id, result)
+
+    def _failed(self, ctx: st.Ctx, case: Case, name: str, reason: str) -> None:
+        crashed = "did not come up" in reason
+        if not crashed:
+            st.page(ctx, case, reason)
+        result = "failed" if crashed else "halted"
+        ctx.publish([outcome(self.state, case, result, ctx.now, f"{name} failed: {reason}")])
+        log.warning("recovery %s of %s %s: %s failed: %s", case.case_id, case.job_id, result, name, reason)
+
+
+def halted_by(state: ClusterState, job: Job) -> Case | None:
+    """The case that halted `job` (breaker, crash loop) when no case was opened after it."""
+    opened = [state.cases[c] for c in job.cases if state.cases[c].opened_at is not None]
+    if not opened:
+        return None
+    last = max(opened, key=lambda c: c.opened_at or datetime.min)
+    return last if last.outcome is not None and last.outcome.result == "halted" else None
+
+
+def _synthetic(job: Job, case_id: str, source: str, now: datetime, summary: str) -> Trigger:
+    return Trigger(trigger_id=case_id, job_id=job.job_id, cls="software", source=source, category=source,
+                   cause="", culprits=(), first_sign=now, detected=now, summary=summary)

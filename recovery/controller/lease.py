@@ -1,0 +1,75 @@
+"""One active controller per cluster: a lease held through a Kafka consumer group.
+
+Every controller joins the group `<topic prefix><lease_group>` on the one-partition topic
+`recovery-lease`; the group gives that partition to exactly one live member, and that member
+leads. A leader that dies stops heartbeating and the group hands the partition to another
+member after the session timeout (6 s); a new member joining may also move it (the eager
+protocol revokes it from the old leader before anyone else gets it). Standbys fold the log
+all the time, so a new leader acts as soon as it holds the lease. `poll()` must be called
+often (the service's lease thread): assignment callbacks run inside it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+
+from vigil.kafka.admin import client_config, ensure_topics
+from vigil.settings import VigilSettings
+
+log = logging.getLogger(__name__)
+LEASE_TOPIC = "recovery-lease"
+
+
+@dataclass(kw_only=True)
+class Lease:
+    settings: VigilSettings
+    bootstrap: str
+    group: str
+    session_timeout_ms: int = 6000
+    changes: int = field(default=0, init=False)
+    _leading: threading.Event = field(default_factory=threading.Event, init=False)
+
+    def __post_init__(self) -> None:
+        ensure_topics(self.settings, self.bootstrap, [LEASE_TOPIC], partitions=1)
+        conf: dict[str, Any] = {
+            **client_config(self.settings, self.bootstrap),
+            "group.id": f"{self.settings.topic_prefix}{self.group}",
+            "enable.auto.commit": False,
+            "session.timeout.ms": self.session_timeout_ms,
+            "heartbeat.interval.ms": 500,
+            "max.poll.interval.ms": 300_000,
+        }
+        self._consumer = Consumer(conf)
+        self._consumer.subscribe([self.settings.topic(LEASE_TOPIC)], on_assign=self._assigned,
+                                 on_revoke=self._revoked, on_lost=self._revoked)
+
+    @property
+    def leading(self) -> bool:
+        return self._leading.is_set()
+
+    def _assigned(self, _c: Consumer, parts: list[TopicPartition]) -> None:
+        if parts and not self._leading.is_set():
+            self._leading.set()
+            self.changes += 1
+            log.info("recovery controller: took the lease, now leading")
+
+    def _revoked(self, _c: Consumer, _parts: list[TopicPartition]) -> None:
+        if self._leading.is_set():
+            self._leading.clear()
+            self.changes += 1
+            log.info("recovery controller: lost the lease, standing by")
+
+    def poll(self, timeout: float = 0.5) -> None:
+        self._consumer.poll(timeout)
+
+    def close(self) -> None:
+        self._leading.clear()
+        try:
+            self._consumer.close()
+        except RuntimeError:
+            pass

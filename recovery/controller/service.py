@@ -1,0 +1,118 @@
+"""RecoveryService: the controller as a long-running service (`vigil recovery run`, or hosted by `vigil up`).
+
+`start()` makes sure its topics exist, then runs two threads. The **loop** follows the log
+(incidents, alerts, the `recovery` and `commands` topics, from the beginning: `Follower`)
+into the `ClusterState` and, every `tick_s`, lets the `Engine` take the next steps — only
+while this instance holds the lease, has read the log to its end once, and has led for a
+moment (so it has read what a previous leader published last). The **lease** thread keeps
+the group membership that makes exactly one instance the leader (`controller.lease`); the
+others fold the same log and take over within seconds of the leader's death. `health()` is
+cheap: figures the loop keeps.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from vigil.errors import one_line
+from vigil.kafka.admin import ensure_topics
+from vigil.kafka.follow import Follower
+from vigil.kafka.producer import EventProducer
+from vigil.recovery.backends import NodeBackend, select
+from vigil.recovery.controller.effects import KafkaEffects
+from vigil.recovery.controller.engine import Engine
+from vigil.recovery.controller.lease import Lease
+from vigil.recovery.controller.state import INPUT_TOPICS, ClusterState
+from vigil.recovery.settings import RecoverySettings
+from vigil.settings import VigilSettings
+
+log = logging.getLogger(__name__)
+SETTLE_AFTER_LEASE_S = 1.0
+
+
+class RecoveryService:
+    name = "recovery"
+
+    def __init__(self, settings: VigilSettings, bootstrap: str, recovery: RecoverySettings | None = None,
+                 backend: NodeBackend | None = None) -> None:
+        self.core, self.bootstrap = settings, bootstrap
+        self.settings = recovery or RecoverySettings.load()
+        self.backend = backend or select(self.settings, settings)
+        self.state = ClusterState()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.follower: Follower | None = None
+        self.lease: Lease | None = None
+        self.engine: Engine | None = None
+        self.last_error = ""
+        self._lead_since: float | None = None
+
+    def start(self) -> None:
+        ensure_topics(self.core, self.bootstrap, INPUT_TOPICS)
+        producer = EventProducer(settings=self.core, bootstrap=self.bootstrap, batch_events=200)
+        self.engine = Engine(state=self.state, settings=self.settings,
+                             fx=KafkaEffects(producer=producer, backend=self.backend))
+        self.follower = Follower(settings=self.core, bootstrap=self.bootstrap, topics=INPUT_TOPICS)
+        self.lease = Lease(settings=self.core, bootstrap=self.bootstrap, group=self.settings.lease_group)
+        self._stop.clear()
+        self._threads = [threading.Thread(target=self._loop, name="recovery-loop", daemon=True),
+                         threading.Thread(target=self._hold_lease, name="recovery-lease", daemon=True)]
+        for t in self._threads:
+            t.start()
+        log.info("recovery controller started (mode %s, backend %s)", self.settings.mode, self.backend.name)
+
+    def _hold_lease(self) -> None:
+        assert self.lease is not None
+        while not self._stop.is_set():
+            try:
+                self.lease.poll(0.5)
+            except Exception as exc:
+                self.last_error = f"lease: {one_line(exc)}"
+                self._stop.wait(1.0)
+
+    def _loop(self) -> None:
+        assert self.follower is not None and self.engine is not None and self.lease is not None
+        next_tick = 0.0
+        while not self._stop.is_set():
+            try:
+                self.state.apply(self.follower.poll(0.1))
+            except Exception as exc:
+                self.last_error = f"follow: {one_line(exc)}"
+                self._stop.wait(1.0)
+                continue
+            if not self.lease.leading:
+                self._lead_since = None
+                continue
+            now = time.monotonic()
+            self._lead_since = self._lead_since or now
+            if not self.follower.caught_up or now - self._lead_since < SETTLE_AFTER_LEASE_S or now < next_tick:
+                continue
+            next_tick = now + self.settings.tick_s
+            self.engine.tick(datetime.now(UTC))
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=15)
+        self._threads = []
+        if self.lease is not None:
+            self.lease.close()
+        if self.follower is not None:
+            self.follower.close()
+
+    def health(self) -> dict[str, Any]:
+        alive = bool(self._threads) and all(t.is_alive() for t in self._threads)
+        engine = self.engine
+        errors = [e for e in (self.last_error, engine.last_error if engine else "") if e]
+        return {
+            "ok": alive, "leading": bool(self.lease and self.lease.leading),
+            "caught_up": bool(self.follower and self.follower.caught_up), "mode": self.settings.mode,
+            "backend": self.backend.name, "jobs": sum(1 for j in self.state.jobs.values() if j.members),
+            "open_recoveries": sum(1 for c in self.state.cases.values() if c.open),
+            "events": self.state.applied, "turns": engine.turns if engine else 0,
+            "last_error": errors[0] if errors else "",
+        }

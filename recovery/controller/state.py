@@ -1,0 +1,242 @@
+"""The controller's state: a fold of the log, the same live and after a crash.
+
+Everything the controller knows comes from events: incidents and alerts (triggers), the
+`recovery` topic (its own decisions and steps, agents' acknowledgements and `member` reports,
+`diagnostic` results, checkpoints, outcomes) and the `commands` topic (what it asked).
+`apply()` is idempotent (by `event_id`) and does not depend on the order of partitions: a
+step's status is its most advanced one (planned < started < ended), a member's state its
+latest event. So a controller killed at any point and started again folds the same state,
+sees which steps started and did not end, and finishes them instead of repeating them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from vigil.contract import (
+    Alert,
+    Checkpoint,
+    Command,
+    Diagnostic,
+    Event,
+    Incident,
+    Member,
+    Outcome,
+    RecoveryAction,
+    is_operator_request,
+)
+
+INPUT_TOPICS = ("incidents", "alerts", "recovery", "commands")
+"""The topics the state is a fold of."""
+_RANK = {"planned": 0, "started": 1, "succeeded": 2, "failed": 2, "skipped": 2}
+ENDED = ("succeeded", "failed", "skipped")
+
+
+@dataclass(kw_only=True)
+class Step:
+    """One (action, target) of a case, as far as the log says."""
+
+    action: str
+    target: str
+    status: str = "planned"
+    planned_at: datetime | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    reason: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+    started_details: dict[str, Any] = field(default_factory=dict)
+    dry_run: bool = False
+
+    @property
+    def ended(self) -> bool:
+        return self.status in ENDED
+
+    def seconds(self) -> float | None:
+        if self.started_at is None or self.ended_at is None:
+            return None
+        return max(0.0, (self.ended_at - self.started_at).total_seconds())
+
+
+@dataclass(kw_only=True)
+class Case:
+    """The recovery of one incident (or a job's start or scale-up): its plan, steps and outcome."""
+
+    case_id: str
+    job_id: str
+    opened_at: datetime | None = None  # the plan event
+    plan: list[str] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)  # the plan's: class, trigger, culprits, mode
+    skipped: str = ""  # the plan was skipped: why
+    steps: dict[tuple[str, str], Step] = field(default_factory=dict)
+    outcome: Outcome | None = None
+    approved_at: datetime | None = None
+
+    @property
+    def cls(self) -> str:
+        return str(self.details.get("class", ""))
+
+    @property
+    def open(self) -> bool:
+        return self.opened_at is not None and not self.skipped and self.outcome is None
+
+    @property
+    def dry_run(self) -> bool:
+        return bool(self.details.get("dry_run"))
+
+    def step(self, action: str, target: str) -> Step | None:
+        return self.steps.get((action, target))
+
+
+@dataclass(kw_only=True)
+class Job:
+    job_id: str
+    members: dict[str, Member] = field(default_factory=dict)
+    first_seen: datetime | None = None
+    generation: int = 0
+    world: list[str] = field(default_factory=list)
+    world_started_at: datetime | None = None
+    first_started_at: datetime | None = None  # generation 1
+    committed: Checkpoint | None = None  # latest committed checkpoint
+    restored: list[Checkpoint] = field(default_factory=list)
+    cases: list[str] = field(default_factory=list)  # in plan order
+
+
+@dataclass(kw_only=True)
+class ClusterState:
+    jobs: dict[str, Job] = field(default_factory=dict)
+    cases: dict[str, Case] = field(default_factory=dict)
+    incidents: dict[str, Incident] = field(default_factory=dict)
+    alerts: dict[str, Alert] = field(default_factory=dict)  # (fingerprint@first_seen) -> first firing event
+    commands: dict[str, Command] = field(default_factory=dict)
+    acks: dict[str, RecoveryAction] = field(default_factory=dict)  # command_id -> most advanced ack
+    checks: dict[str, Diagnostic] = field(default_factory=dict)  # command_id -> the round's `check` result
+    cordons: list[RecoveryAction] = field(default_factory=list)  # cordons the controller made (succeeded, changed)
+    merged: dict[str, str] = field(default_factory=dict)  # trigger id -> the case that took it
+    requests: dict[str, RecoveryAction] = field(default_factory=dict)  # operator requests (command_id -> planned)
+    requests_done: set[str] = field(default_factory=set)  # operator requests with a result
+    applied: int = 0
+    _seen: set[str] = field(default_factory=set)
+
+    def job(self, job_id: str) -> Job:
+        job = self.jobs.get(job_id)
+        if job is None:
+            job = self.jobs[job_id] = Job(job_id=job_id)
+        return job
+
+    def case(self, case_id: str, job_id: str) -> Case:
+        case = self.cases.get(case_id)
+        if case is None:
+            case = self.cases[case_id] = Case(case_id=case_id, job_id=job_id)
+        return case
+
+    def apply(self, events: Iterable[Event]) -> None:
+        for e in events:
+            if e.event_id in self._seen:
+                continue
+            self._seen.add(e.event_id)
+            self.applied += 1
+            if isinstance(e, RecoveryAction):
+                self._action(e)
+            elif isinstance(e, Member):
+                self._member(e)
+            elif isinstance(e, Incident):
+                held = self.incidents.get(e.incident_id)
+                if held is None or e.ts >= held.ts:
+                    self.incidents[e.incident_id] = e
+            elif isinstance(e, Alert):
+                if e.status == "firing":
+                    self.alerts.setdefault(alert_key(e), e)
+            elif isinstance(e, Command):
+                self.commands[e.command_id] = e
+            elif isinstance(e, Diagnostic):
+                if e.test == "check" and e.command_id:
+                    self.checks[e.command_id] = e
+            elif isinstance(e, Checkpoint):
+                self._checkpoint(e)
+            elif isinstance(e, Outcome):
+                self.case(e.incident_id, e.job_id).outcome = e
+
+    def _member(self, e: Member) -> None:
+        job = self.job(e.job_id)
+        held = job.members.get(e.host)
+        if held is None or e.ts >= held.ts:
+            job.members[e.host] = e
+        if job.first_seen is None or e.ts < job.first_seen:
+            job.first_seen = e.ts
+
+    def _checkpoint(self, e: Checkpoint) -> None:
+        job = self.job(e.job_id)
+        if e.phase == "committed" and (job.committed is None or e.ts >= job.committed.ts):
+            job.committed = e
+        elif e.phase == "restored":
+            job.restored.append(e)
+
+    def pending_requests(self) -> list[RecoveryAction]:
+        """Operator requests (the dashboard's cordon / uncordon / evict) not executed yet, oldest first."""
+        return sorted((r for cid, r in self.requests.items() if cid not in self.requests_done), key=lambda r: r.ts)
+
+    def _action(self, e: RecoveryAction) -> None:
+        if is_operator_request(e):
+            if e.status == "planned":
+                self.requests.setdefault(e.command_id, e)
+            elif e.status in ENDED:
+                self.requests_done.add(e.command_id)
+            return
+        if e.actor.startswith("agent:") and e.command_id:
+            held = self.acks.get(e.command_id)
+            if held is None or _RANK[e.status] > _RANK[held.status] or (
+                    _RANK[e.status] == _RANK[held.status] and e.ts >= held.ts):
+                self.acks[e.command_id] = e
+            return
+        if e.action == "cordon" and e.status == "succeeded" and e.actor == "controller" and e.details.get("changed"):
+            self.cordons.append(e)
+        if not e.incident_id:
+            return
+        case = self.case(e.incident_id, e.job_id)
+        if e.action == "plan":
+            if e.status == "skipped":
+                case.skipped = e.reason or "skipped"
+            elif case.opened_at is None or e.ts < case.opened_at:
+                case.opened_at = e.ts
+                case.plan = [str(s) for s in e.details.get("steps", [])]
+                case.details = dict(e.details)
+                job = self.job(e.job_id)
+                if e.incident_id not in job.cases:
+                    job.cases.append(e.incident_id)
+                for merged in e.details.get("merged", []):
+                    self.merged[str(merged)] = e.incident_id
+            self.merged[e.incident_id] = e.incident_id
+            return
+        if e.action == "approve" and e.status == "succeeded":
+            case.approved_at = e.ts if case.approved_at is None else max(case.approved_at, e.ts)
+        step = case.steps.get((e.action, e.target))
+        if step is None:
+            step = case.steps[(e.action, e.target)] = Step(action=e.action, target=e.target)
+        if e.status == "planned":
+            step.planned_at = step.planned_at or e.ts
+            step.dry_run = step.dry_run or e.dry_run
+        if e.status == "started":
+            step.started_at = e.ts if step.started_at is None else min(step.started_at, e.ts)
+            step.started_details = {**e.details, **step.started_details}
+        if _RANK[e.status] > _RANK[step.status] or (e.status in ENDED and step.ended_at is not None
+                                                    and e.ts > step.ended_at):
+            step.status = e.status
+            if e.status in ENDED:
+                step.ended_at, step.reason, step.details = e.ts, e.reason, dict(e.details)
+                step.started_at = step.started_at or e.started_at
+        if e.action in ("start", "restart") and e.status == "started" and e.generation:
+            job = self.job(e.job_id)
+            if e.generation > job.generation:
+                job.generation = e.generation
+                job.world = [str(h) for h in e.details.get("hosts", [])]
+                job.world_started_at = e.ts
+            if e.generation == 1 or job.first_started_at is None:
+                job.first_started_at = e.ts if job.first_started_at is None else min(job.first_started_at, e.ts)
+
+
+def alert_key(a: Alert) -> str:
+    """One firing episode of an alert: its fingerprint and when it started."""
+    return f"{a.fingerprint}@{a.first_seen:%Y%m%dT%H%M%S}"

@@ -1,0 +1,143 @@
+"""What starts a recovery: incidents, critical alerts, and rank exits nothing else explained (pure).
+
+* an open `Incident` of a controlled job: its class from category and cause — a
+  `collective_hang` is a hang, a `host_fault` or a hardware cause is hardware, a software cause
+  is software, network and unknown causes are `policy.other_as`; its culprits, `strong` unless
+  the incident's confidence is weak;
+* a firing critical `Alert` named in `policy.alert_triggers` (`alert` or `alert:category`,
+  e.g. `error_log:xid`): its host is the culprit, strong for hardware log lines;
+* a member of the running generation that exited non-zero (or by a signal) and no incident or
+  alert explained within `policy.exit_grace_s`: class `policy.exit_as`, the first host that
+  exited is the culprit (MegaScale's driver watching its executors' processes).
+
+Triggers older than `policy.max_trigger_age_s` are history and never returned; neither is a
+trigger some case already took (`ClusterState.merged`). `strongest` merges a job's triggers
+that arrive within the settle window into one: the strongest class, every culprit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from vigil.contract import Incident, Member
+from vigil.recovery.controller.state import ClusterState
+from vigil.recovery.settings import PolicyClass, PolicySettings
+
+STRENGTH: dict[str, int] = {"software": 0, "hang": 1, "hardware": 2}
+HARDWARE_LOGS = frozenset({"xid", "ecc", "nvlink", "gpu_lost"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Culprit:
+    host: str
+    strong: bool
+    rank: int | None = None
+    message: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Trigger:
+    trigger_id: str
+    job_id: str
+    cls: PolicyClass
+    source: str  # incident | alert | exit
+    category: str
+    cause: str
+    culprits: tuple[Culprit, ...]
+    first_sign: datetime
+    detected: datetime
+    summary: str
+
+
+def classify(incident: Incident, policy: PolicySettings) -> PolicyClass:
+    if incident.category == "collective_hang":
+        return "hang"
+    if incident.category == "host_fault" or incident.cause == "hardware":
+        return "hardware"
+    if incident.cause == "software":
+        return "software"
+    return policy.other_as
+
+
+def since(m: Member) -> datetime:
+    """When the member entered its state (its event time when it did not say)."""
+    return m.since or m.ts
+
+
+def _controlled(state: ClusterState, job_id: str) -> bool:
+    job = state.jobs.get(job_id)
+    return job is not None and bool(job.members)
+
+
+def triggers(state: ClusterState, policy: PolicySettings, now: datetime) -> list[Trigger]:
+    """Every trigger not yet taken, oldest first."""
+    oldest = now - timedelta(seconds=policy.max_trigger_age_s)
+    out: list[Trigger] = []
+    for inc in state.incidents.values():
+        if inc.status != "open" or inc.incident_id in state.merged or inc.detected < oldest:
+            continue
+        if not _controlled(state, inc.job_id):
+            continue
+        strong = inc.confidence == "strong"
+        out.append(Trigger(
+            trigger_id=inc.incident_id, job_id=inc.job_id, cls=classify(inc, policy), source="incident",
+            category=inc.category, cause=inc.cause, first_sign=inc.first_sign, detected=inc.detected,
+            culprits=tuple(Culprit(host=c.host, rank=c.rank, strong=strong, message=c.message[:500])
+                           for c in inc.culprits),
+            summary=inc.summary))
+    for key, alert in state.alerts.items():
+        tid = key
+        if tid in state.merged or alert.severity != "critical" or alert.ts < oldest:
+            continue
+        if not _controlled(state, alert.job_id):
+            continue
+        category = str(alert.evidence.get("category", ""))
+        cls = policy.alert_triggers.get(f"{alert.alert}:{category}") or policy.alert_triggers.get(alert.alert)
+        if cls is None:
+            continue
+        host = str(alert.evidence.get("host") or alert.host)
+        culprits = () if host in ("*", "") else (
+            Culprit(host=host, strong=category in HARDWARE_LOGS, message=alert.summary[:500]),)
+        out.append(Trigger(
+            trigger_id=tid, job_id=alert.job_id, cls=cls, source="alert", category=alert.alert,
+            cause="hardware" if cls == "hardware" else "unknown", culprits=culprits, first_sign=alert.first_seen,
+            detected=alert.ts, summary=alert.summary))
+    grace = timedelta(seconds=policy.exit_grace_s)
+    for job in state.jobs.values():
+        if job.generation == 0 or job.world_started_at is None:
+            continue
+        tid = f"{job.job_id}/exit/g{job.generation}"
+        if tid in state.merged:
+            continue
+        failed = sorted((m for h, m in job.members.items() if h in job.world and m.state == "exited"
+                         and m.generation == job.generation and (m.exit_code or m.signal)
+                         and since(m) >= job.world_started_at), key=since)
+        if not failed or now - since(failed[0]) < grace or since(failed[0]) < oldest:
+            continue
+        first = failed[0]
+        how = f"signal {first.signal}" if first.signal else f"exit code {first.exit_code}"
+        out.append(Trigger(
+            trigger_id=tid, job_id=job.job_id, cls=policy.exit_as, source="exit", category="process_exit",
+            cause="unknown", culprits=(Culprit(host=first.host, strong=False, message=f"exited with {how}"),),
+            first_sign=since(first), detected=since(first) + grace,
+            summary=f"{first.host} exited with {how} in generation {job.generation}; "
+                    f"{len(failed)} of {len(job.world)} hosts exited"))
+    return sorted(out, key=lambda t: t.detected)
+
+
+def strongest(group: Sequence[Trigger]) -> Trigger:
+    """One trigger standing for `group` (same job): the strongest class, the union of culprits
+    (strong when any said so), the earliest first sign; the id of the first that arrived."""
+    first = min(group, key=lambda t: t.detected)
+    top = max(group, key=lambda t: (STRENGTH[t.cls], -t.detected.timestamp()))
+    culprits: dict[str, Culprit] = {}
+    for t in sorted(group, key=lambda t: -STRENGTH[t.cls]):
+        for c in t.culprits:
+            held = culprits.get(c.host)
+            if held is None or (c.strong and not held.strong):
+                culprits[c.host] = c
+    return Trigger(trigger_id=first.trigger_id, job_id=first.job_id, cls=top.cls, source=top.source,
+                   category=top.category, cause=top.cause, culprits=tuple(culprits.values()),
+                   first_sign=min(t.first_sign for t in group), detected=first.detected, summary=top.summary)

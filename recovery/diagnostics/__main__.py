@@ -1,0 +1,75 @@
+"""`python -m vigil.recovery.diagnostics --round R --group H0,H1 --rank I --master-addr A --master-port P`
+
+One host's part of one diagnostics round, run by its node agent for a `diagnose` command:
+GEMM, intra-node all-to-all, then the all-reduce with the other hosts of its group (rank 0
+hosts the group's store). Prints one `diagnostic` event per test and one `check` event for
+the round (ok, elapsed: this host's own time) as JSON lines on stdout, which the agent
+ships; exits 0 when every test passed, 1 otherwise. Identity from `VIGIL_JOB_ID`,
+`VIGIL_HOST`, `VIGIL_COMMAND_ID`, `VIGIL_INCIDENT_ID` (set by the agent).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m vigil.recovery.diagnostics", description=__doc__)
+    p.add_argument("--round", type=int, default=1)
+    p.add_argument("--group", required=True, help="the hosts tested together, comma-separated, rank order")
+    p.add_argument("--rank", type=int, required=True, help="this host's index in --group")
+    p.add_argument("--master-addr", default="127.0.0.1")
+    p.add_argument("--master-port", type=int, default=29400)
+    p.add_argument("--timeout", type=float, default=60.0, help="time limit of each test, seconds")
+    p.add_argument("--gemm-size", type=int, default=384)
+    p.add_argument("--gemm-iters", type=int, default=100)
+    p.add_argument("--alltoall-procs", type=int, default=2)
+    p.add_argument("--allreduce-mb", type=float, default=1.0)
+    p.add_argument("--allreduce-iters", type=int, default=5)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from vigil.contract import Diagnostic
+    from vigil.recovery.diagnostics import checks
+
+    args = parse(argv)
+    group = [h for h in args.group.split(",") if h]
+    base: dict[str, Any] = {"job_id": os.environ.get("VIGIL_JOB_ID", "default"),
+                            "host": os.environ.get("VIGIL_HOST") or group[args.rank],
+                            "incident_id": os.environ.get("VIGIL_INCIDENT_ID", ""),
+                            "command_id": os.environ.get("VIGIL_COMMAND_ID", ""), "round": args.round, "group": group}
+
+    def emit(test: str, ok: bool, values: dict[str, float], error: str = "") -> None:
+        print(Diagnostic(test=test, ok=ok, values=values, error=error[:4096], **base).model_dump_json(), flush=True)  # type: ignore[arg-type]
+
+    tests: list[tuple[str, Callable[[], checks.Measure]]] = [
+        ("gemm", lambda: checks.gemm(args.gemm_size, args.gemm_iters, args.timeout)),
+        ("alltoall", lambda: checks.alltoall(args.alltoall_procs, 64 * 1024, args.timeout)),
+        ("allreduce", lambda: checks.allreduce(rank=args.rank, size=len(group), master_addr=args.master_addr,
+                                               master_port=args.master_port, mb=args.allreduce_mb,
+                                               iters=args.allreduce_iters, timeout_s=args.timeout)),
+    ]
+    ok, elapsed, errors, summary = True, 0.0, [], {}
+    for name, run in tests:
+        t0 = time.perf_counter()
+        try:
+            m = run()
+            elapsed += m.seconds
+            summary.update(m.values)
+            emit(name, True, {"seconds": round(m.seconds, 4), **m.values})
+        except Exception as exc:  # CheckFailed, or anything torch raised
+            ok = False
+            errors.append(str(exc) if isinstance(exc, checks.CheckFailed) else f"{name}: {type(exc).__name__}: {exc}")
+            emit(name, False, {"seconds": round(time.perf_counter() - t0, 4)}, errors[-1])
+    emit("check", ok, {"elapsed_s": round(elapsed, 4), **summary}, "; ".join(errors))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

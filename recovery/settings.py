@@ -1,0 +1,99 @@
+"""Recovery controller settings: mode, node backend, policy, safety limits, diagnostics, timeouts.
+
+Environment `VIGIL_RECOVERY_<NAME>` or the `[recovery]` table of the `VIGIL_CONFIG` file;
+sections keep flat names where users set them (`VIGIL_RECOVERY_BREAKER_MAX_CORDONS_PER_HOUR`,
+`breaker_max_cordons_per_hour = 3` in `[recovery]`, or `max_cordons_per_hour = 3` in
+`[recovery.breaker]`). The `kubernetes` section configures that node backend
+(`backends.kubernetes.settings`). Durations are wall-clock seconds. See recovery/README.md.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic_settings import SettingsConfigDict
+
+from vigil.recovery.backends.kubernetes.settings import KubernetesSettings
+from vigil.settings import VigilBaseSettings
+
+PolicyClass = Literal["hardware", "software", "hang"]
+Mode = Literal["auto", "dry-run", "manual"]
+
+
+DEFAULT_ALERT_TRIGGERS: dict[str, PolicyClass] = {
+    "error_log:xid": "hardware", "error_log:ecc": "hardware", "error_log:nvlink": "hardware",
+    "heartbeat_loss": "hardware", "traffic_stall": "hang",
+}
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PolicySettings(_Section):
+    """What each kind of fault gets (see recovery/README.md, "Policy")."""
+
+    diagnose_hardware: bool = Field(default=True, description="hardware incidents: run diagnostics before cordoning")
+    diagnose_hang: bool = Field(default=True, description="hangs and traffic stops: run diagnostics")
+    cordon_slow: bool = Field(default=True, description="cordon hosts the diagnostics find slow (not only faulty)")
+    crash_loops: int = Field(default=3, ge=1, description="software faults: after this many restarts without "
+                             "checkpoint progress, stop the job and page")
+    other_as: PolicyClass = Field(default="hang", description="network and unknown causes are handled as this")
+    exit_as: PolicyClass = Field(default="software", description="a rank exit no incident explains within "
+                                 "exit_grace_s is handled as this")
+    exit_grace_s: float = Field(default=30.0, gt=0, description="how long an exit waits for the analyzer's incident "
+                                "(it holds a crash's hardware lines ~20 s to tie them to the crash)")
+    escalate_window_s: float = Field(default=120.0, ge=0, description="a stronger verdict (an incident) on the failure "
+                                     "a finished recovery took as weaker, first sign within this of that recovery's: "
+                                     "recover again as the stronger class (a hardware culprit still in the job gets cordoned)")
+    settle_s: float = Field(default=2.0, ge=0, description="triggers of one job within this window open one "
+                            "recovery (the strongest class, every culprit)")
+    alert_triggers: dict[str, PolicyClass] = Field(
+        default_factory=lambda: dict(DEFAULT_ALERT_TRIGGERS),
+        description="critical alerts that start a recovery: `alert` or `alert:category` -> class")
+    max_trigger_age_s: float = Field(default=900.0, gt=0, description="older incidents and alerts are history, "
+                                     "never acted on")
+    scale_up: bool = Field(default=True, description="restart with more nodes when an eligible host waits")
+    scale_up_wait_s: float = Field(default=30.0, ge=0, description="how long a new host waits before a scale-up")
+
+
+class BreakerSettings(_Section):
+    """Storm protection (NVSentinel, medik8s NodeHealthCheck): beyond a limit, stop acting and page."""
+
+    max_cordons_per_hour: int = Field(default=3, ge=0, description="cordons in any rolling hour, cluster-wide")
+    max_job_fraction: float = Field(default=0.5, gt=0, le=1, description="most of a job's hosts cordoned at once")
+
+
+class DiagnosticsSettings(_Section):
+    round_timeout_s: float = Field(default=60.0, gt=0, description="time limit of one diagnostics round per host")
+    slow_factor: float = Field(default=2.0, gt=1, description="slower than this x the fleet median is slow")
+    gemm_size: int = Field(default=384, ge=16, description="matrix size of the GEMM test")
+    gemm_iters: int = Field(default=100, ge=1)
+    alltoall_procs: int = Field(default=2, ge=1, description="local devices in the all-to-all (CPU: in-process)")
+    allreduce_mb: float = Field(default=1.0, gt=0)
+    allreduce_iters: int = Field(default=5, ge=1)
+
+
+class RecoverySettings(VigilBaseSettings):
+    model_config = SettingsConfigDict(env_prefix="VIGIL_RECOVERY_")
+    config_section = "recovery"
+
+    mode: Mode = Field(default="auto", description="auto: act; dry-run: decide and publish only; manual: wait for "
+                       "`vigil recovery approve`")
+    backend: Literal["local", "kubernetes"] = Field(default="local", description="who cordons and evicts hosts")
+    lease_group: str = Field(default="vigil-recovery", min_length=1, description="consumer group of the leader "
+                             "lease (prefixed with the topic prefix): one active controller per cluster")
+    tick_s: float = Field(default=0.25, gt=0, description="how often open recoveries are advanced")
+    member_stale_s: float = Field(default=45.0, gt=0, description="a member silent this long is gone")
+    form_wait_s: float = Field(default=10.0, ge=0, description="a new job starts once nodes_max agents wait, or "
+                               "nodes_min have waited this long")
+    pause_timeout_s: float = Field(default=60.0, gt=0, description="stop commands unanswered this long: go on")
+    dump_timeout_s: float = Field(default=15.0, gt=0)
+    restart_timeout_s: float = Field(default=300.0, gt=0, description="start commands to the first step")
+    restart_wait_s: float = Field(default=120.0, ge=0, description="fewer eligible hosts than the job's minimum: "
+                                  "wait this long for one, then page")
+    policy: PolicySettings = PolicySettings()
+    breaker: BreakerSettings = BreakerSettings()
+    diagnostics: DiagnosticsSettings = DiagnosticsSettings()
+    kubernetes: KubernetesSettings = KubernetesSettings()

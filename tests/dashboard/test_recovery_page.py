@@ -1,0 +1,117 @@
+"""The Recovery page from real ClickHouse rows: a recovery the real controller engine ran (recstory.py),
+ingested by the analyzer's own processors and writer, read back by the page's queries and rendered."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.dashboard.recstory import CULPRIT, JOB, Story, load, story
+from vigil.dashboard.queries import recovery as q
+from vigil.dashboard.store import Store
+
+pytestmark = pytest.mark.clickhouse
+
+
+@pytest.fixture(scope="module")
+def told(tmp_path_factory: pytest.TempPathFactory) -> Story:
+    return story(tmp_path_factory.mktemp("rec"))
+
+
+@pytest.fixture(scope="module")
+def store(clickhouse_dsn: str, told: Story) -> Store:
+    from vigil.app.components import migrate_all
+    from vigil.clickhouse.client import connect
+
+    client: Any = connect(clickhouse_dsn, database=f"t_rec_{uuid.uuid4().hex[:8]}")
+    migrate_all(client, 30)
+    load(client, told.events)
+    load(client, told.events)  # delivered twice: the page must not count anything twice
+    return Store(client=client)
+
+
+def test_the_recovery_with_its_steps_timings_and_outcome(store: Store, told: Story) -> None:
+    recs = q.recoveries(store, JOB)
+    rec = next(r for r in recs if r.incident_id == told.incident_id)
+    assert (rec.cls, rec.category, rec.culprits) == ("hardware", "host_fault", [CULPRIT])
+    assert rec.plan == ["pause", "diagnose", "cordon", "restart"]
+    steps = {(s["action"], s["target"]): s for s in rec.steps}
+    for key in (("pause", JOB), ("diagnose", JOB), ("cordon", CULPRIT), ("restart", JOB)):
+        assert steps[key]["state"] == "succeeded", key
+        assert steps[key]["duration_ms"] is not None, key
+    assert all(s["action"] not in ("stop", "start") or s["target"] == JOB for s in rec.steps), "agent acks left out"
+    o = rec.outcome
+    assert o is not None and o["result"] == "resumed" and list(o["cordoned"]) == [CULPRIT]
+    assert (o["checkpoint_step"], o["first_step"], o["detect_s"]) == (10, 11, 2.0)
+    assert o["steps_lost"] is not None and o["steps_lost"] > 0 and o["restart_s"] is not None
+    assert q.halted(recs) is None and not rec.awaiting_approval
+
+
+def test_current_cordons_and_goodput_agree_with_the_controller(store: Store, told: Story) -> None:
+    from vigil.recovery.controller.goodput import job_goodput
+
+    (cordon,) = q.cordons(store)
+    assert (cordon["target"], cordon["incident"], cordon["who"]) == (CULPRIT, told.incident_id, "controller")
+    mine = q.goodput(store, JOB, q.recoveries(store, JOB))
+    theirs = job_goodput(told.state, told.state.job(JOB), told.now)
+    assert mine is not None and theirs is not None
+    assert (mine.ratio, mine.iterations, mine.step_ms, mine.wall_s) == (
+        theirs.ratio, theirs.iterations, theirs.step_ms, theirs.wall_s)
+    assert mine.costs == theirs.costs and 0 < mine.ratio < 1
+    states = {m["host"]: m["agent_state"] for m in q.members(store, JOB)}
+    assert states == {h: m.state for h, m in told.state.job(JOB).members.items()}
+    assert states["h0"] == states["h1"] == "training" and states[CULPRIT] != "training"
+
+
+def test_the_page_tells_the_story_read_only(store: Store, told: Story) -> None:
+    from tests.dashboard.dashhttp import find, render_page, texts
+    from vigil.dashboard.service import DashboardService
+    from vigil.dashboard.settings import DashboardSettings
+
+    svc = DashboardService(client=store.client, settings=DashboardSettings(port=0))
+    svc.start()
+    try:
+        page = render_page(svc.url, "/recovery", f"?job={JOB}")
+    finally:
+        svc.stop()
+    shown = " ".join(texts(page))
+    assert told.incident_id in shown and "resumed" in shown and f"cordoned {CULPRIT}" in shown
+    assert "from checkpoint step 10 (first step 11)" in shown
+    g = q.goodput(store, JOB, q.recoveries(store, JOB))
+    assert g is not None and "effective training time ratio" in shown and f"{g.ratio:.1%}" in shown
+    for what in ("detect", "decide", "pause", "diagnose", "restart", "checkpoint load", "steps lost"):
+        assert what in shown, what
+    cordon = find(page, {"type": "rec-act", "action": "cordon", "target": "h0", "job": JOB})
+    uncordon = find(page, {"type": "rec-act", "action": "uncordon", "target": CULPRIT, "job": JOB})
+    assert cordon is not None and uncordon is not None
+    assert cordon["props"]["disabled"] and uncordon["props"]["disabled"], "read-only: buttons disabled"
+    assert "read-only" in shown
+
+
+def test_no_recoveries_is_said_not_blank(store: Store, tmp_path: Path) -> None:
+    assert q.recoveries(store, "no-such-job") == []
+    assert q.goodput(store, "no-such-job", []) is None
+
+
+@pytest.mark.browser
+def test_in_the_browser_the_story_shows_and_the_buttons_are_disabled(dash_duo: Any, store: Store,
+                                                                      told: Story) -> None:
+    from vigil.dashboard.app import create_app
+    from vigil.dashboard.settings import DashboardSettings
+
+    dash_duo.start_server(create_app(store.client, DashboardSettings(refresh_s=3600)))
+    dash_duo.driver.get(f"{dash_duo.server_url}/recovery?job={JOB}")
+    dash_duo.wait_for_element("#recoveries .recovery", timeout=30)
+    story_text = dash_duo.find_element("#recoveries").text
+    assert told.incident_id in story_text and "resumed" in story_text and f"cordoned {CULPRIT}" in story_text
+    assert "EFFECTIVE TRAINING TIME RATIO" in dash_duo.find_element("#goodput-stats").text.upper()
+    assert CULPRIT in dash_duo.find_element("#rec-cordons").text
+    buttons = dash_duo.driver.find_elements_by_css_selector("button.act")
+    assert len(buttons) >= 7 and all(not b.is_enabled() for b in buttons)  # cordon+evict x 3 hosts, uncordon
+    bar = dash_duo.find_element("#action-bar")
+    assert bar.is_displayed() and "read-only" in bar.text
+    assert not dash_duo.driver.find_element_by_id("rec-token").is_enabled()
+    assert [e for e in (dash_duo.get_logs() or []) if e.get("level") == "SEVERE"] == []

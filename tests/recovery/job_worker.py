@@ -1,0 +1,106 @@
+"""A small real training job for the recovery tests: DDP over gloo, `Checkpointer`, `StepTimer`, faults on cue.
+
+Run by torchrun under `vigil run --nodes ...` (one process per host here). It resumes with
+`load_latest` and numbers its steps from there (`start_step`), saves every `--save-every`
+steps, and sleeps `--step-ms` per step so the job is slow enough to watch. Faults, each on
+host `--fault-host` (its local rank 0) at step `--fault-step`, once per `--once FILE`
+(the file is created when it fires; without it the fault fires every time the step comes):
+
+* `xid`: prints an Xid 79 line and dies with a CUDA error (a GPU fallen off the bus);
+* `crash`: a ValueError raised in user code (a traceback, exit 1);
+* `hang`: stops in the middle of a step for good (its peers wait in the all-reduce).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
+from torch.nn.parallel import DistributedDataParallel
+
+from vigil.recovery.checkpoint import CheckpointConfig, Checkpointer, TrainState
+from vigil.timer import StepTimer, TimerConfig
+
+
+def parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    p.add_argument("--ckpt", required=True)
+    p.add_argument("--steps", type=int, default=100_000)
+    p.add_argument("--step-ms", type=float, default=100.0)
+    p.add_argument("--save-every", type=int, default=5)
+    p.add_argument("--fault", choices=("none", "xid", "crash", "hang"), default="none")
+    p.add_argument("--fault-host", default="")
+    p.add_argument("--fault-step", type=int, default=-1)
+    p.add_argument("--once", default="")
+    return p.parse_args()
+
+
+def load_batch(step: int) -> torch.Tensor:
+    raise ValueError(f"corrupt sample in shard {step % 7} (user code)")
+
+
+def fault(args: argparse.Namespace, step: int) -> None:
+    if args.fault == "none" or step != args.fault_step or os.environ.get("VIGIL_HOST") != args.fault_host:
+        return
+    if int(os.environ.get("LOCAL_RANK", "0")) != 0:
+        return
+    if args.once:
+        if Path(args.once).exists():
+            return
+        Path(args.once).touch()
+    if args.fault == "xid":
+        print(f"NVRM: Xid (PCI:0000:3b:00): 79, pid={os.getpid()}, GPU has fallen off the bus.", file=sys.stderr,
+              flush=True)
+        raise RuntimeError("CUDA error: unspecified launch failure")
+    if args.fault == "hang":
+        print(f"[worker] hanging at step {step}", flush=True)
+        while True:
+            time.sleep(3600)
+    load_batch(step)
+
+
+@record
+def main() -> int:
+    args = parse()
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", timeout=timedelta(seconds=30))
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4)))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    ckpt = Checkpointer(CheckpointConfig(directory=args.ckpt, keep=3, dp_group="world", collective_timeout_s=30,
+                                         busy_timeout_s=5))
+    state = {"train": TrainState(model, opt)}
+    restored = ckpt.load_latest(state)
+    start = 0 if restored is None else restored + 1
+    print(f"[worker] rank {rank} of {dist.get_world_size()} starts at step {start} (checkpoint {restored})",
+          flush=True)
+    timer = StepTimer(TimerConfig(start_step=start, coords={"dp": rank, "tp": 0, "pp": 0}))
+    gen = torch.Generator().manual_seed(rank)
+    try:
+        for step in range(start, args.steps):
+            with timer.step(samples=8):
+                fault(args, step)
+                x, y = torch.randn(8, 32, generator=gen), torch.randn(8, 4, generator=gen)
+                opt.zero_grad()
+                torch.nn.functional.mse_loss(model(x), y).backward()
+                opt.step()
+                time.sleep(args.step_ms / 1000)
+            if step > start and step % args.save_every == 0:
+                ckpt.save(step, state)
+    finally:
+        timer.close()
+    ckpt.close()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

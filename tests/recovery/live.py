@@ -1,0 +1,134 @@
+"""A live recovery setup for end-to-end tests: a `vigil recovery run` process, `vigil run --nodes` agents,
+the real broker; the test plays the analyzer (it publishes the incidents) and reads the log.
+
+`Live.fold()` follows the recovery, commands, logs and alerts topics into a `ClusterState` (the
+controller's own fold) and keeps every event; `wait_for` polls it. `close()` stops every process
+it started: agents by SIGTERM (each stops its training command), then SIGKILL of what is left.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.waiting import wait_until
+from vigil.app.demo.run import kill_tree
+from vigil.contract import Event, Outcome, RecoveryAction
+from vigil.kafka.follow import Follower
+from vigil.kafka.producer import EventProducer
+from vigil.recovery.controller.state import ClusterState
+from vigil.settings import VigilSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).parent
+PY = sys.executable
+FAST = {  # the controller's timings for tests: act at once, short grace periods
+    "VIGIL_RECOVERY_POLICY_SETTLE_S": "0", "VIGIL_RECOVERY_FORM_WAIT_S": "2", "VIGIL_RECOVERY_TICK_S": "0.2",
+    "VIGIL_RECOVERY_POLICY_EXIT_GRACE_S": "60", "VIGIL_RECOVERY_MEMBER_STALE_S": "30",
+}
+
+
+@dataclass(kw_only=True)
+class Live:
+    settings: VigilSettings
+    bootstrap: str
+    tmp: Path
+    recovery_env: dict[str, str] = field(default_factory=dict)
+    agents: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    controller: subprocess.Popen[bytes] | None = None
+    state: ClusterState = field(default_factory=ClusterState)
+    events: list[Event] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.home = self.tmp / "home"
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("VIGIL_", "TORCH_FR"))}
+        self.env.update(VIGIL_HOME=str(self.home), VIGIL_KAFKA_BOOTSTRAP=self.bootstrap,
+                        VIGIL_TOPIC_PREFIX=self.settings.topic_prefix,
+                        VIGIL_TOPIC_PARTITIONS=str(self.settings.topic_partitions), OMP_NUM_THREADS="1",
+                        PYTHONPATH=str(ROOT), **FAST, **self.recovery_env)
+        self._follower = Follower(settings=self.settings, bootstrap=self.bootstrap,
+                                  topics=["recovery", "commands", "logs", "alerts", "incidents"], refresh_s=1.0)
+        self._producer = EventProducer(settings=self.settings, bootstrap=self.bootstrap)
+
+    # ---- processes -------------------------------------------------------------------------------
+    def _spawn(self, argv: list[str], log: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+        out = open(self.tmp / log, "ab")  # noqa: SIM115
+        try:
+            return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+        finally:
+            out.close()
+
+    def start_controller(self) -> None:
+        self.controller = self._spawn([PY, "-m", "vigil", "recovery", "run"], "controller.log", self.env)
+
+    def kill_controller(self) -> None:
+        assert self.controller is not None
+        self.controller.send_signal(signal.SIGKILL)
+        self.controller.wait(30)
+        self.controller = None
+
+    def start_agent(self, host: str, command: Sequence[str], *, nodes: str, job: str, spare: bool = False,
+                    env: dict[str, str] | None = None) -> None:
+        argv = [PY, "-m", "vigil", "run", "--host", host, "--job", job, "--nodes", nodes, "--rdzv-addr", "127.0.0.1",
+                "--keepalive", "2", "--kill-grace", "10", "--heartbeat-interval", "5", *(["--spare"] if spare else []),
+                "--", *command]
+        self.agents[host] = self._spawn(argv, f"agent-{host}.log", {**self.env, **(env or {})})
+
+    def close(self) -> None:
+        for proc in self.agents.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.agents.values():
+            _wait_or_kill(proc, 40)
+        if self.controller is not None:
+            self.controller.send_signal(signal.SIGTERM)
+            _wait_or_kill(self.controller, 20)
+        self._follower.close()
+
+    # ---- the log ---------------------------------------------------------------------------------
+    def publish(self, events: list[Event]) -> None:
+        self._producer.send(events)
+        self._producer.flush(15)
+
+    def fold(self) -> ClusterState:
+        new = self._follower.poll(0.2)
+        self.events += new
+        self.state.apply(new)
+        return self.state
+
+    def wait_for(self, predicate: Callable[[ClusterState], Any], timeout: float, what: str) -> None:
+        wait_until(lambda: predicate(self.fold()), timeout, what)
+
+    def actions(self, **match: Any) -> list[RecoveryAction]:
+        return [e for e in self.events if isinstance(e, RecoveryAction)
+                and all(getattr(e, k) == v for k, v in match.items())]
+
+    def outcome(self, case: str) -> Outcome | None:
+        c = self.state.cases.get(case)
+        return c.outcome if c is not None else None
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([PY, "-m", "vigil", *args], env=self.env, capture_output=True, text=True, timeout=120)
+
+
+def _wait_or_kill(proc: subprocess.Popen[bytes], timeout: float) -> None:
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        kill_tree(proc)
+
+
+def worker(*args: str) -> list[str]:
+    """A torchrun command line of the real training job (tests/recovery/job_worker.py), one rank per host."""
+    return [PY, "-m", "torch.distributed.run", "--nproc-per-node", "1", str(HERE / "job_worker.py"), *args]
+
+
+def fake_train(*args: str) -> list[str]:
+    return [PY, str(HERE / "fake_train.py"), *args]

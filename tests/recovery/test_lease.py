@@ -1,0 +1,39 @@
+"""One active controller per cluster: the Kafka consumer-group lease, with two controllers in one process."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.waiting import wait_until
+from vigil.cordons import CordonRegistry
+from vigil.recovery.backends.local import LocalBackend
+from vigil.recovery.controller.service import RecoveryService
+from vigil.recovery.settings import RecoverySettings
+from vigil.settings import VigilSettings
+
+pytestmark = pytest.mark.kafka
+
+
+def test_exactly_one_controller_leads_and_a_standby_takes_over(topics: VigilSettings, broker_bootstrap: str,
+                                                               tmp_path: Path) -> None:
+    backend = LocalBackend(CordonRegistry(tmp_path / "cordons.json"))
+    services = [RecoveryService(topics, broker_bootstrap, RecoverySettings(), backend=backend) for _ in range(2)]
+    try:
+        services[0].start()
+        wait_until(lambda: services[0].health()["leading"], 60, "the first controller to lead")
+        services[1].start()
+        deadline = time.monotonic() + 12  # through the rebalance the second one's join causes
+        while time.monotonic() < deadline:
+            assert not all(s.health()["leading"] for s in services), "two controllers led at once"
+            time.sleep(0.05)
+        wait_until(lambda: sum(s.health()["leading"] for s in services) == 1, 60, "one leader")
+        leader, standby = sorted(services, key=lambda s: not s.health()["leading"])
+        assert standby.health()["ok"] and standby.health()["caught_up"]  # it folds the log while it waits
+        leader.stop()
+        wait_until(lambda: standby.health()["leading"], 60, "the standby to take the lease")
+    finally:
+        for s in services:
+            s.stop()

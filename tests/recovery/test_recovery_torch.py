@@ -1,0 +1,129 @@
+"""Real PyTorch jobs under recovery control: an Xid on one of three hosts, a user-code crash and its loop.
+
+Each host is a `vigil run --nodes ...` agent launching torchrun with tests/recovery/job_worker.py
+(DDP over gloo, `Checkpointer` every 5 steps, `StepTimer`); the controller is a `vigil recovery run`
+process. The test plays the analyzer: it reads the agents' classified lines and exits from the
+`logs` topic and publishes the incidents (the analyzer's incidents are wired in after the merge).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from live import Live, worker
+from test_recovery_live import cordoned, training
+
+from vigil.contract import Alert, Checkpoint, Incident, LogLine, ProcessExit, RankRef
+from vigil.settings import VigilSettings
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+@pytest.fixture
+def live(topics: VigilSettings, broker_bootstrap: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Live]:
+    marker = request.node.get_closest_marker("recovery_env")
+    setup = Live(settings=topics, bootstrap=broker_bootstrap, tmp=tmp_path,
+                 recovery_env=dict(marker.args[0]) if marker else {})
+    try:
+        yield setup
+    finally:
+        setup.close()
+
+
+def committed(live: Live, job: str) -> list[Checkpoint]:
+    return [e for e in live.events if isinstance(e, Checkpoint) and e.job_id == job and e.phase == "committed"]
+
+
+@pytest.mark.recovery_env({"VIGIL_RECOVERY_POLICY_CORDON_SLOW": "false",
+                           "VIGIL_RECOVERY_DIAGNOSTICS_ROUND_TIMEOUT_S": "90"})
+def test_xid_on_one_of_three_hosts_cordons_it_and_training_resumes_on_two_from_the_checkpoint(live: Live) -> None:
+    job = "job-xid"
+    args = ["--ckpt", str(live.tmp / "ckpt"), "--fault", "xid", "--fault-host", "h2", "--fault-step", "12",
+            "--once", str(live.tmp / "xid.once")]
+    for h in ("h0", "h1", "h2"):
+        live.start_agent(h, worker(*args), nodes="2:3", job=job)
+    live.start_controller()
+    live.wait_for(training(job, 1, 3), 240, "the job to start on 3 hosts")
+
+    xid: list[LogLine] = []
+    live.wait_for(lambda s: xid.extend(e for e in live.events if isinstance(e, LogLine) and e.category == "xid")
+                  or xid, 120, "the Xid line of h2")
+    line = xid[0]
+    assert line.host == "h2" and line.xid == 79
+    before = max(c.step for c in committed(live, job) if c.ts <= line.ts)
+    inc = Incident(job_id=job, host="h2", incident_id=f"{job}/host_fault/h2/xid79", category="host_fault",
+                   cause="hardware", status="open", severity="critical", summary="h2 rank 2: Xid 79, GPU fell off the bus",
+                   culprits=[RankRef(host="h2", rank=2, message=line.message)], first_sign=line.ts,
+                   detected=datetime.now(UTC))
+    live.publish([inc])
+    live.wait_for(lambda s: live.outcome(inc.incident_id) is not None, 300, "the recovery to end")
+
+    out = live.outcome(inc.incident_id)
+    assert out is not None and out.result == "resumed", out
+    assert cordoned(live) == {"h2"} and out.cordoned == ["h2"]
+    assert out.hosts == ["h0", "h1"] and live.state.job(job).world == ["h0", "h1"]
+    assert out.checkpoint_step is not None and out.checkpoint_step >= before  # the latest complete checkpoint
+    assert out.first_step == out.checkpoint_step + 1
+    restored = {(e.host, e.step) for e in live.events if isinstance(e, Checkpoint) and e.phase == "restored"}
+    assert restored == {("h0", out.checkpoint_step), ("h1", out.checkpoint_step)}
+    assert out.checkpoint_load_s is not None and out.total_s is not None and out.steps_lost is not None
+    print(f"\nXid recovery: detect {out.detect_s} s, pause {out.pause_s} s, diagnose {out.diagnose_s} s, "
+          f"restart {out.restart_s} s (checkpoint load {out.checkpoint_load_s} s), total {out.total_s} s; "
+          f"{out.steps_lost} steps lost")
+
+    history = live.cli("recovery", "history", "--job", job, "--json")
+    assert history.returncode == 0, history.stderr
+    (rec,) = [r for r in json.loads(history.stdout)["recoveries"] if r["id"] == inc.incident_id]
+    steps = {(s["action"], s["target"]): s for s in rec["steps"]}
+    for key in [("pause", job), ("diagnose", job), ("diagnose", "round-1"), ("cordon", "h2"), ("cordon", job),
+                ("restart", job)]:
+        assert steps[key]["status"] == "succeeded" and steps[key]["seconds"] is not None, key
+    assert rec["outcome"]["first_step"] == out.first_step
+    text = live.cli("recovery", "history", "--job", job).stdout
+    assert f"resumed at step {out.first_step} from checkpoint {out.checkpoint_step}" in text and "cordoned h2" in text
+
+
+@pytest.mark.recovery_env({"VIGIL_RECOVERY_POLICY_CRASH_LOOPS": "1"})
+def test_user_code_crash_restarts_without_cordon_and_a_crash_loop_stops_the_job_and_pages(live: Live) -> None:
+    job = "job-crash"
+    args = ["--ckpt", str(live.tmp / "ckpt"), "--fault", "crash", "--fault-host", "h1", "--fault-step", "3"]
+    for h in ("h0", "h1"):  # crashes at step 3 every time, before the first checkpoint (step 5)
+        live.start_agent(h, worker(*args), nodes="2:2", job=job)
+    live.start_controller()
+    reported: list[str] = []
+    seen = [0]
+
+    def analyzer(state: object) -> bool:
+        """The crash_cascade incident of each user-code crash, as the analyzer would publish it."""
+        new, seen[0] = live.events[seen[0]:], len(live.events)
+        for e in new:
+            if isinstance(e, ProcessExit) and e.host == "h1" and "ValueError" in e.summary:
+                iid = f"{job}/crash_cascade/h1/g{live.state.job(job).generation}"  # one per generation
+                if iid not in reported:
+                    reported.append(iid)
+                    live.publish([Incident(job_id=job, host="h1", incident_id=iid, category="crash_cascade",
+                                           cause="software", status="open", severity="critical", summary=e.summary,
+                                           culprits=[RankRef(host="h1", rank=e.rank, message=e.summary)],
+                                           first_sign=e.ts, detected=datetime.now(UTC))])
+        return any(c.outcome is not None and c.outcome.result == "halted" for c in live.state.cases.values()
+                   if c.job_id == job)
+
+    live.wait_for(analyzer, 420, "the crash loop to halt the job")
+    # the second crash is one case whichever trigger opened it (our incident, or the exit once its grace ran out)
+    first = reported[0]
+    second = next(cid for cid, c in live.state.cases.items()
+                  if c.job_id == job and c.outcome is not None and c.outcome.result == "halted")
+    out1, out2 = live.outcome(first), live.outcome(second)
+    assert out1 is not None and out1.result == "resumed" and out1.hosts == ["h0", "h1"]  # restarted, both hosts
+    assert out1.first_step == 0 and out1.checkpoint_step is None  # nothing to resume from: step 0 again
+    assert out2 is not None and out2.result == "halted"
+    assert live.state.cases[second].plan == ["pause", "halt"]
+    assert live.actions(action="cordon") == [] and cordoned(live) == set()
+    pages = [e for e in live.events if isinstance(e, Alert) and e.alert == "recovery"]
+    assert len(pages) == 1 and "restarts without checkpoint progress" in pages[0].summary
+    assert all(m.state in ("waiting", "exited") for m in live.fold().job(job).members.values())  # stopped
+    assert live.state.job(job).generation == 2  # and not started again

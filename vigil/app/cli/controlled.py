@@ -1,0 +1,64 @@
+"""`vigil run --nodes MIN:MAX ... -- CMD`: the node agent under recovery control (see collector.supervisor).
+
+The agent takes the recovery controller's commands from the `commands` topic instead of
+starting CMD at once, honours the local cordon registry (`$VIGIL_HOME/cordons.json`), and
+reports itself and its progress as `member` events.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+
+def add_options(run: argparse.ArgumentParser) -> None:
+    group = run.add_argument_group("recovery control", "the job's agents take the recovery controller's commands: "
+                                   "it starts CMD with the rendezvous filled in, stops, diagnoses and restarts it")
+    group.add_argument("--nodes", metavar="MIN:MAX",
+                       help="run under recovery control; the job accepts MIN..MAX nodes (N: exactly N)")
+    group.add_argument("--node-multiple", type=int, default=1, metavar="N",
+                       help="the node count must be a multiple of N (default 1)")
+    group.add_argument("--spare", action="store_true", help="a spare host: joins only to replace another")
+    group.add_argument("--rdzv-addr", metavar="ADDR",
+                       help="address other hosts reach this host's rendezvous at (default: the agent's IP)")
+    group.add_argument("--keepalive", type=float, default=10.0, metavar="S",
+                       help="seconds between member keep-alives (default 10)")
+
+
+def run(args: argparse.Namespace, *, agent: Any, paths: Any, argv: list[str], env: dict[str, str],
+        launcher_for: Callable[[list[str], dict[str, str]], Any]) -> int:
+    from vigil.app.stack.state import resolve_bootstrap
+    from vigil.collector.commands import CommandFeed
+    from vigil.collector.heartbeat import local_ip
+    from vigil.collector.rendezvous import NodeRange
+    from vigil.collector.sink import ObservedSink
+    from vigil.collector.supervisor import Supervisor
+    from vigil.cordons import CordonRegistry, registry_path
+    from vigil.kafka.admin import ensure_topics
+    from vigil.kafka.follow import Follower
+    from vigil.settings import VigilSettings
+
+    nodes = NodeRange.parse(args.nodes, args.node_multiple)
+    core = VigilSettings.load()
+    s = agent.settings
+    started = datetime.now(UTC)
+
+    def feed() -> CommandFeed:
+        bootstrap = resolve_bootstrap(core)
+        ensure_topics(core, bootstrap, ["commands", "recovery"])
+        follower = Follower(settings=core, bootstrap=bootstrap, topics=["commands"])
+        return CommandFeed(poll_events=follower.poll, job_id=s.job_id, host=s.host, since=started,
+                           done_file=paths.state_dir / "commands.json")
+
+    supervisor = Supervisor(agent=agent, argv=argv, env=env, nodes=nodes, make_launcher=launcher_for, feed=feed,
+                            registry=CordonRegistry(registry_path(core.home)),
+                            address=args.rdzv_addr or local_ip(), spare=args.spare, keepalive_s=args.keepalive)
+    agent.sink = ObservedSink(inner=agent.sink, observe=supervisor.progress.observe)
+    agent.shipper.sink = agent.sink
+    agent.start()
+    try:
+        return supervisor.run()
+    finally:
+        agent.stop()

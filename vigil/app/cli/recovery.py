@@ -1,0 +1,199 @@
+"""`vigil recovery run|status|history|approve` and `vigil cordon|uncordon HOST`.
+
+The controller (`run`) and the operator's view of it; see recovery/README.md. `status` and
+`history` fold the recovery log the way the controller does (no consumer group); `approve`
+and `cordon`/`uncordon` publish their decision as a `recovery` event with who made it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import signal
+import threading
+from datetime import UTC, datetime
+from typing import Any
+
+from vigil.settings import VigilSettings
+
+
+def register(sub: Any) -> None:
+    rec = sub.add_parser("recovery", help="the recovery controller: run it, see what it does, approve its plans")
+    rsub = rec.add_subparsers(dest="recovery_command", metavar="SUBCOMMAND", required=True)
+    run = rsub.add_parser("run", help="run the controller (one instance leads; the others stand by)")
+    run.add_argument("--mode", choices=("auto", "dry-run", "manual"),
+                     help="auto: act; dry-run: decide and publish only; manual: wait for approval "
+                          "(default: VIGIL_RECOVERY_MODE, else auto)")
+    run.add_argument("--duration", type=float, metavar="S", help="stop after S seconds (default: until SIGTERM)")
+    run.set_defaults(handler=cmd_run)
+    for name, helptext, handler in (("status", "jobs under control, open recoveries, cordoned hosts", cmd_status),
+                                    ("history", "every recovery with its steps, timings and costs", cmd_history)):
+        p = rsub.add_parser(name, help=helptext)
+        p.add_argument("--job", help="only this job")
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+        p.add_argument("--timeout", type=float, default=15.0, help="seconds to read the log")
+        p.set_defaults(handler=handler)
+    ap = rsub.add_parser("approve", help="let a recovery waiting for approval go on, or resume a halted job")
+    ap.add_argument("id", metavar="ID", help="the recovery's id or short id (see `vigil recovery status`)")
+    ap.add_argument("--by", default=None, help="who approves (default: the user name)")
+    ap.set_defaults(handler=cmd_approve)
+
+    cordon = sub.add_parser("cordon", help="take a host out of service (the node backend; audited)")
+    cordon.add_argument("host", help="the host (as its agent names it: `vigil run --host`)")
+    cordon.add_argument("--reason", required=True, help="why (kept with the cordon and in the recovery log)")
+    cordon.add_argument("--job", default="*", help="the job it concerns, for the log (default *)")
+    cordon.set_defaults(handler=cmd_cordon)
+    uncordon = sub.add_parser("uncordon", help="put a host back in service")
+    uncordon.add_argument("host", help="the host to put back")
+    uncordon.add_argument("--reason", default="", help="why")
+    uncordon.add_argument("--job", default="*", help="the job it concerns, for the log (default *)")
+    uncordon.set_defaults(handler=cmd_uncordon)
+
+
+def _bootstrap(core: VigilSettings) -> str:
+    from vigil.app.stack.state import resolve_bootstrap
+
+    return resolve_bootstrap(core)
+
+
+def _user(given: str | None = None) -> str:
+    try:
+        return given or os.environ.get("VIGIL_USER") or getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from vigil.recovery.controller.service import RecoveryService
+    from vigil.recovery.settings import RecoverySettings
+
+    core = VigilSettings.load()
+    settings = RecoverySettings.load(**({"mode": args.mode} if args.mode else {}))
+    service = RecoveryService(core, _bootstrap(core), settings)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    service.start()
+    try:
+        stop.wait(args.duration)
+    finally:
+        service.stop()
+    return 0
+
+
+def _state(args: argparse.Namespace) -> tuple[VigilSettings, str, Any]:
+    from vigil.recovery.controller.report import read_state
+
+    core = VigilSettings.load()
+    bootstrap = _bootstrap(core)
+    return core, bootstrap, read_state(core, bootstrap, timeout=getattr(args, "timeout", 15.0))
+
+
+def _print(doc: dict[str, Any], as_json: bool, text: str) -> None:
+    print(json.dumps(doc, indent=2, default=str) if as_json else text)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from vigil.recovery.backends import select
+    from vigil.recovery.controller.report import format_status, status
+    from vigil.recovery.settings import RecoverySettings
+
+    core, _, state = _state(args)
+    cordoned = select(RecoverySettings.load(), core).cordoned()
+    doc = status(state, datetime.now(UTC), cordoned, args.job)
+    _print(doc, args.json, format_status(doc))
+    return 0
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    from vigil.recovery.controller.report import format_history, history
+
+    _, _, state = _state(args)
+    doc = history(state, datetime.now(UTC), args.job)
+    _print(doc, args.json, format_history(doc))
+    return 0
+
+
+def _publish(core: VigilSettings, bootstrap: str, events: list[Any]) -> None:
+    from vigil.kafka.admin import ensure_topics
+    from vigil.kafka.producer import EventProducer
+
+    ensure_topics(core, bootstrap, ["recovery"])
+    producer = EventProducer(settings=core, bootstrap=bootstrap)
+    producer.send(events)
+    producer.flush(15)
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    from vigil.contract import RecoveryAction
+    from vigil.recovery.controller.engine import halted_by
+    from vigil.recovery.controller.report import find_case
+    from vigil.recovery.errors import NotFound
+
+    core, bootstrap, state = _state(args)
+    case = find_case(state, args.id)
+    if case is None:
+        raise NotFound(f"no recovery {args.id!r} (or more than one starts so); see `vigil recovery status`")
+    user = _user(args.by)
+    waiting = case.open and "approve" in case.plan and not (
+        (step := case.step("approve", case.job_id)) is not None and step.ended)
+    if waiting:
+        target, what = case.case_id, "approved"
+    elif halted_by(state, state.job(case.job_id)) is case:
+        target, what = f"{case.case_id}/resume", "resumes the halted job"
+    else:
+        raise NotFound(f"recovery {args.id} waits for no approval and halted nothing (it is "
+                       f"{'open' if case.open else case.outcome.result if case.outcome else 'skipped'})")
+    _publish(core, bootstrap, [RecoveryAction(job_id=case.job_id, host="controller", action="approve",
+                                              target=case.job_id, status="succeeded", incident_id=target,
+                                              actor=f"user:{user}", reason=f"approved by {user}")])
+    print(f"{case.case_id}: {what} (by {user})")
+    return 0
+
+
+def _backend(core: VigilSettings) -> Any:
+    from vigil.recovery.backends import select
+    from vigil.recovery.settings import RecoverySettings
+
+    return select(RecoverySettings.load(), core)
+
+
+def _log_change(core: VigilSettings, event: Any) -> None:
+    """Put the operator's decision in the recovery log; the backend already holds it."""
+    from vigil.errors import VigilError
+
+    try:
+        _publish(core, _bootstrap(core), [event])
+    except VigilError as exc:
+        print(f"warning: not in the recovery log ({exc})")
+
+
+def cmd_cordon(args: argparse.Namespace) -> int:
+    return _host_change(args, "cordon")
+
+
+def cmd_uncordon(args: argparse.Namespace) -> int:
+    return _host_change(args, "uncordon")
+
+
+def _host_change(args: argparse.Namespace, action: str) -> int:
+    """`vigil cordon` / `vigil uncordon`: the node backend first (it is the truth), then the recovery log."""
+    from vigil.contract import RecoveryAction
+
+    core = VigilSettings.load()
+    user = _user()
+    backend = _backend(core)
+    if action == "cordon":
+        change = backend.cordon(args.host, reason=args.reason, incident_id="", actor=f"user:{user}")
+        done, undone = "cordoned", "was already cordoned"
+    else:
+        change = backend.uncordon(args.host, reason=args.reason, actor=f"user:{user}")
+        done, undone = "uncordoned", "was not cordoned"
+    print(f"{args.host}: {done if change.changed else undone} ({change.detail})")
+    _log_change(core, RecoveryAction(job_id=args.job, host=args.host, action=action, target=args.host,  # type: ignore[arg-type]
+                                     status="succeeded" if change.changed else "skipped", reason=args.reason,
+                                     actor=f"user:{user}", details={"backend": backend.name, "changed": change.changed,
+                                                                    "detail": change.detail}))
+    return 0

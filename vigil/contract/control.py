@@ -1,0 +1,160 @@
+"""Recovery control: commands to node agents, and what agents and diagnostics report back.
+
+The recovery controller drives the node agents of the jobs it controls with `command`
+events on the `commands` topic (one per target host, keyed by it). Agents say who they
+are and what they run with `member` events, acknowledge each command with `recovery`
+events (same `command_id`), and ship the results of the diagnostics they ran as
+`diagnostic` events; the controller publishes each host's verdict as a `diagnostic` of
+test `verdict`, and how one incident's recovery went as an `outcome`. Everything the
+controller decides is rebuilt from these events after a crash.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from vigil.contract.base import Event, Name, UtcDatetime
+
+MemberState = Literal["waiting", "starting", "training", "stopping", "exited", "diagnosing", "cordoned", "left"]
+Verdict = Literal["healthy", "slow", "faulty"]
+
+
+class World(BaseModel):
+    """One rendezvous of a job: which hosts train together, and this host's place in it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    generation: int = Field(ge=1, description="the job's rendezvous number; every restart takes a new one")
+    hosts: list[Name] = Field(min_length=1, description="the hosts in node-rank order")
+    node_rank: int = Field(ge=0)
+    master_addr: Name
+    master_port: int = Field(ge=1, le=65535)
+
+    @property
+    def nnodes(self) -> int:
+        return len(self.hosts)
+
+    @model_validator(mode="after")
+    def _rank_in_range(self) -> World:
+        if self.node_rank >= len(self.hosts):
+            raise ValueError(f"node_rank {self.node_rank} is outside the {len(self.hosts)} hosts")
+        return self
+
+
+class Command(Event):
+    """The controller asks one node agent (`host`) of job `job_id` to act.
+
+    `start`: launch the training command as `world.node_rank` of `world.hosts` (the agent
+    fills torchrun's `--nnodes/--node-rank/--master-addr/--master-port`); `stop`: stop the
+    training processes of any generation up to `generation`; `diagnose`: run `argv` (the
+    token `{python}` is the agent's interpreter) with `timeout_s` and ship the `diagnostic`
+    events it prints; `dump`: record the training processes' state. An agent executes a
+    `command_id` at most once and ignores commands older than itself.
+    """
+
+    kind: Literal["command"] = "command"
+    schema_version: Literal[1] = 1
+    command_id: Name = Field(description="stable: the same decision always gets the same id")
+    action: Literal["start", "stop", "diagnose", "dump"]
+    incident_id: str = Field(default="", max_length=256)
+    reason: str = Field(default="", max_length=2048)
+    generation: int = Field(default=0, ge=0, description="start: the new generation; stop: up to this one")
+    world: World | None = None
+    argv: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    timeout_s: float = Field(default=60.0, gt=0)
+
+    @model_validator(mode="after")
+    def _complete(self) -> Command:
+        if self.action == "start" and (self.world is None or self.world.generation != self.generation):
+            raise ValueError("a start command carries its world, of the same generation")
+        if self.action == "diagnose" and not self.argv:
+            raise ValueError("a diagnose command carries the argv to run")
+        return self
+
+
+class Member(Event):
+    """A node agent of a recovery-controlled job: who it is, what it runs, how far training got.
+
+    Sent on every change of state and every few seconds as a keep-alive. `ports` are free
+    ports on this host the controller may use for a rendezvous hosted here. Progress fields
+    count the steps this host's ranks reported in the current `generation`.
+    """
+
+    kind: Literal["member"] = "member"
+    schema_version: Literal[1] = 1
+    state: MemberState
+    since: UtcDatetime | None = Field(default=None, description="when it entered this state")
+    generation: int = Field(default=0, ge=0)
+    node_rank: int | None = Field(default=None, ge=0)
+    nodes_min: int = Field(default=1, ge=1)
+    nodes_max: int = Field(default=1, ge=1)
+    node_multiple: int = Field(default=1, ge=1)
+    spare: bool = Field(default=False, description="join only to replace a host")
+    ip: str = ""
+    ports: list[int] = Field(default_factory=list)
+    started_at: UtcDatetime | None = Field(default=None, description="when this generation was launched here")
+    exit_code: int | None = None
+    signal: str | None = None
+    first_step: int | None = Field(default=None, ge=0, description="first step of this generation")
+    first_step_at: UtcDatetime | None = None
+    last_step: int | None = Field(default=None, ge=0)
+    last_step_at: UtcDatetime | None = None
+    steps: int = Field(default=0, ge=0, description="steps seen in this generation (of the lowest local rank)")
+    step_ms: float | None = Field(default=None, ge=0, description="median step time of the recent steps")
+    command_id: str = Field(default="", max_length=256, description="the command that caused this state")
+    reason: str = Field(default="", max_length=2048)
+
+    @model_validator(mode="after")
+    def _range(self) -> Member:
+        if self.nodes_min > self.nodes_max:
+            raise ValueError(f"nodes_min {self.nodes_min} > nodes_max {self.nodes_max}")
+        return self
+
+
+class Diagnostic(Event):
+    """One diagnostic result of `host`: a test it ran (gemm, alltoall, allreduce, check: the
+    whole round) or, from the controller, its `verdict` with the numbers behind it."""
+
+    kind: Literal["diagnostic"] = "diagnostic"
+    schema_version: Literal[1] = 1
+    incident_id: str = Field(default="", max_length=256)
+    command_id: str = Field(default="", max_length=256)
+    round: int = Field(default=1, ge=1)
+    test: Literal["gemm", "alltoall", "allreduce", "check", "verdict"]
+    group: list[Name] = Field(default_factory=list, description="the hosts tested together")
+    ok: bool = True
+    verdict: Verdict | None = None
+    values: dict[str, float] = Field(default_factory=dict)
+    error: str = Field(default="", max_length=4096)
+
+
+class Outcome(Event):
+    """How the recovery of one incident went, with where its time went (seconds) and what it cost."""
+
+    kind: Literal["outcome"] = "outcome"
+    schema_version: Literal[1] = 1
+    incident_id: Name
+    result: Literal["resumed", "paged", "halted", "dry_run", "failed"]
+    category: str = ""
+    cause: str = ""
+    first_sign: UtcDatetime | None = None
+    detected: UtcDatetime | None = None
+    resumed_at: UtcDatetime | None = Field(default=None, description="the first step after the restart")
+    detect_s: float | None = Field(default=None, ge=0, description="first sign -> incident published")
+    decide_s: float | None = Field(default=None, ge=0, description="incident published -> controller acted")
+    pause_s: float | None = Field(default=None, ge=0)
+    diagnose_s: float | None = Field(default=None, ge=0)
+    restart_s: float | None = Field(default=None, ge=0, description="start commands -> first step, load included")
+    checkpoint_load_s: float | None = Field(default=None, ge=0)
+    total_s: float | None = Field(default=None, ge=0, description="first sign -> first step after the restart")
+    checkpoint_step: int | None = Field(default=None, ge=0, description="the checkpoint training resumed from")
+    last_step: int | None = Field(default=None, ge=0, description="the last step before the fault")
+    steps_lost: int | None = Field(default=None, ge=0)
+    first_step: int | None = Field(default=None, ge=0)
+    generation: int | None = Field(default=None, ge=0)
+    cordoned: list[Name] = Field(default_factory=list)
+    hosts: list[Name] = Field(default_factory=list, description="the hosts training resumed on")
+    reason: str = Field(default="", max_length=2048)
