@@ -138,7 +138,7 @@ def test_demo_runs_shows_torch_steps_and_stops_clean(tmp_path: Path) -> None:
         descendants = psutil.Process(proc.pid).children(recursive=True)
         assert len(descendants) >= 6  # broker, 3 agents, 2 torchrun, 4 ranks, simulator
 
-        # the slowed rank 3 hangs once at step 150: one incident names it (Flight Recorder), on the alerts page
+        # the slowed rank 3 hangs once at step 155: one incident names it (Flight Recorder), on the alerts page
         incident: list[list[object]] = []
         hang_deadline = time.monotonic() + 300
         while time.monotonic() < hang_deadline and not incident:

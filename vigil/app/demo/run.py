@@ -47,7 +47,9 @@ XID_AT, CKPT_EVERY = 30, 10
 # what fails (and the Xid host itself), never a host that merely looked slow.
 # The three agents start at once but not in the same second: the job waits for all three to form.
 RECOVERY_DEFAULTS = {"VIGIL_RECOVERY_POLICY_CORDON_SLOW": "false", "VIGIL_RECOVERY_FORM_WAIT_S": "60"}
-HANG_AT, PG_TIMEOUT_S = 150, 180  # the slowed rank hangs once at this step; its peers time out this much later
+# the slowed rank hangs once at HANG_AT (not a checkpoint step: rank 0 would wait in the checkpoint's commit, not
+# in the all-reduce, and its trace would not lead to the hung rank); its peers time out PG_TIMEOUT_S later
+HANG_AT, PG_TIMEOUT_S = 155, 180
 # The step timer's hang watchdog dumps after max(5 x the longest step, this floor) without a step: on the demo's
 # 2 busy CPUs a rank can stall for 10 s (a checkpoint, the simulator), which must not read as a hang.
 HANG_FLOOR_S = 40
