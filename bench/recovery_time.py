@@ -10,8 +10,9 @@ steps), under a `vigil recovery run` controller, on the embedded broker. At step
 * **hang**: the rank stops mid-step, its peers wait in the all-reduce -> hang: dump, pause,
   diagnose, restart (nobody is cordoned: the diagnostics pass).
 
-The analyzer's incidents are not wired to the controller yet, so this script plays the analyzer
-and **detection is measured from its own trigger**: the incident is published as soon as the
+To time the controller and the job apart from the analyzer's own detection latency (measured by
+bench/analyzer_*.py), this script plays the analyzer and **detection is measured from its own
+trigger**: the incident is published as soon as the
 agent's classified Xid line or the failing rank's exit reaches Kafka (crash, xid), or once the
 agents' progress reports (every 2 s) showed no new step for `--stall-s` seconds (hang). The split comes from the controller's `outcome`
 event: detect (first sign -> incident published), decide, pause, diagnose, restart (start
@@ -141,7 +142,7 @@ def main() -> int:
         "3 hosts (`vigil run --nodes 2:3` agents, 1 rank each), job_worker.py (DDP/gloo, checkpoint every 5 steps, "
         f"100 ms steps), fault on h2 at step {FAULT_STEP}. Detection is this script's stand-in for the analyzer "
         f"(the Xid line / the failing rank's exit on Kafka; no step for {args.stall_s:g} s for the hang), not the "
-        "analyzer's incidents (not wired yet).",
+        "analyzer's incidents (their latency is in the analyzer benches).",
         table(rows),
         "Goal: hardware fault (xid) -> resumed in <= 60 s + checkpoint load: "
         + ", ".join(f"{r['fault']} {r['total_s']} s" for r in rows if r["fault"] == "xid"),
