@@ -8,7 +8,8 @@ options the user gave (`--nnodes`, `--node-rank`, `--master-addr`, `--master-por
 `--rdzv-*`, `--standalone`) and `--max-restarts` are replaced by the world's, with
 `--max-restarts 0` (vigil restarts the job itself; torchrun's own restarts of a static
 rendezvous are not coherent across nodes). A command that is not torchrun gets the same
-facts in its environment only (`rendezvous_env`). Pure logic, but for `free_ports`.
+facts in its environment only (`rendezvous_env`). Where torchrun's options are comes from
+`torchrun.scan`. Pure logic, but for `free_ports`.
 """
 
 from __future__ import annotations
@@ -16,14 +17,10 @@ from __future__ import annotations
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
+from vigil.collector.torchrun import scan
 from vigil.contract import World
 
-MODULES = ("torch.distributed.run", "torch.distributed.launch")
-# torchrun options that take no value (checked against torch's own parser in the tests)
-FLAGS = frozenset({"--standalone", "--no-python", "--no_python", "--run-path", "--run_path", "-m", "--module",
-                   "--virtual-local-rank", "--virtual_local_rank", "-h", "--help"})
 REPLACED = frozenset({"--nnodes", "--node-rank", "--master-addr", "--master-port", "--rdzv-backend",
                       "--rdzv-endpoint", "--rdzv-id", "--rdzv-conf", "--standalone", "--max-restarts"})
 
@@ -49,47 +46,6 @@ class NodeRange:
         if multiple < 1 or multiple > high:
             raise ValueError(f"--node-multiple: need 1 <= N <= MAX ({high}), got {multiple}")
         return cls(min=low, max=high, multiple=multiple)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Options:
-    """Where torchrun's own options are in an argv: tokens [start, end), and each option's span."""
-
-    start: int
-    end: int
-    spans: list[tuple[str, int, int]]  # normalised long name, first token, end token
-
-
-def _norm(name: str) -> str:
-    return name.replace("_", "-")
-
-
-def scan(argv: Sequence[str]) -> Options | None:
-    """torchrun's options in `argv`, or None when `argv` does not run torchrun."""
-    start = None
-    for i, tok in enumerate(argv):
-        if Path(tok).name == "torchrun":
-            start = i + 1
-            break
-        if tok == "-m" and i + 1 < len(argv) and argv[i + 1] in MODULES:
-            start = i + 2
-            break
-    if start is None:
-        return None
-    spans: list[tuple[str, int, int]] = []
-    i = start
-    while i < len(argv) and argv[i].startswith("-") and argv[i] != "--":
-        tok = argv[i]
-        if tok.startswith("--") and "=" in tok:
-            spans.append((_norm(tok.split("=", 1)[0]), i, i + 1))
-            i += 1
-        elif tok in FLAGS or (tok.startswith("-") and not tok.startswith("--") and len(tok) > 2):
-            spans.append((_norm(tok[:2] if not tok.startswith("--") else tok), i, i + 1))
-            i += 1
-        else:
-            spans.append((_norm(tok), i, min(i + 2, len(argv))))
-            i += 2
-    return Options(start=start, end=min(i, len(argv)), spans=spans)
 
 
 def fill(argv: Sequence[str], world: World) -> list[str]:

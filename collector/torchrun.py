@@ -19,17 +19,10 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 MODULES = ("torch.distributed.run", "torch.distributed.launch")
+# torchrun options that take no value (checked against torch's own parser in the tests)
 FLAGS = frozenset({"--standalone", "--no-python", "--no_python", "--run-path", "--run_path", "-m", "--module",
-                   "--virtual-local-rank", "--virtual_local_rank"})
+                   "--virtual-local-rank", "--virtual_local_rank", "-h", "--help"})
 KEEP_RUNS = 3
-
-
-@dataclass(frozen=True, kw_only=True)
-class TorchrunArgs:
-    at: int  # index of the first torchrun option in argv
-    options: dict[str, str]  # normalised long name -> value, for the options given before the script
-
-
 _SHORT = {"-t": "--tee", "-r": "--redirects"}
 
 
@@ -38,8 +31,17 @@ def _norm(name: str) -> str:
     return name.replace("_", "-")
 
 
-def parse(argv: Sequence[str]) -> TorchrunArgs | None:
-    """torchrun's own options in `argv`, or None when `argv` does not run torchrun."""
+@dataclass(frozen=True, kw_only=True)
+class Options:
+    """Where torchrun's own options are in an argv: tokens [start, end), and each option's span."""
+
+    start: int
+    end: int
+    spans: list[tuple[str, int, int]]  # normalised long name, first token, end token
+
+
+def scan(argv: Sequence[str]) -> Options | None:
+    """torchrun's options in `argv`, or None when `argv` does not run torchrun."""
     start = None
     for i, tok in enumerate(argv):
         if Path(tok).name == "torchrun":
@@ -50,22 +52,45 @@ def parse(argv: Sequence[str]) -> TorchrunArgs | None:
             break
     if start is None:
         return None
-    options: dict[str, str] = {}
+    spans: list[tuple[str, int, int]] = []
     i = start
-    while i < len(argv) and argv[i].startswith("-"):
+    while i < len(argv) and argv[i].startswith("-") and argv[i] != "--":
         tok = argv[i]
-        if "=" in tok and tok.startswith("--"):
-            name, value = tok.split("=", 1)
-            options[_norm(name)] = value
-        elif tok in FLAGS:
-            options[_norm(tok)] = ""
-        elif tok[:2] in _SHORT and len(tok) > 2:
-            options[_norm(tok[:2])] = tok[2:]
-        else:
-            options[_norm(tok)] = argv[i + 1] if i + 1 < len(argv) else ""
+        if tok.startswith("--") and "=" in tok:
+            spans.append((_norm(tok.split("=", 1)[0]), i, i + 1))
             i += 1
-        i += 1
-    return TorchrunArgs(at=start, options=options)
+        elif tok in FLAGS or (tok.startswith("-") and not tok.startswith("--") and len(tok) > 2):
+            spans.append((_norm(tok[:2] if not tok.startswith("--") else tok), i, i + 1))
+            i += 1
+        else:
+            spans.append((_norm(tok), i, min(i + 2, len(argv))))
+            i += 2
+    return Options(start=start, end=min(i, len(argv)), spans=spans)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TorchrunArgs:
+    at: int  # index of the first torchrun option in argv
+    options: dict[str, str]  # normalised long name -> value, for the options given before the script
+
+
+def parse(argv: Sequence[str]) -> TorchrunArgs | None:
+    """torchrun's own options in `argv` with their values, or None when `argv` does not run torchrun."""
+    opts = scan(argv)
+    if opts is None:
+        return None
+    options: dict[str, str] = {}
+    for name, first, end in opts.spans:
+        tok = argv[first]
+        if tok.startswith("--") and "=" in tok:
+            options[name] = tok.split("=", 1)[1]
+        elif end - first == 2:
+            options[name] = argv[first + 1]
+        elif not tok.startswith("--") and tok not in FLAGS and len(tok) > 2:
+            options[name] = tok[2:]  # -t3
+        else:
+            options[name] = ""
+    return TorchrunArgs(at=opts.start, options=options)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from vigil.collector.rendezvous import FLAGS, NodeRange, fill, rendezvous_env, scan
+from vigil.collector.rendezvous import NodeRange, fill, rendezvous_env
+from vigil.collector.torchrun import FLAGS, scan
 from vigil.contract import World
 
 pytestmark = pytest.mark.pure
