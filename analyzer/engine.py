@@ -45,7 +45,6 @@ from vigil.analyzer.detect.logs import ExitDetector, LogDetector
 from vigil.analyzer.detect.mfu import MfuDriftDetector
 from vigil.analyzer.detect.straggler import StragglerDetector
 from vigil.analyzer.detect.traffic import TrafficDetector
-from vigil.analyzer.incidents.stage import IncidentStage
 from vigil.analyzer.positions import PositionStore
 from vigil.analyzer.settings import AnalyzerSettings
 from vigil.clickhouse.query import QueryClient
@@ -107,14 +106,12 @@ def evaluate(client: QueryClient, settings: AnalyzerSettings, book: AlertBook, j
 
 
 def replay(client: QueryClient, settings: AnalyzerSettings, job: str, start: datetime | None = None,
-           end: datetime | None = None, stages: Sequence[FindingStage] | None = None) -> list[Alert]:
+           end: datetime | None = None, stages: Sequence[FindingStage] = ()) -> list[Alert]:
     """Alert events the detectors would have raised over `job`'s stored history (every grid instant).
 
-    As live: a fresh incident stage links findings into incidents and demotes victims' alerts,
-    unless `stages` names others (`()`: the detectors' findings alone).
+    `stages` as the live service runs them (`IncidentStage`: victims' alerts linked and demoted)
+    to compare with it; none: the detectors' findings alone.
     """
-    if stages is None:
-        stages = (IncidentStage(settings),)
     clocks = job_clocks(client, job=job)
     if not clocks:
         raise ValueError(f"no telemetry stored for job {job!r}")

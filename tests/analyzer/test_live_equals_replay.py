@@ -19,6 +19,7 @@ from tests.waiting import wait_until
 from vigil.analyzer.alerts.view import read_alert_events
 from vigil.analyzer.clock import grid_ceil
 from vigil.analyzer.engine import replay
+from vigil.analyzer.incidents.stage import IncidentStage
 from vigil.analyzer.service import AnalyzerService
 from vigil.analyzer.settings import AnalyzerSettings
 from vigil.analyzer.simulator.delivery import Delivery, Run, deliver, late_hosts
@@ -78,6 +79,11 @@ def judged_to_the_end(service: AnalyzerService, ends: dict[str, datetime], timeo
     wait_until(done, timeout, f"the live analyzer judging every job to its end ({last})", every=0.5)
 
 
+def as_live() -> list[IncidentStage]:
+    """The finding stages the live service runs (a fresh one per replay)."""
+    return [IncidentStage(AnalyzerSettings())]
+
+
 def key(alerts: Sequence[Alert]) -> list[tuple[datetime, str, str, str]]:
     """Alert events in instant order (the topic's partitions interleave events of one instant at random)."""
     return sorted((a.ts, a.fingerprint, a.status, a.severity) for a in alerts)
@@ -129,7 +135,7 @@ def test_a_crashed_jobs_exits_are_judged_live_as_replay_judges_them(topics: Vigi
         send(topics, events)  # a burst: 40 s of telemetry at once
         judged_to_the_end(service, {"crash": end})
     alerts = read_alert_events(topics, str(topics.kafka_bootstrap))
-    expected = replay(connect(clickhouse_dsn, database=database), AnalyzerSettings(), "crash")
+    expected = replay(connect(clickhouse_dsn, database=database), AnalyzerSettings(), "crash", stages=as_live())
     raised = {a.fingerprint for a in alerts if a.status == "firing"}
     assert {"crash/process_exit/h1/rank3", "crash/process_exit/h0/rank0", "crash/error_log/h1/cuda"} <= raised
     assert key(alerts) == key(expected)
@@ -157,7 +163,7 @@ def test_late_out_of_order_heartbeats_page_only_the_silent_host(topics: VigilSet
         judged_to_the_end(service, {"late": sim.now})
     alerts = by_job(read_alert_events(topics, str(topics.kafka_bootstrap)), "late")
     assert {(a.fingerprint, a.status) for a in alerts} == {("late/heartbeat_loss/sim-host-0009", "firing")}
-    expected = replay(connect(clickhouse_dsn, database=database), AnalyzerSettings(), "late")
+    expected = replay(connect(clickhouse_dsn, database=database), AnalyzerSettings(), "late", stages=as_live())
     assert {(a.fingerprint, a.status) for a in expected} == {("late/heartbeat_loss/sim-host-0009", "firing")}
 
 
@@ -222,7 +228,7 @@ def test_ten_jobs_interleaved_get_each_their_own_alerts(topics: VigilSettings, c
         assert {host_level(f) for f in expected} <= fired, [(a.fingerprint, a.status, a.summary)
                                                            for a in by_job(together, job)]
         assert not {f for f in fired if "/traffic_stall/" not in f} - {host_level(f) for f in expected}, job
-        assert key(by_job(together, job)) == key(replay(client, AnalyzerSettings(), job)), job
+        assert key(by_job(together, job)) == key(replay(client, AnalyzerSettings(), job, stages=as_live())), job
     # the same jobs streamed alone (own topics, own database) raise exactly the same alert events
     alone_topics = topics.model_copy(update={"topic_prefix": f"t{uuid.uuid4().hex[:10]}."})
     ensure_topics(alone_topics, str(topics.kafka_bootstrap))
@@ -234,7 +240,7 @@ def test_ten_jobs_interleaved_get_each_their_own_alerts(topics: VigilSettings, c
     alone_client = connect(clickhouse_dsn, database=alone_db)
     for k in ALONE:
         job = f"j{k}"
-        assert key(by_job(alone, job)) == key(replay(alone_client, AnalyzerSettings(), job)), k
+        assert key(by_job(alone, job)) == key(replay(alone_client, AnalyzerSettings(), job, stages=as_live())), k
         # the known transient neighbour-NIC warning (above) may fire in one run and not the other: left out here
         transient = {a.fingerprint for a in by_job(together, job) + by_job(alone, job)
                      if "/traffic_stall/" in a.fingerprint and not any(a.fingerprint.startswith(host_level(e))
