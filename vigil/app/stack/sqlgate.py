@@ -36,7 +36,9 @@ SAFE_TABLE_FUNCTIONS = frozenset({"numbers", "numbers_mt", "zeros", "zeros_mt", 
 DENIED_FUNCTIONS = frozenset({"file", "catboostevaluate", "naivebayesclassifier"})  # scalar, with outside effects
 ROOTS = ("SelectWithUnionQuery", "ShowTables", "DescribeQuery", "ShowCreateTableQuery", "ShowColumns",
          "ExistsTableQuery")
+# max_rows_to_read stops a runaway scan at once (max_execution_time alone let one finish on a loaded engine)
 LIMITS: dict[str, Any] = {"max_execution_time": 30, "max_result_rows": 1_000_000, "result_overflow_mode": "throw",
+                          "max_rows_to_read": 2_000_000_000, "read_overflow_mode": "throw",
                           "max_memory_usage": 4_000_000_000, "max_query_size": 262_144}
 SHAPES: dict[str, dict[str, Any]] = {" SETTINGS join_use_nulls = 1": {"join_use_nulls": 1}}
 _CLIENT_FORMAT = " Identifier Native"  # clickhouse-connect appends FORMAT Native to what it sends
