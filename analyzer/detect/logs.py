@@ -84,6 +84,8 @@ class ExitDetector:
 
     def detect(self, ctx: EvalContext) -> list[Finding]:
         exits = ctx.rows(_EXIT_SQL, lo=ctx.ago(EXIT_LOOKBACK_S))
+        if not exits:
+            return []
         ranked = [r for r in exits if r["rank"] is not None]
         restarted: list[dict[str, Any]] = []
         if ranked:
@@ -91,7 +93,9 @@ class ExitDetector:
             from_step = int(ctx.rows(_STEP_AT_SQL, since=ch_time(since))[0]["step"])
             restarted = ctx.rows(_RESTARTED_SQL, since=ch_time(since), from_step=max(0, from_step - 1),
                                  ranks=sorted({int(r["rank"]) for r in ranked}))
-        return judge_exits(exits, restarted, paused_windows(ctx.rows(_PAUSES_SQL, lo=ctx.ago(EXIT_LOOKBACK_S))))
+        first_exit = min(as_utc(r["exit_ts"]) for r in exits)  # only a pause that could cover an exit matters
+        pauses = ctx.rows(_PAUSES_SQL, lo=ch_time(first_exit - timedelta(seconds=PAUSE_MAX_S)))
+        return judge_exits(exits, restarted, paused_windows(pauses))
 
 
 def paused_windows(rows: Sequence[Mapping[str, Any]]) -> list[tuple[datetime, datetime]]:

@@ -38,7 +38,6 @@ HOSTS = ("demo-host-0", "demo-host-1", "demo-host-2")
 NODES, PROCS = "2:3", 2  # the job runs on 2 or 3 hosts, 2 ranks each
 # by host and local rank: a restart on fewer hosts renumbers the global ranks
 SLOW, XID = "demo-host-1:1", "demo-host-2:0"
-SLOW_RANK = 3  # demo-host-1 local rank 1 once the job runs on demo-host-0 and demo-host-1
 XID_AT, CKPT_EVERY = 30, 10
 # The demo's 2 CPUs are shared by ~15 processes, so diagnostics' timings are noisy: cordon only
 # what fails (and the Xid host itself), never a host that merely looked slow.
