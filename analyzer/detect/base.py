@@ -121,6 +121,10 @@ class EvalContext:
     def ago(self, seconds: float) -> str:
         return ch_time(self.at - timedelta(seconds=seconds))
 
+    def run_start(self) -> str:
+        """When the current run began (the epoch's start; the beginning of time before the first step)."""
+        return ch_time(self.epoch.start if self.epoch is not None else EPOCH)
+
     def ago_in_run(self, seconds: float) -> str:
         """`ago(seconds)`, but not before the current run began: a baseline window never spans a restart."""
         t = self.at - timedelta(seconds=seconds)

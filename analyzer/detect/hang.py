@@ -68,9 +68,12 @@ WHERE job_id = {{job:String}} AND ts > {{lo:DateTime64(3, 'UTC')}} AND ts <= {AT
 GROUP BY rank
 """
 
+# the current run's (a restart from an older checkpoint steps below the previous run's top)
 _LAST_STEP_SQL = f"""
-SELECT maxOrNull(last_ts) AS last_ts FROM job_steps WHERE job_id = {{job:String}} AND first_ts <= {AT}
-  AND step + 100 >= (SELECT ifNull(max(step), 0) FROM job_steps WHERE job_id = {{job:String}} AND first_ts <= {AT})
+SELECT maxOrNull(last_ts) AS last_ts FROM job_steps
+WHERE job_id = {{job:String}} AND first_ts <= {AT} AND first_ts >= {{since:DateTime64(3, 'UTC')}}
+  AND step + 100 >= (SELECT ifNull(max(step), 0) FROM job_steps WHERE job_id = {{job:String}} AND first_ts <= {AT}
+                       AND first_ts >= {{since:DateTime64(3, 'UTC')}})
 """
 
 _ALIVE_SQL = f"""
@@ -98,9 +101,9 @@ class HangDetector:
 
     def detect(self, ctx: EvalContext) -> list[Finding]:
         s = ctx.settings.hang
-        lo = ctx.ago(s.lookback_s)
+        lo = ctx.ago_in_run(s.lookback_s)  # never a previous run's dumps (a restart renumbers the ranks)
         traces = ctx.rows(_TRACES_SQL, lo=lo)
-        last = ctx.rows(_LAST_STEP_SQL)
+        last = ctx.rows(_LAST_STEP_SQL, since=ctx.run_start())
         last_step_ts = as_utc(last[0]["last_ts"]) if last and last[0]["last_ts"] is not None else None
         if not traces and (last_step_ts is None or (ctx.at - last_step_ts).total_seconds() < s.stall_s):
             return []

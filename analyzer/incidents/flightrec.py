@@ -31,6 +31,14 @@ def thaw(value: Any) -> Any:
 
 
 COMPARED = ("op", "input_sizes", "output_sizes", "dtypes")  # what every member of a collective must agree on
+# Rooted collectives: only the root holds the gathered output (gather) or the scattered input
+# (scatter, whose input dtypes are the root's too), so only the other side is compared.
+ROOTED = {"gather": ("op", "input_sizes", "dtypes"), "scatter": ("op", "output_sizes")}
+
+
+def compared(op: str) -> tuple[str, ...]:
+    """The fields every member of collective `op` ("gloo:gather", "nccl:all_reduce", ...) must agree on."""
+    return ROOTED.get(op.rsplit(":", 1)[-1], COMPARED)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,12 +53,12 @@ class Op:
     retired: bool
     created_ns: int
     timeout_ms: int | None
-    sig: int = field(init=False, compare=False, repr=False)  # hash of the COMPARED fields: one compare per op
+    sig: int = field(init=False, compare=False, repr=False)  # hash of the compared fields: one compare per op
 
     def __post_init__(self) -> None:
         for name in ("input_sizes", "output_sizes", "dtypes"):
             object.__setattr__(self, name, freeze(getattr(self, name)))
-        object.__setattr__(self, "sig", hash((self.op, self.input_sizes, self.output_sizes, self.dtypes)))
+        object.__setattr__(self, "sig", hash(tuple(getattr(self, f) for f in compared(self.op))))
 
 
 @dataclass(frozen=True, kw_only=True)

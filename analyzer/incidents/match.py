@@ -9,7 +9,8 @@ wait-for graph; torch's analyzer stops at per-group "missing ranks" (in a run wi
 parallel subgroup it names both the stuck rank and the rank waiting for it in the subgroup),
 this follows the graph:
 
-1. desync: members disagree on the op, sizes or dtypes of one sequence number -> the
+1. desync: members disagree on the op, sizes or dtypes of one sequence number (of a gather
+   or scatter only the side every member holds: the root alone has the other) -> the
    minority are the culprits (a tie is ambiguous);
 2. missing_rank: ranks awaited that wait for nobody (the sinks) are the culprits. Strong
    when a culprit's own dump shows it behind; weak when the only evidence is a missing
@@ -32,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from vigil.analyzer.incidents.flightrec import COMPARED, GroupTail, thaw
+from vigil.analyzer.incidents.flightrec import COMPARED, GroupTail, compared, thaw
 
 Kind = Literal["desync", "desync_ambiguous", "missing_rank", "circular_wait", "all_reached_open", "healthy"]
 DEFAULT_GROUP = "0"
@@ -107,7 +108,8 @@ def _mismatch(name: str, tails: Mapping[int, GroupTail]) -> Mismatch | None:
         holders = {r: op for r, t in tails.items() if (op := t.op(s)) is not None}
         if len(holders) < 2 or len({op.sig for op in holders.values()}) < 2:
             continue
-        for f in COMPARED:
+        ops = {op.op for op in holders.values()}
+        for f in COMPARED if len(ops) > 1 else compared(ops.pop()):
             vals = {r: getattr(op, f) for r, op in holders.items()}
             counts = Counter(vals.values())
             if len(counts) < 2:

@@ -1,9 +1,12 @@
 """A job's ranks as of an instant: host, local rank, 3D coordinates, last step and when it ended.
 
-From the newest `steps` steps of `step_timings` (its key starts with (job_id, step), so
-the read stays narrow however long the job ran), completed by the job's registration
-(`job_ranks`) for ranks that never stepped. Placement and coordinates name culprits and
-victims; the last steps tell when a job stopped making progress and who stopped first.
+From the newest `steps` steps of `step_timings` of the job's current run (its key starts
+with (job_id, step), so the read stays narrow however long the job ran), completed by the
+job's newest registration (a `job` event lists every rank of its launch) for ranks that
+never stepped. A job restarted on fewer hosts has fewer ranks, and from an older step:
+neither the previous run's steps nor its registration's extra ranks count. Placement and
+coordinates name culprits and victims; the last steps tell when a job stopped making
+progress and who stopped first.
 """
 
 from __future__ import annotations
@@ -20,14 +23,16 @@ SELECT rank, argMax(host, ts) AS host, argMax(local_rank, ts) AS local_rank, arg
        argMax(tp, ts) AS tp, argMax(pp, ts) AS pp, max(step) AS last_step, max(ts) AS last_ts,
        max(world_size) AS world_size
 FROM step_timings
-WHERE job_id = {{job:String}} AND ts <= {AT}
+WHERE job_id = {{job:String}} AND ts <= {AT} AND ts >= {{since:DateTime64(3, 'UTC')}}
   AND step + {{steps:UInt64}} >= (SELECT ifNull(max(step), 0) FROM job_steps
-                                  WHERE job_id = {{job:String}} AND first_ts <= {AT})
+                                  WHERE job_id = {{job:String}} AND first_ts <= {AT}
+                                    AND first_ts >= {{since:DateTime64(3, 'UTC')}})
 GROUP BY rank
 """
 
 _REGISTERED_SQL = f"""
 SELECT rank, host, local_rank, dp, tp, pp FROM job_ranks FINAL WHERE job_id = {{job:String}} AND ts <= {AT}
+  AND ts = (SELECT max(ts) FROM job_ranks WHERE job_id = {{job:String}} AND ts <= {AT})
 """
 
 
@@ -72,4 +77,4 @@ def world(roster: Mapping[int, RankInfo]) -> set[int]:
 
 
 def read_roster(ctx: EvalContext, steps: int = 50) -> dict[int, RankInfo]:
-    return roster_of(ctx.rows(_STEPS_SQL, steps=steps), ctx.rows(_REGISTERED_SQL))
+    return roster_of(ctx.rows(_STEPS_SQL, steps=steps, since=ctx.run_start()), ctx.rows(_REGISTERED_SQL))

@@ -7,6 +7,7 @@ ingest's compaction (`pg_tail`), then the cross-rank match.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +89,32 @@ def test_a_size_mismatch_names_the_minority() -> None:
     assert (v.kind, v.culprits, v.victims, v.strong) == ("desync", [1], [0, 2, 3], True)
     (mm,) = v.mismatches
     assert (mm.seq, mm.field, mm.values[1]) == (21, "input_sizes", "[[64]]")
+
+
+def test_a_checkpointing_job_s_gathers_and_scatters_are_no_desync() -> None:
+    """Real tails of a 6-rank demo job that checkpoints (`vigil_ckpt_persist` gathers to and scatters from
+    rank 0, which alone holds the gathered output and the scattered input) when rank 3 hangs before an
+    all-reduce: rank 3 is the culprit, not the checkpoint's root."""
+    doc = json.loads((FIXTURES / "hang_ckpt" / "tails.json").read_text())
+    tails = {int(r): loads_tail(json.dumps(d["pg_tail"])) for r, d in doc.items()}
+    v = match(tails, {k: list(v) for k, v in doc["0"]["groups"].items()})
+    assert (v.kind, v.culprits, v.victims, v.strong) == ("missing_rank", [3], [0, 1, 2, 4, 5], True)
+    assert not v.mismatches
+    (front,) = v.frontiers
+    assert (front.desc, front.seq, front.op, front.missing) == ("default_pg", 266, "gloo:all_reduce", [3])
+    persist = tails[0]["1"]
+    assert {o.op for o in persist.ops} >= {"gloo:gather", "gloo:scatter"}
+    scatter = next(o for o in persist.ops if o.op == "gloo:scatter")  # what made it read as a desync before
+    assert scatter.input_sizes != tails[3]["1"].op(scatter.seq).input_sizes  # type: ignore[union-attr]
+
+    def resize(rank: int) -> dict[str, GroupTail]:  # a real mismatch in a gather's sent side still counts
+        ops = tuple(replace(o, input_sizes=[[1]]) if o.op == "gloo:gather" and rank == 4 else o
+                    for o in tails[rank]["1"].ops)
+        return {**tails[rank], "1": replace(tails[rank]["1"], ops=ops, _by_seq={})}
+
+    v = match({r: resize(r) for r in tails}, {k: list(v) for k, v in doc["0"]["groups"].items()})
+    assert (v.kind, v.culprits) == ("desync", [4])
+    assert {mm.field for mm in v.mismatches} == {"input_sizes"}
 
 
 def test_all_in_the_open_collective_names_nobody_and_idle_is_healthy() -> None:

@@ -19,7 +19,16 @@ from vigil.analyzer.ingest.writer import ClickHouseWriter
 from vigil.analyzer.settings import AnalyzerSettings
 from vigil.clickhouse.client import connect
 from vigil.collector.flightrec import parse_dump, to_trace
-from vigil.contract import Alert, Event, Incident, LogLine, ProcessExit
+from vigil.contract import (
+    Alert,
+    Event,
+    Incident,
+    JobRegistered,
+    LogLine,
+    ParallelCoords,
+    ProcessExit,
+    RankPlacement,
+)
 
 pytestmark = pytest.mark.clickhouse
 FR = Path(__file__).parents[1] / "fixtures" / "flightrec" / "hang_ddp"
@@ -88,6 +97,37 @@ def test_a_hang_names_the_rank_that_never_joined_and_its_victims(clickhouse_dsn:
     assert critical == {f"{job}/collective_hang/h0001/rank3", f"{job}/process_exit/h0001/rank3"}
     assert all(now[f"{job}/process_exit/{host(r)}/rank{r}"].evidence["severity_before"] == "critical" for r in range(3))
     assert set(final.alerts) == set(now)
+
+
+def registered(job: str, hosts: int, s: float) -> JobRegistered:
+    ranks = [RankPlacement(rank=r, host=host(r), local_rank=r % 2, coords=ParallelCoords(dp=r)) for r in range(2 * hosts)]
+    return JobRegistered(job_id=job, host="h0000", ts=t(s), world_size=2 * hosts, dp=2 * hosts, ranks=ranks)
+
+
+def hang_dumps(job: str, ranks: range, s: float, world: int) -> list[Event]:
+    out: list[Event] = []
+    for rank in ranks:
+        trace = to_trace(parse_dump((FR / f"fr_{rank % 4}").read_bytes()), job_id=job, host=host(rank), rank=rank,
+                         dumped_at=t(s))
+        out.append(trace.model_copy(update={"ts": t(s + 0.5), "group_ranks": {"0": list(range(world))}, "step": 14}))
+    return out
+
+
+def test_a_hang_after_a_restart_on_fewer_hosts_is_judged_on_the_new_run_alone(clickhouse_dsn: str,
+                                                                              database: str) -> None:
+    """6 ranks on 3 hosts; h0002's ranks dumped when the first run failed; the job restarts from step 10 on
+    2 hosts (4 ranks, registered again) and rank 3 hangs: the old run's ranks and dumps play no part."""
+    job = "rehung"
+    first = [*steps(job, 3, 20), registered(job, 3, 0), *hang_dumps(job, range(4, 6), 22, 6)]
+    again = [registered(job, 2, 40), *steps(job, 2, 15, first_step=10, start=t(40)), *hang_dumps(job, range(4), 58, 4)]
+    alerts, incidents = run(clickhouse_dsn, database, job, [*first, *again, *heartbeats(job, 2, 100)])
+    final = incidents[-1]
+    assert {i.incident_id for i in incidents} == {final.incident_id} and final.category == "collective_hang"
+    assert [(c.host, c.rank) for c in final.culprits] == [("h0001", 3)]
+    assert sorted(v.rank for v in final.victims) == [0, 1, 2]
+    hang = next(a for a in alerts if a.alert == "collective_hang")
+    assert hang.evidence["expected"] == 4 and hang.evidence["dumps"] == 4
+    assert hang.ts < t(58 + AnalyzerSettings().hang.gather_s)  # every member of the new run dumped: judged at once
 
 
 def test_a_crash_names_its_first_own_error_and_pages_once(clickhouse_dsn: str, database: str) -> None:
