@@ -3,7 +3,9 @@ torch job's steps reach ClickHouse and the dashboard's pages (its step chart, it
 heatmap, its latest committed checkpoint, fetched over HTTP as the browser gets them), the
 recovery controller cordons the host whose rank died of an Xid and the job trains on on the other
 two, a webhook named by VIGIL_NOTIFY_WEBHOOK_URL receives the demo's alerts signed, and Ctrl-C
-leaves no process behind. The Xid is one `host_fault` incident naming its rank, on the alerts page."""
+leaves no process behind. The Xid is one `host_fault` incident naming its rank; after the restart the
+slowed rank hangs once: one `collective_hang` incident names it (from the ranks' Flight Recorder
+traces); both on the alerts page."""
 
 from __future__ import annotations
 
@@ -137,12 +139,22 @@ def test_demo_runs_shows_torch_steps_and_stops_clean(tmp_path: Path) -> None:
         descendants = psutil.Process(proc.pid).children(recursive=True)
         assert len(descendants) >= 6  # broker, 3 agents, 2 torchrun, 4 ranks, simulator
 
-        # the Xid is one incident naming its culprit (the analyzer's, which the controller acted on), on the alerts page
-        incident = _sql(control, "SELECT category, culprit_host, culprit_rank FROM incidents_current "
-                                 "WHERE job_id = 'demo-torch' AND category = 'host_fault' ORDER BY first_sign", tmp_path)
-        assert incident[:1] == [["host_fault", XID_HOST, 4]], "".join(out[-50:])
-        assert {row[1] for row in incident} == {XID_HOST}, incident  # no other host blamed
+        # the Xid is one incident naming its culprit (the analyzer's, which the controller acted on)
+        xid = _sql(control, "SELECT category, culprit_host, culprit_rank FROM incidents_current "
+                            "WHERE job_id = 'demo-torch' AND category = 'host_fault' ORDER BY first_sign", tmp_path)
+        assert xid[:1] == [["host_fault", XID_HOST, 4]], "".join(out[-50:])
+        assert {row[1] for row in xid} == {XID_HOST}, xid  # no other host blamed
+        # after the restart on 2 hosts, the slowed rank (demo-host-1's local rank 1: global rank 3 now) hangs once at
+        # step 155: one incident names it (Flight Recorder, the checkpointer's collectives in every dump), on the alerts page
+        incident: list[list[object]] = []
+        hang_deadline = time.monotonic() + 300
+        while time.monotonic() < hang_deadline and not incident:
+            incident = _sql(control, "SELECT category, culprit_host, culprit_rank FROM incidents_current "
+                                     "WHERE job_id = 'demo-torch' AND category = 'collective_hang'", tmp_path)
+            time.sleep(3)
+        assert incident == [["collective_hang", "demo-host-1", 3]], "".join(out[-50:])
         alerts_page = " ".join(texts(render_page(dashboard, "/alerts", "?job=demo-torch&range=all")))
+        assert "collective_hang" in alerts_page and "demo-host-1" in alerts_page
         assert "host_fault" in alerts_page and XID_HOST in alerts_page
     finally:
         oncall.down()

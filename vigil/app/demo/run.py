@@ -8,6 +8,9 @@ notifier), then side by side:
    at step `XID_AT` a rank of `demo-host-2` prints an Xid 79 and dies: the controller pauses the
    job, runs diagnostics, cordons that host and restarts the job on the other two from its latest
    checkpoint (the demo prints each step as it happens);
+   later, at step `HANG_AT`, the slowed rank hangs once (a stuck GPU): the ranks' Flight Recorder
+   traces (the step timer's hang watchdog) name it the culprit of a `collective_hang` incident,
+   and the controller dumps, diagnoses and restarts the job from its checkpoint;
 2. a simulated 256-host job with a straggler, a NIC stall and MFU decay injected.
 It prints where to look and runs until Ctrl-C (or --duration), then stops every child:
 SIGINT first (each agent forwards it to torchrun and SIGKILLs the tree `KILL_GRACE_S` later),
@@ -43,6 +46,9 @@ XID_AT, CKPT_EVERY = 30, 10
 # what fails (and the Xid host itself), never a host that merely looked slow.
 # The three agents start at once but not in the same second: the job waits for all three to form.
 RECOVERY_DEFAULTS = {"VIGIL_RECOVERY_POLICY_CORDON_SLOW": "false", "VIGIL_RECOVERY_FORM_WAIT_S": "60"}
+# after the restart on two hosts, the slowed rank hangs once at HANG_AT; its peers time out PG_TIMEOUT_S later
+# (the hang watchdog's dumps, HANG_FLOOR_S after the last step, have named it by then)
+HANG_AT, PG_TIMEOUT_S = 155, 180
 # The step timer's hang watchdog dumps after max(5 x the longest step, this floor) without a step: on the demo's
 # 2 busy CPUs a rank can stall for 10 s (a checkpoint, the simulator), which must not read as a hang.
 HANG_FLOOR_S = 40
@@ -80,6 +86,8 @@ class Demo:
         """One agent per host under recovery control: the controller starts the job once they wait."""
         once = self.settings.home / "demo" / "xid.once"
         once.unlink(missing_ok=True)
+        hang_once = self.settings.home / "demo" / "hang.once"
+        hang_once.unlink(missing_ok=True)
         for host in HOSTS:
             env = {**os.environ, "VIGIL_KAFKA_BOOTSTRAP": bootstrap, "OMP_NUM_THREADS": "1",
                    "VIGIL_SPOOL_DIR": str(self.settings.home / "demo" / "spool" / host),
@@ -89,7 +97,9 @@ class Demo:
                     "--", sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(PROCS),
                     str(TRAIN), "--slow-rank", SLOW, "--slow-from", "60", "--xid-rank", XID,
                     "--xid-at", str(XID_AT), "--xid-dies", "--xid-once", str(once),
-                    "--ckpt-dir", str(self.settings.home / "demo" / "checkpoints"), "--ckpt-every", str(CKPT_EVERY)]
+                    "--ckpt-dir", str(self.settings.home / "demo" / "checkpoints"), "--ckpt-every", str(CKPT_EVERY),
+                    "--hang-rank", SLOW, "--hang-at", str(HANG_AT), "--hang-once", str(hang_once),
+                    "--pg-timeout-s", str(PG_TIMEOUT_S)]
             self._spawn(argv, f"{host}.log", env)
 
     def start_simulation(self, bootstrap: str) -> None:
@@ -201,6 +211,11 @@ What to look at (give it a minute or two to develop):
             a traffic stop on {stop}, MFU drift on {TORCH_JOB} (its slowed rank drags every step);
             MFU drift on {SIM_JOB} follows after a few minutes (its decay ramps over 100 steps).
   Network   the stall of {stop} and the drop of {nic}.
+  Incident  at step {HANG_AT} (a few minutes in) the slowed rank ({HOSTS[1]}'s local rank 1, global rank 3 on two
+            hosts) hangs once: the Alerts page shows one collective_hang incident naming it (from the
+            Flight Recorder traces every rank dumps), the other ranks its victims (linked, not paged);
+            the 3D view marks the culprit and dims the victims; `vigil incidents --job {TORCH_JOB}`
+            prints it. The controller dumps, diagnoses and restarts the job.
 {notify_line(notify or {})}
 From another terminal: `vigil status`, `vigil alerts`, `vigil incidents`, `vigil recovery history`,
 `vigil tail --kind alert`, `vigil trace --job {TORCH_JOB} -o trace.json` (open it in ui.perfetto.dev).
