@@ -10,7 +10,9 @@ was printed (`failed_at`), from which incidents order a cascade. The launcher's 
 (torchrun: not a rank) alerts (`host/launcher`) only when none of its ranks did. Exits
 while the recovery controller pauses or halts the job (`recovery_actions`: from a pause's
 `started` to its end, plus `PAUSE_GRACE_S`) are its own doing, not failures: no alert, so
-no crash cascade either.
+no crash cascade either; so are the error lines its stopped ranks print in those windows
+(SIGTERM tracebacks, peers' connection errors), except hardware lines (Xid, ECC, NVLink),
+which are facts about the host whoever stopped the job.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from vigil.analyzer.detect.base import AT, EvalContext, Finding, Severity, as_utc, ch_time
+from vigil.analyzer.incidents.errors import HARDWARE_CATEGORIES
 from vigil.analyzer.settings import LogSettings
 
 _LEVELS: dict[str, int] = {"info": 0, "warning": 1, "error": 2, "critical": 3}
@@ -35,6 +38,8 @@ SELECT host, category, max(multiIf(severity = 'critical', 3, severity = 'error',
 FROM log_lines
 WHERE job_id = {{job:String}} AND ts > {{lo:DateTime64(3, 'UTC')}} AND ts <= {AT}
   AND severity IN {{severities:Array(String)}}
+  AND (category IN {{always:Array(String)}} OR NOT arrayExists((a, b) -> ts >= a AND ts <= b,
+       {{paused_from:Array(DateTime64(3, 'UTC'))}}, {{paused_to:Array(DateTime64(3, 'UTC'))}}))
 GROUP BY host, category
 """
 
@@ -76,7 +81,18 @@ class LogDetector:
     def detect(self, ctx: EvalContext) -> list[Finding]:
         s = ctx.settings.log
         sev = [k for k, v in _LEVELS.items() if v >= _LEVELS[s.min_severity]]
-        return judge_logs(ctx.rows(_LOG_SQL, lo=ctx.ago(s.resolve_s), severities=sev), s)
+        params: dict[str, Any] = {"lo": ctx.ago(s.resolve_s), "severities": sev, "always": [],
+                                  "paused_from": [], "paused_to": []}
+        rows = ctx.rows(_LOG_SQL, **params)
+        if not rows:
+            return []
+        first = min(as_utc(r["first_ts"]) for r in rows)  # only a pause that could cover a line matters
+        windows = paused_windows(ctx.rows(_PAUSES_SQL, lo=ch_time(first - timedelta(seconds=PAUSE_MAX_S))))
+        if windows:  # what the stopped ranks print (SIGTERM tracebacks, peers' connection errors) is no failure
+            rows = ctx.rows(_LOG_SQL, **{**params, "always": sorted(HARDWARE_CATEGORIES),
+                                         "paused_from": [ch_time(a) for a, _ in windows],
+                                         "paused_to": [ch_time(b) for _, b in windows]})
+        return judge_logs(rows, s)
 
 
 class ExitDetector:

@@ -139,16 +139,25 @@ def test_exits_while_the_recovery_controller_pauses_the_job_are_not_failures(cli
         return RecoveryAction(job_id="pz", host="controller", action="pause", target="pz", status=status,  # type: ignore[arg-type]
                               ts=T0 + timedelta(seconds=at), reason="pause before the restart")
 
-    # rank 3 crashes at 10 s; the controller pauses the job 12-15 s (its ranks 0-2 stop at 13-14 s); later, after
-    # the pause and its grace, rank 1 fails on its own
-    load(clickhouse_dsn, database, [ex("h0001", 3, 10), pause(12, "started"), ex("h0000", 0, 13), ex("h0000", 1, 13.5),
+    def line(host: str, rank: int | None, at: float, category: str) -> LogLine:
+        return LogLine(job_id="pz", host=host, rank=rank, category=category, severity="error", message=category,
+                       ts=T0 + timedelta(seconds=at))
+
+    # rank 3 crashes at 10 s; the controller pauses the job 12-15 s (its ranks 0-2 stop at 13-14 s, printing their
+    # SIGTERM tracebacks; an Xid is logged meanwhile); later, after the pause and its grace, rank 1 fails on its own
+    load(clickhouse_dsn, database, [ex("h0001", 3, 10), line("h0001", 3, 9.5, "cuda_error"), pause(12, "started"),
+                                    ex("h0000", 0, 13), ex("h0000", 1, 13.5), line("h0000", 0, 13, "signal"),
+                                    line("h0000", 1, 13.2, "collective_timeout"), line("h0001", None, 13.4, "xid"),
                                     ex("h0001", 2, 14), pause(15, "succeeded"), ex("h0000", 1, 60),
-                                    *heartbeats("pz", 2, 70)])
+                                    line("h0000", 1, 59.8, "signal"), *heartbeats("pz", 2, 70)])
     got = evaluate(connect(clickhouse_dsn, database=database), AnalyzerSettings(), AlertBook(), "pz",
                    T0 + timedelta(seconds=62))
     assert {a.fingerprint for a in got if a.alert == "process_exit"} == {"pz/process_exit/h0001/rank3",
                                                                          "pz/process_exit/h0000/rank1"}
     assert next(a for a in got if a.fingerprint == "pz/process_exit/h0000/rank1").evidence["exit_ts"].endswith("01:00+00:00")
+    logs = {a.fingerprint: a for a in got if a.alert == "error_log"}
+    assert set(logs) == {"pz/error_log/h0001/cuda_error", "pz/error_log/h0001/xid", "pz/error_log/h0000/signal"}
+    assert logs["pz/error_log/h0000/signal"].evidence["lines"] == 1  # rank 1's own failure; not rank 0's SIGTERM
 
 
 def _ddp_steps(job: str, n_steps: int, slow_rank: int | None, slow_from: int, seed: int) -> list[Event]:
