@@ -11,7 +11,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
+
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.clickhouse, pytest.mark.slow]
 
@@ -20,6 +23,23 @@ HOST = "sim-host-0011"
 
 def vigil(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "vigil", *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def sql(env: dict[str, str], query: str) -> list[list[object]]:
+    """Rows of a read-only query through the stack's control port (its URL and token in stack.json)."""
+    state = json.loads((Path(env["VIGIL_HOME"]) / "stack.json").read_text())
+    resp = httpx.post(f"{state['control_url']}/sql", json={"sql": query}, timeout=30,
+                      headers={"Authorization": f"Bearer {state['token']}"})
+    resp.raise_for_status()
+    rows: list[list[object]] = resp.json()["rows"]
+    return rows
+
+
+def judged_to_the_end(env: dict[str, str], job: str) -> bool:
+    """Whether the live analyzer's saved position on `job` reached its last step (within one evaluation step)."""
+    rows = sql(env, f"SELECT (SELECT max(position) FROM detect_positions WHERE job_id = '{job}') + INTERVAL 2 SECOND >= "
+                    f"(SELECT max(ts) FROM step_timings WHERE job_id = '{job}')")
+    return bool(rows and rows[0][0])
 
 
 @pytest.fixture
@@ -49,7 +69,7 @@ def test_simulated_straggler_is_the_only_alert(stack: dict[str, str]) -> None:
         if alerts:
             break
         time.sleep(3)
-    time.sleep(10)  # let the detectors finish the job's history: nothing else may appear
+    wait_until(lambda: judged_to_the_end(stack, "flow"), 180, "the analyzer judged the job's last step")
     alerts = json.loads(vigil(stack, "alerts", "--job", "flow", "--json").stdout)
     assert [(a["alert"], a["subject"], a["status"]) for a in alerts] == [("straggler", f"{HOST}/forward", "firing")]
     ever = json.loads(vigil(stack, "alerts", "--job", "flow", "--all", "--json").stdout)
