@@ -1,13 +1,19 @@
-"""Traffic stall: each NIC's throughput against its own baseline, and a quiet job as one signal.
+"""Traffic stall: each NIC's throughput against its own baseline and its peers, and a quiet job as one signal.
 
 Training traffic is periodic, so a NIC's median rate over `traffic.recent_s` is stable
 against its median over the `traffic.baseline_s` before that (medians: a short flap or a
-spike moves neither; flaps are flap.py's). A drop of at least `traffic.drop_pct` ->
-warning. Zero traffic (<= `traffic.zero_bps`) for at least `traffic.stall_s` while the
-host's training processes run -> critical. NICs whose baseline is below
-`traffic.min_baseline_bps` (idle management ports) are not judged. While an alert fires,
-the reference is the larger of the NIC's own baseline and the fleet median for that
-device, so a lasting drop does not become its own new normal.
+spike moves neither; flaps are flap.py's). A drop of at least `traffic.drop_pct` is a
+warning only if the NIC also moved at least that much less than its peers over the same
+recent window (its mean rate against the mean of the job's other hosts' NICs of that
+device; `Peers`): in synchronous training they all move the same bytes per step, and a
+NIC's own history alone misleads early in a run (a baseline of a few seconds) or when its
+host samples at its own phase of the step (a slow beat, each host at its own point of it).
+A job of one host is judged against its own history alone. Zero traffic (<=
+`traffic.zero_bps`) for at least `traffic.stall_s` while the host's training processes
+run -> critical. NICs whose baseline is below `traffic.min_baseline_bps` (idle management
+ports) are not judged. While an alert fires, the reference is the larger of the NIC's own
+baseline and the fleet median for that device, so a lasting drop does not become its own
+new normal, and half of `traffic.drop_pct` below both keeps it firing.
 
 One quiet job, one signal (quiet.py): buckets where the job's median NIC is quiet are
 left out of every NIC's recent and baseline samples, so a pause neither alerts per NIC
@@ -17,8 +23,8 @@ which it looks like) unless a host went quiet at least `traffic.suspect_lead_s` 
 most `traffic.suspect_max_lead_s`) before the rest — then warning, naming that host
 (`host`) as the suspect. NIC alerts already
 firing are held through the pause. When at least half of the judged NICs (and
-`traffic.fleet_min_nics` or more) drop together without the job being quiet, that is the
-job too: one job-level finding instead of one per NIC.
+`traffic.fleet_min_nics` or more) drop together (against their own baselines) without the
+job being quiet, that is the job too: one job-level finding instead of one per NIC.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ SELECT host, device,
        maxIf(ts, tx_bps + rx_bps >= {{active:Float64}}) AS last_active,
        quantileExactIf(0.5)(tx_bps + rx_bps, ts > {{recent:DateTime64(3, 'UTC')}} AND {_NOT_QUIET}) AS recent_bps,
        countIf(ts > {{recent:DateTime64(3, 'UTC')}} AND {_NOT_QUIET}) AS n_recent,
+       sumIf(tx_bps + rx_bps, ts > {{recent:DateTime64(3, 'UTC')}} AND {_NOT_QUIET}) AS recent_sum,
        quantileExactIf(0.5)(tx_bps + rx_bps, ts <= {{recent:DateTime64(3, 'UTC')}} AND {_NOT_QUIET}) AS base_bps,
        countIf(ts <= {{recent:DateTime64(3, 'UTC')}} AND {_NOT_QUIET}) AS n_base
 FROM nic_counters
@@ -91,38 +98,79 @@ def judge(rows: Sequence[Mapping[str, Any]], running: Mapping[str, int], s: Traf
         if int(r["n_base"]) and float(r["base_bps"]) >= s.min_baseline_bps:
             fleet[str(r["device"])].append(float(r["base_bps"]))
     fleet_median = {d: median(v) for d, v in fleet.items()}
-    out: list[Finding] = []
-    judged = 0
+    peers = Peers()
+    judged: list[tuple[Mapping[str, Any], float, bool]] = []  # (row, reference, firing)
     for r in rows:
-        host, device = str(r["host"]), str(r["device"])
-        subject = f"{host}/{device}"
         if int(r["n_recent"]) == 0:
             continue  # no fresh samples: a silent host is the heartbeat detector's call
         base = float(r["base_bps"]) if int(r["n_base"]) else 0.0
-        was = subject in firing
-        ref = max(base, fleet_median.get(device, 0.0)) if was else base
-        if ref < s.min_baseline_bps and not was:
-            continue
-        judged += 1
+        was = f"{r['host']}/{r['device']}" in firing
+        ref = max(base, fleet_median.get(str(r["device"]), 0.0)) if was else base
+        if ref >= s.min_baseline_bps or was:
+            judged.append((r, ref, was))
+            peers.add(r)
+    down: list[Finding] = []  # below their own baseline (or stopped), whatever their peers do
+    out: list[Finding] = []  # ... and, unless stopped, below their peers too: the culprits
+    for r, ref, was in judged:
+        host, device = str(r["host"]), str(r["device"])
         recent = float(r["recent_bps"])
         last, nonzero = as_utc(r["last_ts"]), as_utc(r["last_nonzero"])
         stalled_s = (last - nonzero).total_seconds() if nonzero > EPOCH else None
-        evidence = {"host": host, "device": device, "recent_bps": round(recent), "baseline_bps": round(ref),
-                    "recent_s": s.recent_s}
+        evidence: dict[str, Any] = {"host": host, "device": device, "recent_bps": round(recent),
+                                    "baseline_bps": round(ref), "recent_s": s.recent_s}
         procs = running.get(host, 1)
         if procs > 0 and ((stalled_s is not None and stalled_s >= s.stall_s) or (stalled_s is None and was)):
-            out.append(_stopped(host, device, evidence, nonzero, stalled_s, s, at))
-        elif ref > 0:
-            drop = (1 - recent / ref) * 100
-            need = s.drop_pct / 2 if was else s.drop_pct
-            if drop >= need:
-                out.append(Finding(
-                    alert="traffic_stall", subject=subject, host=host, severity="warning", since=at,
-                    summary=f"{host} {device}: traffic {drop:.0f}% below its baseline",
-                    evidence={**evidence, "drop_pct": round(drop, 1)}))
-    if judged >= s.fleet_min_nics and len(out) * 2 >= judged:
-        return [job_wide(out, judged)]
+            down.append(_stopped(host, device, evidence, nonzero, stalled_s, s, at))
+            out.append(down[-1])
+            continue
+        need = s.drop_pct / 2 if was else s.drop_pct
+        drop = (1 - recent / ref) * 100 if ref > 0 else 0.0
+        if drop < need:
+            continue
+        peer = peers.below(r)  # (the other hosts' mean rate, % this NIC is below it); None: no peers
+        peer_drop = peer[1] if peer is not None else None
+        if peer is not None:
+            evidence.update(peer_bps=round(peer[0]), peer_drop_pct=round(peer[1], 1))
+        finding = Finding(
+            alert="traffic_stall", subject=f"{host}/{device}", host=host, severity="warning", since=at,
+            summary=f"{host} {device}: traffic {drop:.0f}% below its baseline" + (
+                f" and {peer_drop:.0f}% below the job's other {device} NICs" if peer_drop is not None else ""),
+            evidence={**evidence, "drop_pct": round(drop, 1)})
+        down.append(finding)
+        if peer_drop is None or peer_drop >= need:
+            out.append(finding)
+    if len(judged) >= s.fleet_min_nics and len(down) * 2 >= len(judged):
+        return [job_wide(down, len(judged))]
     return out
+
+
+class Peers:
+    """The traffic each device of the job moved over the recent window, per host: a NIC against its peers.
+
+    In synchronous training every NIC of a device (one rail) moves the same bytes per step, so
+    at any instant the job's other hosts' NICs of that device are the reference a NIC is held
+    to: their mean rate over the same window (samples pooled), against the NIC's own mean.
+    """
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = defaultdict(float)
+        self.counts: dict[str, int] = defaultdict(int)
+        self.hosts: dict[str, int] = defaultdict(int)
+
+    def add(self, r: Mapping[str, Any]) -> None:
+        device = str(r["device"])
+        self.sums[device] += float(r["recent_sum"])
+        self.counts[device] += int(r["n_recent"])
+        self.hosts[device] += 1
+
+    def below(self, r: Mapping[str, Any]) -> tuple[float, float] | None:
+        """(the peers' mean rate, how many % the NIC's mean is below it); None without peers (one host)."""
+        device, n, own = str(r["device"]), int(r["n_recent"]), float(r["recent_sum"])
+        others = self.counts[device] - n
+        if self.hosts[device] < 2 or others <= 0 or n <= 0:
+            return None
+        level = (self.sums[device] - own) / others
+        return level, (1 - own / n / level) * 100 if level > 0 else 0.0
 
 
 def _stopped(host: str, device: str, evidence: dict[str, Any], nonzero: datetime, stalled_s: float | None,
