@@ -48,7 +48,8 @@ SELECT host, device,
        countIf(ts > {{recent:DateTime64(3, 'UTC')}} AND {_NOT_QUIET}) AS n_recent,
        sumIf(tx_bps + rx_bps, ts > {{recent:DateTime64(3, 'UTC')}} AND {_NOT_QUIET}) AS recent_sum,
        quantileExactIf(0.5)(tx_bps + rx_bps, ts <= {{recent:DateTime64(3, 'UTC')}} AND {_NOT_QUIET}) AS base_bps,
-       countIf(ts <= {{recent:DateTime64(3, 'UTC')}} AND {_NOT_QUIET}) AS n_base
+       countIf(ts <= {{recent:DateTime64(3, 'UTC')}} AND {_NOT_QUIET}) AS n_base,
+       sumIf(tx_bps + rx_bps, ts <= {{recent:DateTime64(3, 'UTC')}} AND {_NOT_QUIET}) AS base_sum
 FROM nic_counters
 WHERE job_id = {{job:String}} AND ts > {{lo:DateTime64(3, 'UTC')}} AND ts <= {AT}
 GROUP BY host, device
@@ -144,32 +145,56 @@ def judge(rows: Sequence[Mapping[str, Any]], running: Mapping[str, int], s: Traf
     return out
 
 
+SHARE_MIN_SAMPLES = 60
+"""A baseline of at least this many samples (a minute at 1 Hz) averages over the step's beat: a NIC's usual
+share of its peers' traffic is read from it; a shorter one takes the share as 1 (every NIC moves the same)."""
+
+
 class Peers:
     """The traffic each device of the job moved over the recent window, per host: a NIC against its peers.
 
-    In synchronous training every NIC of a device (one rail) moves the same bytes per step, so
-    at any instant the job's other hosts' NICs of that device are the reference a NIC is held
-    to: their mean rate over the same window (samples pooled), against the NIC's own mean.
+    In synchronous training every NIC of a device (one rail) moves about the same bytes per step,
+    so at any instant the job's other hosts' NICs of that device are the reference a NIC is held
+    to: their mean rate over the same window (samples pooled), scaled by the NIC's usual share of
+    it when that is above 1 (its mean over its baseline against theirs, once the baseline is long
+    enough: a pipeline stage that always moves more is held to its own level), against the NIC's
+    own mean.
     """
 
     def __init__(self) -> None:
         self.sums: dict[str, float] = defaultdict(float)
         self.counts: dict[str, int] = defaultdict(int)
+        self.base_sums: dict[str, float] = defaultdict(float)
+        self.base_counts: dict[str, int] = defaultdict(int)
         self.hosts: dict[str, int] = defaultdict(int)
 
     def add(self, r: Mapping[str, Any]) -> None:
         device = str(r["device"])
         self.sums[device] += float(r["recent_sum"])
         self.counts[device] += int(r["n_recent"])
+        self.base_sums[device] += float(r["base_sum"] or 0.0)
+        self.base_counts[device] += int(r["n_base"])
         self.hosts[device] += 1
 
+    def share(self, r: Mapping[str, Any]) -> float:
+        """The NIC's usual traffic relative to its peers', if it usually moves more (else, and until its baseline
+        is long enough, 1.0: a NIC that usually moves less is held to no less than its own baseline already, and
+        a lasting drop that has become its baseline still shows against its peers)."""
+        device, n, own = str(r["device"]), int(r["n_base"]), float(r["base_sum"] or 0.0)
+        others = self.base_counts[device] - n
+        if n < SHARE_MIN_SAMPLES or others <= 0:
+            return 1.0
+        level = (self.base_sums[device] - own) / others
+        return max(1.0, own / n / level) if level > 0 else 1.0
+
     def below(self, r: Mapping[str, Any]) -> tuple[float, float] | None:
-        """(the peers' mean rate, how many % the NIC's mean is below it); None without peers (one host)."""
+        """(what the NIC would move at its usual share of its peers' rate, how many % its mean is below that);
+        None without peers (one host)."""
         device, n, own = str(r["device"]), int(r["n_recent"]), float(r["recent_sum"])
         others = self.counts[device] - n
         if self.hosts[device] < 2 or others <= 0 or n <= 0:
             return None
-        level = (self.sums[device] - own) / others
+        level = (self.sums[device] - own) / others * self.share(r)
         return level, (1 - own / n / level) * 100 if level > 0 else 0.0
 
 
