@@ -25,6 +25,7 @@ from vigil.analyzer import hosting
 from vigil.analyzer.alerts.view import read_alert_events
 from vigil.analyzer.clock import grid_ceil
 from vigil.analyzer.engine import replay
+from vigil.analyzer.incidents.stage import IncidentStage
 from vigil.analyzer.service import AnalyzerService
 from vigil.analyzer.settings import AnalyzerSettings
 from vigil.analyzer.simulator.delivery import Delivery, Run, deliver
@@ -95,12 +96,13 @@ def produce(jobs: int, hosts: int, steps: int, speed: float, start: datetime, se
 @dataclass(kw_only=True)
 class HealthPoll:
     url: str
+    headers: dict[str, str] = field(default_factory=dict)  # the control port's token
     latencies: list[float] = field(default_factory=list)
     failures: int = 0
     stop: threading.Event = field(default_factory=threading.Event)
 
     def run(self) -> None:
-        with httpx.Client(timeout=10) as http:  # one client: httpx.get builds a TLS context (~0.15 s) per call
+        with httpx.Client(timeout=10, headers=self.headers) as http:  # one client: httpx.get builds a TLS context (~0.15 s) per call
             while not self.stop.wait(0.25):
                 t = time.perf_counter()
                 try:
@@ -125,7 +127,7 @@ def fleet(jobs: int, hosts: int, steps: int, speed: float, dsn: str) -> dict[str
         assert isinstance(service, AnalyzerService) and stack.ctx is not None
         while service.ingest is None or service.ingest.frontier is None:  # the group's first join, a lag sample
             time.sleep(0.5)
-        poll = HealthPoll(url=state.control_url)
+        poll = HealthPoll(url=state.control_url, headers=state.control_headers)
         poller = threading.Thread(target=poll.run, daemon=True)
         poller.start()
         start = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=30)
@@ -149,7 +151,8 @@ def fleet(jobs: int, hosts: int, steps: int, speed: float, dsn: str) -> dict[str
         stack.stop()
         alerts = read_alert_events(settings, bootstrap, timeout=30)
         t1 = time.perf_counter()
-        replays = {j: replay(client, AnalyzerSettings(), j) for j in ends}
+        # with the live service's incident stage (a fresh one per job), as the live == replay tests replay
+        replays = {j: replay(client, AnalyzerSettings(), j, stages=[IncidentStage(AnalyzerSettings())]) for j in ends}
         replay_s = time.perf_counter() - t1
     finally:
         stack.stop()
