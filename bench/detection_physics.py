@@ -240,6 +240,9 @@ def main() -> None:
             r = run_class(client, cls, seed, live=args.live)
             print(f"{cls.name} seed {seed}: {r['events']:,} events, replay {r['replay_s']:.1f} s"
                   + (f", live {r['live_s']:.1f} s" if args.live else ""), flush=True)
+            for mode in ("replay", "live") if args.live else ("replay",):  # as it goes: a cut-short run keeps these
+                fired = sorted({a.fingerprint for a in r[mode] if a.status == "firing" and a.severity in SEVERE})
+                print(f"  {mode}: {', '.join(fired) or 'no alert'}", flush=True)
             results.append(r)
     per_replay, per_live = score(results, "replay"), score(results, "live")
     body = (table(per_replay, per_live) + "\n\n" + verdict(per_replay, per_live))
