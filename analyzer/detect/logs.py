@@ -86,8 +86,7 @@ class LogDetector:
         rows = ctx.rows(_LOG_SQL, **params)
         if not rows:
             return []
-        first = min(as_utc(r["first_ts"]) for r in rows)  # only a pause that could cover a line matters
-        windows = paused_windows(ctx.rows(_PAUSES_SQL, lo=ch_time(first - timedelta(seconds=PAUSE_MAX_S))))
+        windows = pauses_since(ctx, min(as_utc(r["first_ts"]) for r in rows))
         if windows:  # what the stopped ranks print (SIGTERM tracebacks, peers' connection errors) is no failure
             rows = ctx.rows(_LOG_SQL, **{**params, "always": sorted(HARDWARE_CATEGORIES),
                                          "paused_from": [ch_time(a) for a, _ in windows],
@@ -109,9 +108,12 @@ class ExitDetector:
             from_step = int(ctx.rows(_STEP_AT_SQL, since=ch_time(since))[0]["step"])
             restarted = ctx.rows(_RESTARTED_SQL, since=ch_time(since), from_step=max(0, from_step - 1),
                                  ranks=sorted({int(r["rank"]) for r in ranked}))
-        first_exit = min(as_utc(r["exit_ts"]) for r in exits)  # only a pause that could cover an exit matters
-        pauses = ctx.rows(_PAUSES_SQL, lo=ch_time(first_exit - timedelta(seconds=PAUSE_MAX_S)))
-        return judge_exits(exits, restarted, paused_windows(pauses))
+        return judge_exits(exits, restarted, pauses_since(ctx, min(as_utc(r["exit_ts"]) for r in exits)))
+
+
+def pauses_since(ctx: EvalContext, first: datetime) -> list[tuple[datetime, datetime]]:
+    """The controller's pause windows that could cover something stamped at or after `first`."""
+    return paused_windows(ctx.rows(_PAUSES_SQL, lo=ch_time(first - timedelta(seconds=PAUSE_MAX_S))))
 
 
 def paused_windows(rows: Sequence[Mapping[str, Any]]) -> list[tuple[datetime, datetime]]:
