@@ -101,4 +101,8 @@ def test_sigkilled_mid_retry_then_delivered_after_restart_without_duplicates(
     (webhook,) = json.loads(status.stdout)["receivers"]
     assert {k: webhook[k] for k in ("receiver", "delivered", "pending", "failed", "signed", "ok")} == {
         "receiver": "webhook", "delivered": 3, "pending": 0, "failed": 0, "signed": True, "ok": True}
-    assert webhook["attempts"] == first_run + 3 and webhook["last_error"] == ""  # delivered: no error stands
+    # attempts counts outcomes the notifier saved: the SIGKILL may land between the receiver's 503 and the save of
+    # that attempt (one lane, saved synchronously, so at most the one in flight is lost); the restart then adds the
+    # retried one's delivery and the two later notifications' single attempts
+    assert webhook["attempts"] in (first_run + 2, first_run + 3), (webhook["attempts"], first_run)
+    assert webhook["last_error"] == ""  # delivered: no error stands
