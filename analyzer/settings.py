@@ -123,6 +123,9 @@ class IncidentSettings(_Section):
     window_s: float = Field(default=120.0, gt=0, description="rank failures this close in time form one cascade")
     settle_s: float = Field(default=20.0, ge=0, description="a cascade of peer errors only (no culprit yet) waits this "
                             "long for its culprit's exit before naming the first failure")
+    hardware_settle_s: float = Field(default=8.0, ge=0, description="a hardware line (Xid, ECC, NVLink) no crash has "
+                                     "claimed yet waits this long for the crash it may cause before it pages alone "
+                                     "(a dying rank exits within seconds; a GPU that fell off the bus must page fast)")
     hardware_window_s: float = Field(default=300.0, ge=0, description="hardware error lines on the culprit's host "
                                      "this long before its failure make it a host fault")
     victim_severity: Literal["info", "warning", "error"] = Field(default="warning", description="severity a "

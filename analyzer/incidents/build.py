@@ -17,8 +17,9 @@ Three shapes, from the detectors' findings at the instant (nothing is remembered
 
 `error_log` findings join the incident whose host and ranks they are about, from its first
 sign on; the culprit's own lines are its evidence, the others are victims'. A hardware
-line no incident claims yet is held back for `settle_s` too (Alertmanager's group_wait):
-the crash it causes follows within seconds, and then one incident pages, not two. Pure logic.
+line no incident claims yet is held back for `hardware_settle_s` (Alertmanager's group_wait):
+the crash it causes follows within seconds, and then one incident pages, not two; shorter
+than `settle_s`, as hardware is a hard fault to page fast. Pure logic.
 """
 
 from __future__ import annotations
@@ -249,6 +250,6 @@ def build(findings: Sequence[Finding], at: datetime, s: IncidentSettings) -> Bui
     for f in logs:  # a hardware line waits a moment for the crash it may cause, so one incident pages, not two
         first = as_utc(f.evidence["first_line"]) if f.evidence.get("first_line") else f.since
         if f.evidence.get("category") in HARDWARE_CATEGORIES and id(f) not in linked and \
-                (at - first).total_seconds() < s.settle_s:
+                (at - first).total_seconds() < s.hardware_settle_s:
             held.append(f)
     return Built(drafts=drafts, held=held)

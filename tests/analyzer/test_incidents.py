@@ -90,6 +90,17 @@ def test_peer_errors_alone_wait_for_the_culprit_then_name_what_they_can() -> Non
     assert [(c.host, c.rank) for c in d.culprits] == [("host-9", None)] and d.culprit_findings[0] is lost
 
 
+def test_a_hardware_line_waits_hardware_settle_s_for_its_crash_then_pages_alone() -> None:
+    xid = log("host-1", "xid", [2], 0.0, "critical")
+    assert S.hardware_settle_s < S.settle_s  # hardware is a hard fault: it waits less than peer errors do
+    assert build([xid], at(S.hardware_settle_s - 1), S).held == [xid]  # the crash it may cause is seconds away
+    got = build([xid], at(S.hardware_settle_s), S)
+    assert got.held == [] and got.drafts == []  # no crash came: the line pages on its own
+    # the crash within the wait claims it: one host_fault incident, the line its culprit's evidence
+    (d,) = build([xid, exit_("host-1", 2, NVLINK, 0.5, 1.0)], at(S.hardware_settle_s - 1), S).drafts
+    assert d.category == "host_fault" and xid in d.culprit_findings
+
+
 def hang_finding() -> Finding:
     return Finding(alert="collective_hang", subject="host-1/rank3", host="host-1", severity="critical", since=at(0),
                    summary="collective hang: host-1 rank 3 never joined gloo:all_reduce",
