@@ -1,4 +1,4 @@
-"""Shared by the analyzer/ingest/broker benchmarks: machine facts and appending to RESULTS.md."""
+"""Shared by the analyzer/ingest/broker benchmarks: machine facts, appending to RESULTS.md, what a detection score counts."""
 
 from __future__ import annotations
 
@@ -9,6 +9,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
+
+SEVERE = ("warning", "error", "critical")
+"""The alert severities a detection score counts, as the issues score: an info event (the job-level \"the job is
+quiet\" of a pause or a restart gap) pages no one."""
 
 
 def machine_info() -> str:

@@ -10,8 +10,8 @@ Latency = alert event time (the evaluation instant that published it) - fault on
 in seconds and in steps; for a traffic stop, its first *critical* alert (the warning for
 the drop comes earlier). Precision/recall count distinct alert fingerprints against
 the ground truth of `vigil simulate --json`; alerts of warning or worse count (an info event
-such as the job-level "the whole job is quiet" of a restart gap pages no one). A verdict line checks the issue's targets:
-precision and recall >= 0.97, hard faults <= 15 s, a 5 %-slow host within 30 steps.
+such as the job-level "the whole job is quiet" of a restart gap pages no one). A verdict line
+checks the issue's targets: precision and recall >= 0.97, hard faults <= 15 s, a 5 %-slow host within 30 steps.
 Wall-clock latency through the live path is bench/analyzer_live_latency.py.
 
 Resumed jobs (`--resumed-seeds`): the same 64-host scenarios, once started at step 4800 (as
@@ -33,7 +33,7 @@ from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from analyzer_common import append_results, machine_info
+from analyzer_common import SEVERE, append_results, machine_info
 
 from vigil.analyzer.engine import replay
 from vigil.analyzer.ingest.writer import ClickHouseWriter
@@ -102,11 +102,6 @@ def write_run(writer: ClickHouseWriter, sim: Simulation, numbers: range) -> int:
             buf = []
     writer.write(buf)
     return n + len(buf)
-
-
-SEVERE = ("warning", "error", "critical")
-"""What counts, as the issues score it: an info event (a job-level "the job is quiet" while a job restarts) pages
-no one."""
 
 
 def score(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

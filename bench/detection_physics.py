@@ -15,9 +15,9 @@ paused"). A fault is detected when its expected fingerprint fires (named right: 
 job-level alert must name the hung host); every other warning-or-worse fingerprint of
 that job is a false alert of that class, save a hang's own `collective_hang` (the hang
 detector's "the job hangs" beside the traffic detector's job-level finding: one fault,
-named by both; only the latter names the host without Flight Recorder dumps). Latency = alert event time - fault onset.
-A verdict line checks the goal: precision and recall >= 0.97 per class, live and replay,
-and no alert on the healthy control.
+named by both; only the latter names the host without Flight Recorder dumps). Latency =
+alert event time - fault onset. A verdict line checks the goal: precision and recall >= 0.97
+per class, live and replay, and no alert on the healthy control.
 
     python bench/detection_physics.py [--seeds 1] [--classes SUBSTRING] [--no-live] [--no-append]
 """
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from analyzer_common import append_results, machine_info
+from analyzer_common import SEVERE, append_results, machine_info
 
 from vigil.analyzer.alerts.book import AlertBook
 from vigil.analyzer.engine import LiveCursor, replay
@@ -46,8 +46,6 @@ from vigil.analyzer.simulator.runner import ground_truth
 from vigil.app.components import migrate_all
 from vigil.clickhouse.client import connect
 from vigil.contract import Alert, Event
-
-SEVERE = ("warning", "error", "critical")
 
 
 @dataclass(frozen=True, kw_only=True)
