@@ -99,13 +99,16 @@ class EvalContext:
     def caught_up(self, host: str, source: str) -> bool:
         """Whether `host`'s `source` is known up to `at`: stored up to it, or silent (its agent sends nothing).
 
-        Always true in replay. Live, false only for a source still arriving but not yet up to
-        `at` (a lagging partition, a spool being replayed): its silence there is not news.
+        Always true in replay. Live, false for a source still arriving but not yet up to `at`
+        (a lagging partition, a spool being replayed): its silence there is not news. False too
+        for a source the turn's clock does not know: its first events were stored after the
+        clock was read (the ingest writes while detectors query), so it is arriving right now;
+        the next turn knows how far it has got.
         """
         if self.sources is None:
             return True
         c = self.sources.get((host, source))
-        return c is None or not c.alive or c.last_ts >= self.at
+        return c is not None and (not c.alive or c.last_ts >= self.at)
 
     def run_buckets(self) -> dict[str, str]:
         """Parameters `b0`, `b1`: the `job_step_runs` buckets of the current run up to `at`."""

@@ -222,6 +222,29 @@ def caught_up(cursor: LiveCursor, client: Any, frontier: datetime | None = None)
     return out
 
 
+def test_heartbeats_first_stored_after_the_turn_read_its_clock_are_arriving_not_lost(clickhouse_dsn: str,
+                                                                                     database: str) -> None:
+    """The ingest writes while a turn judges: hosts whose first heartbeats land between the turn reading the job's
+    clock and the heartbeat query are members the clock does not know yet. They are arriving (late delivery, one
+    partition behind the other), not silent: none is paged, although one's newest stored heartbeat is old at `at`."""
+    from vigil.analyzer.detect.base import EvalContext
+    from vigil.analyzer.detect.heartbeat import HeartbeatDetector
+
+    hbs = heartbeats("race", 8, 40)
+    load(clickhouse_dsn, database, [*steps("race", 8, 40), *(h for h in hbs if h.host < "h0004")])
+    client = connect(clickhouse_dsn, database=database)
+    [clock] = job_clocks(client, job="race", frontier=datetime.now(UTC), idle_s=60)  # the turn reads the clock ...
+    assert ("h0004", "heartbeat") not in clock.sources and clock.sources[("h0000", "heartbeat")].alive
+    behind = T0 + timedelta(seconds=28)  # ... then the other partition's first burst is stored, h0004's ends earlier
+    load(clickhouse_dsn, database, [h for h in hbs if h.host >= "h0004" and (h.host != "h0004" or h.ts <= behind)])
+    at = T0 + timedelta(seconds=38)
+    ctx = EvalContext(client=client, settings=AnalyzerSettings(), job="race", at=at, live=True, sources=clock.sources)
+    assert HeartbeatDetector().detect(ctx) == []
+    # replay, and the next turn once h0004 has gone idle, judge what is stored: then it is lost
+    replayed = EvalContext(client=client, settings=AnalyzerSettings(), job="race", at=at)
+    assert [f.subject for f in HeartbeatDetector().detect(replayed)] == ["h0004"]
+
+
 def test_live_clock_waits_for_hosts_still_being_ingested(clickhouse_dsn: str, database: str) -> None:
     """Hosts sit on different partitions: while some lag, the live cursor must not judge past them."""
     evs = steps("lag", 8, 40)
