@@ -20,6 +20,12 @@ Watermark rules (what `JobClock.until` returns, the newest instant that may be j
   went silent): the clock runs to the newest timestamp of any source, sparse ones
   included, so the exits and logs that end a job are judged live as replay judges them.
 
+Order: a source's events are assumed stored in event-time order (each host's agent ships in
+order, keyed by host, through an idempotent producer; a partition keeps that order; the
+ingest writes batches in order), so a source stored up to `last_ts` has everything before
+it. Hosts interleave at will. Events of one source that arrive out of order may be judged
+missing before they land (a heartbeat gap paged, then resolved).
+
 Instants are the multiples of `eval_step_s` since 1970 (the grid), whatever the job or
 when it was first seen, so live and replay judge the same instants; the last instant of
 a stopped job is the grid point at or after its newest timestamp.

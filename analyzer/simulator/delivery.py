@@ -7,8 +7,11 @@ every run's events by simulated time, the way several jobs' agents produce them 
 side, and sends them paced at `speed` (simulated seconds per wall second; 0 = as fast as
 possible) in slices of `tick_s` simulated seconds. `late(event)` holds an event back by
 that many simulated seconds (a host whose telemetry is ingested late); with `shuffle`,
-the events of one slice are sent in a random order. Everything follows from the seed:
-the same runs and policy send the same events in the same order.
+the events of one slice are sent in a random interleaving of the hosts, each host's events
+of one kind still in order: the order a keyed topic keeps (a host's agent ships in order,
+keyed by host, idempotent; partitions interleave at will), and the order the analyzer's
+event-time clock relies on. Everything follows from the seed: the same runs and policy
+send the same events in the same order.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import heapq
 import random
 import time
+from collections import defaultdict, deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -85,7 +89,7 @@ def deliver(runs: Sequence[Run], send: Send, how: Delivery = Delivery()) -> int:
             out.append(heapq.heappop(ready)[2])
         if out:
             if how.shuffle:
-                rng.shuffle(out)
+                out = interleave(out, rng)
             if how.speed > 0:
                 delay_s = wall0 + (release_until - t0).total_seconds() / how.speed - time.monotonic()
                 if delay_s > 0:
@@ -94,6 +98,16 @@ def deliver(runs: Sequence[Run], send: Send, how: Delivery = Delivery()) -> int:
             sent += len(out)
         release_until += tick
     return sent
+
+
+def interleave(events: Sequence[Event], rng: random.Random) -> list[Event]:
+    """A uniformly random interleaving of the (job, host, kind) streams in `events`, each stream kept in order."""
+    streams: dict[tuple[str, str, str], deque[Event]] = defaultdict(deque)
+    for e in events:
+        streams[(e.job_id, e.host, e.kind)].append(e)
+    turns = [(e.job_id, e.host, e.kind) for e in events]
+    rng.shuffle(turns)
+    return [streams[k].popleft() for k in turns]
 
 
 def late_hosts(hosts: set[str], delay_s: float, *, jitter_s: float = 0.0, burst_s: float = 0.0,
