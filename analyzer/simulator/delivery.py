@@ -102,10 +102,10 @@ def deliver(runs: Sequence[Run], send: Send, how: Delivery = Delivery()) -> int:
 
 def interleave(events: Sequence[Event], rng: random.Random) -> list[Event]:
     """A uniformly random interleaving of the (job, host, kind) streams in `events`, each stream kept in order."""
-    streams: dict[tuple[str, str, str], deque[Event]] = defaultdict(deque)
-    for e in events:
-        streams[(e.job_id, e.host, e.kind)].append(e)
     turns = [(e.job_id, e.host, e.kind) for e in events]
+    streams: dict[tuple[str, str, str], deque[Event]] = defaultdict(deque)
+    for k, e in zip(turns, events, strict=True):
+        streams[k].append(e)
     rng.shuffle(turns)
     return [streams[k].popleft() for k in turns]
 

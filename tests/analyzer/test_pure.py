@@ -173,13 +173,14 @@ def test_shuffled_delivery_keeps_each_hosts_stream_in_order() -> None:
     import random
 
     from vigil.analyzer.simulator.delivery import interleave
+    from vigil.contract import Event
 
     sim = Simulation(SimConfig(job="mix", layout=Layout(hosts=8, gpus_per_host=1), seed=1, start=T0, step_ms=1000.0))
     events = [e for i in range(60) for e in sim.step(i)]  # a 60-s burst, as a backlogged consumer delivers it
     mixed = interleave(events, random.Random(3))
     assert sorted(e.event_id for e in mixed) == sorted(e.event_id for e in events)  # the same events
 
-    def streams(evs: list) -> dict[tuple[str, str], list[str]]:  # type: ignore[type-arg]
+    def streams(evs: list[Event]) -> dict[tuple[str, str], list[str]]:
         out: dict[tuple[str, str], list[str]] = {}
         for e in evs:
             out.setdefault((e.host, e.kind), []).append(e.event_id)
