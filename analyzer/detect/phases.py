@@ -7,6 +7,12 @@ only, and on their *own* time: a waiting phase nested in a compute phase
 (`backward/allreduce` in `backward`) is subtracted from its parent. `cells_sql` builds
 that per-unit mean as SQL over a phase-window rollup, so the subtraction happens in
 ClickHouse.
+
+A window's value is its mean **without its slowest sample** (`TRIMMED_MEAN`): at a few
+thousand GPUs one GC pause or page fault lands in some rank's 5-step window every
+window, and one +50 % step moves a 5-step mean by 10 %. Dropping the window's maximum
+(the rollups keep it) makes one spike invisible while a unit slow on most of its steps
+stays as slow as it is; every unit is trimmed alike, so comparisons stay fair.
 """
 
 from __future__ import annotations
@@ -64,9 +70,16 @@ def job_phases(ctx: EvalContext, lo: int, hi: int) -> JobPhases:
     return JobPhases(kinds=resolve(phases, step, job)) if phases else JobPhases()
 
 
+TRIMMED_MEAN = "if(sum(n) >= 3, (sum(sum_ms) - max(max_ms)) / (sum(n) - 1), sum(sum_ms) / sum(n))"
+"""A window's mean ms without its slowest sample (plain mean under 3 samples), over a phase-window rollup."""
+
+
 def cells_sql(rollup: str, units: str, phases: JobPhases, *, compute: bool = True,
               waiting: bool = False) -> tuple[str, dict[str, object]]:
     """Per (phase, window, unit) mean ms of the compute and/or waiting phases over `rollup` windows lo..hi.
+
+    Without nested waits the mean leaves out the window's slowest sample (`TRIMMED_MEAN`);
+    with them, the parent's plain mean minus its waits.
 
     `units` are the rollup's columns that identify a unit (`host` or `host, rank, local_rank, pp`).
     Compute phases carry their own time (nested waits subtracted); top-level waiting
@@ -77,7 +90,7 @@ def cells_sql(rollup: str, units: str, phases: JobPhases, *, compute: bool = Tru
     where = "job_id = {job:String} AND window >= {lo:UInt64} AND window <= {hi:UInt64}"
     if not subs:  # the usual case: nothing to subtract
         return f"""
-SELECT phase, window, {units}, sum(sum_ms) / sum(n) AS mean_ms, sum(n) AS samples, max(last_ts) AS window_end
+SELECT phase, window, {units}, {TRIMMED_MEAN} AS mean_ms, sum(n) AS samples, max(last_ts) AS window_end
 FROM {rollup} WHERE {where} AND phase IN {{judged:Array(String)}}
 GROUP BY phase, window, {units}
 """, {"judged": judged}

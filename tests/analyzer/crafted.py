@@ -79,7 +79,7 @@ def sync_steps(job: str, hosts: int, n_steps: int, *, gpus: int = 8, tp_coupled:
                slow_host: dict[str, float] | None = None, slow_gpu: dict[tuple[str, int], float] | None = None,
                intermittent: tuple[str, float, float] | None = None, slow_from: int = 0, jitter: float = 0.02,
                seed: int = 0, comm: str = "grad_sync", declare: dict[str, str] | None = None,
-               nested_wait: bool = False, step_s: float = 1.0) -> list[StepTiming]:
+               nested_wait: bool = False, step_s: float = 1.0, spikes: float = 0.0) -> list[StepTiming]:
     """Synchronous data-parallel steps: everyone waits in `comm` for the slowest rank's compute.
 
     `slow_host` = {host: factor on its compute}, `slow_gpu` = {(host, gpu): factor} (with
@@ -88,7 +88,8 @@ def sync_steps(job: str, hosts: int, n_steps: int, *, gpus: int = 8, tp_coupled:
     contiguous stages: the first stage's forward is 4% heavier (embedding), the last stage's
     compute 6% (head, loss), and each rank waits for its pipeline's slowest stage in `bubble`.
     `declare` goes into every step's `phase_kinds`; `nested_wait` records the wait as
-    `backward/allreduce` inside backward instead of a top-level `comm` phase.
+    `backward/allreduce` inside backward instead of a top-level `comm` phase. `spikes`: the
+    share of rank-steps whose forward a GC-like pause makes 20-60 % longer (heavy tail, one rank).
     """
     rng = random.Random(seed)
     per_stage = hosts // pp
@@ -114,6 +115,8 @@ def sync_steps(job: str, hosts: int, n_steps: int, *, gpus: int = 8, tp_coupled:
                         ms *= 1.06
                     elif pp > 1 and stage == 0 and p == "forward":
                         ms *= 1.04
+                    if p == "forward" and spikes and rng.random() < spikes:
+                        ms *= rng.uniform(1.2, 1.6)
                     ph[p] = ms
                 compute[h * gpus + g] = ph
         pace: dict[int, float] = {}  # per pipeline (position within its stage)

@@ -92,6 +92,16 @@ def test_one_slow_gpu_of_eight_is_named_by_rank_and_gpu(clickhouse_dsn: str, dat
     assert 5 <= a.evidence["slowdown_pct"] <= 11
 
 
+def test_gc_spikes_on_one_rank_step_in_a_hundred_page_no_one_at_512_gpus(clickhouse_dsn: str, database: str) -> None:
+    """Heavy tail: 1 % of rank-steps 20-60 % slower (GC, page faults). At 512 GPUs one lands in some rank's
+    5-step window every window; a window's mean without its slowest sample does not move, so only the slow GPU
+    (8 %, with spikes of its own) is named."""
+    evs: list[Event] = [*sync_steps("spiky", 64, 90, tp_coupled=False, spikes=0.01, seed=5,
+                                    slow_gpu={("h0021", 2): 1.08}, slow_from=30),
+                        *gpu_heartbeats("spiky", 64, 92)]
+    assert severe(run(clickhouse_dsn, database, "spiky", evs)) == {"spiky/straggler/h0021/gpu2"}
+
+
 def test_a_tensor_parallel_host_waits_for_its_throttled_gpu_and_a_slow_host_is_named_as_the_host(
         clickhouse_dsn: str, database: str) -> None:
     evs: list[Event] = [
