@@ -36,7 +36,7 @@ from clickhouse_connect.driver.exceptions import OperationalError
 
 from vigil.analyzer.alerts.book import AlertBook
 from vigil.analyzer.clock import SPARSE, JobClock, grid, grid_ceil, grid_floor, job_clocks
-from vigil.analyzer.detect.base import Detector, EvalContext, Finding, SourceClock
+from vigil.analyzer.detect.base import Detector, EvalContext, Finding, SourceClock, Walk, due
 from vigil.analyzer.detect.epoch import EpochTracker
 from vigil.analyzer.detect.flap import FlapDetector
 from vigil.analyzer.detect.hang import HangDetector
@@ -69,21 +69,38 @@ class FindingStage(Protocol):
 def evaluate(client: QueryClient, settings: AnalyzerSettings, book: AlertBook, job: str, at: datetime, *,
              live: bool = False, detectors: Sequence[Detector] = DETECTORS, errors: list[str] | None = None,
              tracker: EpochTracker | None = None, sources: Mapping[tuple[str, str], SourceClock] | None = None,
-             stages: Sequence[FindingStage] = ()) -> list[Alert]:
+             stages: Sequence[FindingStage] = (), walk: Walk | None = None,
+             present: frozenset[str] | None = None) -> list[Alert]:
     """Run the detectors for `job` as of `at`; the alert events this instant produces.
 
     A detector that fails on its own (a bug, a bad row) is left out of this instant and the
     others still run; a store that is down or busy (`OperationalError`) fails the instant,
     so the live cursor judges it again on its next turn instead of judging it half.
+
+    `walk`: the job's state across the instants of this walk (`Walk`): a detector with a
+    `cadence_s` runs only when due, its last findings standing in between (before its first
+    run in this walk it counts as not run: its alerts neither refresh nor resolve).
+    `present`: the sources the job has stored (live: from the clock); a detector skips the
+    query of a source the job never sent.
     """
     tracker = tracker or EpochTracker(job=job, settings=settings.epoch)
+    walk = walk if walk is not None else Walk()
+    if present is None and sources is not None:
+        present = frozenset(src for _h, src in sources)
     ctx = EvalContext(client=client, settings=settings, job=job, at=at, live=live, firing=book.firing_subjects(job),
-                      epoch=tracker.at(client, at), sources=sources)
+                      epoch=tracker.at(client, at), sources=sources, state=walk.state, present=present)
     findings = []
     ran = []
     for d in detectors:
+        if not due(d, at, settings.eval_step_s):
+            if d.name in walk.carried:
+                findings.extend(walk.carried[d.name])
+                ran.append(d.name)
+            continue
         try:
-            findings.extend(d.detect(ctx))
+            found = d.detect(ctx)
+            walk.carried[d.name] = found
+            findings.extend(found)
             ran.append(d.name)
         except OperationalError:
             raise
@@ -121,9 +138,12 @@ def replay(client: QueryClient, settings: AnalyzerSettings, job: str, start: dat
     hi = grid_floor(min(end, clock.last_ts), step) if end else clock.until(step)
     book = AlertBook(refresh_s=settings.refresh_s)
     tracker = EpochTracker(job=job, settings=settings.epoch)
+    walk = Walk()
+    present = frozenset(src for _h, src in clock.sources)
     out: list[Alert] = []
     for at in grid(lo - _MS, hi, step):
-        out.extend(evaluate(client, settings, book, job, at, tracker=tracker, stages=stages))
+        out.extend(evaluate(client, settings, book, job, at, tracker=tracker, stages=stages, walk=walk,
+                            present=present))
     return out
 
 
@@ -141,6 +161,7 @@ class LiveCursor:
     behind_s: float = 0.0  # event time between the most lagging job's position and its judgeable end, after the turn
     instants_judged: int = 0
     _trackers: dict[str, EpochTracker] = field(default_factory=dict)
+    _walks: dict[str, Walk] = field(default_factory=dict)
     _judged_wall: dict[str, datetime] = field(default_factory=dict)
     _unsaved: dict[str, datetime] = field(default_factory=dict)
     _unfinished: set[str] = field(default_factory=set)
@@ -160,6 +181,7 @@ class LiveCursor:
         by_job = {c.job: c for c in clocks}
         for gone in set(self._trackers) - set(by_job):  # inactive jobs: their state is rebuilt if they return
             self._trackers.pop(gone, None)
+            self._walks.pop(gone, None)
             self._judged_wall.pop(gone, None)
         self.backlog = 0
         for c in clocks:
@@ -218,8 +240,9 @@ class LiveCursor:
         tracker = self._trackers.get(c.job)
         if tracker is None:
             tracker = self._trackers[c.job] = EpochTracker(job=c.job, settings=self.settings.epoch)
+        walk = self._walks.setdefault(c.job, Walk())
         alerts = evaluate(client, self.settings, self.book, c.job, at, live=True, errors=self.errors,
-                          tracker=tracker, sources=c.sources, stages=self.stages)
+                          tracker=tracker, sources=c.sources, stages=self.stages, walk=walk)
         self.positions[c.job] = self._unsaved[c.job] = at
         self._judged_wall[c.job] = datetime.now(UTC)
         self.instants_judged += 1

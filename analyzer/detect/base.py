@@ -92,6 +92,8 @@ class EvalContext:
     epoch: Epoch | None = None  # the job's run at `at`; None before its first step
     sources: Mapping[tuple[str, str], SourceClock] | None = None  # (host, source) -> progress; None in replay
     memo: dict[str, Any] = field(default_factory=dict)  # what several detectors ask at this instant, asked once
+    state: dict[str, Any] = field(default_factory=dict)  # per job, kept across the instants of one walk (see `Walk`)
+    present: frozenset[str] | None = None  # the sources the job has stored anything of; None: unknown (all)
 
     def is_firing(self, alert: str, subject: str) -> bool:
         return f"{alert}:{subject}" in self.firing
@@ -109,6 +111,11 @@ class EvalContext:
             return True
         c = self.sources.get((host, source))
         return c is not None and (not c.alive or c.last_ts >= self.at)
+
+    def stored(self, source: str) -> bool:
+        """Whether the job may have rows of `source` (clock.py's DENSE/SPARSE names) at all: false only when the
+        clock knows it has none, so a detector of a source the job never sent skips its query."""
+        return self.present is None or source in self.present
 
     def run_buckets(self) -> dict[str, str]:
         """Parameters `b0`, `b1`: the `job_step_runs` buckets of the current run up to `at`."""
@@ -138,6 +145,31 @@ class Detector(Protocol):
     name: str
 
     def detect(self, ctx: EvalContext) -> list[Finding]: ...
+
+
+@dataclass(kw_only=True)
+class Walk:
+    """What the engine keeps for one job across the instants of one walk (a replay, or the live cursor's).
+
+    `carried`: each detector's findings at the last instant it ran (a detector with a `cadence_s`
+    longer than the grid runs only at the instants that are multiples of it; in between its
+    findings stand as they were). `state`: a detector's own memo (`ctx.state`), e.g. the last
+    window it judged healthy. Live and replay walk the same grid from the same first instant,
+    so both run each detector at the same instants.
+    """
+
+    carried: dict[str, list[Finding]] = field(default_factory=dict)
+    state: dict[str, Any] = field(default_factory=dict)
+
+
+def due(d: Detector, at: datetime, step_s: float) -> bool:
+    """Whether detector `d` runs at grid instant `at`: every instant, or each multiple of its `cadence_s`."""
+    cadence = float(getattr(d, "cadence_s", 0.0) or 0.0)
+    every = max(1, round(cadence / step_s)) if cadence > step_s else 1
+    if every == 1:
+        return True
+    ms = (at - EPOCH) // timedelta(milliseconds=1)
+    return (ms // max(1, round(step_s * 1000))) % every == 0
 
 
 def ch_time(ts: datetime) -> str:

@@ -102,7 +102,7 @@ class HangDetector:
     def detect(self, ctx: EvalContext) -> list[Finding]:
         s = ctx.settings.hang
         lo = ctx.ago_in_run(s.lookback_s)  # never a previous run's dumps (a restart renumbers the ranks)
-        traces = ctx.rows(_TRACES_SQL, lo=lo)
+        traces = ctx.rows(_TRACES_SQL, lo=lo) if ctx.stored("collective") else []
         last = ctx.rows(_LAST_STEP_SQL, since=ctx.run_start())
         last_step_ts = as_utc(last[0]["last_ts"]) if last and last[0]["last_ts"] is not None else None
         if not traces and (last_step_ts is None or (ctx.at - last_step_ts).total_seconds() < s.stall_s):

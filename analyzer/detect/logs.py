@@ -83,7 +83,7 @@ class LogDetector:
         sev = [k for k, v in _LEVELS.items() if v >= _LEVELS[s.min_severity]]
         params: dict[str, Any] = {"lo": ctx.ago(s.resolve_s), "severities": sev, "always": [],
                                   "paused_from": [], "paused_to": []}
-        rows = ctx.rows(_LOG_SQL, **params)
+        rows = ctx.rows(_LOG_SQL, **params) if ctx.stored("log") else []
         if not rows:
             return []
         windows = pauses_since(ctx, min(as_utc(r["first_ts"]) for r in rows))
@@ -98,7 +98,7 @@ class ExitDetector:
     name = "process_exit"
 
     def detect(self, ctx: EvalContext) -> list[Finding]:
-        exits = ctx.rows(_EXIT_SQL, lo=ctx.ago(EXIT_LOOKBACK_S))
+        exits = ctx.rows(_EXIT_SQL, lo=ctx.ago(EXIT_LOOKBACK_S)) if ctx.stored("exit") else []
         if not exits:
             return []
         ranked = [r for r in exits if r["rank"] is not None]

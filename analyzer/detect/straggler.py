@@ -98,10 +98,20 @@ class StragglerDetector:
         lo = max(0, hi - s.n_long + 1, -(-(first + s.warmup_steps) // W))  # whole windows after the warm-up
         if lo > hi:
             return []
+        firing = {subj.split(":", 1)[1] for subj in ctx.firing if subj.startswith("straggler:")}
+        # the same complete windows judged healthy at an earlier instant of this walk: still healthy
+        seen = (ctx.epoch.index if ctx.epoch is not None else -1, lo, hi)
+        if not firing and ctx.state.get(self.name) == seen:
+            return []
+        found = self._judge(ctx, lo, hi, firing)
+        ctx.state[self.name] = seen if not found else None
+        return found
+
+    def _judge(self, ctx: EvalContext, lo: int, hi: int, firing: set[str]) -> list[Finding]:
+        s = ctx.settings.straggler
         phases = job_phases(ctx, lo, hi)
         if not phases.compute:
             return []
-        firing = {subj.split(":", 1)[1] for subj in ctx.firing if subj.startswith("straggler:")}
         peers = {str(r["host"]): str(r["stages"]) for r in ctx.rows(_PEERS_SQL, lo=lo, hi=hi)}
         if 0 < len(peers) < s.min_hosts:
             sql, params = cells_sql("phase_rank_windows", "host, rank, pp", phases, waiting=True)
