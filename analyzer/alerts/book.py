@@ -1,6 +1,7 @@
 """The alert book: findings at an instant -> Alert events with a lifecycle.
 
-One fingerprint `job/alert/subject` is one incident. A new finding publishes
+One fingerprint `job/alert/subject` is one incident (two findings of one fingerprint at an
+instant, e.g. a NIC's drop and its flaps: the most severe stands). A new finding publishes
 `firing` (first_seen = when the condition started holding); while it keeps holding,
 the alert is re-published only when its severity or its incident (evidence `incident_id`)
 changes or `refresh_s` of event time has passed; when a detector that ran no longer finds it, `resolved` is
@@ -23,6 +24,21 @@ from vigil.contract import Alert
 
 def fingerprint(job: str, alert: str, subject: str) -> str:
     return f"{job}/{alert}/{subject}"
+
+
+_LEVELS = {"info": 0, "warning": 1, "error": 2, "critical": 3}
+
+
+def _one_per_fingerprint(job: str, findings: Iterable[Finding]) -> list[Finding]:
+    """Two detectors may find the same subject (a NIC's drop and its flaps): the most severe finding stands, the
+    first one of equal severity."""
+    best: dict[str, Finding] = {}
+    for f in findings:
+        fp = fingerprint(job, f.alert, f.subject)
+        held = best.get(fp)
+        if held is None or _LEVELS[f.severity] > _LEVELS[held.severity]:
+            best[fp] = f
+    return list(best.values())
 
 
 def _event_id(fp: str, status: str, ts: datetime) -> str:
@@ -50,7 +66,7 @@ class AlertBook:
         """Events for the change between the book and `findings` of the detectors in `ran`."""
         out: list[Alert] = []
         found: set[str] = set()
-        for f in findings:
+        for f in _one_per_fingerprint(job, findings):
             fp = fingerprint(job, f.alert, f.subject)
             found.add(fp)
             held = self.current.get(fp)

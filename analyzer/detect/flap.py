@@ -8,8 +8,10 @@ NIC sample is *down* when it carries less than `flap.down_frac` of the job's med
 at that moment (2 s buckets) while the job is busy and fewer than a tenth of its NICs
 (at most one in a small job) are that low: a whole job pausing or resuming is no flap. A flap is a run of down samples of at most `flap.max_down_s` followed by
 recovery (a longer one is a stop: traffic_stall's). `flap.min_flaps` flaps within
-`flap.window_s` raise one alert per NIC (`nic_flap`, subject `host/nic`, warning) with
-the flap count, their period and typical length; one flap in the window keeps it firing.
+`flap.window_s` raise the NIC's traffic alert (`traffic_stall`, subject `host/nic`, warning,
+evidence `pattern: flap`: one alert per NIC whatever its traffic does — drop, flap or stop —
+so a flapping NIC that then stops escalates the same alert) with the flap count, their
+period and typical length; one flap in the window keeps it firing.
 The SQL returns only NICs with a down sample, so a healthy fleet costs little to ship.
 """
 
@@ -24,6 +26,8 @@ from vigil.analyzer.detect.base import AT, EvalContext, Finding, as_utc, median
 from vigil.analyzer.detect.quiet import BUCKET_MS
 from vigil.analyzer.settings import FlapSettings
 
+ALERT = "traffic_stall"
+"""A flapping NIC raises its traffic alert (the traffic detector's name): one alert per NIC."""
 _WINDOW = f"job_id = {{job:String}} AND ts > {{lo:DateTime64(3, 'UTC')}} AND ts <= {AT}"
 _BUCKET = f"intDiv(toUnixTimestamp64Milli(ts), {BUCKET_MS})"
 # Per 2 s bucket the level below which a NIC is down (-1: the bucket is not judged: the job is
@@ -48,11 +52,12 @@ HAVING countIf(state = 1) > 0
 
 class FlapDetector:
     name = "nic_flap"
+    cadence_s = 10.0  # flaps are counted over minutes: judged every 10 s of event time, not every instant
 
     def detect(self, ctx: EvalContext) -> list[Finding]:
         s = ctx.settings.flap
         rows = ctx.rows(_SQL, frac=s.down_frac, busy=ctx.settings.traffic.min_baseline_bps, lo=ctx.ago(s.window_s))
-        firing = {subj.split(":", 1)[1] for subj in ctx.firing if subj.startswith("nic_flap:")}
+        firing = {subj.split(":", 1)[1] for subj in ctx.firing if subj.startswith(f"{ALERT}:")}
         return judge(rows, s, firing)
 
 
@@ -92,10 +97,10 @@ def judge(rows: Sequence[Mapping[str, Any]], s: FlapSettings, firing: set[str] |
         since = starts[min(len(starts), s.min_flaps) - 1]
         every = f" every ~{period:.0f} s" if period is not None else ""
         out.append(Finding(
-            alert="nic_flap", subject=subject, host=host, severity="warning", since=since,
+            alert=ALERT, subject=subject, host=host, severity="warning", since=since,
             summary=f"{host} {device} is flapping: down {len(seen)} times in {s.window_s:.0f} s{every}, "
                     f"~{down:.0f} s each",
-            evidence={"host": host, "device": device, "flaps": len(seen), "window_s": s.window_s,
+            evidence={"host": host, "device": device, "pattern": "flap", "flaps": len(seen), "window_s": s.window_s,
                       "period_s": None if period is None else round(period, 1), "down_s": round(down, 1),
                       "first_flap": starts[0].isoformat(), "last_flap": starts[-1].isoformat(),
                       "last_back": seen[-1][1].isoformat()}))

@@ -6,7 +6,9 @@ of an incident carries `incident_id` and `incident_role` (culprit / victim) in i
 a victim's finding is demoted to `incidents.victim_severity` (it stays visible, it no
 longer pages; `severity_before` keeps what it was); findings of a cascade still waiting for
 its culprit are held back. The same rewrite happens at every instant, so the alert book
-sees a stable severity. Incident events accumulate until `drain()`; live, the service
+sees a stable severity. Before that, a symptom explained by a fault on its host (a straggler
+on a host whose NIC drops, flaps or stops) is demoted to info (inhibit.py). Incident events
+accumulate until `drain()`; live, the service
 publishes them with the alerts; `replay` collects them the same way.
 """
 
@@ -19,6 +21,7 @@ from vigil.analyzer.alerts.book import fingerprint
 from vigil.analyzer.detect.base import EvalContext, Finding, Severity
 from vigil.analyzer.incidents.book import IncidentBook
 from vigil.analyzer.incidents.build import build
+from vigil.analyzer.incidents.inhibit import inhibit
 from vigil.analyzer.incidents.roster import read_roster
 from vigil.analyzer.settings import AnalyzerSettings
 from vigil.contract import Incident, ParallelCoords
@@ -34,6 +37,7 @@ class IncidentStage:
 
     def apply(self, ctx: EvalContext, findings: list[Finding], ran: Sequence[str]) -> list[Finding]:
         s = self.settings.incidents
+        findings = inhibit(findings)
         built = build(findings, ctx.at, s)
         held = {id(f) for f in built.held}
         if not built.drafts and not self.book.open(ctx.job):

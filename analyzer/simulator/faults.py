@@ -72,7 +72,7 @@ class Fault:
         if self.kind in ("nic_drop", "traffic_stop"):
             return "traffic_stall", f"{self.host}/{self.nic}"
         if self.kind == "nic_flap":
-            return "nic_flap", f"{self.host}/{self.nic}"
+            return "traffic_stall", f"{self.host}/{self.nic}"
         if self.kind == "hang":
             return "traffic_stall", "job"  # one job-level event, naming this host as the suspect
         if self.kind == "mfu_decay":

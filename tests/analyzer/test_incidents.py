@@ -144,3 +144,19 @@ def test_the_book_keeps_one_id_while_the_picture_grows_and_resolves_it() -> None
     restored = IncidentBook()
     restored.restore([first[0], grown[0], done[0]])
     assert restored.open() == []
+
+
+def test_a_straggler_on_a_host_whose_nic_fails_is_its_symptom_not_a_second_page() -> None:
+    from vigil.analyzer.incidents.inhibit import inhibit
+
+    def f(alert: str, subject: str, host: str, severity: Any = "warning") -> Finding:
+        return Finding(alert=alert, subject=subject, host=host, severity=severity, summary="", since=T0)
+
+    out = inhibit([f("traffic_stall", "h1/mlx5_3", "h1"), f("straggler", "h1/backward", "h1"),
+                   f("straggler", "h2/forward", "h2"), f("traffic_stall", "job", "h3"), f("straggler", "h3/gpu1", "h3"),
+                   f("traffic_stall", "h4/mlx5_0", "h4", "info"), f("straggler", "h4/forward", "h4")])
+    sev = {x.subject: x.severity for x in out}
+    assert sev == {"h1/mlx5_3": "warning", "h1/backward": "info", "h2/forward": "warning", "job": "warning",
+                   "h3/gpu1": "warning", "h4/mlx5_0": "info", "h4/forward": "warning"}
+    demoted = next(x for x in out if x.subject == "h1/backward")
+    assert demoted.evidence == {"inhibited_by": "traffic_stall:h1/mlx5_3", "severity_before": "warning"}

@@ -35,6 +35,11 @@ def severe(alerts: list[Any]) -> set[str]:
     return {a.fingerprint for a in alerts if a.status == "firing" and a.severity != "info"}
 
 
+def named(alerts: list[Any]) -> set[tuple[str, str]]:
+    """(alert, host) of what pages."""
+    return {(a.alert, a.host) for a in alerts if a.status == "firing" and a.severity != "info"}
+
+
 def test_ranks_waiting_for_a_slow_peer_are_not_stragglers(clickhouse_dsn: str, database: str) -> None:
     """pp=4: the slow host's pipeline partners wait for it in `bubble`, everyone else in `grad_sync`.
     Judged on compute only, the slow host alone is named, with the waiting it causes."""
@@ -56,13 +61,14 @@ def test_declared_kinds_from_steps_or_registration_and_nested_waits(clickhouse_d
                      declare={"dp_exchange": "comm"})
     renamed = [e.model_copy(update={"phases": {("stage_handoff" if k == "bubble" else k): v for k, v in e.phases.items()},
                                     "phase_kinds": {**e.phase_kinds, "stage_handoff": "wait"}}) for e in evs]
-    assert severe(run(clickhouse_dsn, database, "decl", renamed)) == {"decl/straggler/h0010/backward"}
+    # (h0010 is 6 % slower in every compute phase: whichever cost the most names the alert)
+    assert named(run(clickhouse_dsn, database, "decl", renamed)) == {("straggler", "h0010")}
     # ... or by the job's registration
     reg = JobRegistered(job_id="decl2", host="h0000", world_size=64, dp=16, pp=4, phase_kinds={"stage_handoff": "wait"},
                         ts=T0)
     by_job: list[Event] = [reg, *(e.model_copy(update={"job_id": "decl2", "phase_kinds": {"dp_exchange": "comm"}})
                                   for e in renamed)]
-    assert severe(run(clickhouse_dsn, database, "decl2", by_job)) == {"decl2/straggler/h0010/backward"}
+    assert named(run(clickhouse_dsn, database, "decl2", by_job)) == {("straggler", "h0010")}
     # undeclared, the handoff wait is taken for work and the slow host's partners are blamed too
     undeclared = [e.model_copy(update={"job_id": "decl3", "phase_kinds": {}}) for e in renamed]
     assert len(severe(run(clickhouse_dsn, database, "decl3", undeclared))) > 1
@@ -147,9 +153,9 @@ def test_a_flapping_nic_is_one_alert_with_its_count_and_period(clickhouse_dsn: s
         return 1.0
 
     alerts = run(clickhouse_dsn, database, "flap", [*_nics("flap", 16, 300, level), *heartbeats("flap", 16, 300)])
-    assert severe(alerts) == {"flap/nic_flap/h0004/mlx5_0"}
-    first = next(a for a in alerts if a.status == "firing")
-    assert first.evidence["flaps"] >= 3 and first.evidence["period_s"] == pytest.approx(20, abs=2)
+    assert severe(alerts) == {"flap/traffic_stall/h0004/mlx5_0"}
+    first = next(a for a in alerts if a.status == "firing" and a.subject == "h0004/mlx5_0")
+    assert first.evidence["pattern"] == "flap" and first.evidence["flaps"] >= 3 and first.evidence["period_s"] == pytest.approx(20, abs=2)
     assert first.evidence["down_s"] == pytest.approx(3, abs=1)
     assert (first.ts - (T0 + timedelta(seconds=100))).total_seconds() <= 60
 

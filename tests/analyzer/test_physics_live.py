@@ -103,7 +103,7 @@ def test_physics_faults_live_raise_exactly_their_alerts_and_equal_replay(
         assert severe(replay(client, AnalyzerSettings(), job), job) == expected, job
     gpu = next(a for a in live if a.subject == "sim-host-0003/gpu2" and a.status == "firing")
     assert gpu.evidence["gpu_readings"]["throttle_reasons"] == ["hw_slowdown"]
-    flap = next(a for a in live if a.alert == "nic_flap" and a.status == "firing")
+    flap = next(a for a in live if a.evidence.get("pattern") == "flap" and a.status == "firing")
     assert flap.evidence["flaps"] >= 3 and 15 <= flap.evidence["period_s"] <= 25
     paused = [a for a in live if a.job_id == "phys" and a.subject == "job" and a.status == "firing"]
     assert paused and {a.severity for a in paused} == {"info"}  # evaluations and the end: notes, not warnings
