@@ -185,3 +185,22 @@ def test_topics_are_created_once_with_configured_partitions_and_retention(broker
     resource = ConfigResource(ResourceType.TOPIC, settings.topic("steps"))
     config = admin.describe_configs([resource])[resource].result(10)
     assert config["retention.ms"].value == "3600000"
+
+
+def test_records_are_split_to_fit_and_an_event_that_never_fits_is_skipped_and_counted(topics: VigilSettings) -> None:
+    """500 log lines of 8 KB from varying ranks were one 4 MB record the broker refused; now they all arrive."""
+    from vigil.contract import LogLine
+
+    producer = EventProducer(settings=topics, bootstrap=str(topics.kafka_bootstrap))
+    lines = [LogLine(job_id="j", host="h0", rank=i % 64, category="nccl_error", severity="error",
+                     message=f"[rank{i % 64}]: " + "z" * 8000) for i in range(500)]
+    [huge] = steps(1, hosts=1)
+    huge = StepTiming.model_validate({**huge.model_dump(), "phases": {f"phase{i:06d}": 1.0 for i in range(60_000)}})
+    [normal] = steps(1, hosts=1)
+    records = producer.send([*lines, huge, normal])
+    producer.flush()
+    assert records >= 6 and producer.oversized == 1 and producer.failed == 0
+    got = list(read_topics(topics, str(topics.kafka_bootstrap), [topics.topic("logs"), topics.topic("steps")]))
+    assert all(len(r.value or b"") <= producer.max_record_bytes for r in got)
+    ids = {e["event_id"] for r in got for e in json.loads(r.value or b"{}")["events"]}
+    assert ids == {e.event_id for e in [*lines, normal]}
