@@ -102,6 +102,7 @@ class Job:
     committed: Checkpoint | None = None  # latest committed checkpoint
     restored: list[Checkpoint] = field(default_factory=list)
     cases: list[str] = field(default_factory=list)  # in plan order
+    finished: RecoveryAction | None = None  # the controller recorded the job finished: nothing more starts
 
 
 @dataclass(kw_only=True)
@@ -193,6 +194,11 @@ class ClusterState:
             return
         if e.action == "cordon" and e.status == "succeeded" and e.actor == "controller" and e.details.get("changed"):
             self.cordons.append(e)
+        if e.action == "finish" and e.status == "succeeded" and e.actor == "controller":
+            job = self.job(e.job_id)
+            if job.finished is None or e.ts < job.finished.ts:
+                job.finished = e
+            return
         if not e.incident_id:
             return
         case = self.case(e.incident_id, e.job_id)

@@ -50,14 +50,15 @@ class Command(Event):
     fills torchrun's `--nnodes/--node-rank/--master-addr/--master-port`); `stop`: stop the
     training processes of any generation up to `generation`; `diagnose`: run `argv` (the
     token `{python}` is the agent's interpreter) with `timeout_s` and ship the `diagnostic`
-    events it prints; `dump`: record the training processes' state. An agent executes a
+    events it prints; `dump`: record the training processes' state; `finish`: the job is over
+    (its command exited 0 on every host of its world), the agent exits 0. An agent executes a
     `command_id` at most once and ignores commands older than itself.
     """
 
     kind: Literal["command"] = "command"
     schema_version: Literal[1] = 1
     command_id: Name = Field(description="stable: the same decision always gets the same id")
-    action: Literal["start", "stop", "diagnose", "dump"]
+    action: Literal["start", "stop", "diagnose", "dump", "finish"]
     incident_id: str = Field(default="", max_length=256)
     reason: str = Field(default="", max_length=2048)
     generation: U32 = Field(default=0, ge=0, description="start: the new generation; stop: up to this one")

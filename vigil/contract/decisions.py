@@ -136,7 +136,7 @@ class Silence(Event):
 
 RecoveryStep = Literal[
     "plan", "approve", "pause", "dump", "diagnose", "cordon", "uncordon", "evict", "restart", "notify", "page",
-    "halt", "start", "stop",
+    "halt", "start", "stop", "finish",
 ]
 
 
