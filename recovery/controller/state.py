@@ -3,7 +3,8 @@
 Everything the controller knows comes from events: incidents and alerts (triggers), the
 `recovery` topic (its own decisions and steps, agents' acknowledgements and `member` reports,
 `diagnostic` results, checkpoints, outcomes) and the `commands` topic (what it asked).
-`apply()` is idempotent (by `event_id`) and does not depend on the order of partitions: a
+`apply()` is idempotent (by `event_id`; member reports, most of the log, by their fold alone, so
+keep-alives do not accumulate ids) and does not depend on the order of partitions: a
 step's status is its most advanced one (planned < started < ended), a member's state its
 latest event. So a controller killed at any point and started again folds the same state,
 sees which steps started and did not end, and finishes them instead of repeating them.
@@ -135,6 +136,10 @@ class ClusterState:
 
     def apply(self, events: Iterable[Event]) -> None:
         for e in events:
+            if isinstance(e, Member):  # folding a member is idempotent: keep-alives leave no trace in `_seen`
+                self.applied += 1
+                self._member(e)
+                continue
             if e.event_id in self._seen:
                 continue
             self._seen.add(e.event_id)

@@ -334,3 +334,14 @@ def test_a_host_that_exits_0_while_others_fail_is_not_a_finished_job(tmp_path: P
     for _ in range(5):
         h.turn()
     assert h.actions(action="finish") == []
+
+
+def test_keep_alives_do_not_accumulate_in_the_controller_state(tmp_path: Path) -> None:
+    fleet = Fleet(job=JOB, hosts=["h0", "h1", "h2"])
+    h = started(Harness.build(fleet, tmp_path))
+    held = len(h.engine.state._seen)
+    for _ in range(50):
+        h.feed(fleet.train(h.now))  # a keep-alive of every agent
+        h.now += timedelta(seconds=10)
+    assert len(h.engine.state._seen) == held
+    assert h.engine.state.job(JOB).members["h0"].ts == fleet.members["h0"].ts  # still folded: the latest
