@@ -131,7 +131,20 @@ def test_values_at_their_column_bounds_are_accepted() -> None:
     assert e.step == BIG - 1 and e.rank == 2**32 - 1
 
 
-def test_timestamps_beyond_the_clock_skew_or_older_than_retention_are_rejected_off_the_wire() -> None:
+def test_timestamps_beyond_the_clock_skew_or_older_than_retention_are_rejected_off_the_wire(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from vigil.contract import base as contract_base
+
+    monkeypatch.delenv("VIGIL_CONTRACT_MAX_AGE_DAYS", raising=False)  # the default: 30 days
+    contract_base.window.cache_clear()
+    try:
+        check_window()
+    finally:
+        monkeypatch.undo()
+        contract_base.window.cache_clear()
+
+
+def check_window() -> None:
     base = {k: v for k, v in spec_for("step").example.items() if k not in ("kind", "schema_version")}
     now = datetime.now(UTC)
     cases = {"ahead": now + timedelta(minutes=10), "near": now + timedelta(seconds=30), "stale": now - timedelta(days=31),
