@@ -47,6 +47,9 @@ EDITS: dict[str, list[dict[str, Any]]] = {
         {"gpus": [{"index": 0, "ecc_uncorrected": BIG - 1}]}, {"uptime_s": 1e400}, {"interval_s": 1e400},
         {"dropped_events": BIG}, {"processes": [{"pid": 2**32, "status": "running"}]},
         {"processes": [{"pid": 1, "status": "running", "local_rank": -1}]}, {"host": "a\tb"}, {"ts": STALE},
+        {"pod": "p\nq"}, {"ip": "1" * 257}, {"agent_version": "0.1\x00"}, {"gpus": [{"index": 0, "name": "H100\r"}]},
+        {"gpus": [{"index": 0, "throttle_reasons": ["x"] * 65}]}, {"gpus": [{"index": 0, "throttle_reasons": ["x"] * 64}]},
+        {"processes": [{"pid": 1, "status": "run\x07"}]}, {"node": "n" * 256},
     ],
     "nic": [
         {}, {"link": "ib"}, {"tx_bytes": -1}, {"tx_bps": "1"}, {"interval_s": 0}, {"extra": {"a": 1.5}},

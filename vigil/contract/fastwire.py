@@ -32,6 +32,7 @@ from vigil.contract.wire import Rejected, decode_batch
 
 Name = Annotated[str, Meta(min_length=1, max_length=256, pattern=NO_CONTROL)]
 EventId = Annotated[str, Meta(min_length=8, max_length=64, pattern=NO_CONTROL)]
+Text = Annotated[str, Meta(max_length=256, pattern=NO_CONTROL)]
 U32 = Annotated[int, Meta(ge=0, le=2**32 - 1)]
 U64 = Annotated[int, Meta(ge=0)]  # msgspec bounds stop at int64: the upper bound is checked by _fits_u64
 Finite = Annotated[float, Meta(ge=-FLOAT_MAX, le=FLOAT_MAX)]  # JSON has no NaN: bounds refuse the infinities
@@ -86,15 +87,15 @@ class FastStep(_Envelope, frozen=True, forbid_unknown_fields=True, kw_only=True)
 
 class FastGpu(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     index: U32
-    name: str = ""
-    uuid: str = ""
+    name: Text = ""
+    uuid: Text = ""
     util_pct: Finite | None = None
     mem_used_mib: Finite | None = None
     mem_total_mib: Finite | None = None
     temp_c: Finite | None = None
     power_w: Finite | None = None
     sm_clock_mhz: Finite | None = None
-    throttle_reasons: list[str] = msgspec.field(default_factory=list)
+    throttle_reasons: Annotated[list[Text], Meta(max_length=64)] = msgspec.field(default_factory=list)
     ecc_uncorrected: U64 | None = None
     retired_pages: U64 | None = None
 
@@ -104,7 +105,7 @@ class FastGpu(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
 
 class FastProcess(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     pid: U32
-    status: str
+    status: Text
     local_rank: U32 | None = None
     cpu_pct: Finite | None = None
     rss_mib: Finite | None = None
@@ -113,10 +114,10 @@ class FastProcess(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True)
 class FastHeartbeat(_Envelope, frozen=True, forbid_unknown_fields=True, kw_only=True):
     kind: Literal["heartbeat"] = "heartbeat"
     schema_version: Literal[1] = 1
-    ip: str = ""
-    pod: str = ""
-    node: str = ""
-    agent_version: str = ""
+    ip: Text = ""
+    pod: Text = ""
+    node: Text = ""
+    agent_version: Text = ""
     uptime_s: NonNeg = 0.0
     interval_s: Positive = 2.0
     processes: list[FastProcess] = msgspec.field(default_factory=list)

@@ -20,6 +20,7 @@ from vigil.contract.base import (
     Name,
     NonNegFloat,
     RankScoped,
+    Text,
     UtcDatetime,
 )
 from vigil.contract.phases import PhaseKind
@@ -63,15 +64,15 @@ class GpuState(BaseModel):
     model_config = MODEL_CONFIG
 
     index: U32
-    name: str = ""
-    uuid: str = ""
+    name: Text = ""
+    uuid: Text = ""
     util_pct: float | None = None
     mem_used_mib: float | None = None
     mem_total_mib: float | None = None
     temp_c: float | None = None
     power_w: float | None = None
     sm_clock_mhz: float | None = None
-    throttle_reasons: list[str] = Field(default_factory=list)
+    throttle_reasons: list[Text] = Field(default_factory=list, max_length=64)
     ecc_uncorrected: U64 | None = None
     retired_pages: U64 | None = None
 
@@ -82,7 +83,7 @@ class ProcessState(BaseModel):
     model_config = MODEL_CONFIG
 
     pid: U32
-    status: str
+    status: Text
     local_rank: U32 | None = None
     cpu_pct: float | None = None
     rss_mib: float | None = None
@@ -93,10 +94,10 @@ class Heartbeat(Event):
 
     kind: Literal["heartbeat"] = "heartbeat"
     schema_version: Literal[1] = 1
-    ip: str = ""
-    pod: str = ""
-    node: str = ""
-    agent_version: str = ""
+    ip: Text = ""
+    pod: Text = ""
+    node: Text = ""
+    agent_version: Text = ""
     uptime_s: NonNegFloat = 0
     interval_s: float = Field(default=2, gt=0)
     processes: list[ProcessState] = Field(default_factory=list)
