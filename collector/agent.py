@@ -202,4 +202,6 @@ class Agent:
             "healthy": self.shipper.healthy, "backlog": self.outbox.backlog(), **self.outbox.stats(),
             "malformed_lines": self.decoder.malformed, "malformed_dumps": self.fr.malformed,
             "spool_lost_bytes": self.spool.tailer.lost_bytes,
+            "spool_oversized_lines": self.spool.tailer.oversized_lines + self.log_tailer.oversized_lines,
+            "log_lines_cut": sum(s.truncated for s in list(self.streams)),
         }

@@ -5,7 +5,8 @@ first gets `--log-dir`/`--tee` so each worker line is attributed to its rank (se
 `collector.torchrun`). One thread per stream echoes each line to the agent's own stream,
 appends it to numbered segment files (`stdout.000000001.log`, ...: `max_bytes` each, the
 newest `keep` + 1 kept; a disk that refuses is counted in `output_errors`, never raised) and
-feeds it to a LogStream (classified lines become events). SIGINT, SIGTERM and SIGHUP are
+queues it for classification on another thread (`collector.classifying`: a bounded queue,
+full = dropped and counted), so the child never waits on the rules. SIGINT, SIGTERM and SIGHUP are
 forwarded to the child (torchrun passes them on to its workers); a second signal, or
 `kill_grace_s` after the first, kills the whole process tree. While it runs, the rank
 processes under it are watched every half second; when it ends, each gets its own
@@ -30,8 +31,8 @@ import psutil
 
 from vigil.collector import torchrun
 from vigil.collector.agent import Agent
+from vigil.collector.classifying import LineClassifier
 from vigil.collector.exits import first_failure, launched_exits, launcher_summary
-from vigil.collector.logstream import LogStream
 from vigil.collector.segments import SegmentWriter
 from vigil.contract import ProcessExit, utcnow
 
@@ -63,6 +64,7 @@ class Launcher:
     attribute: bool = True  # torchrun: add --log-dir / --tee so every worker line names its rank
     proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
     output_errors: int = field(default=0, init=False)
+    unclassified: int = field(default=0, init=False)  # lines dropped because classification fell behind
     _signals: int = field(default=0, init=False)
     _kill_at: float | None = field(default=None, init=False)
     _terminate: bool = field(default=False, init=False)
@@ -90,11 +92,13 @@ class Launcher:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-        for thread, _stream, _out in readers:
+        for thread, _classifier, _out in readers:
             thread.join(timeout=5.0)  # a grandchild may hold the pipe open: do not wait for it forever
-        for _thread, stream, out in readers:
-            self.agent.emit(stream.close())
+        for _thread, classifier, out in readers:
+            classifier.close()
+            self.agent.emit(classifier.stream.close())
             out.close()
+            self.unclassified += classifier.dropped
         return self._report(returncode)
 
     def _attributed(self) -> list[str]:
@@ -177,9 +181,10 @@ class Launcher:
         except ProcessLookupError:
             pass
 
-    def _reader(self, pipe: IO[bytes] | None, name: str, echo_to: Any) -> tuple[threading.Thread, LogStream, SegmentWriter]:
+    def _reader(self, pipe: IO[bytes] | None, name: str,
+                echo_to: Any) -> tuple[threading.Thread, LineClassifier, SegmentWriter]:
         assert pipe is not None
-        stream = self.agent.new_stream(stream=name)
+        classifier = LineClassifier(stream=self.agent.new_stream(stream=name), emit=self.agent.emit, name=name)
         out = SegmentWriter(directory=self.output_dir, stem=f"{name}.", suffix=".log", segment_bytes=self.max_bytes,
                             keep=self.keep)
         sink = getattr(echo_to, "buffer", None) if self.echo else None
@@ -200,14 +205,11 @@ class Launcher:
                     if self.output_errors == 1 or self.output_errors % 1000 == 0:
                         log.warning("output of %s: write failed (%s); %d failures so far", name, exc,
                                     self.output_errors)
-                try:
-                    self.agent.emit(stream.feed(raw))
-                except Exception:
-                    log.exception("classifying a %s line failed", name)
+                classifier.offer(raw)
 
         thread = threading.Thread(target=pump, name=f"vigil-run-{name}", daemon=True)
         thread.start()
-        return thread, stream, out
+        return thread, classifier, out
 
     def _report(self, returncode: int) -> int:
         assert self.proc is not None

@@ -9,6 +9,10 @@ workers' errors: they are parsed into the error memory, never classified a secon
 Events of one line share its arrival time, which the memory keeps as the time each rank's
 error was printed. Events pass a per-(category, rank) flood limiter. Pure logic: the caller
 feeds lines and passes the clock.
+
+A line is classified on its first `MAX_LINE` characters at most: a longer one is cut, marked
+`…[N chars cut]` and counted (`truncated`), so the work per line is bounded (the rules are
+RE2: linear in that bound).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ if TYPE_CHECKING:
 PREFIX = re.compile(r"^\[(?P<role>[A-Za-z_]+)(?P<n>\d+)\]:\s?")
 MAX_PREFIXES = 2
 TRACEBACK_HEADER = "Traceback (most recent call last):"
+MAX_LINE = 8192
 MAX_TRACEBACK_LINES = 400
 
 RankOf = Callable[[int], int | None]  # local rank -> global rank, when known
@@ -71,14 +76,19 @@ class LogStream:
         self._tracebacks: dict[Key, list[str]] = {}
         self._lock = threading.Lock()
         self.lines = 0
+        self.truncated = 0
 
-    def feed(self, raw: str | bytes) -> list[LogLine]:
+    def feed(self, raw: str | bytes, at: datetime | None = None) -> list[LogLine]:
+        """Classify one line; `at` is when it arrived (now when not given)."""
         with self._lock:
-            return self._feed(raw)
+            return self._feed(raw, at)
 
-    def _feed(self, raw: str | bytes) -> list[LogLine]:
+    def _feed(self, raw: str | bytes, at: datetime | None) -> list[LogLine]:
         line = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
         line = line.rstrip("\r\n")
+        if len(line) > MAX_LINE:
+            self.truncated += 1
+            line = f"{line[:MAX_LINE]}…[{len(line) - MAX_LINE} chars cut]"
         self.lines += 1
         rank, local, text = split_prefix(line)
         if rank is None and local is None:
@@ -88,7 +98,7 @@ class LogStream:
         if rank is None and local is not None and self.rank_of is not None:
             rank = self.rank_of(local)
         key: Key = (rank, local)
-        now = utcnow()
+        now = at if at is not None else utcnow()
         out: list[LogLine] = []
         collecting = self._tracebacks.get(key)
         if collecting is not None:

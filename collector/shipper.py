@@ -92,12 +92,14 @@ class SpoolSource:
     decoder: LineDecoder
     scan_interval_s: float = 0.5
     name: str = "spool"
+    scanned_at: float = field(default=0.0, init=False)  # monotonic time the last scan began
     _next_scan: float = field(default=0.0, init=False)
 
     def poll(self, max_events: int) -> Polled:
         now = time.monotonic()
         if now >= self._next_scan:
             self.tailer.scan()
+            self.scanned_at = now
             self._next_scan = now + self.scan_interval_s
         events: list[Event] = []
         cursor: dict[str, int] = {}

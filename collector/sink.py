@@ -5,7 +5,10 @@
 (or Unreachable / StackError while no broker can be found). KafkaSink uses a short
 message timeout (the agent has its own disk spool, so librdkafka need not retry for
 30 s), makes sure the telemetry topics exist whenever it (re)connects (an embedded
-broker restarted empty), and starts a fresh producer after any failure.
+broker restarted empty), and starts a fresh producer after any failure. An event too big
+for any record is skipped by the producer, not failed (see `vigil.kafka.producer`): it
+could never be delivered, and retrying it would stop everything behind it; `oversized`
+counts those.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ class KafkaSink:
     bootstrap: Callable[[], str]
     timeout_s: float = 5.0
     batch_events: int = 500
+    oversized: int = 0
     _producer: object | None = field(default=None, init=False, repr=False)
 
     def _connect(self) -> object:
@@ -76,9 +80,10 @@ class KafkaSink:
             self._producer = self._connect()
         producer = self._producer
         assert isinstance(producer, EventProducer)
-        failed_before = producer.failed
+        failed_before, oversized_before = producer.failed, producer.oversized
         try:
             producer.send(events)
+            self.oversized += producer.oversized - oversized_before
             producer.flush(self.timeout_s + 2.0)
         except DeliveryError:
             self._producer = None

@@ -7,6 +7,12 @@ report: every entry of "Failures:" and the "Root Cause (first observed failure)"
 local rank, exit code, pid, signal, error file, message). Lines inside that report are
 torchrun quoting its workers: `note_line` says so, and the stream does not classify them
 again. `summarize` gives the one-line error of a plain (non-launcher) child. Pure logic.
+
+Bounded whatever the output: a report starts only where torchrun starts one (its
+"Failures:" or "Root Cause" line right after a `----` rule, so a user's own
+"Failures:" line changes nothing) and ends after `MAX_REPORT_LINES` at the latest;
+an entry quotes at most `MAX_QUOTED` lines; at most `MAX_FAILURES` entries and
+`MAX_KEYS` ranks' errors are kept (the oldest go first).
 """
 
 from __future__ import annotations
@@ -27,6 +33,11 @@ _ERROR_FILE = re.compile(r"^\s*error_file\s*:\s*(.*)$")
 _TRACE = re.compile(r"^\s*traceback\s*:\s*(.*)$")
 _FIELD = re.compile(r"^\s*(?:time|host|rank|exitcode|error_file|traceback)\s*:")
 _NO_TRACEBACK = "To enable traceback"
+_RULE = re.compile(r"^\s*(?:-{10,}|={10,})\s*$")
+MAX_REPORT_LINES = 2000
+MAX_QUOTED = 64
+MAX_FAILURES = 1024
+MAX_KEYS = 4096
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,6 +103,8 @@ class ErrorMemory:
     _entry: Failure | None = None
     _in_report: bool = False
     _in_root: bool = False
+    _after_rule: bool = False
+    _report_lines: int = 0
 
     @property
     def root(self) -> Failure | None:
@@ -100,21 +113,26 @@ class ErrorMemory:
     def note_traceback(self, key: Key, text: str, at: datetime) -> None:
         if any(name in last_line(text) for name in LAUNCHER_ERRORS):
             return  # torchrun's own wrapper: its failure report says more
-        self.tracebacks.pop(key, None)
-        self.tracebacks[key] = OwnError(text=text, at=at, is_traceback=True)  # re-inserted: dict order = recency
+        _remember(self.tracebacks, key, OwnError(text=text, at=at, is_traceback=True))
 
     def note_error(self, key: Key, line: str, at: datetime) -> None:
-        self.errors.pop(key, None)
-        self.errors[key] = OwnError(text=line, at=at, is_traceback=False)
+        _remember(self.errors, key, OwnError(text=line, at=at, is_traceback=False))
 
     def note_line(self, line: str) -> bool:
         """Every unprefixed line: True while it belongs to torchrun's failure report (not to classify)."""
-        if _REPORT_START.search(line):
+        after_rule, self._after_rule = self._after_rule, bool(_RULE.match(line))
+        if after_rule and _REPORT_START.search(line):
             self._in_report = True
             self._in_root = bool(_ROOT.search(line))
+            self._report_lines = 0
             self._close_entry()
             return True
         if not self._in_report:
+            return False
+        self._report_lines += 1
+        if self._report_lines > MAX_REPORT_LINES:  # no torchrun report is this long: it was not one
+            self._close_entry()
+            self._in_report = False
             return False
         if line.startswith("=") or line.startswith("-"):
             self._close_entry()
@@ -138,6 +156,8 @@ class ErrorMemory:
             entry._quoted = [m[1].strip()]
         elif entry._quoted and not _FIELD.match(line):
             entry._quoted.append(line.strip())
+            if len(entry._quoted) > MAX_QUOTED:
+                del entry._quoted[0]
         return True
 
     def _close_entry(self) -> None:
@@ -146,8 +166,10 @@ class ErrorMemory:
             return
         quoted = [q for q in entry._quoted if q]
         message = quoted[-1] if quoted else ""
-        entry.message = "" if message.startswith(_NO_TRACEBACK) else message
+        entry.message = "" if message.startswith(_NO_TRACEBACK) else message[:8192]
         self.failures.append(entry)
+        if len(self.failures) > MAX_FAILURES:
+            del self.failures[0]
 
     def own_error(self, rank: int | None, local_rank: int | None, before: datetime | None = None) -> OwnError | None:
         """The rank's last traceback, else its last classified error line (printed before `before`)."""
@@ -156,6 +178,13 @@ class ErrorMemory:
             if hits:
                 return max(hits, key=lambda e: e.at)
         return None
+
+
+def _remember(memory: dict[Key, OwnError], key: Key, error: OwnError) -> None:
+    memory.pop(key, None)
+    memory[key] = error  # re-inserted: dict order = recency
+    if len(memory) > MAX_KEYS:
+        del memory[next(iter(memory))]
 
 
 def _matches(key: Key, rank: int | None, local: int | None) -> bool:

@@ -10,7 +10,12 @@ controller's commands, acknowledging each with `recovery` events:
   killed after the grace, then whatever outlived it in the remembered process groups
   (`collector.stopping`); acknowledged once nothing is left;
 * `diagnose`: run the diagnostics argv with its time limit (`collector.diagnose`);
-* `dump`: record the state of the training processes.
+* `dump`: record the state of the training processes;
+* `finish`: the job is over (the controller saw its command exit 0 on every host): the agent
+  acknowledges and exits 0, whether it trained, waited as a spare or was cordoned.
+
+When its command exits, the agent waits (up to `settle_s`) until the step records the command
+wrote are shipped, so its `exited` member event carries the final progress.
 
 While its host is in the cordon registry the agent stops its command and refuses to start.
 It reports progress (first and latest step of the running generation, from the step records
@@ -26,6 +31,7 @@ import logging
 import queue
 import signal
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -61,6 +67,7 @@ class Supervisor:
     spare: bool = False
     keepalive_s: float = 10.0
     reap_grace_s: float = 5.0
+    settle_s: float = 10.0  # after the command exits: how long to wait for its last step records to ship
     progress: Progress = field(default_factory=Progress)
     state: MemberState = field(default="waiting", init=False)
     generation: int = field(default=0, init=False)
@@ -82,6 +89,7 @@ class Supervisor:
     _since: datetime | None = field(default=None, init=False, repr=False)
     _announced_first: bool = field(default=False, init=False, repr=False)
     _stopped_through: int = field(default=0, init=False, repr=False)  # queued starts up to here are void
+    _finished: Command | None = field(default=None, init=False, repr=False)  # the job is over: exit 0
 
     # ---- main thread ---------------------------------------------------------------------------
     def run(self) -> int:
@@ -103,8 +111,8 @@ class Supervisor:
             control.join(timeout=10)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-            self._announce("left", reason="agent exiting")
-        return status
+            self._announce("left", reason="the job finished" if self._finished else "agent exiting")
+        return 0 if self._finished is not None else status
 
     def _run_generation(self, world: World, command: Command) -> int:
         if self._cordoned or world.generation <= self._stopped_through:
@@ -124,6 +132,7 @@ class Supervisor:
                  world.nnodes, world.master_addr, world.master_port)
         status = launcher.run()
         left = self._groups.reap(self.reap_grace_s)
+        self._settle()
         with self._lock:
             self._launcher = None
             stops, self._stop_cmds = self._stop_cmds, []
@@ -211,6 +220,8 @@ class Supervisor:
             self._stop(command)
         elif command.action == "diagnose":
             self._diagnose(command)
+        elif command.action == "finish":
+            self._finish(command)
         else:
             self._dump(command)
 
@@ -241,6 +252,26 @@ class Supervisor:
             return
         self._announce("stopping", command_id=command.command_id, reason=command.reason)
         running.terminate()
+
+    def _finish(self, command: Command) -> None:
+        with self._lock:
+            self._finished = command
+            running = self._launcher
+        self.agent.emit([ack(command, "succeeded", reason="the job finished: the agent exits", started=command.ts)])
+        if running is not None:  # not expected: the job finishes once every host's command exited
+            running.terminate()
+        self._exit.set()
+
+    def _settle(self) -> None:
+        """Wait until the spool was scanned after the command ended and everything in it was shipped."""
+        ended = time.monotonic()
+        spool = self.agent.spool
+        deadline = ended + self.settle_s
+        while time.monotonic() < deadline:
+            if spool.scanned_at > ended and spool.tailer.backlog_bytes() == 0:
+                return
+            time.sleep(0.05)
+        log.warning("step records of the command not all shipped after %.0f s: progress may be behind", self.settle_s)
 
     def _diagnose(self, command: Command) -> None:
         with self._lock:

@@ -3,7 +3,9 @@
 Files matching `patterns` under `roots` (recursively) are identified by device+inode
 plus a fingerprint of their first bytes (so a reused inode is a new file). A file
 renamed keeps its offset; a file truncated starts over; only complete lines (ending in
-"\\n") are read, a partial last line waits for its end. Two offsets per file: `read`
+"\\n") are read, a partial last line waits for its end. A line longer than `READ_CHUNK`
+(4 MiB) can never be handed out whole: it is skipped up to its newline and counted
+(`oversized_lines`), its bytes committed like shipped lines, so it never wedges the file. Two offsets per file: `read`
 (handed out) and `committed` (confirmed by the caller, e.g. after delivery);
 `rewind()` goes back to the committed ones, `state()` / the constructor persist them.
 """
@@ -32,6 +34,7 @@ class TailedFile:
     read: int = 0
     committed: int = 0
     size: int = 0
+    skipping: int = -1  # offset where an over-long line starts: read past its newline, hand nothing out
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,6 +57,7 @@ class Tailer:
     files: dict[str, TailedFile] = field(default_factory=dict)
     truncations: int = 0
     lost_bytes: int = 0
+    oversized_lines: int = 0
 
     def scan(self) -> None:
         """Discover new files, follow renames, notice truncation and deletion."""
@@ -99,6 +103,7 @@ class Tailer:
             self.truncations += 1
             log.warning("tailer: %s was truncated (%d -> %d bytes); reading it from the start", path, f.read, size)
             f.read = f.committed = 0
+            f.skipping = -1
             f.head_len = min(size, HEAD_BYTES)
             f.head = _fingerprint(path, f.head_len)
         f.size = size
@@ -119,8 +124,23 @@ class Tailer:
             except OSError as exc:
                 log.debug("tailer: cannot read %s (%s)", f.path, exc)
                 continue
+            start = f.read
+            if 0 <= f.skipping <= f.read:  # inside an over-long line: drop up to its end
+                nl = data.find(b"\n")
+                f.read += len(data) if nl < 0 else nl + 1
+                if nl >= 0:
+                    f.skipping = -1
+                out.append(Chunk(file=f, lines=[], end=f.read))  # committed with the rest: never read again
+                continue
             end = data.rfind(b"\n")
             if end < 0:
+                if len(data) >= READ_CHUNK:
+                    self.oversized_lines += 1
+                    log.warning("tailer: %s has a line over %d bytes at offset %d; skipping it", f.path, READ_CHUNK,
+                                start)
+                    f.skipping = start
+                    f.read += len(data)
+                    out.append(Chunk(file=f, lines=[], end=f.read))
                 continue
             lines = data[: end + 1].split(b"\n")[:-1]
             if len(lines) > budget:
@@ -140,6 +160,8 @@ class Tailer:
     def rewind(self) -> None:
         for f in self.files.values():
             f.read = f.committed
+            if f.committed < f.skipping:
+                f.skipping = -1  # found again when read again
 
     def backlog_bytes(self) -> int:
         return sum(max(0, f.size - f.committed) for f in self.files.values())

@@ -19,6 +19,9 @@ import pytest
 from vigil.settings import VigilSettings
 
 CONTAINERS = os.environ.get("VIGIL_TEST_CONTAINERS") == "1"
+# Fixtures carry fixed dates (2026-11-01 ...): the wire's freshness window must not age them out.
+# The window itself is tested with its default (tests/backbone/test_contract.py sets it back).
+os.environ.setdefault("VIGIL_CONTRACT_MAX_AGE_DAYS", "36500")
 
 
 @pytest.fixture(scope="session")

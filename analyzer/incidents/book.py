@@ -1,7 +1,8 @@
 """The incident book: drafts at an instant -> Incident events with a stable id and a lifecycle.
 
 A draft continues an open incident of its job when they share a culprit or victim (host,
-rank) and their first signs lie within `window_s`: the incident keeps its id (assigned
+rank; a host-wide party, rank None, is shared with every rank of its host: the launcher's
+exit and its rank's exit are one failure) and their first signs lie within `window_s`: the incident keeps its id (assigned
 when it opened: `job/category/culprit-host/rN/first-sign`), and is re-published (`open`)
 only when what is known changed (culprits, victims, category, cause, confidence, linked
 alerts). An open incident no draft continues is `resolved`, but only at an instant where
@@ -43,6 +44,11 @@ def _parties(incident: Incident) -> set[tuple[str, int | None]]:
     return {(r.host, r.rank) for r in [*incident.culprits, *incident.victims]}
 
 
+def _overlap(a: set[tuple[str, int | None]], b: set[tuple[str, int | None]]) -> int:
+    """How many parties of `a` are in `b`: the same rank of the same host, or either one host-wide."""
+    return sum(1 for host, rank in a if any(h == host and (r == rank or r is None or rank is None) for h, r in b))
+
+
 @dataclass(kw_only=True)
 class IncidentBook:
     window_s: float = 120.0
@@ -62,7 +68,7 @@ class IncidentBook:
         for inc in self.open(job):
             if inc.incident_id in taken or abs((inc.first_sign - d.first_sign).total_seconds()) > self.window_s:
                 continue
-            overlap = len(_parties(inc) & d.parties)
+            overlap = _overlap(_parties(inc), d.parties)
             if overlap and (best is None or overlap > best[0]):
                 best = (overlap, inc)
         return best[1] if best else None

@@ -18,9 +18,11 @@ Two kinds of repeats reach the writer, and each is removed where it is cheap:
 An insert that fails because of the data (a value out of a column's range) fails on every
 retry, so the writer bisects the batch down to the events that cannot be stored and returns
 them (the consumer dead-letters them); the halves are checked table by table against what is
-stored, since a table may have taken its rows before another refused. Transient store
-failures raise `Unreachable` (the consumer retries them); anything else propagates (a bug:
-the consumer stops).
+stored, since a table may have taken its rows before another refused. A failure that a
+smaller insert may avoid (`failures.splits`: too many partitions in one block, events on
+more than 100 days) is bisected the same way; if one event alone still fails with it, it
+was the store's overload, and it is retried. Transient store failures raise `Unreachable`
+(the consumer retries them); anything else propagates (a bug: the consumer stops).
 
 Host-keyed partitions mean one event is only ever handled by one consumer of the group.
 """
@@ -41,7 +43,7 @@ from vigil.analyzer.ingest.intents import IntentLedger
 from vigil.analyzer.ingest.lookup import StoredIds
 from vigil.analyzer.ingest.processors import LOOKUP, RECENT, Row, TableRow, process
 from vigil.analyzer.ingest.recent import RecentIds
-from vigil.clickhouse.failures import is_data_error, is_transient
+from vigil.clickhouse.failures import is_data_error, is_transient, splits
 from vigil.contract.fastwire import Ingestable
 from vigil.errors import Unreachable, one_line
 from vigil.kafka.consumer import BatchId, Intent, Partition, Unstorable
@@ -125,7 +127,7 @@ class ClickHouseWriter:
             self.seconds["insert"] += time.perf_counter() - t2
             bad: list[Unstorable] = []
         except Exception as exc:
-            if not is_data_error(exc):
+            if not (is_data_error(exc) or splits(exc)):
                 raise
             bad = self._isolate(list(events), batch, exc, "")
         refused = {u.event.event_id for u in bad}
@@ -175,6 +177,8 @@ class ClickHouseWriter:
     def _isolate(self, events: list[Ingestable], batch: BatchId | None, exc: Exception, path: str) -> list[Unstorable]:
         """Store what can be stored; the events that fail on their own come back with the reason."""
         if len(events) == 1:
+            if not is_data_error(exc):
+                raise exc  # fails alone for a reason a smaller insert cannot avoid: the store's, retried
             return [Unstorable(event=events[0], reason=f"ClickHouse rejected it: {one_line(exc)}")]
         out: list[Unstorable] = []
         mid = len(events) // 2
@@ -183,7 +187,7 @@ class ClickHouseWriter:
             try:
                 self._insert(self._prepare(half, batch, check_all=True), f"{batch.token}/{sub}" if batch else None)
             except Exception as inner:
-                if not is_data_error(inner):
+                if not (is_data_error(inner) or splits(inner)):
                     raise
                 out += self._isolate(half, batch, inner, sub)
         return out
@@ -209,7 +213,8 @@ class ClickHouseDeadLetters:
             return
         self.inner.write(letters)
         now = datetime.now(UTC)
-        rows = [[now, d.topic, d.partition, d.offset, d.reason, json.dumps(d.payload, default=str)[:65536]]
-                for d in letters]
+        docs = [d.document() for d in letters]
+        rows = [[now, d["topic"], d["partition"], d["offset"], d["reason"], json.dumps(d["payload"], default=str)]
+                for d in docs]
         self.client.insert("dead_letters", rows,
                            column_names=["ts", "topic", "partition", "offset", "reason", "payload"])

@@ -13,7 +13,11 @@
    `nodes_max` eligible hosts or `nodes_min` for `form_wait_s`; in auto mode a job running on
    fewer hosts than it accepts scales up when an eligible host waited `scale_up_wait_s`.
    `vigil recovery approve` on a halted case resumes its job (`restart`).
-3. **Steps**: every open case runs its plan in order (`controller.steps`,
+3. **Finish**: a job whose command exited 0 on every host of its current world, with no
+   case open, is finished: the controller records it once (`recovery` action `finish`) and
+   sends `finish` to every agent of the job (spares and cordoned hosts included; one that
+   joins later gets it too); nothing starts or recovers for it again.
+4. **Steps**: every open case runs its plan in order (`controller.steps`,
    `controller.diagnose`); a step that waits ends the turn for that case. A case ends with its
    `outcome` (resumed, halted, failed, dry_run); a refused cordon (circuit breaker), a restart
    that found too few hosts or no first step, or a halt (crash loop) pages a human once and
@@ -32,6 +36,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from vigil.contract import Command, RecoveryAction
 from vigil.recovery.controller import requests
 from vigil.recovery.controller import steps as st
 from vigil.recovery.controller.diagnose import diagnose
@@ -62,7 +67,7 @@ class Engine:
     def tick(self, now: datetime) -> None:
         ctx = st.Ctx(state=self.state, settings=self.settings, fx=self.fx, now=now)
         self.turns += 1
-        for part in (self._requests, self._triggers, self._starts, self._cases):
+        for part in (self._requests, self._finish, self._triggers, self._starts, self._cases):
             try:
                 part(ctx)
             except Exception as exc:  # retried next turn: every part is re-entrant
@@ -81,7 +86,7 @@ class Engine:
             by_job.setdefault(t.job_id, []).append(t)
         for job_id, group in by_job.items():
             job = self.state.job(job_id)
-            if self._open_case(job) is not None:
+            if self._open_case(job) is not None or job.finished is not None:
                 continue
             stale = [t for t in group if job.world_started_at is not None and t.first_sign < job.world_started_at
                      and not self._escalates(job, t)]
@@ -152,10 +157,35 @@ class Engine:
                 return case
         return None
 
+    # ---- 1b. jobs that ended --------------------------------------------------------------------------
+    def _finish(self, ctx: st.Ctx) -> None:
+        for job in self.state.jobs.values():
+            if job.finished is None and job.generation > 0 and job.world and self._open_case(job) is None:
+                world = [job.members.get(h) for h in job.world]
+                if all(m is not None and m.generation == job.generation and m.state == "exited" and m.exit_code == 0
+                       and not m.signal for m in world):
+                    last = max((m.last_step for m in world if m is not None and m.last_step is not None), default=None)
+                    ctx.publish([RecoveryAction(
+                        job_id=job.job_id, host="controller", ts=ctx.now, action="finish", target=job.job_id,
+                        status="succeeded", actor=st.ACTOR, generation=job.generation,
+                        reason=f"the command exited 0 on all {len(world)} hosts of generation {job.generation}",
+                        details={"hosts": list(job.world), "last_step": last})])
+                    log.info("job %s finished (generation %d, last step %s)", job.job_id, job.generation, last)
+            done = job.finished
+            if done is None:
+                continue
+            gen = done.generation or 0
+            orders = [Command(job_id=job.job_id, host=h, ts=ctx.now, command_id=f"{job.job_id}/g{gen}/finish/{h}",
+                              action="finish", generation=gen, reason="the job finished")
+                      for h, m in sorted(job.members.items()) if m.state != "left"
+                      and f"{job.job_id}/g{gen}/finish/{h}" not in self.state.commands]
+            if orders:
+                ctx.publish(list(orders))
+
     # ---- 2. starts, scale-ups, resumes -------------------------------------------------------------
     def _starts(self, ctx: st.Ctx) -> None:
         for job in self.state.jobs.values():
-            if not job.members or self._open_case(job) is not None:
+            if not job.members or self._open_case(job) is not None or job.finished is not None:
                 continue
             halted = halted_by(self.state, job)
             if halted is not None:

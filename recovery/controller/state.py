@@ -3,7 +3,8 @@
 Everything the controller knows comes from events: incidents and alerts (triggers), the
 `recovery` topic (its own decisions and steps, agents' acknowledgements and `member` reports,
 `diagnostic` results, checkpoints, outcomes) and the `commands` topic (what it asked).
-`apply()` is idempotent (by `event_id`) and does not depend on the order of partitions: a
+`apply()` is idempotent (by `event_id`; member reports, most of the log, by their fold alone, so
+keep-alives do not accumulate ids) and does not depend on the order of partitions: a
 step's status is its most advanced one (planned < started < ended), a member's state its
 latest event. So a controller killed at any point and started again folds the same state,
 sees which steps started and did not end, and finishes them instead of repeating them.
@@ -102,6 +103,7 @@ class Job:
     committed: Checkpoint | None = None  # latest committed checkpoint
     restored: list[Checkpoint] = field(default_factory=list)
     cases: list[str] = field(default_factory=list)  # in plan order
+    finished: RecoveryAction | None = None  # the controller recorded the job finished: nothing more starts
 
 
 @dataclass(kw_only=True)
@@ -134,6 +136,10 @@ class ClusterState:
 
     def apply(self, events: Iterable[Event]) -> None:
         for e in events:
+            if isinstance(e, Member):  # folding a member is idempotent: keep-alives leave no trace in `_seen`
+                self.applied += 1
+                self._member(e)
+                continue
             if e.event_id in self._seen:
                 continue
             self._seen.add(e.event_id)
@@ -193,6 +199,11 @@ class ClusterState:
             return
         if e.action == "cordon" and e.status == "succeeded" and e.actor == "controller" and e.details.get("changed"):
             self.cordons.append(e)
+        if e.action == "finish" and e.status == "succeeded" and e.actor == "controller":
+            job = self.job(e.job_id)
+            if job.finished is None or e.ts < job.finished.ts:
+                job.finished = e
+            return
         if not e.incident_id:
             return
         case = self.case(e.incident_id, e.job_id)

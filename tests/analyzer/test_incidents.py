@@ -160,3 +160,21 @@ def test_a_straggler_on_a_host_whose_nic_fails_is_its_symptom_not_a_second_page(
                    "h3/gpu1": "warning", "h4/mlx5_0": "info", "h4/forward": "warning"}
     demoted = next(x for x in out if x.subject == "h1/backward")
     assert demoted.evidence == {"inhibited_by": "traffic_stall:h1/mlx5_3", "severity_before": "warning"}
+
+
+def test_a_host_wide_culprit_and_its_rank_are_one_incident_not_two() -> None:
+    """One crash of rank 1: first known host-wide (the launcher's exit), then as the rank: one crash_cascade."""
+    from vigil.analyzer.incidents.build import Draft, Party
+
+    book = IncidentBook(window_s=S.window_s)
+
+    def draft(rank: int | None, victims: list[Party]) -> Draft:
+        return Draft(category="crash_cascade", cause="software", culprits=[Party(host="h0", rank=rank, message="x")],
+                     victims=victims, strong=True, first_sign=at(0), last_sign=at(1), summary="h0 crashed")
+
+    (first,), opened = book.update("j", at(3), [draft(None, [])], [["fp"]], ["critical"], (), {}, {})
+    assert first.endswith("/host/20261101T120000") and len(opened) == 1
+    (second,), grown = book.update("j", at(5), [draft(1, [Party(host="h0", rank=0)])], [["fp"]], ["critical"], (),
+                                   {}, {})
+    assert second == first and [e.incident_id for e in grown] == [first]
+    assert [i.incident_id for i in book.open("j")] == [first]

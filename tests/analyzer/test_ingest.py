@@ -96,7 +96,8 @@ def test_malformed_corpus_goes_to_dead_letters_and_good_events_flow(topics: Vigi
 
 
 def test_an_event_the_store_refuses_is_dead_lettered_and_ingest_goes_on(topics: VigilSettings, ingest: IngestLoop) -> None:
-    """Valid by the contract, refused by ClickHouse (rank beyond UInt32): one bad value must not stall the stream."""
+    """A rank beyond UInt32 (refused by the contract since it bounds values as their columns do; the writer
+    would dead-letter it as well): one bad value must not stall the stream."""
     producer = EventProducer(settings=topics, bootstrap=str(topics.kafka_bootstrap))
     record = steps("mixed", 1, 3, gpus=1)
     record[1] = record[1].model_copy(update={"rank": 2**40})
@@ -145,3 +146,44 @@ def test_a_writer_bug_stops_ingest_and_the_service_reports_it(topics: VigilSetti
         assert service.ingest.stats.events == 0
     finally:
         service.stop()
+
+
+def test_a_huge_poison_record_is_dead_lettered_bounded_and_ingest_goes_on(topics: VigilSettings,
+                                                                          ingest: IngestLoop) -> None:
+    """A ~720 KB record that is refused gives a small dead letter (head, size, sha256), never a too-large one."""
+    producer = EventProducer(settings=topics, bootstrap=str(topics.kafka_bootstrap))
+    [bad] = steps("huge", 1, 1, gpus=1)
+    phases = {f"{'ü' * 240}{i:05d}": 1.0 for i in range(1_450)}  # escaped in JSON, each ü takes 6 bytes, not 2
+    doc = {**bad.model_dump(mode="json"), "phases": phases, "step_ms": -1.0}  # refused by the contract
+    value = json.dumps({"kind": "step", "schema_version": 1, "events": [doc]}, ensure_ascii=False).encode()
+    assert 700_000 < len(value) < 1_000_000 < len(json.dumps(doc))
+    producer._producer.produce(topics.topic("steps"), value=value)
+    later = steps("after-huge", 1, 3)
+    producer.send(later)
+    producer.flush()
+    wait_until(lambda: ingest.stats.rejected >= 1 and ingest.stats.events >= len(later))
+    [raw] = read_topics(topics, str(topics.kafka_bootstrap), [topics.topic("deadletter")])
+    letter = json.loads(raw.value or b"{}")
+    assert len(raw.value or b"") < 8192
+    assert letter["payload_truncated"] is True and letter["payload_bytes"] > 700_000
+    assert len(letter["payload_sha256"]) == 64 and "step_ms" in letter["reason"]
+    assert scalar(ingest.client, "SELECT count() FROM step_timings WHERE job_id = 'after-huge'") == len(later)
+    assert scalar(ingest.client, "SELECT count() FROM dead_letters") == 1
+
+
+def test_a_batch_on_more_days_than_one_insert_may_partition_is_split_not_retried_forever(clickhouse_dsn: str) -> None:
+    """ClickHouse refuses an insert block over 100 partitions (code 252): smaller blocks store every event."""
+    import uuid
+    from datetime import UTC, datetime, timedelta
+
+    from vigil.analyzer.ingest.writer import ClickHouseWriter
+    from vigil.app.components import migrate_all
+
+    client = connect(clickhouse_dsn, database=f"t_{uuid.uuid4().hex[:10]}")
+    migrate_all(client, 400)  # a retention that keeps 150 days
+    start = datetime.now(UTC) - timedelta(days=150)
+    events = [e for d in range(150) for e in steps("days", 1, 1, gpus=1, start=start + timedelta(days=d))]
+    events = [e.model_copy(update={"step": i}) for i, e in enumerate(events)]
+    writer = ClickHouseWriter(client=client, check_existing=False)
+    assert writer.write(events) == []
+    assert scalar(client, "SELECT uniqExact(step) FROM step_timings WHERE job_id = 'days'") == 150

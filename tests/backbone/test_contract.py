@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+import re
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -96,3 +97,75 @@ def test_encode_refuses_mixed_kinds() -> None:
     b = validate_event("heartbeat", spec_for("heartbeat").example)
     with pytest.raises(ValueError, match="one kind"):
         encode_batch([a, b])
+
+
+BIG = 2**64
+
+
+@pytest.mark.parametrize(("kind", "edit", "field"), [
+    ("step", {"step_ms": float("nan")}, "step_ms"),
+    ("step", {"step_ms": float("inf")}, "step_ms"),
+    ("step", {"phases": {"forward": -1.0}}, "phases.forward"),
+    ("step", {"phases": {"forward": float("nan")}}, "phases.forward"),
+    ("step", {"step": BIG}, "step"),
+    ("step", {"rank": 2**32}, "rank"),
+    ("step", {"host": "node\n7"}, "host"),
+    ("step", {"job_id": "job\x00"}, "job_id"),
+    ("step", {"phases": {"fwd\x1b": 1.0}}, "phases.fwd\x1b.[key]"),
+    ("heartbeat", {"gpus": [{"index": 0, "temp_c": float("inf")}]}, "gpus.0.temp_c"),
+    ("nic", {"device": "mlx5_0\r"}, "device"),
+    ("nic", {"rx_bytes": BIG}, "rx_bytes"),
+    ("exit", {"exit_code": 2**31}, "exit_code"),
+    ("log", {"xid": -(2**31) - 1}, "xid"),
+    ("checkpoint", {"blocked_ms": -0.5}, "blocked_ms"),
+    ("member", {"step_ms": float("-inf")}, "step_ms"),
+    ("outcome", {"total_s": float("nan")}, "total_s"),
+])
+def test_values_beyond_their_columns_are_refused(kind: str, edit: dict[str, object], field: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(f"{field}: ")):
+        validate_event(kind, {**spec_for(kind).example, **edit})
+
+
+def test_values_at_their_column_bounds_are_accepted() -> None:
+    e = validate_event("step", {**spec_for("step").example, "step": BIG - 1, "rank": 2**32 - 1, "step_ms": 0.0})
+    assert e.step == BIG - 1 and e.rank == 2**32 - 1
+
+
+def test_timestamps_beyond_the_clock_skew_or_older_than_retention_are_rejected_off_the_wire(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from vigil.contract import base as contract_base
+
+    monkeypatch.delenv("VIGIL_CONTRACT_MAX_AGE_DAYS", raising=False)  # the default: 30 days
+    contract_base.window.cache_clear()
+    try:
+        check_window()
+    finally:
+        monkeypatch.undo()
+        contract_base.window.cache_clear()
+
+
+def check_window() -> None:
+    base = {k: v for k, v in spec_for("step").example.items() if k not in ("kind", "schema_version")}
+    now = datetime.now(UTC)
+    cases = {"ahead": now + timedelta(minutes=10), "near": now + timedelta(seconds=30), "stale": now - timedelta(days=31),
+             "old-ok": now - timedelta(days=29)}
+    events = [{**base, "event_id": f"event-{name}", "ts": ts.isoformat()} for name, ts in cases.items()]
+    decoded = decode_batch(json.dumps({"kind": "step", "schema_version": 1, "events": events}).encode())
+    assert sorted(e.event_id for e in decoded.events) == ["event-near", "event-old-ok"]
+    reasons = {r.payload["event_id"]: r.reason for r in decoded.rejected}
+    assert "clock skew" in reasons["event-ahead"] and "older than the retention" in reasons["event-stale"]
+
+
+def test_the_time_window_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vigil.contract import base
+
+    monkeypatch.setenv("VIGIL_CONTRACT_CLOCK_SKEW_S", "3600")
+    base.window.cache_clear()
+    try:
+        ts = datetime.now(UTC) + timedelta(minutes=30)
+        assert validate_event("step", {**spec_for("step").example, "ts": ts.isoformat()}).ts == ts
+    finally:
+        monkeypatch.delenv("VIGIL_CONTRACT_CLOCK_SKEW_S")
+        base.window.cache_clear()
+    with pytest.raises(ValueError, match="clock skew"):
+        validate_event("step", {**spec_for("step").example, "ts": ts.isoformat()})

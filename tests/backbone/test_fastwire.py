@@ -15,6 +15,10 @@ from vigil.contract.fastwire import FastHeartbeat, FastNic, FastStep, decode_fas
 pytestmark = [pytest.mark.pure]
 
 FUTURE = (datetime.now(UTC) + timedelta(days=2)).isoformat()
+SKEWED = (datetime.now(UTC) + timedelta(minutes=10)).isoformat()  # beyond the 300 s clock skew allowance
+NEAR = (datetime.now(UTC) + timedelta(seconds=30)).isoformat()
+STALE = (datetime.now(UTC) - timedelta(days=31)).isoformat()  # older than the 30-day retention
+BIG = 2**64
 EDITS: dict[str, list[dict[str, Any]]] = {
     "step": [
         {}, {"step_ms": -5}, {"step_ms": "5"}, {"step_ms": 5}, {"step_ms": 1e308}, {"rank": "3"}, {"rank": 3.0},
@@ -28,16 +32,30 @@ EDITS: dict[str, list[dict[str, Any]]] = {
         {"event_id": "short"}, {"event_id": None}, {"coords": {"dp": -1}}, {"coords": {"x": 1}}, {"coords": None},
         {"job_id": ""}, {"job_id": "j" * 256}, {"job_id": "ü" * 256}, {"host": "h" * 257}, {"world_size": 0},
         {"dropped": None}, {"samples": 5}, {"local_rank": None}, {"job_id": "\ud800x"},
+        {"ts": SKEWED}, {"ts": NEAR}, {"ts": STALE}, {"step_ms": 1e400}, {"step_ms": -1e400}, {"phases": {"a": -1.0}},
+        {"phases": {"a": 1e400}}, {"step": BIG - 1}, {"step": BIG}, {"tokens": BIG}, {"rank": 2**32 - 1},
+        {"rank": 2**32}, {"world_size": 2**32}, {"dropped": 2**32}, {"coords": {"tp": 2**32}}, {"host": "h\x00"},
+        {"host": "node\n7"}, {"job_id": "j\x1b[31m"}, {"job_id": "j\x85"}, {"phases": {"fwd\x00": 1.0}},
+        {"event_id": "abcdefgh\n"}, {"mfu": 1e400}, {"tflops": 1e400},
     ],
     "heartbeat": [
         {}, {"gpus": [{"index": 0, "util_pct": "97"}]}, {"gpus": [{"index": -1}]}, {"processes": [{"pid": 1}]},
         {"interval_s": 0}, {"uptime_s": -1}, {"gpus": [{"index": 0, "throttle_reasons": ["a", 1]}]},
         {"gpus": [{"index": 0, "ecc_uncorrected": 1.0}]}, {"gpus": [{"index": 0, "util_pct": 50}]},
         {"processes": [{"pid": 1, "status": "running", "local_rank": True}]}, {"gpus": None},
+        {"gpus": [{"index": 0, "util_pct": 1e400}]}, {"gpus": [{"index": 0, "ecc_uncorrected": BIG}]},
+        {"gpus": [{"index": 0, "ecc_uncorrected": BIG - 1}]}, {"uptime_s": 1e400}, {"interval_s": 1e400},
+        {"dropped_events": BIG}, {"processes": [{"pid": 2**32, "status": "running"}]},
+        {"processes": [{"pid": 1, "status": "running", "local_rank": -1}]}, {"host": "a\tb"}, {"ts": STALE},
+        {"pod": "p\nq"}, {"ip": "1" * 257}, {"agent_version": "0.1\x00"}, {"gpus": [{"index": 0, "name": "H100\r"}]},
+        {"gpus": [{"index": 0, "throttle_reasons": ["x"] * 65}]}, {"gpus": [{"index": 0, "throttle_reasons": ["x"] * 64}]},
+        {"processes": [{"pid": 1, "status": "run\x07"}]}, {"node": "n" * 256},
     ],
     "nic": [
         {}, {"link": "ib"}, {"tx_bytes": -1}, {"tx_bps": "1"}, {"interval_s": 0}, {"extra": {"a": 1.5}},
         {"port": None}, {"device": ""}, {"tx_bps": 10}, {"rx_bytes": 2**63},
+        {"rx_bytes": BIG}, {"rx_bytes": BIG - 1}, {"extra": {"a": BIG}}, {"extra": {"a\x00": 1}}, {"device": "mlx5\n0"},
+        {"tx_bps": 1e400}, {"port": 2**32}, {"ts": SKEWED},
     ],
 }
 FAST = {"step": FastStep, "heartbeat": FastHeartbeat, "nic": FastNic}
@@ -54,6 +72,9 @@ def records(kind: str) -> list[bytes]:
     ok = [{**base, "event_id": f"{kind}-ok-{i:04d}"} for i in range(3)]
     out.append(json.dumps({"kind": kind, "schema_version": 1, "events": ok}, separators=(",", ":")).encode())
     out.append(b'{"kind":"' + kind.encode() + b'","schema_version":1,"events":[{"step_ms": NaN}]}')
+    ok_text = json.dumps({**base, "event_id": f"{kind}-overflow"}, separators=(",", ":"))
+    out.append(b'{"kind":"' + kind.encode() + b'","schema_version":1,"events":[' + ok_text[:-1].encode() +
+               b',"ts":1e400}]}')  # a number beyond float64: json reads inf, msgspec refuses
     dup = json.dumps({**base, "event_id": f"{kind}-dupkey"}, separators=(",", ":"))
     out.append(b'{"kind":"' + kind.encode() + b'","schema_version":1,"events":[' + dup[:-1].encode() +
                b',"job_id":"other-job"}]}')  # a key twice: the last one wins, as with json.loads

@@ -6,6 +6,7 @@ import json
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
@@ -185,3 +186,52 @@ def test_topics_are_created_once_with_configured_partitions_and_retention(broker
     resource = ConfigResource(ResourceType.TOPIC, settings.topic("steps"))
     config = admin.describe_configs([resource])[resource].result(10)
     assert config["retention.ms"].value == "3600000"
+
+
+def test_records_are_split_to_fit_and_an_event_that_never_fits_is_skipped_and_counted(topics: VigilSettings) -> None:
+    """500 log lines of 8 KB from varying ranks were one 4 MB record the broker refused; now they all arrive."""
+    from vigil.contract import LogLine
+
+    producer = EventProducer(settings=topics, bootstrap=str(topics.kafka_bootstrap))
+    lines = [LogLine(job_id="j", host="h0", rank=i % 64, category="nccl_error", severity="error",
+                     message=f"[rank{i % 64}]: " + "z" * 8000) for i in range(500)]
+    [huge] = steps(1, hosts=1)
+    huge = StepTiming.model_validate({**huge.model_dump(), "phases": {f"phase{i:06d}": 1.0 for i in range(60_000)}})
+    [normal] = steps(1, hosts=1)
+    records = producer.send([*lines, huge, normal])
+    producer.flush()
+    assert records >= 6 and producer.oversized == 1 and producer.failed == 0
+    got = list(read_topics(topics, str(topics.kafka_bootstrap), [topics.topic("logs"), topics.topic("steps")]))
+    assert all(len(r.value or b"") <= producer.max_record_bytes for r in got)
+    ids = {e["event_id"] for r in got for e in json.loads(r.value or b"{}")["events"]}
+    assert ids == {e.event_id for e in [*lines, normal]}
+
+
+
+def test_a_read_to_the_end_that_stalls_raises_instead_of_returning_part_of_the_log(
+        settings: VigilSettings, tmp_path: Path) -> None:
+    """The broker goes away mid-read: the caller gets ReadIncomplete, never a partial log taken for the whole."""
+    from vigil.kafka.admin import ensure_topics
+    from vigil.kafka.broker import EmbeddedBroker
+    from vigil.kafka.reader import ReadIncomplete
+
+    broker = EmbeddedBroker(port=free_port(), log_path=tmp_path / "broker.log")
+    bootstrap = broker.start()
+    try:
+        small = {"fetch.max.bytes": "20000", "max.partition.fetch.bytes": "20000", "message.max.bytes": "20000",
+                 "receive.message.max.bytes": "30000",
+                 "queued.max.messages.kbytes": "20", "fetch.wait.max.ms": "10"}  # the reader holds little ahead
+        own = settings.model_copy(update={"kafka_bootstrap": bootstrap, "kafka_extra": small})
+        ensure_topics(own, bootstrap)
+        producer = EventProducer(settings=own, bootstrap=bootstrap, batch_events=1)
+        producer.send([StepTiming(job_id="j", host="h", rank=0, world_size=1, step=i, step_ms=1.0,
+                                  phases={f"p{k}": 1.0 for k in range(150)}) for i in range(2000)])
+        producer.flush()
+        records = read_topics(own, bootstrap, [own.topic("steps")], timeout=2.0)
+        next(records)
+        broker.stop()
+        with pytest.raises(ReadIncomplete, match="refusing a partial read"):
+            for _ in records:
+                pass
+    finally:
+        broker.stop()

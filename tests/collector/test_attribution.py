@@ -87,6 +87,7 @@ def test_error_files_give_the_message_when_the_output_had_none(tmp_path: Path) -
     (tmp_path / "bad.json").write_text("{not json")
     assert read_error_file(str(tmp_path / "bad.json")) is None
     memory = ErrorMemory()
+    assert not memory.note_line("-" * 60)  # torchrun's rule before its report
     for line in ["Failures:", "[0]:", "  rank      : 4 (local_rank: 0)", "  exitcode  : 1 (pid: 99)",
                  f"  error_file: {f}", "  traceback : Traceback (most recent call last):", "    x",
                  "  ValueError: bad shard", "=" * 20]:

@@ -82,6 +82,39 @@ def hb(i: int) -> Heartbeat:
     return Heartbeat(job_id="j", host="h", uptime_s=float(i))
 
 
+def test_a_line_over_the_read_limit_is_skipped_and_counted_not_read_forever(tmp_path: Path) -> None:
+    from vigil.collector.tailer import READ_CHUNK
+
+    f = tmp_path / "big.jsonl"
+    f.write_bytes(b"before\n" + b"x" * (READ_CHUNK + READ_CHUNK // 2) + b"\nafter\n")
+    t = Tailer(roots=[tmp_path])
+    got: list[bytes] = []
+    for _ in range(4):  # the long line takes one read per READ_CHUNK, then the file goes on
+        got += lines_of(t)
+    assert got == [b"before", b"after"]
+    assert t.oversized_lines == 1
+    assert t.state()[0]["committed"] == f.stat().st_size
+    with open(f, "ab") as fh:
+        fh.write(b"later\n")
+    assert lines_of(t) == [b"later"]
+
+
+def test_a_failed_delivery_during_a_skip_rewinds_without_losing_lines(tmp_path: Path) -> None:
+    from vigil.collector.tailer import READ_CHUNK
+
+    f = tmp_path / "big.jsonl"
+    f.write_bytes(b"one\n" + b"y" * (READ_CHUNK + 10) + b"\ntwo\n")
+    t = Tailer(roots=[tmp_path])
+    t.scan()
+    t.read_lines(1)  # "one", never committed
+    t.read_lines(10)  # the long line begins: skipping
+    t.rewind()
+    got: list[bytes] = []
+    for _ in range(4):
+        got += lines_of(t)
+    assert got == [b"one", b"two"]
+
+
 def test_outbox_survives_restart_and_ships_in_order(tmp_path: Path) -> None:
     box = Outbox(directory=tmp_path, segment_bytes=600)
     box.restore(None)

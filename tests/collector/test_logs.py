@@ -137,3 +137,65 @@ def test_summary_prefers_torchrun_root_cause_rank() -> None:
     assert memory.root is not None and (memory.root.rank, memory.root.exit_code, memory.root.pid) == (1, 3, 4242)
     assert summary.rank == 1 and summary.local_rank == 1
     assert summary.summary == "RuntimeError: ValueError on rank 1"
+
+
+def test_a_huge_line_is_cut_marked_counted_and_still_classified() -> None:
+    s = stream()
+    [event] = s.feed("NCCL WARN " + "x" * 65_536)
+    assert event.category == "nccl_error" and s.truncated == 1
+    assert len(event.message) <= 8192 and "x" * 100 in event.message
+    assert s.feed("NCCL " * 13_000) == []  # the line that backtracked for seconds: no match, bounded work
+
+
+def test_rules_are_re2_and_refuse_what_would_backtrack() -> None:
+    with pytest.raises(ValueError, match="not a regular expression"):
+        load_rules([{"pattern": r"(a+)+(?!b)", "category": "c", "severity": "error"}])
+    with pytest.raises(ValueError, match="not a regular expression"):
+        load_rules([{"pattern": r"(\w+) \1", "category": "c", "severity": "error"}])
+    assert classify("RuntimeError: CUBLAS_STATUS_EXECUTION_FAILED when calling cublasGemmEx", BUILTIN).category == \
+        "cuda_error"  # type: ignore[union-attr]
+    assert classify("CUBLAS_STATUS_SUCCESS", BUILTIN) is None
+
+
+def test_a_user_line_reading_failures_does_not_silence_later_errors() -> None:
+    s = stream()
+    s.feed("Failures:")
+    s.feed("[0]:")
+    [event] = s.feed("RuntimeError: CUDA error: an illegal memory access was encountered")
+    assert event.category == "cuda_error"
+
+
+def test_the_report_parser_state_is_bounded() -> None:
+    from vigil.collector.summary import MAX_QUOTED, MAX_REPORT_LINES
+
+    memory = ErrorMemory()
+    s = stream(memory=memory)
+    for line in ["-" * 60, "Failures:", "[0]:", "  rank      : 1 (local_rank: 1)", "  traceback : start"]:
+        s.feed(line)
+    for i in range(MAX_REPORT_LINES):
+        s.feed(f"quoted line {i} " + "y" * 1000)
+    assert memory._entry is None or len(memory._entry._quoted) <= MAX_QUOTED
+    [event] = s.feed("RuntimeError: CUDA error: an illegal memory access was encountered")  # the report was not one
+    assert event.category == "cuda_error"
+    assert len(memory.failures) <= 1 and all(len(f.message) <= 8192 for f in memory.failures)
+
+
+def test_classification_falls_behind_without_blocking_the_reader() -> None:
+    import threading
+
+    from vigil.collector.classifying import LineClassifier
+
+    release = threading.Event()
+    emitted: list[object] = []
+
+    def slow_emit(events: object) -> None:
+        release.wait(30)
+        emitted.extend(events)  # type: ignore[call-overload]
+
+    c = LineClassifier(stream=stream(flood_burst=1000), emit=slow_emit, name="stderr", max_lines=5)
+    for i in range(50):
+        c.offer(f"NCCL WARN line {i}\n".encode())  # returns at once: the classifier thread is stuck in emit
+    assert 50 - 5 - 1 <= c.dropped <= 50 - 5
+    release.set()
+    c.close()
+    assert len(emitted) == 50 - c.dropped

@@ -86,6 +86,8 @@ class Fleet:
                                    values={"elapsed_s": elapsed} if ok else {})]
             elif c.action == "dump":
                 out.append(RecoveryAction(status="succeeded", **ack))
+            elif c.action == "finish":
+                out += [RecoveryAction(status="succeeded", **ack), self.member(c.host, "left", now)]
         return out
 
     def train(self, now: datetime) -> list[Event]:

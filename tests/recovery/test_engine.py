@@ -303,3 +303,45 @@ def test_dry_run_skips_operator_requests(tmp_path: Path) -> None:
     assert h.fx.backend.cordoned() == {}
     (done,) = h.actions(command_id=req.command_id)
     assert done.status == "skipped" and "dry-run" in done.reason
+
+
+def test_a_job_whose_command_exited_0_everywhere_finishes_once_and_every_agent_is_told(tmp_path: Path) -> None:
+    fleet = Fleet(job=JOB, hosts=["h0", "h1", "h2", "h3"])  # at most 3 nodes: h3 waits as a spare
+    h = started(Harness.build(fleet, tmp_path))
+    world = h.engine.state.job(JOB).world
+    assert len(world) == 3 and "h3" not in world
+    h.feed(fleet.crash(world[0], h.now, code=0) + fleet.crash(world[1], h.now, code=0))
+    h.turn()
+    assert h.actions(action="finish") == []  # one host still trains: not over
+    h.feed(fleet.crash(world[2], h.now, code=0))
+    for _ in range(5):
+        h.turn()
+    [done] = h.actions(action="finish", actor="controller")
+    assert done.status == "succeeded" and done.generation == 1 and done.details["hosts"] == world
+    finishes = [e for e in h.fx.events if isinstance(e, Command) and e.action == "finish"]
+    assert sorted(c.host for c in finishes) == ["h0", "h1", "h2", "h3"]  # the spare too, each once
+    assert {m.state for m in fleet.members.values()} == {"left"}
+    assert not [e for e in h.fx.events if isinstance(e, Command) and e.action == "start" and e.generation > 1]
+    successor = h.successor()  # rebuilt from the log: finished, nothing sent again
+    successor.turn()
+    assert successor.engine.state.job(JOB).finished is not None and successor.fx.events == []
+
+
+def test_a_host_that_exits_0_while_others_fail_is_not_a_finished_job(tmp_path: Path) -> None:
+    fleet = Fleet(job=JOB, hosts=["h0", "h1", "h2"])
+    h = started(Harness.build(fleet, tmp_path))
+    h.feed(fleet.crash("h0", h.now, code=0) + fleet.crash("h1", h.now, code=1) + fleet.crash("h2", h.now, code=0))
+    for _ in range(5):
+        h.turn()
+    assert h.actions(action="finish") == []
+
+
+def test_keep_alives_do_not_accumulate_in_the_controller_state(tmp_path: Path) -> None:
+    fleet = Fleet(job=JOB, hosts=["h0", "h1", "h2"])
+    h = started(Harness.build(fleet, tmp_path))
+    held = len(h.engine.state._seen)
+    for _ in range(50):
+        h.feed(fleet.train(h.now))  # a keep-alive of every agent
+        h.now += timedelta(seconds=10)
+    assert len(h.engine.state._seen) == held
+    assert h.engine.state.job(JOB).members["h0"].ts == fleet.members["h0"].ts  # still folded: the latest

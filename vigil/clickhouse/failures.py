@@ -4,6 +4,12 @@ A writer retries a failed insert while the store is down or busy, but a value th
 store can never take (out of a column's range, unconvertible) fails the same way on
 every retry: it must be set aside, not retried forever. Client-side serialisation
 errors are always the data's; server errors are the data's for the codes below.
+
+One code is both: 252 (TOO_MANY_PARTS) is the store's overload ("too many parts")
+and also the data's ("too many partitions for a single INSERT block": a batch of
+events on more than 100 days). `splits` says a smaller insert may succeed, so a
+writer bisects on it like on a data error; when a single event still fails with it,
+it is the overload, and `is_transient` says to retry.
 """
 
 from __future__ import annotations
@@ -67,4 +73,18 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, DatabaseError):
         m = _CODE.search(str(exc))
         return m is not None and int(m.group(1)) in TRANSIENT_CODES
+    return False
+
+
+# Server error codes a smaller insert of the same rows may avoid (and that are transient otherwise).
+SPLIT_CODES = frozenset({
+    252,  # TOO_MANY_PARTS, also raised for too many partitions in one insert block
+})
+
+
+def splits(exc: BaseException) -> bool:
+    """True when inserting the rows in smaller parts may succeed where the whole failed."""
+    if isinstance(exc, DatabaseError) and not isinstance(exc, OperationalError):
+        m = _CODE.search(str(exc))
+        return m is not None and int(m.group(1)) in SPLIT_CODES
     return False

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
-from vigil.contract.base import Event, Name, UtcDatetime
+from vigil.contract.base import I32, MODEL_CONFIG, U32, U64, Event, Name, NonNegFloat, UtcDatetime
 
 MemberState = Literal["waiting", "starting", "training", "stopping", "exited", "diagnosing", "cordoned", "left"]
 Verdict = Literal["healthy", "slow", "faulty"]
@@ -24,13 +24,13 @@ Verdict = Literal["healthy", "slow", "faulty"]
 class World(BaseModel):
     """One rendezvous of a job: which hosts train together, and this host's place in it."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = MODEL_CONFIG
 
-    generation: int = Field(ge=1, description="the job's rendezvous number; every restart takes a new one")
+    generation: U32 = Field(ge=1, description="the job's rendezvous number; every restart takes a new one")
     hosts: list[Name] = Field(min_length=1, description="the hosts in node-rank order")
-    node_rank: int = Field(ge=0)
+    node_rank: U32 = Field(ge=0)
     master_addr: Name
-    master_port: int = Field(ge=1, le=65535)
+    master_port: U32 = Field(ge=1, le=65535)
 
     @property
     def nnodes(self) -> int:
@@ -50,17 +50,18 @@ class Command(Event):
     fills torchrun's `--nnodes/--node-rank/--master-addr/--master-port`); `stop`: stop the
     training processes of any generation up to `generation`; `diagnose`: run `argv` (the
     token `{python}` is the agent's interpreter) with `timeout_s` and ship the `diagnostic`
-    events it prints; `dump`: record the training processes' state. An agent executes a
+    events it prints; `dump`: record the training processes' state; `finish`: the job is over
+    (its command exited 0 on every host of its world), the agent exits 0. An agent executes a
     `command_id` at most once and ignores commands older than itself.
     """
 
     kind: Literal["command"] = "command"
     schema_version: Literal[1] = 1
     command_id: Name = Field(description="stable: the same decision always gets the same id")
-    action: Literal["start", "stop", "diagnose", "dump"]
+    action: Literal["start", "stop", "diagnose", "dump", "finish"]
     incident_id: str = Field(default="", max_length=256)
     reason: str = Field(default="", max_length=2048)
-    generation: int = Field(default=0, ge=0, description="start: the new generation; stop: up to this one")
+    generation: U32 = Field(default=0, ge=0, description="start: the new generation; stop: up to this one")
     world: World | None = None
     argv: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
@@ -87,23 +88,23 @@ class Member(Event):
     schema_version: Literal[1] = 1
     state: MemberState
     since: UtcDatetime | None = Field(default=None, description="when it entered this state")
-    generation: int = Field(default=0, ge=0)
-    node_rank: int | None = Field(default=None, ge=0)
-    nodes_min: int = Field(default=1, ge=1)
-    nodes_max: int = Field(default=1, ge=1)
-    node_multiple: int = Field(default=1, ge=1)
+    generation: U32 = Field(default=0, ge=0)
+    node_rank: U32 | None = Field(default=None, ge=0)
+    nodes_min: U32 = Field(default=1, ge=1)
+    nodes_max: U32 = Field(default=1, ge=1)
+    node_multiple: U32 = Field(default=1, ge=1)
     spare: bool = Field(default=False, description="join only to replace a host")
     ip: str = ""
     ports: list[int] = Field(default_factory=list)
     started_at: UtcDatetime | None = Field(default=None, description="when this generation was launched here")
-    exit_code: int | None = None
+    exit_code: I32 | None = None
     signal: str | None = None
-    first_step: int | None = Field(default=None, ge=0, description="first step of this generation")
+    first_step: U64 | None = Field(default=None, ge=0, description="first step of this generation")
     first_step_at: UtcDatetime | None = None
-    last_step: int | None = Field(default=None, ge=0)
+    last_step: U64 | None = Field(default=None, ge=0)
     last_step_at: UtcDatetime | None = None
-    steps: int = Field(default=0, ge=0, description="steps seen in this generation (of the lowest local rank)")
-    step_ms: float | None = Field(default=None, ge=0, description="median step time of the recent steps")
+    steps: U64 = Field(default=0, ge=0, description="steps seen in this generation (of the lowest local rank)")
+    step_ms: NonNegFloat | None = Field(default=None, ge=0, description="median step time of the recent steps")
     command_id: str = Field(default="", max_length=256, description="the command that caused this state")
     reason: str = Field(default="", max_length=2048)
 
@@ -122,7 +123,7 @@ class Diagnostic(Event):
     schema_version: Literal[1] = 1
     incident_id: str = Field(default="", max_length=256)
     command_id: str = Field(default="", max_length=256)
-    round: int = Field(default=1, ge=1)
+    round: U32 = Field(default=1, ge=1)
     test: Literal["gemm", "alltoall", "allreduce", "check", "verdict"]
     group: list[Name] = Field(default_factory=list, description="the hosts tested together")
     ok: bool = True
@@ -143,18 +144,18 @@ class Outcome(Event):
     first_sign: UtcDatetime | None = None
     detected: UtcDatetime | None = None
     resumed_at: UtcDatetime | None = Field(default=None, description="the first step after the restart")
-    detect_s: float | None = Field(default=None, ge=0, description="first sign -> incident published")
-    decide_s: float | None = Field(default=None, ge=0, description="incident published -> controller acted")
-    pause_s: float | None = Field(default=None, ge=0)
-    diagnose_s: float | None = Field(default=None, ge=0)
-    restart_s: float | None = Field(default=None, ge=0, description="start commands -> first step, load included")
-    checkpoint_load_s: float | None = Field(default=None, ge=0)
-    total_s: float | None = Field(default=None, ge=0, description="first sign -> first step after the restart")
-    checkpoint_step: int | None = Field(default=None, ge=0, description="the checkpoint training resumed from")
-    last_step: int | None = Field(default=None, ge=0, description="the last step before the fault")
-    steps_lost: int | None = Field(default=None, ge=0)
-    first_step: int | None = Field(default=None, ge=0)
-    generation: int | None = Field(default=None, ge=0)
+    detect_s: NonNegFloat | None = Field(default=None, ge=0, description="first sign -> incident published")
+    decide_s: NonNegFloat | None = Field(default=None, ge=0, description="incident published -> controller acted")
+    pause_s: NonNegFloat | None = Field(default=None, ge=0)
+    diagnose_s: NonNegFloat | None = Field(default=None, ge=0)
+    restart_s: NonNegFloat | None = Field(default=None, ge=0, description="start commands -> first step, load included")
+    checkpoint_load_s: NonNegFloat | None = Field(default=None, ge=0)
+    total_s: NonNegFloat | None = Field(default=None, ge=0, description="first sign -> first step after the restart")
+    checkpoint_step: U64 | None = Field(default=None, ge=0, description="the checkpoint training resumed from")
+    last_step: U64 | None = Field(default=None, ge=0, description="the last step before the fault")
+    steps_lost: U64 | None = Field(default=None, ge=0)
+    first_step: U64 | None = Field(default=None, ge=0)
+    generation: U32 | None = Field(default=None, ge=0)
     cordoned: list[Name] = Field(default_factory=list)
     hosts: list[Name] = Field(default_factory=list, description="the hosts training resumed on")
     reason: str = Field(default="", max_length=2048)

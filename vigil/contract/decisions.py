@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AwareDatetime, BaseModel, Field, model_validator
 
-from vigil.contract.base import Event, Name, UtcDatetime
+from vigil.contract.base import MODEL_CONFIG, U32, U64, Event, Name, NonNegFloat, UtcDatetime
 from vigil.contract.phases import PhaseKind
 from vigil.contract.telemetry import ParallelCoords, Severity
 
@@ -20,11 +20,11 @@ from vigil.contract.telemetry import ParallelCoords, Severity
 class RankPlacement(BaseModel):
     """Where one global rank runs and its 3D-parallel coordinates."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = MODEL_CONFIG
 
-    rank: int = Field(ge=0)
+    rank: U32 = Field(ge=0)
     host: Name
-    local_rank: int = Field(ge=0)
+    local_rank: U32 = Field(ge=0)
     coords: ParallelCoords = ParallelCoords()
 
 
@@ -34,11 +34,11 @@ class JobRegistered(Event):
     kind: Literal["job"] = "job"
     schema_version: Literal[1] = 1
     name: str = ""
-    world_size: int = Field(ge=1)
-    tp: int = Field(default=1, ge=1)
-    pp: int = Field(default=1, ge=1)
-    dp: int = Field(default=1, ge=1)
-    gpus_per_host: int = Field(default=1, ge=1)
+    world_size: U32 = Field(ge=1)
+    tp: U32 = Field(default=1, ge=1)
+    pp: U32 = Field(default=1, ge=1)
+    dp: U32 = Field(default=1, ge=1)
+    gpus_per_host: U32 = Field(default=1, ge=1)
     gpu_model: str = ""
     gpu_peak_tflops: float | None = Field(default=None, gt=0)
     model_flops_per_step: float | None = Field(default=None, gt=0)
@@ -76,11 +76,11 @@ class Alert(Event):
 class RankRef(BaseModel):
     """One rank of a job (or a whole host when `rank` is None) and what it said last."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = MODEL_CONFIG
 
     host: Name
-    rank: int | None = Field(default=None, ge=0)
-    local_rank: int | None = Field(default=None, ge=0)
+    rank: U32 | None = Field(default=None, ge=0)
+    local_rank: U32 | None = Field(default=None, ge=0)
     coords: ParallelCoords | None = None
     message: str = Field(default="", max_length=4096, description="its own last error, when it said one")
 
@@ -136,7 +136,7 @@ class Silence(Event):
 
 RecoveryStep = Literal[
     "plan", "approve", "pause", "dump", "diagnose", "cordon", "uncordon", "evict", "restart", "notify", "page",
-    "halt", "start", "stop",
+    "halt", "start", "stop", "finish",
 ]
 
 
@@ -160,9 +160,9 @@ class RecoveryAction(Event):
     incident_id: str = Field(default="", max_length=256, description="the incident this step recovers from")
     command_id: str = Field(default="", max_length=256, description="the agent command it sent or acknowledges")
     actor: str = Field(default="", max_length=256, description="controller, agent:<host>, or user:<name>")
-    generation: int | None = Field(default=None, ge=0, description="the job's rendezvous it starts or stops")
+    generation: U32 | None = Field(default=None, ge=0, description="the job's rendezvous it starts or stops")
     started_at: UtcDatetime | None = Field(default=None, description="when the step started (on its end event)")
-    duration_ms: float | None = Field(default=None, ge=0)
+    duration_ms: NonNegFloat | None = Field(default=None, ge=0)
     dry_run: bool = Field(default=False, description="decided and published only (mode dry-run)")
 
 
@@ -199,12 +199,12 @@ class Checkpoint(Event):
 
     kind: Literal["checkpoint"] = "checkpoint"
     schema_version: Literal[1] = 1
-    step: int = Field(ge=0)
+    step: U64 = Field(ge=0)
     phase: Literal["staged", "persisted", "committed", "failed", "skipped", "restored"]
     path: str = ""
-    blocked_ms: float = Field(default=0, ge=0, description="time training was blocked")
-    duration_ms: float = Field(default=0, ge=0)
-    bytes: int = Field(default=0, ge=0)
-    rank: int | None = Field(default=None, ge=0, description="global rank that emitted it")
+    blocked_ms: NonNegFloat = Field(default=0, ge=0, description="time training was blocked")
+    duration_ms: NonNegFloat = Field(default=0, ge=0)
+    bytes: U64 = Field(default=0, ge=0)
+    rank: U32 | None = Field(default=None, ge=0, description="global rank that emitted it")
     error: str = Field(default="", max_length=4096, description="why a save failed or was skipped")
-    dropped: int = Field(default=0, ge=0, description="checkpoint events of this rank lost before this one")
+    dropped: U32 = Field(default=0, ge=0, description="checkpoint events of this rank lost before this one")

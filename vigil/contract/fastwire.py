@@ -6,7 +6,7 @@
 
 * A record of a hot kind is decoded by msgspec into frozen structs that mirror the
   pydantic models field for field (same names, constraints and defaults, strict types,
-  unknown fields refused); its timestamps must be UTC and in `base.UtcDatetime`'s range.
+  unknown fields refused); its timestamps must be UTC, in `base.UtcDatetime`'s range and fresh (`base.max_age`).
 * Whatever msgspec does not accept (a bad event, a lax coercion pydantic would make such
   as "3" for an int or a unix-seconds timestamp, invalid JSON, other kinds) sends the
   whole record through `decode_batch`. So the fast path only ever accepts a subset of
@@ -26,16 +26,28 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta, Struct
 
-from vigil.contract.base import EARLIEST, MAX_AHEAD, Event, new_event_id
+from vigil.contract.base import EARLIEST, FLOAT_MAX, NO_CONTROL, Event, max_age, max_ahead, new_event_id
 from vigil.contract.phases import PhaseKind
 from vigil.contract.wire import Rejected, decode_batch
 
-Name = Annotated[str, Meta(min_length=1, max_length=256)]
-EventId = Annotated[str, Meta(min_length=8, max_length=64)]
-Count = Annotated[int, Meta(ge=0)]
-NonNeg = Annotated[float, Meta(ge=0)]
-Positive = Annotated[float, Meta(gt=0)]
+Name = Annotated[str, Meta(min_length=1, max_length=256, pattern=NO_CONTROL)]
+EventId = Annotated[str, Meta(min_length=8, max_length=64, pattern=NO_CONTROL)]
+Text = Annotated[str, Meta(max_length=256, pattern=NO_CONTROL)]
+U32 = Annotated[int, Meta(ge=0, le=2**32 - 1)]
+U64 = Annotated[int, Meta(ge=0)]  # msgspec bounds stop at int64: the upper bound is checked by _fits_u64
+Finite = Annotated[float, Meta(ge=-FLOAT_MAX, le=FLOAT_MAX)]  # JSON has no NaN: bounds refuse the infinities
+NonNeg = Annotated[float, Meta(ge=0, le=FLOAT_MAX)]
+Positive = Annotated[float, Meta(gt=0, le=FLOAT_MAX)]
 AwareTs = Annotated[datetime, Meta(tz=True)]
+
+
+U64_MAX = 2**64 - 1
+
+
+def _fits_u64(*values: int | None) -> None:
+    """Raise (msgspec turns it into a ValidationError) when a UInt64 field is beyond its column."""
+    if any(v is not None and v > U64_MAX for v in values):
+        raise ValueError("integer beyond UInt64")
 
 
 class _Envelope(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -46,80 +58,92 @@ class _Envelope(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
 
 
 class FastCoords(Struct, frozen=True, forbid_unknown_fields=True):
-    dp: Count = 0
-    tp: Count = 0
-    pp: Count = 0
+    dp: U32 = 0
+    tp: U32 = 0
+    pp: U32 = 0
 
 
 class FastStep(_Envelope, frozen=True, forbid_unknown_fields=True, kw_only=True):
     kind: Literal["step"] = "step"
     schema_version: Literal[1] = 1
-    rank: Count
-    local_rank: Count = 0
-    world_size: Annotated[int, Meta(ge=1)]
+    rank: U32
+    local_rank: U32 = 0
+    world_size: Annotated[int, Meta(ge=1, le=2**32 - 1)]
     coords: FastCoords = FastCoords()
-    step: Count
+    step: U64
     step_ms: NonNeg
-    phases: dict[Name, float] = msgspec.field(default_factory=dict)
+    phases: dict[Name, NonNeg] = msgspec.field(default_factory=dict)
     phase_kinds: dict[Name, PhaseKind] = msgspec.field(default_factory=dict)
-    tokens: Count | None = None
-    samples: Count | None = None
+    tokens: U64 | None = None
+    samples: U64 | None = None
     tflops: NonNeg | None = None
     mfu: Annotated[float, Meta(ge=0, le=1.5)] | None = None
     failed: bool = False
-    dropped: Count = 0
+    dropped: U32 = 0
+
+    def __post_init__(self) -> None:
+        _fits_u64(self.step, self.tokens, self.samples)
 
 
 class FastGpu(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    index: Count
-    name: str = ""
-    uuid: str = ""
-    util_pct: float | None = None
-    mem_used_mib: float | None = None
-    mem_total_mib: float | None = None
-    temp_c: float | None = None
-    power_w: float | None = None
-    sm_clock_mhz: float | None = None
-    throttle_reasons: list[str] = msgspec.field(default_factory=list)
-    ecc_uncorrected: int | None = None
-    retired_pages: int | None = None
+    index: U32
+    name: Text = ""
+    uuid: Text = ""
+    util_pct: Finite | None = None
+    mem_used_mib: Finite | None = None
+    mem_total_mib: Finite | None = None
+    temp_c: Finite | None = None
+    power_w: Finite | None = None
+    sm_clock_mhz: Finite | None = None
+    throttle_reasons: Annotated[list[Text], Meta(max_length=64)] = msgspec.field(default_factory=list)
+    ecc_uncorrected: U64 | None = None
+    retired_pages: U64 | None = None
+
+    def __post_init__(self) -> None:
+        _fits_u64(self.ecc_uncorrected, self.retired_pages)
 
 
 class FastProcess(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    pid: Count
-    status: str
-    local_rank: int | None = None
-    cpu_pct: float | None = None
-    rss_mib: float | None = None
+    pid: U32
+    status: Text
+    local_rank: U32 | None = None
+    cpu_pct: Finite | None = None
+    rss_mib: Finite | None = None
 
 
 class FastHeartbeat(_Envelope, frozen=True, forbid_unknown_fields=True, kw_only=True):
     kind: Literal["heartbeat"] = "heartbeat"
     schema_version: Literal[1] = 1
-    ip: str = ""
-    pod: str = ""
-    node: str = ""
-    agent_version: str = ""
+    ip: Text = ""
+    pod: Text = ""
+    node: Text = ""
+    agent_version: Text = ""
     uptime_s: NonNeg = 0.0
     interval_s: Positive = 2.0
     processes: list[FastProcess] = msgspec.field(default_factory=list)
     gpus: list[FastGpu] = msgspec.field(default_factory=list)
-    dropped_events: Count = 0
-    spooled_events: Count = 0
+    dropped_events: U64 = 0
+    spooled_events: U64 = 0
+
+    def __post_init__(self) -> None:
+        _fits_u64(self.dropped_events, self.spooled_events)
 
 
 class FastNic(_Envelope, frozen=True, forbid_unknown_fields=True, kw_only=True):
     kind: Literal["nic"] = "nic"
     schema_version: Literal[1] = 1
     device: Name
-    port: Count = 1
+    port: U32 = 1
     link: Literal["rdma", "ethernet"]
-    tx_bytes: Count
-    rx_bytes: Count
+    tx_bytes: U64
+    rx_bytes: U64
     tx_bps: NonNeg
     rx_bps: NonNeg
     interval_s: Positive
-    extra: dict[str, int] = msgspec.field(default_factory=dict)
+    extra: dict[Name, U64] = msgspec.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _fits_u64(self.tx_bytes, self.rx_bytes, *self.extra.values())
 
 
 FastEvent = FastStep | FastHeartbeat | FastNic
@@ -151,7 +175,8 @@ def decode_fast(value: bytes | None) -> FastDecoded:
                     events = list(decoder.decode(value).events)
                 except (msgspec.ValidationError, msgspec.DecodeError, ValueError):
                     break
-                lo, hi = EARLIEST, datetime.now(UTC) + MAX_AHEAD
+                now = datetime.now(UTC)
+                lo, hi = max(EARLIEST, now - max_age()), now + max_ahead()
                 if all(e.ts.tzinfo is UTC and lo <= e.ts <= hi for e in events):  # else: pydantic says why, or converts
                     return FastDecoded(events=events, rejected=[])
                 break

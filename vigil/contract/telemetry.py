@@ -11,7 +11,18 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from vigil.contract.base import Event, Name, RankScoped, UtcDatetime
+from vigil.contract.base import (
+    I32,
+    MODEL_CONFIG,
+    U32,
+    U64,
+    Event,
+    Name,
+    NonNegFloat,
+    RankScoped,
+    Text,
+    UtcDatetime,
+)
 from vigil.contract.phases import PhaseKind
 
 Severity = Literal["info", "warning", "error", "critical"]
@@ -20,11 +31,11 @@ Severity = Literal["info", "warning", "error", "critical"]
 class ParallelCoords(BaseModel):
     """A rank's place in the 3D-parallel layout."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = MODEL_CONFIG
 
-    dp: int = Field(default=0, ge=0)
-    tp: int = Field(default=0, ge=0)
-    pp: int = Field(default=0, ge=0)
+    dp: U32 = 0
+    tp: U32 = 0
+    pp: U32 = 0
 
 
 class StepTiming(RankScoped):
@@ -32,48 +43,48 @@ class StepTiming(RankScoped):
 
     kind: Literal["step"] = "step"
     schema_version: Literal[1] = 1
-    world_size: int = Field(ge=1)
+    world_size: U32 = Field(ge=1)
     coords: ParallelCoords = ParallelCoords()
-    step: int = Field(ge=0)
-    step_ms: float = Field(ge=0)
-    phases: dict[Name, float] = Field(default_factory=dict)
+    step: U64
+    step_ms: NonNegFloat
+    phases: dict[Name, NonNegFloat] = Field(default_factory=dict)
     phase_kinds: dict[Name, PhaseKind] = Field(
         default_factory=dict, description="kinds the producer declared (compute/comm/wait); others default by name")
-    tokens: int | None = Field(default=None, ge=0)
-    samples: int | None = Field(default=None, ge=0)
+    tokens: U64 | None = None
+    samples: U64 | None = None
     tflops: float | None = Field(default=None, ge=0)
     mfu: float | None = Field(default=None, ge=0, le=1.5)
     failed: bool = False
-    dropped: int = Field(default=0, ge=0, description="records the timer dropped since the last one")
+    dropped: U32 = Field(default=0, description="records the timer dropped since the last one")
 
 
 class GpuState(BaseModel):
     """NVML readings for one GPU; absent fields were not available."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = MODEL_CONFIG
 
-    index: int = Field(ge=0)
-    name: str = ""
-    uuid: str = ""
+    index: U32
+    name: Text = ""
+    uuid: Text = ""
     util_pct: float | None = None
     mem_used_mib: float | None = None
     mem_total_mib: float | None = None
     temp_c: float | None = None
     power_w: float | None = None
     sm_clock_mhz: float | None = None
-    throttle_reasons: list[str] = Field(default_factory=list)
-    ecc_uncorrected: int | None = None
-    retired_pages: int | None = None
+    throttle_reasons: list[Text] = Field(default_factory=list, max_length=64)
+    ecc_uncorrected: U64 | None = None
+    retired_pages: U64 | None = None
 
 
 class ProcessState(BaseModel):
     """A training process the agent tracks."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = MODEL_CONFIG
 
-    pid: int = Field(ge=0)
-    status: str
-    local_rank: int | None = None
+    pid: U32
+    status: Text
+    local_rank: U32 | None = None
     cpu_pct: float | None = None
     rss_mib: float | None = None
 
@@ -83,16 +94,16 @@ class Heartbeat(Event):
 
     kind: Literal["heartbeat"] = "heartbeat"
     schema_version: Literal[1] = 1
-    ip: str = ""
-    pod: str = ""
-    node: str = ""
-    agent_version: str = ""
-    uptime_s: float = Field(default=0, ge=0)
+    ip: Text = ""
+    pod: Text = ""
+    node: Text = ""
+    agent_version: Text = ""
+    uptime_s: NonNegFloat = 0
     interval_s: float = Field(default=2, gt=0)
     processes: list[ProcessState] = Field(default_factory=list)
     gpus: list[GpuState] = Field(default_factory=list)
-    dropped_events: int = Field(default=0, ge=0)
-    spooled_events: int = Field(default=0, ge=0)
+    dropped_events: U64 = 0
+    spooled_events: U64 = 0
 
 
 class NicCounters(Event):
@@ -101,14 +112,14 @@ class NicCounters(Event):
     kind: Literal["nic"] = "nic"
     schema_version: Literal[1] = 1
     device: Name
-    port: int = Field(default=1, ge=0)
+    port: U32 = 1
     link: Literal["rdma", "ethernet"]
-    tx_bytes: int = Field(ge=0, description="cumulative")
-    rx_bytes: int = Field(ge=0, description="cumulative")
-    tx_bps: float = Field(ge=0, description="bytes per second over interval_s")
-    rx_bps: float = Field(ge=0)
+    tx_bytes: U64 = Field(description="cumulative")
+    rx_bytes: U64 = Field(description="cumulative")
+    tx_bps: NonNegFloat = Field(description="bytes per second over interval_s")
+    rx_bps: NonNegFloat
     interval_s: float = Field(gt=0)
-    extra: dict[str, int] = Field(default_factory=dict, description="hw_counters when present")
+    extra: dict[Name, U64] = Field(default_factory=dict, description="hw_counters when present")
 
 
 class LogLine(Event):
@@ -116,14 +127,14 @@ class LogLine(Event):
 
     kind: Literal["log"] = "log"
     schema_version: Literal[1] = 1
-    rank: int | None = Field(default=None, ge=0)
-    local_rank: int | None = Field(default=None, ge=0)
+    rank: U32 | None = None
+    local_rank: U32 | None = None
     stream: Literal["stdout", "stderr"] = "stderr"
     category: Name
     severity: Severity
     message: str = Field(max_length=8192)
-    xid: int | None = None
-    repeats: int = Field(default=1, ge=1, description=">1 when this line summarises a flood")
+    xid: I32 | None = None
+    repeats: U32 = Field(default=1, ge=1, description=">1 when this line summarises a flood")
 
 
 class ProcessExit(Event):
@@ -137,10 +148,10 @@ class ProcessExit(Event):
 
     kind: Literal["exit"] = "exit"
     schema_version: Literal[1] = 1
-    rank: int | None = Field(default=None, ge=0)
-    local_rank: int | None = Field(default=None, ge=0)
-    pid: int = Field(ge=0)
-    exit_code: int | None = None
+    rank: U32 | None = None
+    local_rank: U32 | None = None
+    pid: U32
+    exit_code: I32 | None = None
     signal: str | None = None
     summary: str = Field(default="", max_length=8192)
     traceback: str = Field(default="", max_length=65536)
@@ -151,7 +162,7 @@ class ProcessExit(Event):
 class CollectiveEntry(BaseModel):
     """One PyTorch Flight Recorder entry."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
 
     record_id: int
     pg_id: int | str
@@ -181,5 +192,5 @@ class CollectiveTrace(RankScoped):
     dumped_at: UtcDatetime | None = None
     group_ranks: dict[str, list[int]] = Field(default_factory=dict, description="process group name -> global ranks")
     trigger: str = Field(default="", max_length=64, description="watchdog (the timer's hang watchdog), else unknown")
-    step: int | None = Field(default=None, ge=0, description="the last step the rank completed")
+    step: U64 | None = Field(default=None, description="the last step the rank completed")
     stack: str = Field(default="", max_length=8192, description="where the rank's training thread was")

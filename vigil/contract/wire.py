@@ -4,7 +4,8 @@
 
 Batching is what makes the log fast (a broker serves records, not events, per
 second). Decoding is per event: one bad event in a batch is reported on its own
-and its neighbours still go through.
+and its neighbours still go through. An event off the wire must also be fresh: a
+`ts` older than `base.max_age()` (the retention) is rejected like a bad field.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
 
-from vigil.contract.base import Event
+from vigil.contract.base import Event, max_age
 from vigil.contract.registry import spec_for
 
 
@@ -85,11 +87,18 @@ def decode_batch(value: bytes | None) -> Decoded:
         return Decoded(events=[], rejected=[Rejected(reason=str(exc), payload=doc)])
     events: list[Event] = []
     rejected: list[Rejected] = []
+    oldest = datetime.now(UTC) - max_age()
     for item in doc["events"]:
         if isinstance(item, dict):
             item = {"kind": kind, "schema_version": version, **item}
         try:
-            events.append(validate_event(kind, item, version))
+            event = validate_event(kind, item, version)
         except ValueError as exc:
             rejected.append(Rejected(reason=str(exc), payload=item))
+            continue
+        if event.ts < oldest:
+            rejected.append(Rejected(reason=f"invalid {kind} v{version} event: ts: timestamp {event.ts.isoformat()} "
+                                            f"is older than the retention ({max_age().days} days)", payload=item))
+        else:
+            events.append(event)
     return Decoded(events=events, rejected=rejected)

@@ -2,10 +2,18 @@
 
 A dead letter names where the bad input came from (topic, partition, offset) so it
 can be inspected and replayed after a fix. Nothing invalid is dropped silently.
+
+A dead letter is bounded, whatever it is about: its payload is kept whole up to
+`PAYLOAD_HEAD` bytes of JSON, else as the first `PAYLOAD_HEAD` bytes of that JSON (a
+string) with `payload_truncated`; either way with the payload's size (`payload_bytes`)
+and `payload_sha256`, which identify the original in its source topic. The reason is
+cut to `REASON_MAX` characters. So a dead letter always fits a record: a poison record
+of any size cannot make writing its own dead letter fail.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -14,6 +22,21 @@ from typing import Any, Protocol
 
 from vigil.contract.registry import DEAD_LETTER_TOPIC
 from vigil.kafka.producer import EventProducer
+
+PAYLOAD_HEAD = 4096
+REASON_MAX = 1024
+
+
+def bounded(payload: Any) -> dict[str, Any]:
+    """The payload as a dead letter keeps it: whole when its JSON is small, else its head; plus size and sha256."""
+    text = json.dumps(payload, default=str, ensure_ascii=False).encode("utf-8", "replace")
+    out: dict[str, Any] = {"payload_bytes": len(text), "payload_sha256": hashlib.sha256(text).hexdigest()}
+    if len(text) <= PAYLOAD_HEAD:
+        out["payload"] = payload
+    else:
+        out["payload"] = text[:PAYLOAD_HEAD].decode("utf-8", "ignore")
+        out["payload_truncated"] = True
+    return out
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -24,12 +47,13 @@ class DeadLetter:
     offset: int
     payload: Any
 
+    def document(self) -> dict[str, Any]:
+        """What is stored of the letter (bounded: see the module docstring)."""
+        return {"reason": self.reason[:REASON_MAX], "topic": self.topic, "partition": self.partition,
+                "offset": self.offset, **bounded(self.payload), "ts": datetime.now(UTC).isoformat()}
+
     def to_json(self) -> bytes:
-        return json.dumps(
-            {"reason": self.reason, "topic": self.topic, "partition": self.partition, "offset": self.offset,
-             "payload": self.payload, "ts": datetime.now(UTC).isoformat()},
-            default=str,
-        ).encode()
+        return json.dumps(self.document(), default=str, ensure_ascii=False).encode()
 
 
 class DeadLetterSink(Protocol):

@@ -7,10 +7,16 @@ full `send` waits up to `block_s` and then raises DeliveryError. Failed deliveri
 are counted and handed to `on_failure` with the events that were lost, so a
 caller such as the node agent can spool them to disk; `flush` raises DeliveryError
 when any record failed since the previous flush, so "flushed" means "stored".
+
+A record never exceeds `max_record_bytes` (below librdkafka's and the broker's default
+`message.max.bytes`, 1,000,000): a group whose record would is split in halves until each
+fits; one event that alone does not fit can never be sent, so it is skipped, counted in
+`oversized` and logged, and `send` goes on (a caller's spool would otherwise retry it forever).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -27,6 +33,8 @@ from vigil.kafka.admin import client_config
 from vigil.settings import VigilSettings
 
 FailureHook = Callable[[Sequence[Event], str], None]
+MAX_RECORD_BYTES = 900_000
+log = logging.getLogger(__name__)
 
 
 @dataclass(kw_only=True)
@@ -36,10 +44,12 @@ class EventProducer:
     batch_events: int = 500
     block_s: float = 10.0
     max_buffer_kbytes: int = 64 * 1024
+    max_record_bytes: int = MAX_RECORD_BYTES
     on_failure: FailureHook | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     delivered: int = field(default=0, init=False)
     failed: int = field(default=0, init=False)
+    oversized: int = field(default=0, init=False)  # events skipped: alone over max_record_bytes
     last_error: str = field(default="", init=False)
     _failed_seen: int = field(default=0, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
@@ -65,11 +75,24 @@ class EventProducer:
         records = 0
         for (logical, _kind, _v, host), group in groups.items():
             for i in range(0, len(group), self.batch_events):
-                chunk = group[i : i + self.batch_events]
-                self._produce(self.settings.topic(logical), host.encode(), encode_batch(chunk), chunk)
-                records += 1
+                records += self._send_fitting(self.settings.topic(logical), host.encode(), group[i : i + self.batch_events])
         self._producer.poll(0)
         return records
+
+    def _send_fitting(self, topic: str, key: bytes, chunk: Sequence[Event]) -> int:
+        """Produce `chunk` as records of at most `max_record_bytes`; returns how many."""
+        value = encode_batch(chunk)
+        if len(value) <= self.max_record_bytes:
+            self._produce(topic, key, value, chunk)
+            return 1
+        if len(chunk) == 1:
+            with self._lock:
+                self.oversized += 1
+            log.warning("%s event %s is %d bytes, over the %d-byte record limit: skipped (%d so far)", chunk[0].kind,
+                        chunk[0].event_id, len(value), self.max_record_bytes, self.oversized)
+            return 0
+        mid = len(chunk) // 2
+        return self._send_fitting(topic, key, chunk[:mid]) + self._send_fitting(topic, key, chunk[mid:])
 
     def produce_raw(self, topic: str, value: bytes, key: bytes | None = None) -> None:
         """Produce an already-encoded record (dead letters, replays, tests)."""

@@ -1,8 +1,15 @@
 """Reading a topic without joining a consumer group: for `vigil tail`, alerts views and tests.
 
 Assigns every partition directly (no group rebalance, no committed offsets), from
-the beginning or the end, and yields decoded events until `max_events`, the
-timeout, or the end of the log when `until_end` is set.
+the beginning or the end, and yields records until `max_records`, or the end of the
+log when `until_end` is set, else until the timeout.
+
+With `until_end` (what every rebuild of state uses) the read is complete or it fails:
+it goes on while records keep coming, to the end of every partition as the broker
+reports it at the start (the end-of-partition signal, and at least the high watermark
+seen at the start), and `timeout` bounds only a stall (no record and no end for that
+long), after which `ReadIncomplete` is raised: a caller never acts on part of a log
+believing it whole.
 """
 
 from __future__ import annotations
@@ -17,10 +24,15 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from vigil.contract import Event
 from vigil.contract.wire import decode_batch
+from vigil.errors import Unreachable
 from vigil.kafka.admin import client_config, unreachable
 from vigil.settings import VigilSettings
 
 E = TypeVar("E", bound=Event)
+
+
+class ReadIncomplete(Unreachable):
+    """A read to the end of the log stalled before it got there; the message says where."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,6 +71,14 @@ def read_topics(
             raise unreachable(settings, bootstrap, exc) from None
         parts = [TopicPartition(t, p, OFFSET_BEGINNING) for t in topics if t in meta.topics for p in meta.topics[t].partitions]
         started_ms = int(time.time() * 1000)
+        ends: dict[tuple[str, int], int] = {}  # high watermarks at the start (the embedded broker may under-report)
+        if until_end and from_beginning:
+            for tp in parts:
+                try:
+                    ends[(tp.topic, tp.partition)] = consumer.get_watermark_offsets(tp, timeout=call_timeout,
+                                                                                    cached=False)[1]
+                except KafkaException as exc:
+                    raise unreachable(settings, bootstrap, exc) from None
         if not from_beginning:
             # The embedded broker under-reports high watermarks (and ignores OFFSET_END), so records
             # created before this call are also skipped by timestamp below.
@@ -72,10 +92,13 @@ def read_topics(
         seen = 0
         while time.monotonic() < deadline:
             for msg in consumer.consume(num_messages=500, timeout=0.2):
+                if until_end:
+                    deadline = time.monotonic() + timeout  # progress: only a stall ends a read to the end
                 err = msg.error()
+                where = (str(msg.topic()), int(msg.partition() or 0))
                 if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        remaining.discard((msg.topic(), msg.partition()))
+                    if err.code() == KafkaError._PARTITION_EOF and int(msg.offset() or 0) >= ends.get(where, 0):
+                        remaining.discard(where)
                     continue
                 if not from_beginning and msg.timestamp()[1] < started_ms:
                     continue
@@ -86,6 +109,10 @@ def read_topics(
                     return
             if until_end and not remaining:
                 return
+        if until_end and remaining:
+            lagging = ", ".join(f"{t}[{p}]" for t, p in sorted(remaining)[:5])
+            raise ReadIncomplete(f"Kafka {bootstrap}: reading to the end stalled for {timeout:g} s before the end of "
+                                 f"{len(remaining)} partitions ({lagging}); refusing a partial read")
     finally:
         consumer.close()
 
