@@ -21,8 +21,10 @@
 It then returns True and the persister thread writes the copy, commits it (rank 0,
 marker written last) and prunes old checkpoints. Failures (full or unwritable storage,
 a peer's failed write, persisting past `persist_timeout_s`) are ``failed`` events and
-`last_error`, never exceptions in training. `load_latest(state)` restores the newest
-committed checkpoint with one storage reader per data-parallel group (see `restore`).
+`last_error`, never exceptions in training. `load_latest(state)` restores the committed
+checkpoint of the highest step whose files match its marker's sha256 digests, with one
+storage reader per data-parallel group (see `restore`); each one refused on the way is a
+``failed`` event (``IntegrityError: ...``), never a silent fallback.
 """
 
 from __future__ import annotations
@@ -207,10 +209,10 @@ class Checkpointer:
 
     # ---- restoring ---------------------------------------------------------------------------
     def load_latest(self, state: MutableMapping[str, Any]) -> int | None:
-        """Load the newest complete checkpoint into `state` in place; its step, or None.
+        """Load the highest-step verified checkpoint into `state` in place; its step, or None.
 
         Collective (every rank, same point). Raises `RestoreError` when checkpoints exist
-        but none can be loaded.
+        but none can be loaded (its `rejected`: the ones that failed verification).
         """
         if not self._persister.wait_idle(self.config.persist_timeout_s):
             raise RestoreError("a save is still persisting; cannot restore while it runs")
