@@ -42,12 +42,21 @@ from dataclasses import dataclass, field
 from vigil.recovery.checkpoint.stores import Store
 
 MARKER = "_COMMITTED"
-FORMAT = "vigil-checkpoint/2"  # /1 markers had no digests: they no longer count
+FORMAT = "vigil-checkpoint/2"
+LEGACY = "vigil-checkpoint/1"  # markers without digests: they no longer count
 _NAME = re.compile(r"^step-(\d{10,})-([0-9a-f]{8})$")
 
 
 def dir_name(step: int, token: int) -> str:
     return f"step-{step:010d}-{token & 0xFFFFFFFF:08x}"
+
+
+def _format(raw: bytes | None) -> object:
+    try:
+        doc = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    return doc.get("format") if isinstance(doc, dict) else None
 
 
 def parse_name(name: str) -> tuple[int, str] | None:
@@ -101,6 +110,10 @@ class Layout:
             )  # fmt: skip
         except (ValueError, TypeError, KeyError, AttributeError):
             return None
+
+    def unverifiable(self) -> list[str]:
+        """Attempts committed by an older vigil (a marker without digests): never restored, worth a warning."""
+        return [n for n in self.attempts() if _format(self.store.read_small(self.store.join(n, MARKER))) == LEGACY]
 
     def committed(self) -> list[Commit]:
         """Every complete checkpoint, newest first."""

@@ -76,6 +76,9 @@ def load_latest(
     if topology.rank == 0:
         try:
             commits = {c.path: c for c in layout.committed()}
+            if old := layout.unverifiable():
+                log.warning("%d checkpoints under %s have a commit marker without digests (an older vigil): "
+                            "they are not restored: %s", len(old), layout.store.root, ", ".join(old[:5]))
             listing = ("ok", [(c.path, c.step) for c in commits.values()])
         except Exception as exc:
             listing = ("error", describe(exc))

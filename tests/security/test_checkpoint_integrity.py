@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import pickle
 import time
 from pathlib import Path
@@ -60,7 +61,9 @@ def load(tmp_path: Path) -> tuple[int | None, torch.Tensor]:
         return ckpt.load_latest({"w": w}), w
 
 
-def test_a_planted_checkpoint_never_runs_its_pickle_and_is_reported(tmp_path: Path) -> None:
+def test_a_planted_checkpoint_never_runs_its_pickle_and_is_reported(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     save_steps(tmp_path, [1])
     sentinel = tmp_path / "pickle-ran"
     evil = pickle.dumps(Payload(sentinel))
@@ -74,9 +77,11 @@ def test_a_planted_checkpoint_never_runs_its_pickle_and_is_reported(tmp_path: Pa
     (forged / ".metadata").write_bytes(evil)
     (forged / MARKER).write_text(json.dumps({"format": FORMAT, "step": 8, "token": "00c0ffee",
                                              "committed_at": time.time(), "files": {".metadata": "0" * 64}}))
-    step, w = load(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="vigil.recovery.checkpoint"):
+        step, w = load(tmp_path)
     assert step == 1 and torch.equal(w, torch.full((4,), 1.0))
     assert not sentinel.exists()
+    assert "1 checkpoints under" in caplog.text and "step-0000000009-0badc0de" in caplog.text
     failed = [e for e in events(tmp_path) if e["phase"] == "failed"]
     assert [(e["step"], e["error"]) for e in failed] == [
         (8, "IntegrityError: step-0000000008-00c0ffee: sha256 of .metadata does not match the commit marker")]
