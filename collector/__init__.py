@@ -23,6 +23,8 @@ Modules, one concept each:
     outbox       the durable local disk spool of the agent's own events
     sink         where events go: Kafka, or memory (tests)
     shipper      outbox + timer files -> sink; offsets committed after delivery
+    spoolguard   which spool lines the agent accepts: the training side's kinds, its own job and host
+    childenv     the training command's environment: the agent's minus vigil's credentials
     agent        wires the sources, the outbox and the shipper into threads
     launcher     the child process of `vigil run`: pipes, echo, signals, exit
     cli          `vigil run` and `vigil collector`

@@ -30,6 +30,7 @@ from vigil.collector.rules import Rule, load_rules
 from vigil.collector.settings import AgentPaths, CollectorSettings
 from vigil.collector.shipper import LineDecoder, OutboxSource, Shipper, SpoolSource
 from vigil.collector.sink import Sink
+from vigil.collector.spoolguard import SpoolGuard
 from vigil.collector.summary import ErrorMemory
 from vigil.collector.tailer import Tailer
 from vigil.contract import Event, NicCounters
@@ -49,6 +50,7 @@ class Agent:
     gpus: NvmlProbe | None = None
     clock: Callable[[], float] = time.monotonic
     memory: ErrorMemory = field(default_factory=ErrorMemory)  # each rank's last error, for the exit report
+    serves_one_job: bool = True  # False: a DaemonSet agent shipping the spool lines of every job on its host
 
     def __post_init__(self) -> None:
         s = self.settings
@@ -61,7 +63,8 @@ class Agent:
         self.outbox.restore(cursor if isinstance(cursor, list) and len(cursor) == 2 else None)
         self.decoder = LineDecoder()
         self.spool = SpoolSource(tailer=Tailer(roots=self.spool_roots, restored=list(state.get("spool") or [])),
-                                 decoder=self.decoder, scan_interval_s=s.poll_interval)
+                                 decoder=self.decoder, scan_interval_s=s.poll_interval,
+                                 guard=SpoolGuard(host=s.host, job_id=s.job_id if self.serves_one_job else None))
         self.shipper = Shipper(sources=[OutboxSource(outbox=self.outbox, decoder=self.decoder), self.spool],
                                sink=self.sink, store=self.store, max_events=s.batch_max_events,
                                idle_s=s.poll_interval)
@@ -187,6 +190,8 @@ class Agent:
             log.exception("final heartbeat failed")
         timeout = self.settings.drain_timeout_s if drain_timeout_s is None else drain_timeout_s
         done = self.shipper.drain(timeout)
+        if refused := sum(self.spool.guard.refused.values()):
+            log.warning("refused %d spool lines from the training side: %s", refused, self.spool.guard.counts())
         if not done:
             log.warning("%d events not delivered yet; they stay in %s for the next agent",
                         self.outbox.backlog(), self.paths.outbox_dir)
@@ -201,7 +206,7 @@ class Agent:
             "emitted": self.emitted, "delivered": self.shipper.delivered, "delivery_failures": self.shipper.failures,
             "healthy": self.shipper.healthy, "backlog": self.outbox.backlog(), **self.outbox.stats(),
             "malformed_lines": self.decoder.malformed, "malformed_dumps": self.fr.malformed,
-            "spool_lost_bytes": self.spool.tailer.lost_bytes,
+            "spool_lost_bytes": self.spool.tailer.lost_bytes, "spool_refused": self.spool.guard.counts(),
             "spool_oversized_lines": self.spool.tailer.oversized_lines + self.log_tailer.oversized_lines,
             "log_lines_cut": sum(s.truncated for s in list(self.streams)),
         }

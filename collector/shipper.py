@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from vigil.collector.outbox import Outbox, OutboxBatch
 from vigil.collector.sink import Sink
+from vigil.collector.spoolguard import SpoolGuard
 from vigil.collector.tailer import Tailer
 from vigil.contract import Event, validate_event
 
@@ -86,10 +87,12 @@ class OutboxSource:
 
 @dataclass(kw_only=True)
 class SpoolSource:
-    """The step timer's JSON-lines files, shipped as they are (they carry their own event_ids)."""
+    """The training side's JSON-lines files, shipped as they are (they carry their own event_ids)
+    once `guard` admitted them: only the training side's kinds, naming this agent's job and host."""
 
     tailer: Tailer
     decoder: LineDecoder
+    guard: SpoolGuard
     scan_interval_s: float = 0.5
     name: str = "spool"
     scanned_at: float = field(default=0.0, init=False)  # monotonic time the last scan began
@@ -105,7 +108,8 @@ class SpoolSource:
         cursor: dict[str, int] = {}
         for chunk in self.tailer.read_lines(max_events):
             origin = chunk.file.path.name
-            events += [e for ln in chunk.lines if ln.strip() and (e := self.decoder.decode(ln, origin)) is not None]
+            events += [e for ln in chunk.lines if ln.strip() and (e := self.decoder.decode(ln, origin)) is not None
+                       and self.guard.admit(e, origin)]
             cursor[chunk.file.key] = chunk.end
         return Polled(events=events, cursor=cursor)
 

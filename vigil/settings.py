@@ -20,10 +20,11 @@ import tomllib
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from vigil.errors import VigilError
+from vigil.redact import shown_dsn
 
 
 class SettingsError(VigilError, ValueError):
@@ -140,8 +141,9 @@ class VigilSettings(VigilBaseSettings):
 
     home: Path = Field(default=Path("~/.vigil"), description="state and data of the embedded stack")
     kafka_bootstrap: str | None = Field(default=None, description="host:port[,host:port]; unset = embedded broker")
-    kafka_extra: dict[str, str] = Field(default_factory=dict, description="extra librdkafka settings (SASL, TLS)")
-    clickhouse_dsn: str | None = Field(default=None, description="chdb:///path or http(s)://host:port; unset = chdb under home")
+    kafka_extra: dict[str, SecretStr] = Field(default_factory=dict, description="extra librdkafka settings (SASL, TLS); secret")
+    clickhouse_dsn: SecretStr | None = Field(
+        default=None, description="chdb:///path or http(s)://[user:password@]host:port; unset = chdb under home; secret")
     topic_prefix: str = "vigil."
     topic_partitions: int = Field(default=4, ge=1)
     topic_replication: int = Field(default=1, ge=1)
@@ -168,11 +170,12 @@ class VigilSettings(VigilBaseSettings):
 
     @field_validator("clickhouse_dsn")
     @classmethod
-    def _dsn(cls, v: str | None) -> str | None:
-        if v is None or not v.strip():
+    def _dsn(cls, v: SecretStr | None) -> SecretStr | None:
+        raw = v.get_secret_value() if v is not None else ""
+        if not raw.strip():
             return None
-        if not v.startswith(("chdb://", "http://", "https://")):
-            raise ValueError(f"expected chdb:///path or http(s)://host:port, got {v!r}")
+        if not raw.startswith(("chdb://", "http://", "https://")):
+            raise ValueError(f"expected chdb:///path or http(s)://host:port, got {shown_dsn(raw)!r}")
         return v
 
     @property
@@ -181,7 +184,12 @@ class VigilSettings(VigilBaseSettings):
 
     @property
     def effective_clickhouse_dsn(self) -> str:
-        return self.clickhouse_dsn or f"chdb://{self.home / 'clickhouse'}"
+        """The DSN to connect with (its password included: never print it; `shown_dsn` it)."""
+        return self.clickhouse_dsn.get_secret_value() if self.clickhouse_dsn else f"chdb://{self.home / 'clickhouse'}"
+
+    def kafka_extra_config(self) -> dict[str, str]:
+        """The extra librdkafka settings, unwrapped: for building a client only."""
+        return {k: v.get_secret_value() for k, v in self.kafka_extra.items()}
 
     def topic(self, logical: str) -> str:
         return f"{self.topic_prefix}{logical}"

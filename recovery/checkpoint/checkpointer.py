@@ -21,8 +21,10 @@
 It then returns True and the persister thread writes the copy, commits it (rank 0,
 marker written last) and prunes old checkpoints. Failures (full or unwritable storage,
 a peer's failed write, persisting past `persist_timeout_s`) are ``failed`` events and
-`last_error`, never exceptions in training. `load_latest(state)` restores the newest
-committed checkpoint with one storage reader per data-parallel group (see `restore`).
+`last_error`, never exceptions in training. `load_latest(state)` restores the committed
+checkpoint of the highest step whose files match its marker's sha256 digests, with one
+storage reader per data-parallel group (see `restore`); each one refused on the way is a
+``failed`` event (``IntegrityError: ...``), never a silent fallback.
 """
 
 from __future__ import annotations
@@ -207,20 +209,34 @@ class Checkpointer:
 
     # ---- restoring ---------------------------------------------------------------------------
     def load_latest(self, state: MutableMapping[str, Any]) -> int | None:
-        """Load the newest complete checkpoint into `state` in place; its step, or None.
+        """Load the highest-step verified checkpoint into `state` in place; its step, or None.
 
         Collective (every rank, same point). Raises `RestoreError` when checkpoints exist
-        but none can be loaded.
+        but none can be loaded (its `rejected`: the ones that failed verification).
         """
         if not self._persister.wait_idle(self.config.persist_timeout_s):
             raise RestoreError("a save is still persisting; cannot restore while it runs")
-        report = load_latest(state, topology=self.topology, layout=self.layout, reader_factory=self._reader)
+        try:
+            report = load_latest(state, topology=self.topology, layout=self.layout, reader_factory=self._reader)
+        except RestoreError as exc:
+            self._report_rejected(exc.rejected)
+            raise
         self.last_restore = report
+        if report is not None:
+            self._report_rejected(report.rejected)
         if report is not None:
             self.events.emit("restored", step=report.step, path=report.path, duration_ms=report.seconds * 1e3)
             log.info("restored step %d from %s (%s)", report.step, report.path,
                      "read from storage" if report.read_storage else "received from the DP group's reader")  # fmt: skip
         return report.step if report is not None else None
+
+    def _report_rejected(self, rejected: tuple[tuple[int, str, str], ...]) -> None:
+        """A checkpoint that failed verification is a ``failed`` event (rank 0, which verified), never silent."""
+        if self.topology.rank == 0:
+            for step, path, why in rejected:
+                self.events.emit("failed", step=step, path=path, error=f"IntegrityError: {why}")
+            if rejected:
+                self.events.flush()
 
     def latest(self) -> Commit | None:
         """The newest complete checkpoint as this rank sees the directory (no collective)."""

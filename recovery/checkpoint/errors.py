@@ -48,4 +48,11 @@ class CoordinationFailed(SaveFailed):
 
 
 class RestoreError(CheckpointError):
-    """Committed checkpoints exist but none could be loaded, or replicas disagree on the state layout."""
+    """Committed checkpoints exist but none could be loaded, or replicas disagree on the state layout.
+
+    `rejected`: (step, path, why) of each checkpoint that failed verification on the way.
+    """
+
+    def __init__(self, message: str, *, rejected: tuple[tuple[int, str, str], ...] = ()) -> None:
+        super().__init__(message)
+        self.rejected = rejected

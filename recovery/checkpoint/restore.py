@@ -2,8 +2,11 @@
 
 Collective: every rank calls it at the same point. In order:
 
-1. Rank 0 lists the committed checkpoints (`layout.Layout.committed`, newest first) and
-   sends the list to every rank, so all ranks try the same ones; the others do not list.
+1. Rank 0 lists the committed checkpoints (`layout.Layout.committed`, highest step first)
+   and sends the list to every rank, so all ranks try the same ones; the others do not list.
+   Before a checkpoint is opened, rank 0 re-hashes its files against the commit marker
+   (`layout.Layout.verify`) and ranks agree: a mismatch is never opened (DCP's metadata is
+   a pickle), it is reported (`RestoreReport.rejected`) and the next older one is tried.
 2. Only the reader of each DP group (its lowest rank) opens the checkpoint: a local-only
    `dcp.load` (``no_dist=True``) of its own state dict, which reads DCP's metadata and
    exactly the shards its state needs (the shards every member of the group shares).
@@ -40,7 +43,7 @@ from torch.distributed.checkpoint.storage import StorageReader
 
 from vigil.recovery.checkpoint.coordination import Topology
 from vigil.recovery.checkpoint.errors import RestoreError
-from vigil.recovery.checkpoint.layout import Layout
+from vigil.recovery.checkpoint.layout import Commit, Layout
 from vigil.recovery.checkpoint.persist import describe
 from vigil.recovery.checkpoint.staging import local_tensor, to_state_dict
 
@@ -57,6 +60,7 @@ class RestoreReport:
     read_storage: bool  # this rank read from storage (False: it got the state by broadcast)
     seconds: float
     failed: tuple[str, ...] = ()  # newer checkpoints that could not be loaded
+    rejected: tuple[tuple[int, str, str], ...] = ()  # (step, path, why) of newer ones that failed verification
 
 
 def load_latest(
@@ -68,9 +72,14 @@ def load_latest(
 ) -> RestoreReport | None:
     t0 = time.monotonic()
     listing: tuple[str, Any] = ("ok", [])
+    commits: dict[str, Commit] = {}
     if topology.rank == 0:
         try:
-            listing = ("ok", [(c.path, c.step) for c in layout.committed()])
+            commits = {c.path: c for c in layout.committed()}
+            if old := layout.unverifiable():
+                log.warning("%d checkpoints under %s have a commit marker without digests (an older vigil): "
+                            "they are not restored: %s", len(old), layout.store.root, ", ".join(old[:5]))
+            listing = ("ok", [(c.path, c.step) for c in commits.values()])
         except Exception as exc:
             listing = ("error", describe(exc))
     status, payload = topology.from_rank0(listing)
@@ -80,8 +89,14 @@ def load_latest(
         return None
     sd = to_state_dict(state)
     failed: list[str] = []
+    rejected: list[tuple[int, str, str]] = []
     for path, step in payload:
-        error = ""
+        error = layout.verify(commits[path]) if topology.rank == 0 else ""
+        if not topology.all_true(not error):
+            log.error("checkpoint %s failed verification (%s); trying an older one", path, error or "on rank 0")
+            failed.append(f"{path}: {error or 'failed verification on rank 0'}")
+            rejected.append((int(step), str(path), error or "failed verification on rank 0"))
+            continue
         if topology.is_reader:
             try:
                 with warnings.catch_warnings():
@@ -103,9 +118,11 @@ def load_latest(
             else:
                 state[key] = sd[key]
         return RestoreReport(step=int(step), path=str(path), read_storage=topology.is_reader,
-                             seconds=time.monotonic() - t0, failed=tuple(failed))  # fmt: skip
+                             seconds=time.monotonic() - t0, failed=tuple(failed),
+                             rejected=tuple(rejected))  # fmt: skip
     raise RestoreError(
-        f"no committed checkpoint under {layout.store.root} could be loaded: {'; '.join(failed)}"
+        f"no committed checkpoint under {layout.store.root} could be loaded: {'; '.join(failed)}",
+        rejected=tuple(rejected),
     )
 
 

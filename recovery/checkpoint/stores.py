@@ -1,7 +1,8 @@
 """The storage checkpoints go to: DCP's writers and readers, and the few operations they lack.
 
 `torch.distributed.checkpoint` writes and reads a checkpoint's files; listing attempt
-directories, writing the commit marker atomically and removing directories are done here,
+directories and the files in one, hashing a file (sha256, streamed in 1 MiB reads),
+writing the commit marker atomically and removing directories are done here,
 for a POSIX path (`LocalStore`: the marker goes through a temporary name, fsync, rename and
 directory fsyncs) or an fsspec URL (`FsspecStore`, through DCP's own fsspec wrapper: the
 marker is one PUT, which object stores make all-or-nothing).
@@ -9,6 +10,7 @@ marker is one PUT, which object stores make all-or-nothing).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import posixpath
 import secrets
@@ -20,6 +22,7 @@ from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystem
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter
 
 MAX_SMALL_BYTES = 64 << 10
+HASH_CHUNK = 1 << 20
 
 
 class Store(ABC):
@@ -38,6 +41,14 @@ class Store(ABC):
     @abstractmethod
     def read_small(self, path: str) -> bytes | None:
         """A small file's bytes; None when missing, unreadable or too large."""
+
+    @abstractmethod
+    def files(self, path: str) -> list[str]:
+        """Every file under directory `path`, as sorted '/'-separated relative names. Raises OSError."""
+
+    @abstractmethod
+    def sha256(self, path: str) -> str:
+        """The hex sha256 of a file's bytes. Raises OSError."""
 
     @abstractmethod
     def write_atomic(self, path: str, data: bytes) -> None: ...
@@ -67,6 +78,22 @@ class LocalStore(Store):
         except OSError:
             return None
         return data if len(data) <= MAX_SMALL_BYTES else None
+
+    def files(self, path: str) -> list[str]:
+        if not os.path.isdir(path):
+            raise NotADirectoryError(path)
+        found = []
+        for top, _dirs, names in os.walk(path):
+            rel = os.path.relpath(top, path)
+            found += [n if rel == "." else f"{rel}/{n}".replace(os.sep, "/") for n in names]
+        return sorted(found)
+
+    def sha256(self, path: str) -> str:
+        digest = hashlib.sha256()
+        with open(path, "rb") as fh:
+            while chunk := fh.read(HASH_CHUNK):
+                digest.update(chunk)
+        return digest.hexdigest()
 
     def write_atomic(self, path: str, data: bytes) -> None:
         tmp = f"{path}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
@@ -128,6 +155,21 @@ class FsspecStore(Store):
         except (OSError, ValueError):
             return None
         return bytes(data) if len(data) <= MAX_SMALL_BYTES else None
+
+    def files(self, path: str) -> list[str]:
+        base = path.rstrip("/")
+        if not self._fs.isdir(base):
+            raise NotADirectoryError(path)
+        names = [str(f) for f in self._fs.find(base)]
+        prefix = self._fs._strip_protocol(base).rstrip("/") + "/"
+        return sorted(n[len(prefix):] if n.startswith(prefix) else posixpath.basename(n) for n in names)
+
+    def sha256(self, path: str) -> str:
+        digest = hashlib.sha256()
+        with self._fs.open(path, "rb") as fh:
+            while chunk := fh.read(HASH_CHUNK):
+                digest.update(chunk)
+        return digest.hexdigest()
 
     def write_atomic(self, path: str, data: bytes) -> None:
         self._fs.pipe_file(path, data)  # one PUT: object stores make it all-or-nothing

@@ -6,15 +6,18 @@ Everything the controller knows comes from events: incidents and alerts (trigger
 `apply()` is idempotent (by `event_id`; member reports, most of the log, by their fold alone, so
 keep-alives do not accumulate ids) and does not depend on the order of partitions: a
 step's status is its most advanced one (planned < started < ended), a member's state its
-latest event. So a controller killed at any point and started again folds the same state,
+latest event in the log (a host's reports travel keyed by host, in one partition, in order;
+never by producer clocks). A member's `ts` and `since` dated more than `MEMBER_SKEW` past
+the folding clock are clamped to it, so a report dated ahead neither looks alive for hours
+nor outranks later ones. So a controller killed at any point and started again folds the same state,
 sees which steps started and did not end, and finishes them instead of repeating them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from vigil.contract import (
@@ -28,12 +31,21 @@ from vigil.contract import (
     Outcome,
     RecoveryAction,
     is_operator_request,
+    utcnow,
 )
 
 INPUT_TOPICS = ("incidents", "alerts", "recovery", "commands")
 """The topics the state is a fold of."""
 _RANK = {"planned": 0, "started": 1, "succeeded": 2, "failed": 2, "skipped": 2}
 ENDED = ("succeeded", "failed", "skipped")
+MEMBER_SKEW = timedelta(minutes=5)  # how far ahead of the folding clock a member's own times may be
+
+
+def clamp_member(e: Member, now: datetime) -> Member:
+    """`e` with `ts` and `since` no later than `now + MEMBER_SKEW` (a producer's clock is a claim)."""
+    latest = now + MEMBER_SKEW
+    update = {f: latest for f in ("ts", "since") if (v := getattr(e, f)) is not None and v > latest}
+    return e.model_copy(update=update) if update else e
 
 
 @dataclass(kw_only=True)
@@ -120,6 +132,7 @@ class ClusterState:
     requests: dict[str, RecoveryAction] = field(default_factory=dict)  # operator requests (command_id -> planned)
     requests_done: set[str] = field(default_factory=set)  # operator requests with a result
     applied: int = 0
+    clock: Callable[[], datetime] = utcnow  # what member times are clamped against
     _seen: set[str] = field(default_factory=set)
 
     def job(self, job_id: str) -> Job:
@@ -167,9 +180,8 @@ class ClusterState:
 
     def _member(self, e: Member) -> None:
         job = self.job(e.job_id)
-        held = job.members.get(e.host)
-        if held is None or e.ts >= held.ts:
-            job.members[e.host] = e
+        e = clamp_member(e, self.clock())
+        job.members[e.host] = e  # the log's order, not the producer's clock
         if job.first_seen is None or e.ts < job.first_seen:
             job.first_seen = e.ts
 

@@ -1,4 +1,6 @@
-"""The deploy manifests run commands the `vigil` CLI accepts, only one analyzer detects, one notifier runs."""
+"""The deploy manifests run commands the `vigil` CLI accepts, only one analyzer detects, one notifier runs;
+every pod is non-root, no default password ships, each role has its own Kafka principal, only the
+ingress controller reaches the dashboard."""
 
 from __future__ import annotations
 
@@ -74,3 +76,39 @@ def test_recovery_controller_is_one_replica_with_the_rbac_its_backend_uses() -> 
     # what vigil.recovery.backends.kubernetes calls: read/list/patch nodes, list pods, create evictions
     assert {("nodes", "get"), ("nodes", "list"), ("nodes", "patch"), ("pods", "list"), ("pods/eviction", "create")} <= granted
     assert not {v for r, v in granted} & {"delete", "deletecollection", "update", "*"}
+
+
+def test_every_pod_runs_non_root_without_privilege_escalation() -> None:
+    assert "USER 10001" in (DEPLOY / "Dockerfile").read_text()
+    pods = [d["spec"]["template"]["spec"] for d in k8s_docs() if d["kind"] in ("Deployment", "DaemonSet", "Job")]
+    assert len(pods) >= 7
+    for pod in pods:
+        assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0
+        for c in pod["containers"]:
+            assert c["securityContext"]["allowPrivilegeEscalation"] is False
+            assert c["securityContext"]["capabilities"]["drop"] == ["ALL"]
+
+
+def test_no_default_password_ships_and_each_role_gets_only_its_own_kafka_principal() -> None:
+    docs = k8s_docs()
+    assert not [d for d in docs if d["kind"] == "Secret"]  # operators create them; none with a default value
+    (config,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "vigil"]
+    assert not any(k.startswith(("VIGIL_CLICKHOUSE_DSN", "VIGIL_KAFKA_EXTRA")) for k in config["data"])
+    compose = (DEPLOY / "compose.yaml").read_text()
+    assert "CLICKHOUSE_PASSWORD: ${VIGIL_CLICKHOUSE_PASSWORD:?" in compose and "vigil:vigil@" not in compose
+    acls = (DEPLOY / "kafka-acls.sh").read_text()
+    for c in k8s_containers():
+        secrets = [ref["secretRef"]["name"] for ref in c["envFrom"] if "secretRef" in ref]
+        kafka = [s for s in secrets if s.startswith("vigil-kafka-")]
+        assert len(kafka) == 1, c["name"]
+        role = kafka[0].removeprefix("vigil-kafka-")
+        assert "User:vigil-$role" in acls and (f"acl {role} " in acls or role == "admin")
+        assert ("vigil-clickhouse" in secrets) == (c["name"] != "collector")  # the node agent holds no store credential
+
+
+def test_only_the_ingress_controller_reaches_the_dashboard() -> None:
+    (policy,) = [d for d in k8s_docs() if d["kind"] == "NetworkPolicy"]
+    assert policy["spec"]["podSelector"] == {"matchLabels": {"app": "vigil-dashboard"}}
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["ports"] == [{"port": 8050, "protocol": "TCP"}] and all("namespaceSelector" in f for f in rule["from"])

@@ -15,6 +15,7 @@ import clickhouse_connect
 from clickhouse_connect.driver.client import Client
 
 from vigil.errors import Unreachable, one_line
+from vigil.redact import scrub, shown_dsn
 
 DATABASE = "vigil"
 _shared: dict[tuple[str, str], Client] = {}
@@ -22,14 +23,14 @@ _lock = threading.Lock()
 
 
 def _source(dsn: str, explicit: bool) -> str:
-    return f"VIGIL_CLICKHOUSE_DSN={dsn}" if explicit else f"embedded ClickHouse {dsn}"
+    return f"VIGIL_CLICKHOUSE_DSN={shown_dsn(dsn)}" if explicit else f"embedded ClickHouse {dsn}"
 
 
 def connect(dsn: str, *, database: str = DATABASE, explicit: bool = True, create: bool = True) -> Client:
     """A client with `database` selected (created when missing and `create`)."""
     scheme = urlparse(dsn).scheme
     if scheme not in ("chdb", "http", "https"):
-        raise ValueError(f"VIGIL_CLICKHOUSE_DSN={dsn}: expected chdb:///path or http(s)://host:port")
+        raise ValueError(f"VIGIL_CLICKHOUSE_DSN={shown_dsn(dsn)}: expected chdb:///path or http(s)://host:port")
     key = (dsn, database)
     with _lock:
         if key in _shared:
@@ -45,7 +46,7 @@ def connect(dsn: str, *, database: str = DATABASE, explicit: bool = True, create
         except ValueError:
             raise
         except Exception as exc:
-            raise Unreachable(f"{_source(dsn, explicit)}: ClickHouse not reachable ({one_line(exc)})") from None
+            raise Unreachable(f"{_source(dsn, explicit)}: ClickHouse not reachable ({scrub(one_line(exc), dsn)})") from None
         _shared[key] = client
         return client
 
@@ -69,8 +70,8 @@ def open_client(dsn: str, *, database: str = DATABASE, options: dict[str, Any] |
             return clickhouse_connect.get_client(dsn=dsn, database=database, autogenerate_session_id=False,
                                                  connect_timeout=5, settings=options or {})
     except Exception as exc:
-        raise Unreachable(f"ClickHouse {dsn}: not reachable ({one_line(exc)})") from None
-    raise ValueError(f"VIGIL_CLICKHOUSE_DSN={dsn}: expected chdb:///path or http(s)://host:port")
+        raise Unreachable(f"ClickHouse {shown_dsn(dsn)}: not reachable ({scrub(one_line(exc), dsn)})") from None
+    raise ValueError(f"VIGIL_CLICKHOUSE_DSN={shown_dsn(dsn)}: expected chdb:///path or http(s)://host:port")
 
 
 def _chdb_client(dsn: str, path: str, database: str, create: bool) -> Client:

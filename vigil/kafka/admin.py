@@ -20,7 +20,7 @@ RDKAFKA_LOG.setLevel(logging.CRITICAL)
 
 
 def client_config(settings: VigilSettings, bootstrap: str) -> dict[str, Any]:
-    return {"bootstrap.servers": bootstrap, "logger": RDKAFKA_LOG, **settings.kafka_extra}
+    return {"bootstrap.servers": bootstrap, "logger": RDKAFKA_LOG, **settings.kafka_extra_config()}
 
 
 def admin_client(settings: VigilSettings, bootstrap: str) -> AdminClient:

@@ -15,6 +15,7 @@ import threading
 from datetime import UTC, datetime
 from typing import Any
 
+from vigil.redact import shown_dsn
 from vigil.settings import VigilSettings
 
 
@@ -94,7 +95,7 @@ def cmd_analyzer(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: stop.set())
     service.start()
     role = "ingest + detectors" if analyzer.detect else "ingest only"
-    print(f"analyzer running ({role}): kafka {bootstrap}, clickhouse {ctx.clickhouse_dsn}; Ctrl-C stops it.", flush=True)
+    print(f"analyzer running ({role}): kafka {bootstrap}, clickhouse {shown_dsn(ctx.clickhouse_dsn)}; Ctrl-C stops it.", flush=True)
     ticks = 0
     try:
         while not stop.wait(1.0) and not service.failed:  # a stopped ingest ends the process, non-zero

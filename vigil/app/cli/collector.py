@@ -100,11 +100,13 @@ def _build(args: argparse.Namespace, *, launching: bool) -> tuple[Any, Any, dict
             fr_dirs.append((Path(prefix).parent, Path(prefix).name))
     sink = KafkaSink(settings=core, bootstrap=lambda: resolve_bootstrap(core), timeout_s=settings.delivery_timeout_s)
     agent = Agent(settings=settings, paths=paths, sink=sink, spool_roots=spool_roots, fr_dirs=fr_dirs,
-                  log_dirs=list(settings.log_dirs), tracker=ProcessTracker(match=settings.process_match))
+                  log_dirs=list(settings.log_dirs), tracker=ProcessTracker(match=settings.process_match),
+                  serves_one_job=launching)
     return agent, paths, child_env
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from vigil.collector.childenv import child_environment
     from vigil.collector.launcher import Launcher
     from vigil.collector.settings import safe_name
 
@@ -115,7 +117,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ValueError("no command given (usage: vigil run [options] -- COMMAND [ARGS ...])")
     agent, paths, child_env = _build(args, launching=True)
     s = agent.settings
-    env = {**os.environ, **child_env}
+    env = child_environment(os.environ, child_env)  # no vigil credential reaches training code
     env.setdefault("PYTHONUNBUFFERED", "1")
 
     def launcher_for(argv: list[str], env: dict[str, str]) -> Launcher:

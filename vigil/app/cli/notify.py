@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from vigil.app.cli.analyzer import parse_time
+from vigil.redact import shown_dsn
 from vigil.settings import VigilSettings
 
 log = logging.getLogger(__name__)
@@ -79,7 +80,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: stop.set())
     service.start()
     names = ", ".join(f"{r!r}" for r in service.receivers.values()) or "none configured"
-    print(f"notifier running: kafka {bootstrap}, clickhouse {ctx.clickhouse_dsn}; receivers: {names}. Ctrl-C stops it.",
+    print(f"notifier running: kafka {bootstrap}, clickhouse {shown_dsn(ctx.clickhouse_dsn)}; receivers: {names}. Ctrl-C stops it.",
           flush=True)
     try:
         while not stop.wait(10.0):

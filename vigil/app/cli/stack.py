@@ -14,6 +14,7 @@ from typing import Any
 
 from vigil.app.components import SERVICES
 from vigil.errors import StackError, Unreachable, VigilError
+from vigil.redact import shown_dsn
 from vigil.service import ServiceSpec
 from vigil.settings import VigilSettings
 
@@ -95,7 +96,7 @@ def _up_detached(settings: VigilSettings, args: argparse.Namespace) -> int:
 def _print_ready(settings: VigilSettings, bootstrap: str, dsn: str, control: str, urls: dict[str, str]) -> None:
     print(f"vigil stack is up (VIGIL_HOME={settings.home})")
     print(f"  kafka       {bootstrap}   (export VIGIL_KAFKA_BOOTSTRAP={bootstrap} to reach it from elsewhere)")
-    print(f"  clickhouse  {dsn}")
+    print(f"  clickhouse  {shown_dsn(dsn)}")
     print(f"  control     {control}")
     for name, url in urls.items():
         print(f"  {name:<11} {url}")
@@ -149,7 +150,7 @@ def _direct_health(settings: VigilSettings) -> dict[str, Any]:
         parts["kafka"] = {"ok": False, "error": str(exc)}
     dsn = settings.effective_clickhouse_dsn
     try:
-        parts["clickhouse"] = {"ok": True, "dsn": dsn, "version": check(connect(dsn, explicit=True))}
+        parts["clickhouse"] = {"ok": True, "dsn": shown_dsn(dsn), "version": check(connect(dsn, explicit=True))}
     except VigilError as exc:
         parts["clickhouse"] = {"ok": False, "error": str(exc)}
     if parts["kafka"]["ok"]:

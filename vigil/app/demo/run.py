@@ -33,6 +33,7 @@ import psutil
 from vigil.app.stack.runner import Stack
 from vigil.contract import Event, Outcome, RecoveryAction
 from vigil.kafka.follow import Follower
+from vigil.redact import shown_dsn
 from vigil.settings import VigilSettings
 
 TRAIN = Path(__file__).with_name("train.py")
@@ -234,7 +235,7 @@ def run_demo(settings: VigilSettings, *, duration: float | None = None, sim_host
     demo = Demo(settings=settings, sim_hosts=sim_hosts, sim_speed=sim_speed)
     try:
         state = stack.start()
-        print(f"stack up: kafka {state.bootstrap}, clickhouse {state.clickhouse_dsn}, control {state.control_url}",
+        print(f"stack up: kafka {state.bootstrap}, clickhouse {shown_dsn(state.clickhouse_dsn)}, control {state.control_url}",
               flush=True)
         threading.Thread(target=follow_recovery, args=(settings, state.bootstrap, stop), name="demo-recovery",
                          daemon=True).start()

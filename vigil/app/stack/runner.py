@@ -22,6 +22,7 @@ from vigil.clickhouse.client import check, connect
 from vigil.errors import StackError
 from vigil.kafka.admin import check_reachable, ensure_topics
 from vigil.kafka.broker import EmbeddedBroker, port_open
+from vigil.redact import shown_dsn
 from vigil.service import Service, ServiceSpec, StackContext
 from vigil.settings import VigilSettings
 
@@ -79,7 +80,7 @@ class Stack:
         self.control.start()
         urls = {str(k): str(v) for svc in self.hosted for k, v in self._health_of(svc).get("urls", {}).items()}
         state = StackState(
-            pid=os.getpid(), bootstrap=bootstrap, clickhouse_dsn=self.ctx.clickhouse_dsn, control_url=self.control.url,
+            pid=os.getpid(), bootstrap=bootstrap, clickhouse_dsn=shown_dsn(self.ctx.clickhouse_dsn), control_url=self.control.url,
             broker_pid=self.broker.pid if self.broker else None, urls=urls, token=self.control.token,
         )
         write_state(s, state)

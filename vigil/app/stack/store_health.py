@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vigil.errors import one_line
+from vigil.redact import scrub, shown_dsn
 
 
 @dataclass(kw_only=True)
@@ -47,13 +48,13 @@ class StoreHealth:
         try:
             self._result = {"ok": True, "version": self.check(), "checked": time.time()}
         except Exception as exc:
-            self._result = {"ok": False, "error": one_line(exc, 300), "checked": time.time()}
+            self._result = {"ok": False, "error": scrub(one_line(exc, 300), self.dsn), "checked": time.time()}
         finally:
             self._started = 0.0
 
     def report(self) -> dict[str, Any]:
         """The latest result (never waits on the store)."""
-        out: dict[str, Any] = {"dsn": self.dsn, **self._result}
+        out: dict[str, Any] = {"dsn": shown_dsn(self.dsn), **self._result}
         if "checked" in out:
             out["checked_s_ago"] = round(time.time() - out.pop("checked"), 1)
         busy = time.monotonic() - self._started if self._started else 0.0

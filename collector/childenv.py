@@ -1,0 +1,31 @@
+"""The environment a launched training command gets: the agent's, minus vigil's credentials.
+
+Training code is untrusted and holds no platform credential. `child_environment` keeps every
+non-vigil variable (PATH, CUDA, NCCL, the user's own settings) and, of the ``VIGIL_*``
+variables, only those the training side reads (`TRAINING_VARS`, `TRAINING_PREFIXES`: the
+step timer's and the checkpointer's identity, spool and tuning knobs). Everything else of
+vigil's (``VIGIL_KAFKA_EXTRA`` with its SASL password, ``VIGIL_CLICKHOUSE_DSN``, key paths,
+any future secret) never reaches the child: an allowlist, so a new setting is withheld
+until someone decides the training side needs it. Pure logic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+TRAINING_VARS: frozenset[str] = frozenset({
+    "VIGIL_JOB_ID", "VIGIL_HOST", "VIGIL_SPOOL_DIR", "VIGIL_HOME", "VIGIL_TIMER", "VIGIL_TP", "VIGIL_PP",
+    "VIGIL_FLOPS_PER_STEP", "VIGIL_GPU_PEAK_TFLOPS",
+})
+TRAINING_PREFIXES: tuple[str, ...] = ("VIGIL_HANG_",)
+
+
+def for_training(name: str) -> bool:
+    return not name.startswith("VIGIL_") or name in TRAINING_VARS or name.startswith(TRAINING_PREFIXES)
+
+
+def child_environment(agent_env: Mapping[str, str], additions: Mapping[str, str]) -> dict[str, str]:
+    """`agent_env` without vigil's own settings, then `additions` (the agent's identity for the child)."""
+    env = {k: v for k, v in agent_env.items() if for_training(k)}
+    env.update(additions)
+    return env
