@@ -1,7 +1,9 @@
 """The body of `vigil up`: broker, ClickHouse, topics, migrations, hosted services, control port.
 
 Parts come up in dependency order and go down in reverse. The hosted services are the
-`ServiceSpec`s given (by default every one in `vigil.app.components.SERVICES`).
+`ServiceSpec`s given (by default every one in `vigil.app.components.SERVICES`). Before any of
+them, the key set of every role is made in the key directory where missing (`vigil.signing`),
+so the hosted services sign their decisions from the start.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from vigil.kafka.admin import check_reachable, ensure_topics
 from vigil.kafka.broker import EmbeddedBroker, port_open
 from vigil.service import Service, ServiceSpec, StackContext
 from vigil.settings import VigilSettings
+from vigil.signing.setup import key_store
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +56,7 @@ class Stack:
         if (running := read_state(s)) is not None:
             raise StackError(f"a stack is already running under VIGIL_HOME={s.home} (pid {running.pid}); `vigil down` first")
         s.home.mkdir(parents=True, exist_ok=True)
+        key_store(s.home).ensure()
         try:
             return self._start()
         except BaseException:
