@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import stat
 from datetime import UTC, datetime
 from pathlib import Path
@@ -147,3 +148,25 @@ def test_diagnose_takes_typed_parameters_never_a_program() -> None:
     params = DiagnoseParams(group=["h1", "h2"], rank=1, master_addr="10.0.0.1", master_port=29400)
     cmd = _command(action="diagnose", world=None, generation=0, diagnose=params)
     assert cmd.diagnose is not None and [c.value for c in cmd.diagnose.checks] == ["gemm", "alltoall", "allreduce"]
+
+
+def test_keys_cli_creates_rotates_lists_and_never_prints_key_material(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from vigil.app.cli.main import main
+
+    monkeypatch.setenv("VIGIL_HOME", str(tmp_path / "home"))
+    assert main(["keys", "create"]) == 0
+    store = KeyStore(tmp_path / "home" / "keys")
+    first = store.current_id(Role.OPERATOR)
+    assert first is not None
+    assert main(["keys", "rotate", "operator"]) == 0
+    second = store.current_id(Role.OPERATOR)
+    assert second not in (None, first)
+    assert main(["keys", "list", "--json"]) == 0
+    out = capsys.readouterr().out
+    doc = json.loads(out.strip().splitlines()[-1])
+    assert {(k["key_id"], k["current"]) for k in doc["keys"] if k["role"] == "operator"} == {(first, False),
+                                                                                            (second, True)}
+    assert "PRIVATE KEY" not in out and "PUBLIC KEY" not in out
+    assert main(["keys", "retire", "operator", str(first)]) == 0
+    assert [k.key_id for k in store.listing() if k.role is Role.OPERATOR] == [second]
