@@ -21,14 +21,14 @@ def register(sub: Any) -> None:
     c = ksub.add_parser("create", help="a key pair for every role that has none")
     c.set_defaults(handler=cmd_create)
     r = ksub.add_parser("rotate", help="a new current key for ROLE; the old public key stays accepted")
-    r.add_argument("role", choices=["controller", "analyzer", "operator"])
+    r.add_argument("role", choices=["controller", "analyzer", "operator"], help="the role to rotate")
     r.set_defaults(handler=cmd_rotate)
     t = ksub.add_parser("retire", help="stop accepting an old key of ROLE")
-    t.add_argument("role", choices=["controller", "analyzer", "operator"])
-    t.add_argument("key_id")
+    t.add_argument("role", choices=["controller", "analyzer", "operator"], help="the role the key belongs to")
+    t.add_argument("key_id", help="the key id to retire (`vigil keys list`)")
     t.set_defaults(handler=cmd_retire)
     ls = ksub.add_parser("list", help="roles, key ids, current keys (no key material)")
-    ls.add_argument("--json", action="store_true")
+    ls.add_argument("--json", action="store_true", help="print JSON")
     ls.set_defaults(handler=cmd_list)
 
 
