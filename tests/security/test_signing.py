@@ -170,3 +170,33 @@ def test_keys_cli_creates_rotates_lists_and_never_prints_key_material(
     assert "PRIVATE KEY" not in out and "PUBLIC KEY" not in out
     assert main(["keys", "retire", "operator", str(first)]) == 0
     assert [k.key_id for k in store.listing() if k.role is Role.OPERATOR] == [second]
+
+
+def test_a_private_key_from_the_environment_signs_and_is_never_shown(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from vigil.signing import SigningSettings
+
+    pem = Ed25519PrivateKey.generate().private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                     serialization.NoEncryption()).decode()
+    monkeypatch.setenv("VIGIL_SIGNING_PRIVATE_KEY", pem)
+    monkeypatch.setenv("VIGIL_SIGNING_KEY_ID", "20261125T000000-0000abcd")
+    settings = SigningSettings.load()
+    assert "PRIVATE" not in repr(settings) and "PRIVATE" not in str(settings.model_dump())
+    s = signer(Role.CONTROLLER, tmp_path, settings)
+    assert s is not None and s.seal(_command()).signature.startswith("controller/20261125T000000-0000abcd/")
+
+
+def test_the_agent_runs_its_own_diagnostics_with_the_typed_parameters() -> None:
+    import sys
+
+    from vigil.collector.diagnose import diagnostics_argv
+
+    params = DiagnoseParams(group=["h1", "h2"], rank=1, master_addr="10.0.0.1", master_port=29400,
+                            checks=["gemm"], gemm_size=64)  # type: ignore[list-item]
+    argv = diagnostics_argv(params)
+    assert argv[:3] == [sys.executable, "-m", "vigil.recovery.diagnostics"]
+    assert argv[argv.index("--checks") + 1] == "gemm" and argv[argv.index("--group") + 1] == "h1,h2"
+    assert argv[argv.index("--gemm-size") + 1] == "64" and argv[argv.index("--rank") + 1] == "1"
