@@ -37,6 +37,8 @@ from vigil.contract import Event
 from vigil.errors import one_line
 from vigil.kafka.producer import EventProducer
 from vigil.service import StackContext
+from vigil.signing import Role
+from vigil.signing.setup import signer
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +51,9 @@ class AnalyzerService:
         self.settings = settings or AnalyzerSettings.load()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self.producer = EventProducer(settings=ctx.settings, bootstrap=ctx.bootstrap, batch_events=500)
+        # alerts and incidents are decisions the controller and the notifier act on: signed as the analyzer
+        self.producer = EventProducer(settings=ctx.settings, bootstrap=ctx.bootstrap, batch_events=500,
+                                      signer=signer(Role.ANALYZER, ctx.settings.home))
         self.book = AlertBook(refresh_s=self.settings.refresh_s)
         self.incidents = IncidentStage(self.settings)
         self.cursor = LiveCursor(settings=self.settings, book=self.book, store=ClickHousePositions(client=ctx.clickhouse),

@@ -6,6 +6,11 @@ consumer group) and returns the commands addressed to this job and host, each
 agent restarted with the same state directory never runs a command twice, and commands
 issued before this agent started (less a clock-skew allowance) are ignored. `ack()` builds
 the `recovery` event that acknowledges a command (same action, same `command_id`).
+
+Only commands signed by the controller's key, of a lease epoch no older than the newest this
+agent obeyed, are returned (`vigil.signing.gate`); the others are counted, logged and raised
+once as a `security` alert (`emit`), and their `command_id` is not remembered, so a forged
+command that took a genuine one's id first does not shadow it.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from vigil.contract import Command, Event, RecoveryAction
+from vigil.signing.gate import Gate
 
 log = logging.getLogger(__name__)
 SKEW = timedelta(seconds=30)
@@ -36,6 +42,8 @@ class CommandFeed:
     host: str
     since: datetime  # this agent's start
     done_file: Path
+    gate: Gate
+    emit: Callable[[list[Event]], None]  # where security alerts go (the agent's sink)
     _done: deque[str] = field(default_factory=deque, init=False)
     _seen: set[str] = field(default_factory=set, init=False)
 
@@ -49,9 +57,14 @@ class CommandFeed:
 
     def poll(self, timeout: float = 0.5) -> list[Command]:
         out: list[Command] = []
-        for e in self.poll_events(timeout):
-            if not isinstance(e, Command) or e.job_id != self.job_id or e.host != self.host:
-                continue
+        mine = [e for e in self.poll_events(timeout)
+                if isinstance(e, Command) and e.job_id == self.job_id and e.host == self.host]
+        now = datetime.now(self.since.tzinfo)
+        accepted, alerts = self.gate.admit(mine, now)
+        if alerts:
+            self.emit(list(alerts))
+        for e in accepted:
+            assert isinstance(e, Command)
             if e.command_id in self._seen or e.ts < self.since - SKEW:
                 continue
             self._remember(e.command_id)

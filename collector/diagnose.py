@@ -1,10 +1,11 @@
-"""Running a `diagnose` command: the argv it carries, as a child with a time limit.
+"""Running a `diagnose` command: the agent's own installed diagnostics, as a child with a time limit.
 
-The agent knows nothing of the diagnostics themselves (they are the recovery component's:
-`python -m vigil.recovery.diagnostics ...`): it runs the command's argv (`{python}` is this
-interpreter) in a session of its own with the job's identity in the environment, kills the
-whole session at the time limit, and ships every line of its stdout that is a valid
-`diagnostic` event of this job and host. Other lines are kept as the run's output tail.
+A command carries typed parameters (`DiagnoseParams`: which checks, sizes, peers, time limit),
+never a program: the agent builds the argv of its installed `python -m vigil.recovery.diagnostics`
+with this interpreter (`diagnostics_argv`), runs it in a session of its own with its own
+environment plus the job's identity, kills the whole session at the time limit, and ships every
+line of its stdout that is a valid `diagnostic` event of this job and host. Other lines are
+kept as the run's output tail.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from vigil.contract import Command, Diagnostic, Event, validate_event
+from vigil.contract import Command, DiagnoseParams, Diagnostic, Event, validate_event
 
 TAIL_CHARS = 2000
 
@@ -44,9 +45,20 @@ class DiagnosticRun:
         return ""
 
 
+def diagnostics_argv(p: DiagnoseParams) -> list[str]:
+    """The argv of this installation's diagnostics for `p` (every value typed and bounded by the contract)."""
+    return [sys.executable, "-m", "vigil.recovery.diagnostics", "--checks", ",".join(c.value for c in p.checks),
+            "--round", str(p.round), "--group", ",".join(p.group), "--rank", str(p.rank),
+            "--master-addr", p.master_addr, "--master-port", str(p.master_port),
+            "--timeout", str(p.check_timeout_s), "--gemm-size", str(p.gemm_size), "--gemm-iters", str(p.gemm_iters),
+            "--alltoall-procs", str(p.alltoall_procs), "--allreduce-mb", str(p.allreduce_mb),
+            "--allreduce-iters", str(p.allreduce_iters)]
+
+
 def run_diagnostics(command: Command, *, job_id: str, host: str, base_env: dict[str, str]) -> DiagnosticRun:
-    argv = [sys.executable if a == "{python}" else a for a in command.argv]
-    env = {**base_env, **command.env, "VIGIL_JOB_ID": job_id, "VIGIL_HOST": host,
+    assert command.diagnose is not None  # the contract requires it of a diagnose command
+    argv = diagnostics_argv(command.diagnose)
+    env = {**base_env, "VIGIL_JOB_ID": job_id, "VIGIL_HOST": host,
            "VIGIL_COMMAND_ID": command.command_id, "VIGIL_INCIDENT_ID": command.incident_id}
     run = DiagnosticRun()
     started = time.monotonic()

@@ -57,11 +57,15 @@ class KafkaPublisher:
     def publish(self, events: Sequence[Event]) -> None:
         from vigil.kafka.admin import ensure_topics
         from vigil.kafka.producer import EventProducer
+        from vigil.signing import Role
+        from vigil.signing.setup import signer
 
         with self._lock:
             if self._producer is None:
                 ensure_topics(self.settings, self.bootstrap, ["recovery"])
-                self._producer = EventProducer(settings=self.settings, bootstrap=self.bootstrap)
+                # the dashboard's buttons are operator decisions: signed with the operator key
+                self._producer = EventProducer(settings=self.settings, bootstrap=self.bootstrap,
+                                               signer=signer(Role.OPERATOR, self.settings.home))
             producer = self._producer
             assert isinstance(producer, EventProducer)
             producer.send(events)

@@ -54,8 +54,11 @@ def clickhouse_dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture
 def settings(tmp_path: Path, broker_bootstrap: str, clickhouse_dsn: str) -> VigilSettings:
-    """Settings isolated to this test: own home, own topic prefix."""
+    """Settings isolated to this test: own home (with a key set), own topic prefix."""
     prefix = f"t{uuid.uuid4().hex[:10]}."
+    from vigil.signing import KeyStore
+
+    KeyStore(tmp_path / "home" / "keys").ensure()  # signing on, as under `vigil up`: services sign and verify
     return VigilSettings(
         home=tmp_path / "home", kafka_bootstrap=broker_bootstrap, clickhouse_dsn=clickhouse_dsn,
         topic_prefix=prefix, topic_partitions=2,

@@ -75,7 +75,7 @@ def _alert_doc(a: Alert, links: Links, role: str, muted_by: str | None, note: st
 
 
 def _incident_doc(i: Incident) -> dict[str, Any]:
-    doc: dict[str, Any] = i.model_dump(mode="json", exclude={"kind", "schema_version", "event_id", "host", "ts"})
+    doc: dict[str, Any] = i.model_dump(mode="json", exclude={"kind", "schema_version", "event_id", "host", "ts", "signature"})
     doc["victims_total"] = len(i.victims)
     doc["victims"] = doc["victims"][:MAX_VICTIMS]
     return doc

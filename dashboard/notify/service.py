@@ -13,6 +13,12 @@ Decisions are compared against the notification log, not derived from events one
 batch read twice (a crash between the save and the commit) or a restart decides nothing twice;
 deliveries that did not finish before a crash are sent again after it with the same
 `Idempotency-Key`. Exactly one notifier runs per cluster (it owns the delivery queue).
+
+Alerts, incidents and silences pass a `vigil.signing` gate first, on restore and live: one not
+signed by the role that may make it (analyzer alerts and incidents, operator silences) is never
+folded, so a forged silence mutes nothing and a forged incident pages nobody; it is counted
+(`health()["refused"]`), logged, and raised once per kind and job as a `security` alert (which
+pages: security alerts are claims, acted on unsigned).
 """
 
 from __future__ import annotations
@@ -42,6 +48,9 @@ from vigil.kafka.producer import EventProducer
 from vigil.kafka.reader import read_topics
 from vigil.service import StackContext
 from vigil.settings import VigilSettings
+from vigil.signing.gate import Gate
+from vigil.signing.policy import Refusals
+from vigil.signing.setup import verifier
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +94,9 @@ class NotifyService:
         self.consumer: BatchingConsumer | None = None
         self.lag = LagProbe(settings=ctx.settings, bootstrap=ctx.bootstrap, group_id=self.settings.group_id,
                             topics=TOPICS)
+        self.gate = Gate(verifier=verifier(ctx.settings.home), refusals=Refusals(reporter="notifier"))
+        self._security: list[Event] = []
+        self._producer: EventProducer | None = None
         self.ready = threading.Event()
         self.decided = 0
         self.ticks = 0
@@ -112,6 +124,7 @@ class NotifyService:
                     return
         self.last_error = ""
         producer = EventProducer(settings=self.ctx.settings, bootstrap=self.ctx.bootstrap)
+        self._producer = producer
         self._dead = _DeadLetters(producer, self.ctx.settings)
         self.consumer = BatchingConsumer(settings=self.ctx.settings, bootstrap=self.ctx.bootstrap,
                                          group_id=self.settings.group_id, topics=TOPICS, writer=self,
@@ -135,7 +148,9 @@ class NotifyService:
             d.state.apply(s)
         topics = [self.ctx.settings.topic(t) for t in TOPICS]
         for rec in read_topics(self.ctx.settings, self.ctx.bootstrap, topics, timeout=300):
-            for e in decode_batch(rec.value).events:
+            accepted, alerts = self.gate.admit(decode_batch(rec.value).events, datetime.now(UTC))
+            self._security += alerts
+            for e in accepted:
                 d.state.apply(e)
         log.info("notify: restored %d alerts, %d incidents, %d silences, %d log entries, %d undelivered",
                  len(d.state.alerts), len(d.state.incidents), len(d.state.silences.silences), len(d.log.entries),
@@ -154,14 +169,20 @@ class NotifyService:
     def write(self, events: Sequence[Event], batch: BatchId | None = None) -> Sequence[Unstorable]:
         """Fold a batch and save what it makes due; the consumer commits only after this returns."""
         with self._lock:
-            for e in events:
+            accepted, alerts = self.gate.admit(events, datetime.now(UTC))
+            self._security += alerts
+            for e in accepted:
                 self.decider.state.apply(e)
-            self.outbox.mirror([e for e in events if isinstance(e, Silence)])  # again on a retry: it dedups
+            self.outbox.mirror([e for e in accepted if isinstance(e, Silence)])  # again on a retry: it dedups
             self._plan()
         return []
 
     def tick(self) -> None:
         try:
+            with self._lock:
+                alerts, self._security = self._security, []
+            if alerts and self._producer is not None:
+                self._producer.send(alerts)  # read back from the alerts topic: they page like any alert
             with self._lock:
                 self.decider.prune(self.clock(), self.settings.resolved_keep_s)
                 self._plan()
@@ -214,6 +235,7 @@ class NotifyService:
             "events": stats.events if stats else 0,
             "rejected": stats.rejected if stats else 0, "lag": sum(self.lag.lag.values()),
             "groups_firing": self.decider.groups_firing, "decided": self.decided, "ticks": self.ticks,
+            "refused": self.gate.refused,
             "silences_active": len(self.decider.state.silences.active(datetime.fromtimestamp(now, UTC))),
             "last_error": errors[0] if errors else "",
         }

@@ -2,7 +2,7 @@
 
 The hosts are the job's world and the eligible spares (a spare must pass before it replaces
 a host), alive and not cordoned; a host whose agent is gone is faulty without a test. Round
-1 groups them (`diagnostics.grouping`), sends each a `diagnose` command whose argv runs
+1 groups them (`diagnostics.grouping`), sends each a `diagnose` command whose typed parameters run
 `python -m vigil.recovery.diagnostics` for its group (rank 0 hosts the group's store on a port
 it announced), and waits for every host's `check` result — or its agent's failure, or the
 round's deadline (a host that never answers failed). Round 2 re-tests the suspects with healthy
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vigil.contract import Diagnostic, Event
+from vigil.contract import DiagnoseParams, Diagnostic, Event
 from vigil.recovery.controller.plan import alive
 from vigil.recovery.controller.state import Case
 from vigil.recovery.controller.steps import Ctx, _begin, _end, umbrella
@@ -88,12 +88,11 @@ def _round(ctx: Ctx, case: Case, n: int, grouping: Any) -> dict[str, HostResult]
             master = job.members[group[0]]
             port = master.ports[min(n, len(master.ports) - 1)]
             for rank, host in enumerate(group):
-                argv = ["{python}", "-m", "vigil.recovery.diagnostics", "--round", str(n), "--group", ",".join(group),
-                        "--rank", str(rank), "--master-addr", master.ip, "--master-port", str(port),
-                        "--timeout", str(round(d.round_timeout_s * 0.4, 1)), "--gemm-size", str(d.gemm_size),
-                        "--gemm-iters", str(d.gemm_iters), "--alltoall-procs", str(d.alltoall_procs),
-                        "--allreduce-mb", str(d.allreduce_mb), "--allreduce-iters", str(d.allreduce_iters)]
-                cmds.append(ctx.command(case, host, "diagnose", command_id(case, n, host), argv=argv,
+                params = DiagnoseParams(
+                    round=n, group=group, rank=rank, master_addr=master.ip, master_port=port,
+                    check_timeout_s=round(d.round_timeout_s * 0.4, 1), gemm_size=d.gemm_size, gemm_iters=d.gemm_iters,
+                    alltoall_procs=d.alltoall_procs, allreduce_mb=d.allreduce_mb, allreduce_iters=d.allreduce_iters)
+                cmds.append(ctx.command(case, host, "diagnose", command_id(case, n, host), diagnose=params,
                                         timeout_s=d.round_timeout_s, reason=f"diagnostics round {n}"))
         ctx.publish([ctx.act(case, "diagnose", f"round-{n}", "started", details={"groups": groups}), *cmds])
         return None

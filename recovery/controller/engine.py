@@ -63,9 +63,10 @@ class Engine:
     fx: Effects
     last_error: str = ""
     turns: int = 0
+    epoch: int = 0  # the lease epoch of this leader: every command and step carries it (fencing)
 
     def tick(self, now: datetime) -> None:
-        ctx = st.Ctx(state=self.state, settings=self.settings, fx=self.fx, now=now)
+        ctx = st.Ctx(state=self.state, settings=self.settings, fx=self.fx, now=now, epoch=self.epoch)
         self.turns += 1
         for part in (self._requests, self._finish, self._triggers, self._starts, self._cases):
             try:

@@ -8,6 +8,12 @@ moment (so it has read what a previous leader published last). The **lease** thr
 the group membership that makes exactly one instance the leader (`controller.lease`); the
 others fold the same log and take over within seconds of the leader's death. `health()` is
 cheap: figures the loop keeps.
+
+Signing (`vigil.signing`): everything the controller publishes is signed with the controller
+key and carries its lease epoch; what it folds passes its `Gate` first, so incidents, alerts,
+operator requests, approvals and controller steps that are not signed by the role that may make
+them never reach the state: they are counted (`health()["refused"]`), logged, and raised once
+per kind and job as a `security` alert.
 """
 
 from __future__ import annotations
@@ -29,6 +35,10 @@ from vigil.recovery.controller.lease import Lease
 from vigil.recovery.controller.state import INPUT_TOPICS, ClusterState
 from vigil.recovery.settings import RecoverySettings
 from vigil.settings import VigilSettings
+from vigil.signing import Role
+from vigil.signing.gate import Gate
+from vigil.signing.policy import Refusals
+from vigil.signing.setup import signer, verifier
 
 log = logging.getLogger(__name__)
 SETTLE_AFTER_LEASE_S = 1.0
@@ -50,10 +60,14 @@ class RecoveryService:
         self.engine: Engine | None = None
         self.last_error = ""
         self._lead_since: float | None = None
+        self.gate = Gate(verifier=verifier(settings.home), refusals=Refusals(reporter="controller"))
+        self._producer: EventProducer | None = None
 
     def start(self) -> None:
         ensure_topics(self.core, self.bootstrap, INPUT_TOPICS)
-        producer = EventProducer(settings=self.core, bootstrap=self.bootstrap, batch_events=200)
+        producer = EventProducer(settings=self.core, bootstrap=self.bootstrap, batch_events=200,
+                                 signer=signer(Role.CONTROLLER, self.core.home))
+        self._producer = producer
         self.engine = Engine(state=self.state, settings=self.settings,
                              fx=KafkaEffects(producer=producer, backend=self.backend))
         self.follower = Follower(settings=self.core, bootstrap=self.bootstrap, topics=INPUT_TOPICS)
@@ -79,7 +93,10 @@ class RecoveryService:
         next_tick = 0.0
         while not self._stop.is_set():
             try:
-                self.state.apply(self.follower.poll(0.1))
+                accepted, alerts = self.gate.admit(self.follower.poll(0.1), datetime.now(UTC))
+                self.state.apply(accepted)
+                if alerts and self._producer is not None:
+                    self._producer.send(alerts)
             except Exception as exc:
                 self.last_error = f"follow: {one_line(exc)}"
                 self._stop.wait(1.0)
@@ -89,6 +106,7 @@ class RecoveryService:
                 continue
             now = time.monotonic()
             self._lead_since = self._lead_since or now
+            self.engine.epoch = self.lease.epoch
             if not self.follower.caught_up or now - self._lead_since < SETTLE_AFTER_LEASE_S or now < next_tick:
                 continue
             next_tick = now + self.settings.tick_s
@@ -114,5 +132,6 @@ class RecoveryService:
             "backend": self.backend.name, "jobs": sum(1 for j in self.state.jobs.values() if j.members),
             "open_recoveries": sum(1 for c in self.state.cases.values() if c.open),
             "events": self.state.applied, "turns": engine.turns if engine else 0,
+            "refused": self.gate.refused, "epoch": self.lease.epoch if self.lease else 0,
             "last_error": errors[0] if errors else "",
         }

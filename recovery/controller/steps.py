@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from vigil.contract import Alert, Command, Event, RecoveryAction, World
+from vigil.contract import Alert, Command, DiagnoseParams, Event, RecoveryAction, World
 from vigil.recovery.backends.base import CordonInfo
 from vigil.recovery.controller.effects import Effects
 from vigil.recovery.controller.plan import alive, cordon_allowance, plan_world
@@ -33,6 +33,7 @@ class Ctx:
     settings: RecoverySettings
     fx: Effects
     now: datetime
+    epoch: int = 0  # the lease epoch this leader holds (fencing): on every command and step it publishes
     _cordoned: dict[str, CordonInfo] | None = field(default=None, init=False)
 
     def publish(self, events: list[Event]) -> None:
@@ -53,14 +54,14 @@ class Ctx:
             target=target, status=status, reason=reason[:4096], incident_id=case.case_id,  # type: ignore[arg-type]
             command_id=command_id, actor=ACTOR, generation=generation, started_at=started_at,
             duration_ms=max(0.0, duration) if duration is not None else None, details=details or {},
-            dry_run=case.dry_run)
+            dry_run=case.dry_run, epoch=self.epoch)
 
     def command(self, case: Case, host: str, action: str, command_id: str, *, generation: int = 0,
-                reason: str = "", world: World | None = None, argv: list[str] | None = None,
+                reason: str = "", world: World | None = None, diagnose: DiagnoseParams | None = None,
                 timeout_s: float = 60.0) -> Command:
         return Command(job_id=case.job_id, host=host, ts=self.now, command_id=command_id, action=action,  # type: ignore[arg-type]
                        incident_id=case.case_id, reason=reason[:2048], generation=generation, world=world,
-                       argv=argv or [], timeout_s=timeout_s)
+                       diagnose=diagnose, timeout_s=timeout_s, epoch=self.epoch)
 
     def since(self, at: datetime | None) -> float:
         return 0.0 if at is None else (self.now - at).total_seconds()

@@ -1,4 +1,4 @@
-"""`python -m vigil.recovery.diagnostics --round R --group H0,H1 --rank I --master-addr A --master-port P`
+"""`python -m vigil.recovery.diagnostics [--checks gemm,...] --round R --group H0,H1 --rank I --master-addr A --master-port P`
 
 One host's part of one diagnostics round, run by its node agent for a `diagnose` command:
 GEMM, intra-node all-to-all, then the all-reduce with the other hosts of its group (rank 0
@@ -20,6 +20,7 @@ from typing import Any
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m vigil.recovery.diagnostics", description=__doc__)
+    p.add_argument("--checks", default="gemm,alltoall,allreduce", help="which checks, comma-separated")
     p.add_argument("--round", type=int, default=1)
     p.add_argument("--group", required=True, help="the hosts tested together, comma-separated, rank order")
     p.add_argument("--rank", type=int, required=True, help="this host's index in --group")
@@ -55,8 +56,11 @@ def main(argv: list[str] | None = None) -> int:
                                                master_port=args.master_port, mb=args.allreduce_mb,
                                                iters=args.allreduce_iters, timeout_s=args.timeout)),
     ]
+    wanted = {c for c in args.checks.split(",") if c}
     ok, elapsed, errors, summary = True, 0.0, [], {}
     for name, run in tests:
+        if name not in wanted:
+            continue
         t0 = time.perf_counter()
         try:
             m = run()

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.signed import sealed
 from vigil.contract import SPECS
 from vigil.kafka.producer import EventProducer
 from vigil.settings import VigilSettings
@@ -46,7 +47,8 @@ def test_tail_prints_what_was_produced(stack: dict[str, str]) -> None:
     settings = VigilSettings(home=Path(stack["VIGIL_HOME"]))
     state = json.loads((settings.home / "stack.json").read_text())
     producer = EventProducer(settings=settings, bootstrap=state["bootstrap"])
-    producer.send([s.model.model_validate(s.example) for s in SPECS])
+    # decisions signed with the stack's keys, as their real producers would: nothing here is refused
+    producer.send(sealed(settings.home, [s.model.model_validate(s.example) for s in SPECS]))
     producer.flush()
     res = vigil(stack, "tail", "--from-beginning", "--kind", "alert", "--kind", "step", "--json")
     assert res.returncode == 0, res.stderr

@@ -15,6 +15,7 @@ import pytest
 from tests.notify.conftest import SECRET
 from tests.notify.events import alert, straggler, xid
 from tests.notify.receiver import Receiver, signed_by
+from tests.signed import sealed
 from tests.waiting import wait_until
 from vigil.kafka.producer import EventProducer
 from vigil.settings import VigilSettings
@@ -68,7 +69,8 @@ def test_sigkilled_mid_retry_then_delivered_after_restart_without_duplicates(
     producer = EventProducer(settings=topics, bootstrap=str(topics.kafka_bootstrap))
     receiver.status = 503
     run_notifier.start()
-    producer.send([straggler("j", "h1"), xid("j", "h2")])
+    home = Path(run_notifier.env["VIGIL_HOME"])  # the notifier's key set: the test signs as the analyzer
+    producer.send(sealed(home, [straggler("j", "h1"), xid("j", "h2")]))
     producer.flush()
     wait_until(lambda: run_notifier.lines("notify: firing") == 2, 120, "two notifications decided")
     wait_until(lambda: len(receiver.all()) >= 3, 60, "the first refused and retried")
@@ -79,7 +81,7 @@ def test_sigkilled_mid_retry_then_delivered_after_restart_without_duplicates(
     receiver.status = 200
     run_notifier.start()
     wait_until(lambda: len(receiver.delivered()) == 2, 120, "both delivered after the restart")
-    producer.send([alert("j", "heartbeat_loss", "h3", severity="critical")])  # a newer one, queued behind any duplicate
+    producer.send(sealed(home, [alert("j", "heartbeat_loss", "h3", severity="critical")]))  # a newer one, queued behind any duplicate
     producer.flush()
     wait_until(lambda: len(receiver.delivered()) >= 3, 60, "a later notification")
 

@@ -1,7 +1,8 @@
 """A live recovery setup for end-to-end tests: a `vigil recovery run` process, `vigil run --nodes` agents,
 the real broker; the test plays the analyzer (it publishes the incidents) and reads the log.
 
-`Live.fold()` follows the recovery, commands, logs and alerts topics into a `ClusterState` (the
+Every process shares one key set under the test's VIGIL_HOME (signing on, as in `vigil up`), and
+`publish` signs as the analyzer. `Live.fold()` follows the recovery, commands, logs and alerts topics into a `ClusterState` (the
 controller's own fold) and keeps every event; `wait_for` polls it. `close()` stops every process
 it started: agents by SIGTERM (each stops its training command), then SIGKILL of what is left.
 """
@@ -24,6 +25,8 @@ from vigil.kafka.follow import Follower
 from vigil.kafka.producer import EventProducer
 from vigil.recovery.controller.state import ClusterState
 from vigil.settings import VigilSettings
+from vigil.signing import KeyStore, Role
+from vigil.signing.setup import signer
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).parent
@@ -55,7 +58,10 @@ class Live:
                         PYTHONPATH=str(ROOT), **FAST, **self.recovery_env)
         self._follower = Follower(settings=self.settings, bootstrap=self.bootstrap,
                                   topics=["recovery", "commands", "logs", "alerts", "incidents"], refresh_s=1.0)
-        self._producer = EventProducer(settings=self.settings, bootstrap=self.bootstrap)
+        # the key set every process here shares (VIGIL_HOME); the test plays the analyzer: it signs as one
+        KeyStore(self.home / "keys").ensure()
+        self._producer = EventProducer(settings=self.settings, bootstrap=self.bootstrap,
+                                       signer=signer(Role.ANALYZER, self.home))
 
     # ---- processes -------------------------------------------------------------------------------
     def _spawn(self, argv: list[str], log: str, env: dict[str, str]) -> subprocess.Popen[bytes]:

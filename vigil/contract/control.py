@@ -11,9 +11,10 @@ controller decides is rebuilt from these events after a crash.
 
 from __future__ import annotations
 
-from typing import Literal
+from enum import StrEnum
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from vigil.contract.base import I32, MODEL_CONFIG, U32, U64, Event, Name, NonNegFloat, UtcDatetime
 
@@ -43,16 +44,55 @@ class World(BaseModel):
         return self
 
 
+class Check(StrEnum):
+    """A node diagnostic the agent's installed `vigil.recovery.diagnostics` can run."""
+
+    GEMM = "gemm"
+    ALLTOALL = "alltoall"
+    ALLREDUCE = "allreduce"
+
+
+Address = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,254}$")]
+
+
+class DiagnoseParams(BaseModel):
+    """What a `diagnose` command asks for: typed parameters, never a program. The agent turns them
+    into the argv of its own installed diagnostics (`collector.diagnose.diagnostics_argv`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    checks: list[Check] = Field(default_factory=lambda: list(Check), min_length=1, max_length=len(Check))
+    round: int = Field(default=1, ge=1, le=1000)
+    group: list[Address] = Field(min_length=1, max_length=1024, description="the hosts tested together, rank order")
+    rank: int = Field(ge=0, description="this host's index in `group`")
+    master_addr: Address
+    master_port: int = Field(ge=1, le=65535)
+    check_timeout_s: float = Field(default=60.0, gt=0, le=3600, description="time limit of each check")
+    gemm_size: int = Field(default=384, ge=1, le=65536)
+    gemm_iters: int = Field(default=100, ge=1, le=100_000)
+    alltoall_procs: int = Field(default=2, ge=1, le=64)
+    allreduce_mb: float = Field(default=1.0, gt=0, le=4096)
+    allreduce_iters: int = Field(default=5, ge=1, le=10_000)
+
+    @model_validator(mode="after")
+    def _rank_in_group(self) -> DiagnoseParams:
+        if self.rank >= len(self.group):
+            raise ValueError(f"rank {self.rank} is outside the group of {len(self.group)}")
+        return self
+
+
 class Command(Event):
     """The controller asks one node agent (`host`) of job `job_id` to act.
 
     `start`: launch the training command as `world.node_rank` of `world.hosts` (the agent
     fills torchrun's `--nnodes/--node-rank/--master-addr/--master-port`); `stop`: stop the
-    training processes of any generation up to `generation`; `diagnose`: run `argv` (the
-    token `{python}` is the agent's interpreter) with `timeout_s` and ship the `diagnostic`
-    events it prints; `dump`: record the training processes' state; `finish`: the job is over
+    training processes of any generation up to `generation`; `diagnose`: run the agent's own
+    diagnostics with the typed `diagnose` parameters and `timeout_s` and ship the `diagnostic`
+    events they print; `dump`: record the training processes' state; `finish`: the job is over
     (its command exited 0 on every host of its world), the agent exits 0. An agent executes a
-    `command_id` at most once and ignores commands older than itself.
+    `command_id` at most once, ignores commands older than itself, and acts only on commands
+    signed by the controller (`signature`) of a lease `epoch` no older than the newest it obeyed.
+    `argv` and `env` are no longer accepted (a command never carries a program): they must be empty.
     """
 
     kind: Literal["command"] = "command"
@@ -63,16 +103,19 @@ class Command(Event):
     reason: str = Field(default="", max_length=2048)
     generation: U32 = Field(default=0, ge=0, description="start: the new generation; stop: up to this one")
     world: World | None = None
-    argv: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
+    diagnose: DiagnoseParams | None = None
+    argv: list[str] = Field(default_factory=list, max_length=0, description="refused: see `diagnose`")
+    env: dict[str, str] = Field(default_factory=dict, max_length=0, description="refused: see `diagnose`")
     timeout_s: float = Field(default=60.0, gt=0)
+    epoch: U64 = Field(default=0, ge=0, description="the lease epoch of the controller that sent it (fencing)")
+    signature: str = Field(default="", max_length=512, description="<role>/<key id>/<base64 Ed25519>: vigil.signing")
 
     @model_validator(mode="after")
     def _complete(self) -> Command:
         if self.action == "start" and (self.world is None or self.world.generation != self.generation):
             raise ValueError("a start command carries its world, of the same generation")
-        if self.action == "diagnose" and not self.argv:
-            raise ValueError("a diagnose command carries the argv to run")
+        if self.action == "diagnose" and self.diagnose is None:
+            raise ValueError("a diagnose command carries its diagnose parameters")
         return self
 
 
@@ -130,6 +173,7 @@ class Diagnostic(Event):
     verdict: Verdict | None = None
     values: dict[str, float] = Field(default_factory=dict)
     error: str = Field(default="", max_length=4096)
+    signature: str = Field(default="", max_length=512, description="<role>/<key id>/<base64 Ed25519>: vigil.signing")
 
 
 class Outcome(Event):

@@ -71,6 +71,7 @@ class Alert(Event):
     first_seen: UtcDatetime
     last_seen: UtcDatetime
     evidence: dict[str, Any] = Field(default_factory=dict)
+    signature: str = Field(default="", max_length=512, description="<role>/<key id>/<base64 Ed25519>: vigil.signing")
 
 
 class RankRef(BaseModel):
@@ -109,6 +110,7 @@ class Incident(Event):
     first_sign: UtcDatetime = Field(description="earliest evidence of the cause")
     detected: UtcDatetime = Field(description="when the incident was first published")
     evidence: dict[str, Any] = Field(default_factory=dict)
+    signature: str = Field(default="", max_length=512, description="<role>/<key id>/<base64 Ed25519>: vigil.signing")
 
 
 class Silence(Event):
@@ -126,6 +128,7 @@ class Silence(Event):
     created_by: Name
     reason: str = Field(min_length=1, max_length=1024)
     status: Literal["active", "expired"] = "active"
+    signature: str = Field(default="", max_length=512, description="<role>/<key id>/<base64 Ed25519>: vigil.signing")
 
     @model_validator(mode="after")
     def _ends_after_start(self) -> Silence:
@@ -164,6 +167,8 @@ class RecoveryAction(Event):
     started_at: UtcDatetime | None = Field(default=None, description="when the step started (on its end event)")
     duration_ms: NonNegFloat | None = Field(default=None, ge=0)
     dry_run: bool = Field(default=False, description="decided and published only (mode dry-run)")
+    epoch: int = Field(default=0, ge=0, description="the controller's lease epoch (fencing); 0 = not a controller's")
+    signature: str = Field(default="", max_length=512, description="<role>/<key id>/<base64 Ed25519>: vigil.signing")
 
 
 OperatorAction = Literal["cordon", "uncordon", "evict"]

@@ -6,7 +6,9 @@ events stay ordered on one partition. librdkafka's queue is bounded; when it is
 full `send` waits up to `block_s` and then raises DeliveryError. Failed deliveries
 are counted and handed to `on_failure` with the events that were lost, so a
 caller such as the node agent can spool them to disk; `flush` raises DeliveryError
-when any record failed since the previous flush, so "flushed" means "stored".
+when any record failed since the previous flush, so "flushed" means "stored". With a `signer` every
+decision it sends is signed with that role's key (`vigil.signing`): a service's producer is where its
+decisions get their signature.
 
 A record never exceeds `max_record_bytes` (below librdkafka's and the broker's default
 `message.max.bytes`, 1,000,000): a group whose record would is split in halves until each
@@ -31,6 +33,7 @@ from vigil.contract.wire import encode_batch
 from vigil.errors import DeliveryError
 from vigil.kafka.admin import client_config
 from vigil.settings import VigilSettings
+from vigil.signing.seal import Signer
 
 FailureHook = Callable[[Sequence[Event], str], None]
 MAX_RECORD_BYTES = 900_000
@@ -47,6 +50,7 @@ class EventProducer:
     max_record_bytes: int = MAX_RECORD_BYTES
     on_failure: FailureHook | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    signer: Signer | None = None
     delivered: int = field(default=0, init=False)
     failed: int = field(default=0, init=False)
     oversized: int = field(default=0, init=False)  # events skipped: alone over max_record_bytes
@@ -70,6 +74,8 @@ class EventProducer:
     def send(self, events: Sequence[Event]) -> int:
         """Queue events for delivery; returns the number of records produced."""
         groups: dict[tuple[str, str, int, str], list[Event]] = defaultdict(list)
+        if self.signer is not None:
+            events = [self.signer.seal(e) for e in events]
         for e in events:
             groups[(topic_of(e), str(e.kind), int(e.schema_version), e.host)].append(e)
         records = 0

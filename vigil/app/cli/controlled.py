@@ -39,6 +39,9 @@ def run(args: argparse.Namespace, *, agent: Any, paths: Any, argv: list[str], en
     from vigil.kafka.admin import ensure_topics
     from vigil.kafka.follow import Follower
     from vigil.settings import VigilSettings
+    from vigil.signing.gate import Gate
+    from vigil.signing.policy import Refusals
+    from vigil.signing.setup import verifier
 
     nodes = NodeRange.parse(args.nodes, args.node_multiple)
     core = VigilSettings.load()
@@ -49,8 +52,9 @@ def run(args: argparse.Namespace, *, agent: Any, paths: Any, argv: list[str], en
         bootstrap = resolve_bootstrap(core)
         ensure_topics(core, bootstrap, ["commands", "recovery"])
         follower = Follower(settings=core, bootstrap=bootstrap, topics=["commands"])
+        gate = Gate(verifier=verifier(core.home), refusals=Refusals(reporter=f"agent:{s.host}"))
         return CommandFeed(poll_events=follower.poll, job_id=s.job_id, host=s.host, since=started,
-                           done_file=paths.state_dir / "commands.json")
+                           done_file=paths.state_dir / "commands.json", gate=gate, emit=agent.emit)
 
     supervisor = Supervisor(agent=agent, argv=argv, env=env, nodes=nodes, make_launcher=launcher_for, feed=feed,
                             registry=CordonRegistry(registry_path(core.home)),

@@ -13,10 +13,21 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from vigil.app.cli import analyzer, collector, dashboard, demo, incidents, notify, recovery, stack, trace
+from vigil.app.cli import (
+    analyzer,
+    collector,
+    dashboard,
+    demo,
+    incidents,
+    keys,
+    notify,
+    recovery,
+    stack,
+    trace,
+)
 from vigil.errors import VigilError
 
-COMMAND_MODULES = (stack, demo, collector, analyzer, incidents, recovery, dashboard, trace, notify)
+COMMAND_MODULES = (stack, demo, collector, analyzer, incidents, recovery, dashboard, trace, notify, keys)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -169,9 +169,11 @@ def _kafka() -> tuple[VigilSettings, str]:
 def _publish(settings: VigilSettings, bootstrap: str, events: list[Any]) -> None:
     from vigil.kafka.admin import ensure_topics
     from vigil.kafka.producer import EventProducer
+    from vigil.signing import Role
+    from vigil.signing.setup import signer
 
     ensure_topics(settings, bootstrap, ["silences"])
-    producer = EventProducer(settings=settings, bootstrap=bootstrap)
+    producer = EventProducer(settings=settings, bootstrap=bootstrap, signer=signer(Role.OPERATOR, settings.home))
     producer.send(events)
     producer.flush()
 

@@ -119,9 +119,11 @@ def cmd_history(args: argparse.Namespace) -> int:
 def _publish(core: VigilSettings, bootstrap: str, events: list[Any]) -> None:
     from vigil.kafka.admin import ensure_topics
     from vigil.kafka.producer import EventProducer
+    from vigil.signing import Role
+    from vigil.signing.setup import signer
 
     ensure_topics(core, bootstrap, ["recovery"])
-    producer = EventProducer(settings=core, bootstrap=bootstrap)
+    producer = EventProducer(settings=core, bootstrap=bootstrap, signer=signer(Role.OPERATOR, core.home))
     producer.send(events)
     producer.flush(15)
 

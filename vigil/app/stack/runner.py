@@ -1,7 +1,9 @@
 """The body of `vigil up`: broker, ClickHouse, topics, migrations, hosted services, control port.
 
 Parts come up in dependency order and go down in reverse. The hosted services are the
-`ServiceSpec`s given (by default every one in `vigil.app.components.SERVICES`).
+`ServiceSpec`s given (by default every one in `vigil.app.components.SERVICES`). Before any of
+them, the key set of every role is made in the key directory where missing (`vigil.signing`),
+so the hosted services sign their decisions from the start.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from vigil.kafka.broker import EmbeddedBroker, port_open
 from vigil.redact import shown_dsn
 from vigil.service import Service, ServiceSpec, StackContext
 from vigil.settings import VigilSettings
+from vigil.signing.setup import key_store
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +57,7 @@ class Stack:
         if (running := read_state(s)) is not None:
             raise StackError(f"a stack is already running under VIGIL_HOME={s.home} (pid {running.pid}); `vigil down` first")
         s.home.mkdir(parents=True, exist_ok=True)
+        key_store(s.home).ensure()
         try:
             return self._start()
         except BaseException:

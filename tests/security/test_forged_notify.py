@@ -1,0 +1,58 @@
+"""Forged silences and incidents through the real broker into the real notifier: nothing muted, nobody paged.
+
+A job's owner produces, with a plain confluent-kafka producer and no key, a silence of every job
+for a hundred years and an incident of another job; then the analyzer's genuine (signed) alert
+follows. The genuine alert pages, the forged incident does not, the silence mutes nothing, and
+the notifier raises one `security` alert per refused kind, which pages too.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from tests.notify.conftest import ctx, notifier, publish, receiver  # noqa: F401 - the notifier's fixtures
+from tests.notify.events import incident, straggler
+from tests.notify.receiver import Receiver
+from tests.waiting import wait_until
+from vigil.contract import Event, Silence, encode_batch
+from vigil.service import StackContext
+
+pytestmark = [pytest.mark.kafka, pytest.mark.clickhouse]
+
+
+def forge(stack: StackContext, topic: str, events: list[Event]) -> None:
+    """What the attacker can do: a plain producer, records in the wire format, no key."""
+    p = Producer({"bootstrap.servers": stack.bootstrap})
+    for e in events:
+        p.produce(stack.settings.topic(topic), value=encode_batch([e]), key=e.host.encode())
+    assert p.flush(15) == 0
+
+
+def test_forged_silence_mutes_nothing_and_forged_incident_pages_nobody(
+        notifier: Any, publish: Any, receiver: Receiver, ctx: StackContext) -> None:  # noqa: F811
+    svc = notifier()
+    wait_until(svc.ready.is_set, 60, "the notifier to start")
+    now = datetime.now(UTC)
+    mute_all = Silence(job_id="*", host="*", silence_id="forged", matchers={"job": "*"}, starts_at=now,
+                       ends_at=now + timedelta(days=36500), created_by="mallory", reason="quiet please")
+    fake = incident("other-job", "other-job/crash_cascade/h9", "h9", alerts=[])
+    forge(ctx, "silences", [mute_all])
+    forge(ctx, "incidents", [fake])
+    publish(straggler("victim", "h1"))  # the analyzer's, signed
+
+    def pages() -> list[dict[str, Any]]:
+        return [r.json() for r in receiver.delivered()]
+
+    wait_until(lambda: any("straggler" in str(d) and "victim" in str(d) for d in pages()), 60,
+               "the genuine straggler to page")
+    wait_until(lambda: sum("security" in str(d) for d in pages()) >= 1, 60, "the security alert to page")
+    health = svc.health()
+    assert health["silences_active"] == 0 and health["refused"] == 2
+    assert not [d for d in pages() if d.get("incident_id") == fake.incident_id]
+    security = [d for d in pages() if "security" in str(d)]
+    assert any("refused incident" in str(d) for d in security) or any("refused silence" in str(d) for d in security)
+    assert svc.gate.refusals.count == 2

@@ -1,0 +1,78 @@
+"""`vigil keys create|rotate|retire|list`: the signing key set (see vigil.signing and README "Threat model").
+
+`create` makes a key pair for every role that has none (what `vigil up` and `make demo` do);
+`rotate ROLE` makes a new key id current for the role, keeping the old public key listed so
+what it signed still verifies; `retire ROLE KEY_ID` stops accepting an old key. Key material is
+never printed: `list` shows roles, key ids, which is current and where a private key is held.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from vigil.settings import VigilSettings
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("keys", help="the signing keys of the controller, analyzer and operator roles")
+    ksub = p.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
+    c = ksub.add_parser("create", help="a key pair for every role that has none")
+    c.set_defaults(handler=cmd_create)
+    r = ksub.add_parser("rotate", help="a new current key for ROLE; the old public key stays accepted")
+    r.add_argument("role", choices=["controller", "analyzer", "operator"], help="the role to rotate")
+    r.set_defaults(handler=cmd_rotate)
+    t = ksub.add_parser("retire", help="stop accepting an old key of ROLE")
+    t.add_argument("role", choices=["controller", "analyzer", "operator"], help="the role the key belongs to")
+    t.add_argument("key_id", help="the key id to retire (`vigil keys list`)")
+    t.set_defaults(handler=cmd_retire)
+    ls = ksub.add_parser("list", help="roles, key ids, current keys (no key material)")
+    ls.add_argument("--json", action="store_true", help="print JSON")
+    ls.set_defaults(handler=cmd_list)
+
+
+def _store() -> Any:
+    from vigil.signing.setup import key_store
+
+    return key_store(VigilSettings.load().home)
+
+
+def cmd_create(args: argparse.Namespace) -> int:
+    store = _store()
+    for role, kid in store.ensure().items():
+        print(f"{role.value}: {kid}")
+    print(f"key set in {store.directory} (private keys mode 0600)")
+    return 0
+
+
+def cmd_rotate(args: argparse.Namespace) -> int:
+    from vigil.signing import Role
+
+    store = _store()
+    kid = store.rotate(Role(args.role))
+    print(f"{args.role}: new current key {kid}; restart the {args.role}'s services to sign with it; "
+          f"retire the old key once nothing signs with it (`vigil keys retire {args.role} OLD_ID`)")
+    return 0
+
+
+def cmd_retire(args: argparse.Namespace) -> int:
+    from vigil.signing import Role
+
+    _store().retire(Role(args.role), args.key_id)
+    print(f"{args.role}: key {args.key_id} retired")
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    store = _store()
+    rows = [{"role": k.role.value, "key_id": k.key_id, "current": k.current, "private": k.private}
+            for k in store.listing()]
+    if args.json:
+        print(json.dumps({"directory": str(store.directory), "keys": rows}))
+        return 0
+    print(f"keys in {store.directory}")
+    for r in rows:
+        print(f"  {r['role']:<10} {r['key_id']}  {'current' if r['current'] else '       '}  "
+              f"{'private key here' if r['private'] else 'public only'}")
+    return 0

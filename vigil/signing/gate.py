@@ -1,0 +1,61 @@
+"""The gate in front of a service that acts on decisions: signature check, then fencing.
+
+`Gate.admit(events, now)` returns the events the service may act on (facts, and decisions
+validly signed by a role that may make them, of a current epoch) and the `security` alerts to
+publish for what it refused (once per kind and job: `policy.Refusals`). Fencing: commands carry
+the controller's lease `epoch`; for each (job, host) the gate remembers the newest epoch it let
+through and refuses older ones. A host's commands are one partition of the `commands` topic
+(keyed by host), so "older" is log order, not a producer's clock, and a deposed leader's
+late commands are refused once its successor's first one has been read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from vigil.contract import Alert, Command, Event
+from vigil.signing.policy import Refusal, Refusals, check, decision_kind
+from vigil.signing.seal import Problem, Verifier
+
+REMEMBERED = 100_000  # (job, host) epochs kept; beyond it the oldest entries are dropped
+
+
+@dataclass
+class Gate:
+    verifier: Verifier
+    refusals: Refusals
+    _epochs: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
+
+    @property
+    def refused(self) -> int:
+        return self.refusals.count
+
+    def admit(self, events: Iterable[Event], now: datetime) -> tuple[list[Event], list[Alert]]:
+        accepted: list[Event] = []
+        alerts: list[Alert] = []
+        for e in events:
+            refusal = check(e, self.verifier) or self._fence(e)
+            if refusal is None:
+                accepted.append(e)
+                continue
+            alert = self.refusals.refuse(refusal, now)
+            if alert is not None:
+                alerts.append(alert)
+        return accepted, alerts
+
+    def _fence(self, e: Event) -> Refusal | None:
+        if not isinstance(e, Command):
+            return None
+        key = (e.job_id, e.host)
+        newest = self._epochs.get(key, 0)
+        if e.epoch < newest:
+            return Refusal(what=decision_kind(e), problem=Problem.STALE_EPOCH,
+                           detail=f"epoch {e.epoch} < {newest}", job_id=e.job_id, host=e.host, event_id=e.event_id)
+        if e.epoch > newest:
+            self._epochs.pop(key, None)
+            self._epochs[key] = e.epoch
+            while len(self._epochs) > REMEMBERED:
+                del self._epochs[next(iter(self._epochs))]
+        return None

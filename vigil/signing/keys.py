@@ -1,0 +1,140 @@
+"""The key set on disk: one Ed25519 key pair per role and key id, created, rotated and retired here.
+
+Layout of the key directory (`SigningSettings.directory`, default ``<VIGIL_HOME>/keys``):
+``<role>.<key id>.key`` is a private key (PEM PKCS#8, mode 0600, written with O_EXCL so it is never
+readable by others, not even for a moment), ``<role>.<key id>.pub`` its public key (mode 0644),
+``<role>.current`` the key id the role signs with. Rotation creates a new key id and makes it
+current; the old public key stays listed, so verifiers keep accepting what was signed with it,
+until `retire` removes it. A verifier needs the ``.pub`` files only; the ``.key`` files of a role
+belong on the machines of that role's service.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from vigil.errors import VigilError
+
+
+class Role(StrEnum):
+    """Who may make which decision (`policy.expected_roles`)."""
+
+    CONTROLLER = "controller"
+    ANALYZER = "analyzer"
+    OPERATOR = "operator"
+
+
+class KeyStoreError(VigilError):
+    """A key is missing, unreadable or malformed."""
+
+
+KEY_ID = re.compile(r"^[0-9]{8}T[0-9]{6}-[0-9a-f]{8}$")
+
+
+@dataclass(frozen=True)
+class KeyInfo:
+    role: Role
+    key_id: str
+    current: bool
+    private: bool
+
+
+@dataclass(frozen=True)
+class KeyStore:
+    directory: Path
+
+    def _path(self, role: Role, key_id: str, suffix: str) -> Path:
+        return self.directory / f"{role.value}.{key_id}.{suffix}"
+
+    def current_id(self, role: Role) -> str | None:
+        try:
+            kid = (self.directory / f"{role.value}.current").read_text().strip()
+        except OSError:
+            return None
+        return kid if KEY_ID.match(kid) else None
+
+    def ensure(self, roles: tuple[Role, ...] = tuple(Role)) -> dict[Role, str]:
+        """Every role in `roles` has a current key (created where missing); returns their key ids."""
+        return {role: self.current_id(role) or self.rotate(role) for role in roles}
+
+    def rotate(self, role: Role) -> str:
+        """A new key pair for `role`, made current; earlier public keys stay listed."""
+        self.directory.mkdir(parents=True, exist_ok=True, mode=0o755)
+        kid = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{secrets.token_hex(4)}"
+        key = Ed25519PrivateKey.generate()
+        pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption())
+        fd = os.open(self._path(role, kid, "key"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(pem)
+        pub = key.public_key().public_bytes(serialization.Encoding.PEM,
+                                            serialization.PublicFormat.SubjectPublicKeyInfo)
+        self._write(self._path(role, kid, "pub"), pub)
+        self._write(self.directory / f"{role.value}.current", kid.encode() + b"\n")
+        return kid
+
+    def retire(self, role: Role, key_id: str) -> None:
+        """Stop accepting `key_id` of `role` (its files are removed); the current key cannot be retired."""
+        if key_id == self.current_id(role):
+            raise KeyStoreError(f"{role.value} key {key_id} is current: rotate first")
+        found = False
+        for suffix in ("key", "pub"):
+            try:
+                self._path(role, key_id, suffix).unlink()
+                found = True
+            except FileNotFoundError:
+                pass
+        if not found:
+            raise KeyStoreError(f"no {role.value} key {key_id} in {self.directory}")
+
+    def private_key(self, role: Role) -> tuple[str, Ed25519PrivateKey]:
+        kid = self.current_id(role)
+        if kid is None:
+            raise KeyStoreError(f"no current {role.value} key in {self.directory} (run `vigil keys create`)")
+        try:
+            key = serialization.load_pem_private_key(self._path(role, kid, "key").read_bytes(), password=None)
+        except (OSError, ValueError) as exc:
+            raise KeyStoreError(f"cannot read the {role.value} private key {kid}: {exc}") from None
+        if not isinstance(key, Ed25519PrivateKey):
+            raise KeyStoreError(f"{role.value} key {kid} is not an Ed25519 key")
+        return kid, key
+
+    def public_keys(self) -> dict[tuple[Role, str], Ed25519PublicKey]:
+        """Every listed public key, by (role, key id); unreadable or foreign files are skipped."""
+        out: dict[tuple[Role, str], Ed25519PublicKey] = {}
+        try:
+            files = sorted(self.directory.glob("*.pub"))
+        except OSError:
+            return out
+        for path in files:
+            role_name, _, kid = path.name.removesuffix(".pub").partition(".")
+            if role_name not in Role._value2member_map_ or not KEY_ID.match(kid):
+                continue
+            try:
+                key = serialization.load_pem_public_key(path.read_bytes())
+            except (OSError, ValueError):
+                continue
+            if isinstance(key, Ed25519PublicKey):
+                out[(Role(role_name), kid)] = key
+        return out
+
+    def listing(self) -> list[KeyInfo]:
+        current = {role: self.current_id(role) for role in Role}
+        return [KeyInfo(role=role, key_id=kid, current=current[role] == kid,
+                        private=self._path(role, kid, "key").exists())
+                for role, kid in sorted(self.public_keys())]
+
+    def _write(self, path: Path, data: bytes) -> None:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_bytes(data)
+        tmp.chmod(0o644)
+        os.replace(tmp, path)

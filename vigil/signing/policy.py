@@ -1,0 +1,118 @@
+"""Which role may make which decision, and what a service does with one that is not signed so.
+
+`expected_roles(event)` is the closed table: commands, controller steps and plans, verdicts
+and controller pages are the controller's; incidents and alerts the analyzer's (pages also the
+controller's); operator requests, approvals, operator cordons and silences the operator's. An
+empty set is a fact (agent acknowledgements, agents' own diagnostics, security alerts: a claim
+that pages and decides nothing), acted on unsigned. `check` returns a `Refusal` for a decision
+without a valid signature of an expected role. `Refusals` counts them and makes the `security`
+alert once per (reporter, decision kind, job): its fingerprint names them, not the record.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from vigil.contract import Alert, Command, Diagnostic, Event, Incident, RecoveryAction, Silence
+from vigil.contract.decisions import is_operator_request
+from vigil.signing.keys import Role
+from vigil.signing.seal import Problem, Unverified, Verifier
+
+log = logging.getLogger(__name__)
+SECURITY_ALERT = "security"
+REMEMBERED = 4096
+NONE: frozenset[Role] = frozenset()
+CONTROLLER = frozenset({Role.CONTROLLER})
+OPERATOR = frozenset({Role.OPERATOR})
+
+
+def decision_kind(event: Event) -> str:
+    """A short name of the decision, for logs and the security alert: command/diagnose, recovery/request, ..."""
+    if isinstance(event, Command):
+        return f"command/{event.action}"
+    if isinstance(event, RecoveryAction):
+        if is_operator_request(event):
+            return "recovery/request"
+        return "recovery/approve" if event.action == "approve" else f"recovery/{event.action}"
+    return str(event.kind)
+
+
+def expected_roles(event: Event) -> frozenset[Role]:
+    if isinstance(event, Command):
+        return CONTROLLER
+    if isinstance(event, RecoveryAction):
+        if is_operator_request(event):
+            return OPERATOR if event.status == "planned" else CONTROLLER
+        if event.actor.startswith("agent:") and event.command_id and event.action in ("start", "stop", "diagnose",
+                                                                                       "dump"):
+            return NONE
+        return OPERATOR if event.actor.startswith("user:") else CONTROLLER
+    if isinstance(event, Incident):
+        return frozenset({Role.ANALYZER})
+    if isinstance(event, Alert):
+        return NONE if event.alert == SECURITY_ALERT else frozenset({Role.ANALYZER, Role.CONTROLLER})
+    if isinstance(event, Silence):
+        return OPERATOR
+    if isinstance(event, Diagnostic):
+        return CONTROLLER if event.test == "verdict" else NONE
+    return NONE
+
+
+def needs_signature(event: Event) -> bool:
+    return bool(expected_roles(event))
+
+
+@dataclass(frozen=True)
+class Refusal:
+    what: str  # decision_kind
+    problem: Problem
+    detail: str
+    job_id: str
+    host: str
+    event_id: str
+
+    def __str__(self) -> str:
+        return (f"refused {self.what} {self.event_id} (job {self.job_id}, host {self.host}): "
+                f"{self.problem.value}{' ' + self.detail if self.detail else ''}")
+
+
+def check(event: Event, verifier: Verifier) -> Refusal | None:
+    """None when `event` is a fact or a decision validly signed by a role that may make it."""
+    roles = expected_roles(event)
+    if not roles:
+        return None
+    try:
+        role = verifier.signer_of(event)
+    except Unverified as exc:
+        problem, detail = exc.problem, str(exc).partition(": ")[2]
+    else:
+        if role in roles:
+            return None
+        problem, detail = Problem.WRONG_ROLE, f"signed by {role.value}, needs {'/'.join(sorted(roles))}"
+    return Refusal(what=decision_kind(event), problem=problem, detail=detail, job_id=event.job_id,
+                   host=event.host, event_id=event.event_id)
+
+
+@dataclass
+class Refusals:
+    """Refused decisions of one service: counted, logged, and one `security` alert per kind and job."""
+
+    reporter: str  # the service or agent that refused: "controller", "agent:<host>", "notifier"
+    count: int = 0
+    _alerted: set[str] = field(default_factory=set, repr=False)
+
+    def refuse(self, refusal: Refusal, now: datetime) -> Alert | None:
+        """Count and log `refusal`; the security alert to publish the first time its fingerprint is seen."""
+        self.count += 1
+        log.warning("%s %s", self.reporter, refusal)
+        fingerprint = f"{SECURITY_ALERT}/{self.reporter}/{refusal.what}/{refusal.job_id}"[:256]
+        if fingerprint in self._alerted or len(self._alerted) >= REMEMBERED:
+            return None
+        self._alerted.add(fingerprint)
+        return Alert(job_id=refusal.job_id, host=refusal.host, ts=now, fingerprint=fingerprint, alert=SECURITY_ALERT,
+                     subject=refusal.what, status="firing", severity="critical", first_seen=now, last_seen=now,
+                     summary=f"{self.reporter} {refusal}"[:2048],
+                     evidence={"reporter": self.reporter, "refused": refusal.what, "problem": refusal.problem.value,
+                               "detail": refusal.detail, "event_id": refusal.event_id, "count": self.count})

@@ -1,0 +1,125 @@
+"""Signing an event and checking its signature.
+
+`canonical(event, role, key_id)` is what is signed: the event's JSON without its `signature`
+field, keys sorted, no whitespace, then the role and key id, so a signature cannot be moved to
+another event, role or key. The signature travels in the event as ``<role>/<key id>/<base64>``.
+`Signer` and `Verifier` are the two tiny protocols services depend on; `Ed25519Signer` holds one
+private key, `KeyRing` public keys only (reloaded from the key store when an unknown key id
+arrives, at most every `reload_s`, which is how a rotation reaches running verifiers).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol, TypeVar
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from vigil.contract.base import Event
+from vigil.signing.keys import Role
+
+E = TypeVar("E", bound=Event)
+
+
+class Problem(StrEnum):
+    """Why a signature was not accepted."""
+
+    UNSIGNED = "unsigned"
+    MALFORMED = "malformed signature"
+    UNKNOWN_KEY = "unknown key"
+    BAD_SIGNATURE = "bad signature"
+    WRONG_ROLE = "wrong role"
+    STALE_EPOCH = "stale epoch"
+
+
+class Unverified(Exception):
+    def __init__(self, problem: Problem, detail: str = "") -> None:
+        super().__init__(f"{problem.value}{': ' + detail if detail else ''}")
+        self.problem = problem
+
+
+def canonical(event: Event, role: Role, key_id: str) -> bytes:
+    body = json.dumps(event.model_dump(mode="json", exclude={"signature"}), sort_keys=True,
+                      separators=(",", ":"), ensure_ascii=False)
+    return f"{body}\n{role.value}/{key_id}".encode()
+
+
+def parse_signature(value: str) -> tuple[Role, str, bytes]:
+    role_name, _, rest = value.partition("/")
+    key_id, _, sig = rest.partition("/")
+    try:
+        raw = base64.b64decode(sig, validate=True)
+        role = Role(role_name)
+    except (ValueError, binascii.Error):
+        raise Unverified(Problem.MALFORMED) from None
+    if not key_id or len(raw) != 64:
+        raise Unverified(Problem.MALFORMED)
+    return role, key_id, raw
+
+
+class Signer(Protocol):
+    @property
+    def role(self) -> Role: ...
+
+    def seal(self, event: E) -> E:
+        """`event` with its signature (events of kinds without a `signature` field unchanged)."""
+        ...
+
+
+class Verifier(Protocol):
+    def signer_of(self, event: Event) -> Role:
+        """The role whose valid signature `event` carries; Unverified otherwise."""
+        ...
+
+
+@dataclass(frozen=True)
+class Ed25519Signer:
+    role: Role
+    key_id: str
+    key: Ed25519PrivateKey = field(repr=False)
+
+    def seal(self, event: E) -> E:
+        if "signature" not in type(event).model_fields:
+            return event
+        unsigned = event.model_copy(update={"signature": ""})
+        sig = self.key.sign(canonical(unsigned, self.role, self.key_id))
+        return event.model_copy(
+            update={"signature": f"{self.role.value}/{self.key_id}/{base64.b64encode(sig).decode()}"})
+
+
+@dataclass
+class KeyRing:
+    load: Callable[[], dict[tuple[Role, str], Ed25519PublicKey]]
+    reload_s: float = 2.0
+    _keys: dict[tuple[Role, str], Ed25519PublicKey] = field(default_factory=dict, init=False, repr=False)
+    _loaded: float = field(default=float("-inf"), init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._reload()
+
+    def _reload(self) -> None:
+        self._keys, self._loaded = self.load(), time.monotonic()
+
+    def signer_of(self, event: Event) -> Role:
+        value = str(getattr(event, "signature", "") or "")
+        if not value:
+            raise Unverified(Problem.UNSIGNED)
+        role, key_id, raw = parse_signature(value)
+        key = self._keys.get((role, key_id))
+        if key is None and time.monotonic() - self._loaded >= self.reload_s:
+            self._reload()
+            key = self._keys.get((role, key_id))
+        if key is None:
+            raise Unverified(Problem.UNKNOWN_KEY, f"{role.value}/{key_id}")
+        try:
+            key.verify(raw, canonical(event, role, key_id))
+        except InvalidSignature:
+            raise Unverified(Problem.BAD_SIGNATURE, f"{role.value}/{key_id}") from None
+        return role
