@@ -44,6 +44,10 @@ class StragglerSettings(_Section):
     gpu_lookback_s: float = Field(default=20.0, gt=0, description="GPU readings (heartbeats) looked at for evidence")
     warmup_steps: int = Field(default=10, ge=0, description="a job's first steps (compilation, caches, allocator "
                               "warm-up) are not judged")
+    self_windows: int = Field(default=24, ge=0, description="windows before the judged ones from which a host's usual "
+                              "time relative to its stage is read (0: hosts are compared with their peers only)")
+    self_min_windows: int = Field(default=6, ge=2, description="... at least this many, else it is not compared "
+                                  "with itself yet")
 
     @model_validator(mode="after")
     def _k_of_n(self) -> StragglerSettings:

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Mapping
+from datetime import datetime
 
 from vigil.analyzer.detect.base import EPOCH, EvalContext, Finding, as_utc, last_complete_step
 from vigil.analyzer.detect.gpus import gpu_readings, judge_gpu_ranks, name_gpus, one_per_host, rank_candidates
@@ -72,6 +73,30 @@ FROM (
 ARRAY JOIN xs AS x
 WHERE size >= {min_hosts:UInt32} AND med > 0 AND x.2 - med >= {excess:Float64} AND (x.2 - med) / med * 100 >= {slow:Float64}
   AND (mad = 0 OR (x.2 - med) / mad >= {z:Float64})
+"""
+
+# A host against its own level: each window's time relative to its stage group's median (the host's usual
+# ratio holds its speed lottery and its stage's structure), its baseline the median ratio over the windows
+# before the judged ones, its noise their MAD. Only shifted cells (judged windows) come back.
+_SHIFTED_SQL = """
+WITH r AS (
+  SELECT phase, window, host, mean_ms, window_end, med, mean_ms / med AS ratio FROM (
+    SELECT c.*, quantileExact(0.5)(c.mean_ms) OVER (PARTITION BY c.phase, c.window, p.stages) AS med,
+           count() OVER (PARTITION BY c.phase, c.window, p.stages) AS size
+    FROM ($cells) AS c INNER JOIN ($peers) AS p ON c.host = p.host)
+  WHERE size >= {min_hosts:UInt32} AND med > 0),
+b AS (
+  SELECT phase, host, quantileExact(0.5)(ratio) AS base, count() AS n FROM r WHERE window < {from_w:UInt64}
+  GROUP BY phase, host HAVING n >= {min_base:UInt32}),
+m AS (
+  SELECT r.phase AS phase, r.host AS host, any(b.base) AS base, quantileExact(0.5)(abs(r.ratio - b.base)) * 1.4826 AS mad
+  FROM r INNER JOIN b ON r.phase = b.phase AND r.host = b.host WHERE r.window < {from_w:UInt64}
+  GROUP BY r.phase, r.host)
+SELECT r.phase AS phase, r.window AS window, r.host AS host, r.mean_ms AS mean_ms, r.window_end AS window_end,
+       r.med * m.base AS usual_ms, r.ratio / m.base - 1 AS shift, if(m.mad > 0, (r.ratio - m.base) / m.mad, 1e9) AS z
+FROM r INNER JOIN m ON r.phase = m.phase AND r.host = m.host
+WHERE r.window >= {from_w:UInt64} AND (r.ratio / m.base - 1) * 100 >= {slow:Float64}
+  AND r.mean_ms - r.med * m.base >= {excess:Float64} AND (m.mad = 0 OR (r.ratio - m.base) / m.mad >= {z:Float64})
 """
 
 _CAUSED_SQL = """
@@ -122,10 +147,31 @@ class StragglerDetector:
             sql, params = cells_sql("phase_host_windows", "host", phases, waiting=True)
             hosts = judge(ctx.rows(sql, **params, lo=lo, hi=hi), peers, s, firing, phases=phases, hi=hi)
         ranks = judge_gpu_ranks(rank_candidates(ctx, phases, max(lo, hi - s.n + 1), hi, s), s, firing, hi)
+        held = {f.host for f in hosts if f.subject in firing}  # a host already paged as slow stays the host
+        ranks = [f for f in ranks if f.host not in held]
         named = {f.host for f in ranks}
         hosts = [f for f in hosts if f.host not in named]  # the slow GPU explains its host's excess
         gpus = gpu_readings(ctx, sorted({f.host for f in hosts + ranks}), s)
         return name_gpus(hosts, gpus, s, firing) + one_per_host(ranks, gpus, s, firing)
+
+    def _shifted(self, ctx: EvalContext, cells: str, params: Mapping[str, object], lo: int, hi: int, flags: Flags,
+                 ends: dict[int, datetime]) -> None:
+        """Add the windows lo..hi where a host is slower than its own usual level against its stage (a host
+        that became slow: its speed lottery no longer hides a few %); a window flagged both ways counts once."""
+        s = ctx.settings.straggler
+        first = ctx.epoch.first_step if ctx.epoch is not None else 0
+        base_lo = max(lo - s.self_windows, -(-(first + s.warmup_steps) // W))
+        if lo - base_lo < s.self_min_windows:
+            return
+        sql = _SHIFTED_SQL.replace("$cells", cells).replace("$peers", _PEERS_SQL)
+        rows = ctx.rows(sql, **params, lo=base_lo, hi=hi, from_w=lo, min_hosts=s.min_hosts,
+                        min_base=s.self_min_windows, excess=s.min_excess_ms, slow=s.min_slowdown_pct, z=s.z)
+        for r in rows:
+            w, key = int(r["window"]), (str(r["phase"]), str(r["host"]))
+            if any(h.window == w for h in flags.get(key, ())):
+                continue
+            flags[key].append(Hit(w, float(r["shift"]) * 100, float(r["z"]), float(r["usual_ms"]), float(r["mean_ms"])))
+            ends[w] = max(ends.get(w, EPOCH), as_utc(r["window_end"]))
 
     def _large_groups(self, ctx: EvalContext, phases: JobPhases, peers: Mapping[str, str], lo: int, hi: int,
                       firing: set[str]) -> list[Finding]:
@@ -141,6 +187,7 @@ class StragglerDetector:
             flags[(str(r["phase"]), str(r["host"]))].append(
                 Hit(w, (v - m) / m * 100, (v - m) / mad if mad > 0 else float("inf"), m, v))
             ends[w] = max(ends[w], as_utc(r["window_end"]))
+        self._shifted(ctx, cells, params, lo, hi, flags, ends)
         found = findings(flags, ends, hi, s, firing, peers)
         if not found or not phases.waiting:
             return found
