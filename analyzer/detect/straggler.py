@@ -18,7 +18,15 @@ slower in absolute terms (a tiny phase's jitter is large in % and costs the step
 AND its robust z ((x - median) / (1.4826 * MAD)) is at least `straggler.z`. A phase slow
 for everyone (a checkpoint step) moves the median with it and flags nobody. When every
 stage group is large enough the medians are taken in ClickHouse and only flagged cells
-come back (a 1024-host job costs a few rows); otherwise `judge` does it in Python. The
+come back (a 1024-host job costs a few rows); otherwise `judge` does it in Python.
+
+A host is also held to **its own usual level**: hosts differ by a percent or two for good
+(a speed lottery of silicon and clocks), so a peer group's spread hides a host that turns
+4-6 % slower. Each window's time relative to its stage group's median is compared with the
+median of that ratio over the `straggler.self_windows` windows before the judged ones (at
+least `self_min_windows`), its noise their MAD: a host that *became* slow is flagged by the
+same thresholds (slowdown %, excess ms, robust z), at once. A host slow since before its
+baseline is still the peer comparison's. The
 k-of-n rules (slowness.py): it fires when
 flagged in `k` of the last `n` windows, or (a host slow on a fraction of its steps) in
 `k_long` of the last `n_long` and one of the last `n`; it stays firing while flagged in

@@ -79,7 +79,8 @@ def sync_steps(job: str, hosts: int, n_steps: int, *, gpus: int = 8, tp_coupled:
                slow_host: dict[str, float] | None = None, slow_gpu: dict[tuple[str, int], float] | None = None,
                intermittent: tuple[str, float, float] | None = None, slow_from: int = 0, jitter: float = 0.02,
                seed: int = 0, comm: str = "grad_sync", declare: dict[str, str] | None = None,
-               nested_wait: bool = False, step_s: float = 1.0, spikes: float = 0.0) -> list[StepTiming]:
+               nested_wait: bool = False, step_s: float = 1.0, spikes: float = 0.0,
+               host_bias: float = 0.0) -> list[StepTiming]:
     """Synchronous data-parallel steps: everyone waits in `comm` for the slowest rank's compute.
 
     `slow_host` = {host: factor on its compute}, `slow_gpu` = {(host, gpu): factor} (with
@@ -90,8 +91,10 @@ def sync_steps(job: str, hosts: int, n_steps: int, *, gpus: int = 8, tp_coupled:
     `declare` goes into every step's `phase_kinds`; `nested_wait` records the wait as
     `backward/allreduce` inside backward instead of a top-level `comm` phase. `spikes`: the
     share of rank-steps whose forward a GC-like pause makes 20-60 % longer (heavy tail, one rank).
+    `host_bias`: the spread (std) of each host's lasting speed factor (a speed lottery: silicon, clocks).
     """
     rng = random.Random(seed)
+    bias = [1 + random.Random(f"{seed}/bias/{h}").gauss(0, host_bias) for h in range(hosts)]
     per_stage = hosts // pp
     out = []
     for s in range(n_steps):
@@ -100,7 +103,7 @@ def sync_steps(job: str, hosts: int, n_steps: int, *, gpus: int = 8, tp_coupled:
         compute: dict[int, dict[str, float]] = {}
         for h in range(hosts):
             host, stage = f"h{h:04d}", h // per_stage
-            host_f = (slow_host or {}).get(host, 1.0) if s >= slow_from else 1.0
+            host_f = ((slow_host or {}).get(host, 1.0) if s >= slow_from else 1.0) * bias[h]
             if intermittent and intermittent[0] == host and s >= slow_from and rng.random() < intermittent[1]:
                 host_f *= intermittent[2]
             gpu_f = [(slow_gpu or {}).get((host, g), 1.0) if s >= slow_from else 1.0 for g in range(gpus)]

@@ -98,6 +98,19 @@ def test_one_slow_gpu_of_eight_is_named_by_rank_and_gpu(clickhouse_dsn: str, dat
     assert 5 <= a.evidence["slowdown_pct"] <= 11
 
 
+def test_a_host_that_becomes_5_percent_slower_is_found_despite_the_speed_lottery(clickhouse_dsn: str,
+                                                                                   database: str) -> None:
+    """Hosts differ by ~1.5 % for good (silicon, clocks): against its stage peers alone a 5 % slowdown is within
+    ~3 spreads and hides; against its own usual level (its ratio to its stage over earlier windows) it shows at
+    once. The healthy hosts' lottery pages no one."""
+    evs = sync_steps("lottery", 48, 140, gpus=2, pp=4, host_bias=0.015, seed=11, slow_host={"h0030": 1.05},
+                     slow_from=70)
+    alerts = run(clickhouse_dsn, database, "lottery", evs)
+    assert named(alerts) == {("straggler", "h0030")}
+    first = min(a.first_seen for a in alerts if a.status == "firing" and a.severity != "info")
+    assert first <= T0 + timedelta(seconds=70 + 30), first  # within 30 steps of the onset (1 step/s)
+
+
 def test_gc_spikes_on_one_rank_step_in_a_hundred_page_no_one_at_512_gpus(clickhouse_dsn: str, database: str) -> None:
     """Heavy tail: 1 % of rank-steps 20-60 % slower (GC, page faults). At 512 GPUs one lands in some rank's
     5-step window every window; a window's mean without its slowest sample does not move, so only the slow GPU
