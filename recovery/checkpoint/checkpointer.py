@@ -109,7 +109,7 @@ class Checkpointer:
                 else default_snapshot_dir(identity.job_id, self.topology.rank))  # fmt: skip
         self.snapshots = Snapshots(root, topology=self.topology, every=config.snapshot_every,
                                    keep=config.snapshot_keep, pin_memory=config.pin_memory,
-                                   wait_s=0 if config.on_busy == "skip" else config.busy_timeout_s)  # fmt: skip
+                                   wait_s=config.snapshot_wait_s)  # fmt: skip
         self._closed = False
         atexit.register(self._atexit)
 
@@ -118,8 +118,8 @@ class Checkpointer:
         """An in-memory snapshot of `state` at `step` when it is due (every `snapshot_every` steps).
 
         Rank-local, no collective: call it every step on every rank. Blocks for the copy into
-        host buffers (and, while the previous snapshot is still being written, up to
-        `busy_timeout_s`, then skips); the write happens on a thread. Never raises.
+        host buffers (while the previous snapshot is still being written it waits up to
+        `snapshot_wait_s`, default 0, then skips); the write happens on a thread. Never raises.
         """
         if self._closed:
             return False

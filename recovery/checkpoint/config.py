@@ -58,6 +58,8 @@ class CheckpointConfig:
     snapshot_dir / snapshot_every / snapshot_keep: in-memory snapshots (`Checkpointer.snapshot`,
         see `snapshot`): under ``<snapshot_dir>/<rank>`` (default ``/dev/shm/vigil/<job>``, a
         tmpfs: host memory), one every `snapshot_every` steps, the newest `snapshot_keep` kept.
+    snapshot_wait_s: how long `snapshot()` waits for the previous snapshot's write before it
+        skips this one (counted); 0: never wait (training is not held up by a slow tmpfs).
     """
 
     directory: str | os.PathLike[str]
@@ -82,6 +84,7 @@ class CheckpointConfig:
     snapshot_dir: str | os.PathLike[str] | None = None
     snapshot_every: int = 1
     snapshot_keep: int = 2
+    snapshot_wait_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not str(os.fspath(self.directory)).strip():
@@ -102,6 +105,8 @@ class CheckpointConfig:
             raise ConfigError(f"snapshot_every must be an integer >= 1, got {self.snapshot_every!r}")
         if not isinstance(self.snapshot_keep, int) or self.snapshot_keep < 1:
             raise ConfigError(f"snapshot_keep must be an integer >= 1, got {self.snapshot_keep!r}")
+        if self.snapshot_wait_s < 0:
+            raise ConfigError(f"snapshot_wait_s must be >= 0, got {self.snapshot_wait_s}")
         if isinstance(self.dp_group, str) and self.dp_group != "world":
             raise ConfigError(f"dp_group: the only string accepted is 'world', got {self.dp_group!r}")
         if isinstance(self.dp_group, Sequence) and not isinstance(self.dp_group, str):

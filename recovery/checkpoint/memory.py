@@ -3,7 +3,7 @@
 `Snapshots.take(step, state)` (every rank, each step; rank-local, no collective) stages the state
 with its own `Stager` on the calling thread, then the `SnapshotWriter` thread writes it to the
 rank's snapshot directory. While the previous snapshot is still being written it waits up to
-`wait_s` (the staging buffers are reused), then skips (counted). It never raises.
+`wait_s` (the staging buffers are reused; default 0), then skips (counted). It never raises.
 
 On restore, `choose` decides for all ranks from one all-gather of what each holds (its verified
 snapshot steps, rank 0 adds the newest committed checkpoint's step): the newest step that every
@@ -92,6 +92,10 @@ class Snapshots:
     @property
     def written(self) -> int:
         return self._writer.written if self._writer is not None else 0
+
+    @property
+    def write_s(self) -> float:
+        return self._writer.write_s if self._writer is not None else 0.0
 
     @property
     def failed(self) -> int:

@@ -156,6 +156,7 @@ class SnapshotWriter:
         self._idle = threading.Event()
         self._idle.set()
         self.written = self.failed = 0
+        self.write_s = 0.0  # total seconds spent writing (save, hash, marker, prune)
         self.last_error = ""
         self.last_step: int | None = None
         self._thread = threading.Thread(target=self._run, name="vigil-ckpt-snapshot", daemon=True)
@@ -182,8 +183,10 @@ class SnapshotWriter:
     def _run(self) -> None:
         while (item := self._inbox.get()) is not None:
             step, staged = item
+            t0 = time.perf_counter()
             try:
                 self.directory.write(step, staged.state_dict)
+                self.write_s += time.perf_counter() - t0
                 self.written += 1
                 self.last_step = step
             except BaseException as exc:  # a full tmpfs or a bug: count, never kill the thread
