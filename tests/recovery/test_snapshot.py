@@ -19,6 +19,7 @@ pytestmark = pytest.mark.pure
 
 
 def cfg(tmp_path: Path, **kw: Any) -> CheckpointConfig:
+    kw.setdefault("snapshot_wait_s", 30)  # every snapshot taken: the tests count them
     return CheckpointConfig(directory=tmp_path / "ckpt", spool_dir=tmp_path / "spool", job_id="job", host="h",
                             snapshot_dir=tmp_path / "shm", **kw)
 
@@ -57,7 +58,7 @@ def test_choose_takes_the_newest_step_every_rank_holds_unless_a_checkpoint_is_ne
 
 
 def test_config_checks_the_snapshot_settings(tmp_path: Path) -> None:
-    for bad in ({"snapshot_every": 0}, {"snapshot_keep": 0}):
+    for bad in ({"snapshot_every": 0}, {"snapshot_keep": 0}, {"snapshot_wait_s": -1}):
         with pytest.raises(ConfigError):
             cfg(tmp_path, **bad)
 
@@ -149,6 +150,16 @@ class Broken(Stateful):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         raise AssertionError("never loaded")
+
+
+def test_a_snapshot_while_the_previous_one_is_written_is_skipped_at_once_by_default(tmp_path: Path) -> None:
+    state = {"big": torch.randn(4 << 20)}
+    with Checkpointer(cfg(tmp_path, snapshot_wait_s=0)) as ckpt:
+        assert ckpt.snapshot(1, state)
+        assert not ckpt.snapshot(2, state)  # 16 MiB are still being written: skipped, not waited for
+        assert ckpt.snapshots.wait(30) and ckpt.snapshot(3, state) and ckpt.snapshots.wait(30)
+        stats = ckpt.stats()
+        assert (stats.snapshots, stats.snapshots_skipped, stats.snapshots_written) == (2, 1, 2)
 
 
 def test_snapshot_never_raises_into_training_and_counts_failures(tmp_path: Path) -> None:
