@@ -170,3 +170,23 @@ def test_snapshot_never_raises_into_training_and_counts_failures(tmp_path: Path)
         stats = ckpt.stats()
         assert stats.snapshots_failed == 1 and stats.snapshots == 0
     assert ckpt.snapshot(2, {"x": torch.zeros(1)}) is False  # after close
+
+
+def test_the_outcome_names_the_weakest_source_any_rank_restored_from() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from vigil.recovery.controller.goodput import _restore
+    from vigil.recovery.controller.state import Job
+
+    t0 = datetime.now(UTC)
+
+    def restored(host: str, step: int, source: str, ms: float) -> Checkpoint:
+        return Checkpoint(job_id="j", host=host, ts=t0 + timedelta(seconds=1), step=step, phase="restored",
+                          duration_ms=ms, source=source)  # type: ignore[arg-type]
+
+    job = Job(job_id="j")
+    job.restored = [restored("h0", 14, "memory", 300), restored("h1", 14, "memory", 500)]
+    assert _restore(job, t0, None) == (0.5, 14, "memory")
+    job.restored.append(restored("h2", 14, "persisted", 100))
+    assert _restore(job, t0, None) == (0.5, 14, "persisted")
+    assert _restore(job, t0 + timedelta(seconds=5), None) == (None, None, "")  # before this restart
