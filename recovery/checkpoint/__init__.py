@@ -36,6 +36,7 @@ from vigil.recovery.checkpoint.errors import (
 )
 from vigil.recovery.checkpoint.layout import Commit
 from vigil.recovery.checkpoint.restore import RestoreReport
+from vigil.recovery.checkpoint.rng import RNGState
 from vigil.recovery.checkpoint.state import TrainState
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "ConfigError",
     "CoordinationFailed",
     "PersistTimeout",
+    "RNGState",
     "RestoreError",
     "RestoreReport",
     "SaveFailed",

@@ -51,8 +51,10 @@ from vigil.recovery.checkpoint.errors import (
 )
 from vigil.recovery.checkpoint.events import EventLog, resolve_identity
 from vigil.recovery.checkpoint.layout import Commit, Layout, dir_name
+from vigil.recovery.checkpoint.memory import Snapshots, assign, choose
 from vigil.recovery.checkpoint.persist import Job, Persister, describe
 from vigil.recovery.checkpoint.restore import RestoreReport, load_latest
+from vigil.recovery.checkpoint.snapshot import default_snapshot_dir
 from vigil.recovery.checkpoint.staging import Staged, Stager
 from vigil.recovery.checkpoint.stores import default_reader, default_writer, open_store
 
@@ -72,6 +74,10 @@ class Stats:
     events_dropped: int
     last_blocked_s: float  # how long the last save() blocked the caller
     last_copy_s: float  # of which the copy to host memory (the rest: waiting for peers or a busy save)
+    snapshots: int = 0  # in-memory snapshots handed to the snapshot writer
+    snapshots_written: int = 0
+    snapshots_skipped: int = 0  # the previous snapshot was still being written
+    snapshots_failed: int = 0
 
 
 class Checkpointer:
@@ -99,10 +105,30 @@ class Checkpointer:
         self._requested = self._staged = self._skipped = self._failed = 0
         self._last_blocked_s = self._last_copy_s = 0.0
         self.last_restore: RestoreReport | None = None
+        root = (Path(config.snapshot_dir).expanduser() / str(self.topology.rank) if config.snapshot_dir is not None
+                else default_snapshot_dir(identity.job_id, self.topology.rank))  # fmt: skip
+        self.snapshots = Snapshots(root, topology=self.topology, every=config.snapshot_every,
+                                   keep=config.snapshot_keep, pin_memory=config.pin_memory,
+                                   wait_s=config.snapshot_wait_s)  # fmt: skip
         self._closed = False
         atexit.register(self._atexit)
 
     # ---- saving ------------------------------------------------------------------------------
+    def snapshot(self, step: int, state: Mapping[str, Any]) -> bool:
+        """An in-memory snapshot of `state` at `step` when it is due (every `snapshot_every` steps).
+
+        Rank-local, no collective: call it every step on every rank. Blocks for the copy into
+        host buffers (while the previous snapshot is still being written it waits up to
+        `snapshot_wait_s`, default 0, then skips); the write happens on a thread. Never raises.
+        """
+        if self._closed:
+            return False
+        try:
+            return self.snapshots.take(step, state)
+        except Exception as exc:  # a bug must not take the training down
+            log.warning("snapshot of step %s failed: %s", step, describe(exc))
+            return False
+
     def save(self, step: int, state: Mapping[str, Any]) -> bool:
         """Stage `state` and persist it in the background; True when handed to the persister.
 
@@ -209,13 +235,51 @@ class Checkpointer:
 
     # ---- restoring ---------------------------------------------------------------------------
     def load_latest(self, state: MutableMapping[str, Any]) -> int | None:
-        """Load the highest-step verified checkpoint into `state` in place; its step, or None.
+        """Load the freshest state every rank can obtain into `state` in place; its step, or None.
 
-        Collective (every rank, same point). Raises `RestoreError` when checkpoints exist
-        but none can be loaded (its `rejected`: the ones that failed verification).
+        Collective (every rank, same point). One all-gather of what each rank holds decides
+        (`memory.choose`): the newest in-memory snapshot step held by every rank when it is at
+        least as new as the newest committed checkpoint, else the highest-step verified
+        checkpoint. Raises `RestoreError` when checkpoints exist but none can be loaded (its
+        `rejected`: the ones that failed verification). Snapshots newer than the step restored
+        are removed. The ``restored`` event names the `source` (memory, persisted).
         """
         if not self._persister.wait_idle(self.config.persist_timeout_s):
             raise RestoreError("a save is still persisting; cannot restore while it runs")
+        self.snapshots.wait(self.config.busy_timeout_s)
+        t0 = time.monotonic()
+        step = self._load_snapshot(state, t0)
+        if step is None:
+            step = self._load_persisted(state)
+        self.snapshots.discard_after(step)
+        return step
+
+    def _load_snapshot(self, state: MutableMapping[str, Any], t0: float) -> int | None:
+        newest = self.latest() if self.topology.rank == 0 else None
+        step = choose(self.topology.gather_rows(self.snapshots.row(newest.step if newest else None)))
+        if step is None:
+            return None
+        snap, sd, error = self.snapshots.find(step), None, ""
+        try:
+            if snap is None:
+                raise FileNotFoundError(f"snapshot of step {step} is gone")
+            sd = self.snapshots.dir.load(snap)
+        except Exception as exc:
+            error = describe(exc)
+        if not self.topology.all_true(sd is not None):
+            log.warning("snapshot of step %d could not be loaded (%s); restoring the persisted checkpoint",
+                        step, error or "on a peer")  # fmt: skip
+            return None
+        assert sd is not None and snap is not None
+        assign(state, sd)
+        seconds = time.monotonic() - t0
+        self.last_restore = RestoreReport(step=step, path=str(snap.path), read_storage=True, seconds=seconds,
+                                          source="memory")  # fmt: skip
+        self.events.emit("restored", step=step, path=str(snap.path), duration_ms=seconds * 1e3, source="memory")
+        log.info("restored step %d from the in-memory snapshot %s", step, snap.path)
+        return step
+
+    def _load_persisted(self, state: MutableMapping[str, Any]) -> int | None:
         try:
             report = load_latest(state, topology=self.topology, layout=self.layout, reader_factory=self._reader)
         except RestoreError as exc:
@@ -225,7 +289,8 @@ class Checkpointer:
         if report is not None:
             self._report_rejected(report.rejected)
         if report is not None:
-            self.events.emit("restored", step=report.step, path=report.path, duration_ms=report.seconds * 1e3)
+            self.events.emit("restored", step=report.step, path=report.path, duration_ms=report.seconds * 1e3,
+                             source="persisted")  # fmt: skip
             log.info("restored step %d from %s (%s)", report.step, report.path,
                      "read from storage" if report.read_storage else "received from the DP group's reader")  # fmt: skip
         return report.step if report is not None else None
@@ -257,7 +322,9 @@ class Checkpointer:
         return Stats(
             requested=self._requested, staged=self._staged, skipped=self._skipped, failed=self._failed + p.failed,
             persisted=p.persisted, committed=p.committed, events_dropped=self.events.dropped,
-            last_blocked_s=self._last_blocked_s, last_copy_s=self._last_copy_s,
+            last_blocked_s=self._last_blocked_s, last_copy_s=self._last_copy_s, snapshots=self.snapshots.taken,
+            snapshots_written=self.snapshots.written, snapshots_skipped=self.snapshots.skipped,
+            snapshots_failed=self.snapshots.failed,
         )  # fmt: skip
 
     def close(self, timeout: float | None = None) -> bool:
@@ -271,6 +338,7 @@ class Checkpointer:
         self._closed = True
         atexit.unregister(self._atexit)
         idle = self._persister.close(self.config.persist_timeout_s if timeout is None else timeout)
+        self.snapshots.close(self.config.busy_timeout_s if timeout is None else timeout)
         if idle:
             self._stager.close()
         self.events.close()

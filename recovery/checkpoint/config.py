@@ -55,6 +55,11 @@ class CheckpointConfig:
         StorageWriter / StorageReader for one checkpoint directory (custom storage,
         instrumentation); default: FileSystemWriter/Reader, or the fsspec ones for a URL.
     exit_timeout_s: at interpreter exit, how long to wait for a save still persisting.
+    snapshot_dir / snapshot_every / snapshot_keep: in-memory snapshots (`Checkpointer.snapshot`,
+        see `snapshot`): under ``<snapshot_dir>/<rank>`` (default ``/dev/shm/vigil/<job>``, a
+        tmpfs: host memory), one every `snapshot_every` steps, the newest `snapshot_keep` kept.
+    snapshot_wait_s: how long `snapshot()` waits for the previous snapshot's write before it
+        skips this one (counted); 0: never wait (training is not held up by a slow tmpfs).
     """
 
     directory: str | os.PathLike[str]
@@ -76,6 +81,10 @@ class CheckpointConfig:
     storage_writer_factory: Callable[[str], StorageWriter] | None = None
     storage_reader_factory: Callable[[str], StorageReader] | None = None
     exit_timeout_s: float = 30.0
+    snapshot_dir: str | os.PathLike[str] | None = None
+    snapshot_every: int = 1
+    snapshot_keep: int = 2
+    snapshot_wait_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not str(os.fspath(self.directory)).strip():
@@ -92,6 +101,12 @@ class CheckpointConfig:
             raise ConfigError("collective_timeout_s must be > 0 and exit_timeout_s >= 0")
         if self.writer_threads < 1 or self.event_file_bytes < 1 or self.event_files < 1:
             raise ConfigError("writer_threads, event_file_bytes and event_files must be >= 1")
+        if not isinstance(self.snapshot_every, int) or self.snapshot_every < 1:
+            raise ConfigError(f"snapshot_every must be an integer >= 1, got {self.snapshot_every!r}")
+        if not isinstance(self.snapshot_keep, int) or self.snapshot_keep < 1:
+            raise ConfigError(f"snapshot_keep must be an integer >= 1, got {self.snapshot_keep!r}")
+        if self.snapshot_wait_s < 0:
+            raise ConfigError(f"snapshot_wait_s must be >= 0, got {self.snapshot_wait_s}")
         if isinstance(self.dp_group, str) and self.dp_group != "world":
             raise ConfigError(f"dp_group: the only string accepted is 'world', got {self.dp_group!r}")
         if isinstance(self.dp_group, Sequence) and not isinstance(self.dp_group, str):

@@ -91,6 +91,15 @@ class Topology:
         dist.all_reduce(t, op=dist.ReduceOp.MIN, group=self.control_pg)
         return bool(t.item())
 
+    def gather_rows(self, row: Sequence[int]) -> list[list[int]]:
+        """Every rank's `row` (same length on every rank), in rank order: one all-gather."""
+        if not self.distributed:
+            return [list(row)]
+        mine = torch.tensor(list(row), dtype=torch.int64)
+        out = [torch.zeros(len(row), dtype=torch.int64) for _ in range(self.world_size)]
+        dist.all_gather(out, mine, group=self.control_pg)
+        return [[int(v) for v in t] for t in out]
+
     def from_rank0(self, obj: Any) -> Any:
         """Rank 0's `obj` on every rank (pickled; for small objects)."""
         if not self.distributed:

@@ -95,6 +95,7 @@ class EventLog:
         duration_ms: float = 0.0,
         nbytes: int = 0,
         error: str = "",
+        source: str = "",
     ) -> None:
         if self.spool is None:
             return
@@ -107,6 +108,8 @@ class EventLog:
                 "blocked_ms": round(max(0.0, blocked_ms), 3), "duration_ms": round(max(0.0, duration_ms), 3),
                 "bytes": max(0, int(nbytes)), "error": error[:MAX_ERROR],
             }  # fmt: skip
+            if source:
+                record["source"] = source
         except Exception:  # a value that does not convert: count, never raise into training
             self.failed_to_build += 1
             return

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from statistics import median
-from typing import Any
+from typing import Any, Literal
 
 from vigil.contract import Outcome
 from vigil.recovery.controller.state import Case, ClusterState, Job
@@ -53,7 +53,7 @@ def outcome(state: ClusterState, case: Case, result: str, now: datetime, reason:
         hosts = [str(h) for h in rst.details.get("hosts", [])]
     if rst is not None and rst.started_at is not None:
         gen = int(rst.started_details.get("generation", 0)) or None
-    load, ckpt_step = _restore(job, rst.started_at if rst else None, resumed_at)
+    load, ckpt_step, source = _restore(job, rst.started_at if rst else None, resumed_at)
     if ckpt_step is None and isinstance(first_step, int) and first_step > 0:
         ckpt_step = first_step - 1
     last_steps = [int(v) for d in ((pause.started_details, pause.details) if pause else ())
@@ -65,21 +65,30 @@ def outcome(state: ClusterState, case: Case, result: str, now: datetime, reason:
         resumed_at=resumed_at, detect_s=_secs(first_sign, detected), decide_s=_secs(detected, case.opened_at),
         pause_s=pause.seconds() if pause else None, diagnose_s=diag.seconds() if diag else None,
         restart_s=_secs(rst.started_at, resumed_at) if rst else None, checkpoint_load_s=load,
-        total_s=_secs(first_sign, resumed_at), checkpoint_step=ckpt_step, last_step=last,
+        total_s=_secs(first_sign, resumed_at), checkpoint_step=ckpt_step, restore_source=source, last_step=last,
         steps_lost=max(0, last - ckpt_step) if last is not None and ckpt_step is not None else None,
         first_step=first_step if isinstance(first_step, int) else None, generation=gen,
         cordoned=[str(h) for h in (cordon.details.get("cordoned", []) if cordon else [])], hosts=hosts,
         reason=reason[:2048])
 
 
-def _restore(job: Job, since: datetime | None, until: datetime | None) -> tuple[float | None, int | None]:
-    """(seconds of the slowest rank's checkpoint load, the step restored) of a restart, from `restored` events."""
+def _restore(
+    job: Job, since: datetime | None, until: datetime | None
+) -> tuple[float | None, int | None, Literal["", "memory", "peer", "persisted"]]:
+    """(seconds of the slowest rank's load, the step restored, where from) of a restart, from `restored` events.
+
+    The source is the weakest any rank used: ``persisted`` over ``peer`` over ``memory``."""
     if since is None:
-        return None, None
+        return None, None, ""
     hits = [c for c in job.restored if c.ts >= since and (until is None or c.ts <= until)]
     if not hits:
-        return None, None
-    return round(max(c.duration_ms for c in hits) / 1000, 3), max(c.step for c in hits)
+        return None, None, ""
+    step = max(c.step for c in hits)
+    sources = {c.source for c in hits if c.step == step}
+    source: Literal["", "memory", "peer", "persisted"] = next(
+        (s for s in ("persisted", "peer", "memory") if s in sources), ""
+    )
+    return round(max(c.duration_ms for c in hits) / 1000, 3), step, source
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -132,6 +132,7 @@ def format_history(doc: dict[str, Any]) -> str:
                          f"  diagnose {_s(o.get('diagnose_s'))}  restart {_s(o.get('restart_s'))}"
                          f" (checkpoint load {_s(o.get('checkpoint_load_s'))})  total {_s(o.get('total_s'))}"
                          f"  resumed at step {o.get('first_step', '-')} from checkpoint {o.get('checkpoint_step', '-')}"
+                         f"{' (' + o['restore_source'] + ')' if o.get('restore_source') else ''}"
                          f"  steps lost {o.get('steps_lost', '-')}"
                          f"{'  cordoned ' + ', '.join(o['cordoned']) if o.get('cordoned') else ''}")
         for s in r["steps"]:

@@ -196,6 +196,8 @@ class Outcome(Event):
     checkpoint_load_s: NonNegFloat | None = Field(default=None, ge=0)
     total_s: NonNegFloat | None = Field(default=None, ge=0, description="first sign -> first step after the restart")
     checkpoint_step: U64 | None = Field(default=None, ge=0, description="the checkpoint training resumed from")
+    restore_source: Literal["", "memory", "peer", "persisted"] = Field(
+        default="", description="where that state came from: an in-memory snapshot, a buddy's copy, storage")
     last_step: U64 | None = Field(default=None, ge=0, description="the last step before the fault")
     steps_lost: U64 | None = Field(default=None, ge=0)
     first_step: U64 | None = Field(default=None, ge=0)

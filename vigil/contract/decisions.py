@@ -199,7 +199,8 @@ class Checkpoint(Event):
     every rank ``persisted`` (its part written) or ``failed``; rank 0 ``committed`` once the
     commit marker is written: only then is the checkpoint complete and restorable.
     The latest complete checkpoint of a job is its latest ``committed`` event. Every rank
-    emits ``restored`` when `load_latest` loaded one (step, path, duration_ms = the load).
+    emits ``restored`` when `load_latest` loaded one (step, path, duration_ms = the load,
+    `source`: ``memory`` its own in-memory snapshot, ``peer`` a buddy's copy, ``persisted``).
     """
 
     kind: Literal["checkpoint"] = "checkpoint"
@@ -213,3 +214,4 @@ class Checkpoint(Event):
     rank: U32 | None = Field(default=None, ge=0, description="global rank that emitted it")
     error: str = Field(default="", max_length=4096, description="why a save failed or was skipped")
     dropped: U32 = Field(default=0, ge=0, description="checkpoint events of this rank lost before this one")
+    source: Literal["", "memory", "peer", "persisted"] = Field(default="", description="where `restored` came from")

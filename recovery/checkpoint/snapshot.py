@@ -1,0 +1,198 @@
+"""In-memory snapshots: this rank's whole state in host memory every few steps, the last K kept.
+
+    <snapshot_dir>/                      default /dev/shm/vigil/<job>/<rank> (tmpfs: host memory)
+      snap-0000001234-3fa9c2d1/          one snapshot of step 1234 (token: random, per attempt)
+        state.pt                         torch.save of this rank's staged state dict
+        _COMMITTED                       JSON marker, written last, atomically: step, rank, world, sha256
+
+A snapshot is rank-local (no collective to write it): the caller stages the state into host
+buffers (`staging.Stager`, the checkpointer's own staging) on the training thread, and the
+writer thread of this module saves it, hashes it and writes the marker. A snapshot counts
+only when its marker names the directory's step and token, this rank and world size, and the
+sha256 of ``state.pt``; `held` re-hashes before listing it, so a torn or altered snapshot is
+never restored. Retention: the newest `keep` complete snapshots survive each write; incomplete
+attempts are removed. Memory bound: at most ``keep + 1`` snapshots on the tmpfs (the one being
+written), each the size of the rank's state, plus one staged copy in the process.
+
+Loading uses ``torch.load(weights_only=True)``: tensors and plain containers only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import queue
+import re
+import secrets
+import shutil
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vigil.recovery.checkpoint.staging import Staged
+
+log = logging.getLogger("vigil.recovery.checkpoint")
+MARKER = "_COMMITTED"
+FORMAT = "vigil-snapshot/1"
+STATE = "state.pt"
+_NAME = re.compile(r"^snap-(\d{10,})-([0-9a-f]{8})$")
+
+
+def default_snapshot_dir(job_id: str, rank: int) -> Path:
+    """/dev/shm/vigil/<job>/<rank> where /dev/shm exists (tmpfs), else the temp dir's vigil-shm/<job>/<rank>."""
+    base = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(os.environ.get("TMPDIR", "/tmp")) / "vigil-shm"
+    return base / "vigil" / job_id / str(rank)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Snapshot:
+    step: int
+    path: Path
+
+
+class SnapshotDir:
+    """The snapshots of one rank under one directory: write, list (verified), load, prune."""
+
+    def __init__(self, root: Path, *, rank: int, world_size: int, keep: int) -> None:
+        self.root, self.rank, self.world_size, self.keep = root, rank, world_size, keep
+
+    def write(self, step: int, state_dict: dict[str, Any]) -> Snapshot:
+        """Save `state_dict` as the snapshot of `step`, marker last; prune. Raises OSError on failure."""
+        name = f"snap-{step:010d}-{secrets.randbits(32):08x}"
+        path = self.root / name
+        path.mkdir(parents=True, exist_ok=False)
+        try:
+            torch.save(state_dict, path / STATE)
+            doc = {"format": FORMAT, "step": step, "token": name[-8:], "rank": self.rank,
+                   "world_size": self.world_size, "sha256": _sha256(path / STATE), "written_at": time.time()}  # fmt: skip
+            tmp = path / f"{MARKER}.tmp"
+            tmp.write_bytes(json.dumps(doc, sort_keys=True).encode())
+            os.replace(tmp, path / MARKER)
+        except BaseException:
+            shutil.rmtree(path, ignore_errors=True)
+            raise
+        self.prune(protect=name)
+        return Snapshot(step=step, path=path)
+
+    def _marker(self, name: str) -> int | None:
+        """The step of snapshot `name` when its marker is valid for this rank and world (no hashing)."""
+        m = _NAME.match(name)
+        try:
+            doc = json.loads((self.root / name / MARKER).read_bytes()) if m else None
+        except (OSError, ValueError):
+            return None
+        if m is None or not isinstance(doc, dict):
+            return None
+        ok = (doc.get("format") == FORMAT and doc.get("step") == int(m.group(1)) and doc.get("token") == m.group(2)
+              and doc.get("rank") == self.rank and doc.get("world_size") == self.world_size)  # fmt: skip
+        return int(m.group(1)) if ok else None
+
+    def _names(self) -> list[str]:
+        try:
+            return sorted(n for n in os.listdir(self.root) if _NAME.match(n))
+        except OSError:
+            return []
+
+    def complete(self) -> list[Snapshot]:
+        """Snapshots with a valid marker, newest first (digests not checked)."""
+        found = [Snapshot(step=s, path=self.root / n) for n in self._names() if (s := self._marker(n)) is not None]
+        return sorted(found, key=lambda s: (s.step, s.path.name), reverse=True)
+
+    def verify(self, snap: Snapshot) -> str:
+        """'' when ``state.pt`` matches the marker's sha256; else why not."""
+        try:
+            want = json.loads((snap.path / MARKER).read_bytes()).get("sha256")
+            return "" if _sha256(snap.path / STATE) == want else f"{snap.path.name}: sha256 does not match"
+        except (OSError, ValueError, AttributeError) as exc:
+            return f"{snap.path.name}: cannot verify: {type(exc).__name__}: {exc}"
+
+    def held(self) -> list[Snapshot]:
+        """The verified snapshots, newest first (each one re-hashed)."""
+        out = []
+        for snap in self.complete():
+            if why := self.verify(snap):
+                log.warning("snapshot not usable: %s", why)
+                continue
+            out.append(snap)
+        return out
+
+    def load(self, snap: Snapshot) -> dict[str, Any]:
+        loaded = torch.load(snap.path / STATE, map_location="cpu", weights_only=True)
+        if not isinstance(loaded, dict):
+            raise TypeError(f"{snap.path}: not a state dict")
+        return loaded
+
+    def remove(self, snap: Snapshot) -> None:
+        shutil.rmtree(snap.path, ignore_errors=True)
+
+    def prune(self, *, protect: str) -> None:
+        """Keep the newest `keep` complete snapshots (and `protect`); remove the rest and every incomplete one."""
+        kept = {s.path.name for s in self.complete()[: self.keep]} | {protect}
+        for name in self._names():
+            if name not in kept:
+                shutil.rmtree(self.root / name, ignore_errors=True)
+
+
+class SnapshotWriter:
+    """One daemon thread writing staged snapshots; one at a time (the staging buffers are reused)."""
+
+    def __init__(self, directory: SnapshotDir) -> None:
+        self.directory = directory
+        self._inbox: queue.Queue[tuple[int, Staged] | None] = queue.Queue(maxsize=1)
+        self._idle = threading.Event()
+        self._idle.set()
+        self.written = self.failed = 0
+        self.write_s = 0.0  # total seconds spent writing (save, hash, marker, prune)
+        self.last_error = ""
+        self.last_step: int | None = None
+        self._thread = threading.Thread(target=self._run, name="vigil-ckpt-snapshot", daemon=True)
+        self._thread.start()
+
+    def wait_idle(self, timeout: float | None) -> bool:
+        return self._idle.wait(timeout)
+
+    def submit(self, step: int, staged: Staged) -> None:
+        """Hand over one staged state; the caller made sure the writer is idle."""
+        self._idle.clear()
+        self._inbox.put_nowait((step, staged))
+
+    def close(self, timeout: float | None) -> bool:
+        idle = self._idle.wait(timeout)
+        try:
+            self._inbox.put_nowait(None)
+        except queue.Full:
+            pass
+        if idle:
+            self._thread.join(timeout)
+        return idle
+
+    def _run(self) -> None:
+        while (item := self._inbox.get()) is not None:
+            step, staged = item
+            t0 = time.perf_counter()
+            try:
+                self.directory.write(step, staged.state_dict)
+                self.write_s += time.perf_counter() - t0
+                self.written += 1
+                self.last_step = step
+            except BaseException as exc:  # a full tmpfs or a bug: count, never kill the thread
+                self.failed += 1
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                if self.failed == 1 or self.failed % 100 == 0:
+                    log.warning("snapshot of step %d failed (%d so far): %s", step, self.failed, self.last_error)
+            finally:
+                self._idle.set()

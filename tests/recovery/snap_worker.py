@@ -1,0 +1,126 @@
+"""A deterministic real training job for the snapshot test: 3 ranks over gloo, snapshots every step.
+
+Run by torchrun (under `vigil run --nodes ...`, one process per host, or standalone as the
+uninterrupted reference). Gradients are averaged with one all-reduce of a flat buffer (DDP
+reorders its buckets after the first iteration, which changes the order floats are summed in);
+dropout uses torch's global generator and the data its own, both saved with `RNGState`, so a
+run resumed from a snapshot is bitwise identical to an uninterrupted one. Per-rank state is
+keyed by rank and every rank restores its own (``dp_group=None``). Persisted checkpoints every
+`--save-every` steps, a snapshot every step; `--crash-host` raises a ValueError at the start of
+step `--crash-step` once (`--once`). At the end rank 0 writes the sha256 of the parameters and
+optimizer state to `--out`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
+
+from vigil.recovery.checkpoint import CheckpointConfig, Checkpointer, RNGState, TrainState
+from vigil.timer import StepTimer, TimerConfig
+
+
+def parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    p.add_argument("--ckpt", required=True)
+    p.add_argument("--snapshots", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--save-every", type=int, default=10)
+    p.add_argument("--step-ms", type=float, default=50.0)
+    p.add_argument("--crash-host", default="")
+    p.add_argument("--crash-step", type=int, default=-1)
+    p.add_argument("--once", default="")
+    return p.parse_args()
+
+
+def crash(args: argparse.Namespace, step: int) -> None:
+    if step != args.crash_step or os.environ.get("VIGIL_HOST") != args.crash_host:
+        return
+    if args.once and Path(args.once).exists():
+        return
+    Path(args.once).touch()
+    raise ValueError(f"corrupt sample at step {step} (user code)")
+
+
+def digest(model: torch.nn.Module, opt: torch.optim.Optimizer) -> str:
+    h = hashlib.sha256()
+
+    def feed(obj: Any) -> None:
+        if isinstance(obj, torch.Tensor):
+            h.update(bytes(obj.detach().contiguous().reshape(-1).view(torch.uint8).tolist()))
+        elif isinstance(obj, dict):
+            for k in sorted(obj, key=str):
+                h.update(str(k).encode())
+                feed(obj[k])
+        elif isinstance(obj, list | tuple):
+            for v in obj:
+                feed(v)
+        else:
+            h.update(repr(obj).encode())
+
+    feed(model.state_dict())
+    feed(opt.state_dict())
+    return h.hexdigest()
+
+
+@record
+def main() -> int:
+    args = parse()
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", timeout=timedelta(seconds=30))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Dropout(0.2), torch.nn.Linear(64, 4))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    torch.manual_seed(100 + rank)  # dropout differs per rank
+    data = torch.Generator().manual_seed(rank)
+    state: dict[str, Any] = {"train": TrainState(model, opt), f"rng{rank}": RNGState(data)}
+    ckpt = Checkpointer(CheckpointConfig(directory=args.ckpt, snapshot_dir=args.snapshots, keep=2, dp_group=None,
+                                         collective_timeout_s=30, busy_timeout_s=5, snapshot_wait_s=5))
+    restored = ckpt.load_latest(state)
+    start = 1 if restored is None else restored + 1
+    source = ckpt.last_restore.source if ckpt.last_restore is not None else "-"
+    print(f"[snap_worker] rank {rank} of {world} starts at step {start} (restored {restored} from {source})", flush=True)
+    timer = StepTimer(TimerConfig(start_step=start, coords={"dp": rank, "tp": 0, "pp": 0}))
+    params = list(model.parameters())
+    try:
+        for step in range(start, args.steps + 1):
+            with timer.step(samples=8):
+                crash(args, step)
+                x, y = torch.randn(8, 32, generator=data), torch.randn(8, 4, generator=data)
+                opt.zero_grad()
+                torch.nn.functional.mse_loss(model(x), y).backward()
+                flat = torch.cat([p.grad.reshape(-1) for p in params if p.grad is not None])
+                dist.all_reduce(flat)
+                offset = 0
+                for p in params:
+                    assert p.grad is not None
+                    p.grad.copy_(flat[offset : offset + p.numel()].view_as(p) / world)
+                    offset += p.numel()
+                opt.step()
+                time.sleep(args.step_ms / 1000)
+            ckpt.snapshot(step, state)
+            if step % args.save_every == 0:
+                ckpt.save(step, state)
+    finally:
+        timer.close()
+    ckpt.close()
+    if rank == 0:
+        Path(args.out).write_text(digest(model, opt))
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
