@@ -13,7 +13,10 @@ JSON reader converts every value to the column's type, LowCardinality and Map in
 no value is converted in Python. Timestamps go as RFC 3339 text, read with
 `date_time_input_format = best_effort` (fractions beyond the column's milliseconds are
 cut, as a DateTime64(3) stores them). A value the engine cannot take fails the insert
-with a parse or range error, which `vigil.clickhouse.failures` counts as the data's.
+with a parse error, which `vigil.clickhouse.failures` counts as the data's. The engine's
+JSON reader wraps an integer beyond its column (2**40 into a UInt32 becomes 0), so each
+integer column's range is checked first, per column with `min`/`max` in C: a value
+beyond it fails the insert with a ValueError naming the column (the data's fault too).
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ Columns = dict[str, list[Any]]
 DEDUP = {"insert_deduplicate": 1, "deduplicate_blocks_in_dependent_materialized_views": 1}
 _READ = {"date_time_input_format": "best_effort"}
 _encode = msgspec.json.Encoder().encode
+_RANGE = {f"{s}Int{b}": ((-(2 ** (b - 1)), 2 ** (b - 1) - 1) if s == "" else (0, 2**b - 1))
+          for s in ("", "U") for b in (8, 16, 32, 64)}
 
 
 def columns(rows: Sequence[dict[str, Any]]) -> Columns:
@@ -50,11 +55,34 @@ def concat(a: Columns, b: Columns) -> Columns:
     return {n: a[n] + b[n] for n in a}
 
 
+def check_ranges(table: str, cols: Columns, types: dict[str, str]) -> None:
+    """ValueError when a value of an integer column (`types`: column -> ClickHouse type) is beyond its type."""
+    for name, values in cols.items():
+        typ = types.get(name, "")
+        nullable = typ.startswith("Nullable(")
+        bounds = _RANGE.get(typ[9:-1] if nullable else typ)
+        if bounds is None or not values:
+            continue
+        present = [v for v in values if v is not None] if nullable else values
+        if present and (min(present) < bounds[0] or max(present) > bounds[1]):
+            bad = next(v for v in present if not bounds[0] <= v <= bounds[1])
+            raise ValueError(f"{table}.{name}: {bad} is out of the range of {typ}")
+
+
 class BlockInserter:
     def __init__(self, client: Any) -> None:
         self._client = client
+        self._types: dict[str, dict[str, str]] = {}
+
+    def _column_types(self, table: str) -> dict[str, str]:
+        if table not in self._types:
+            res = self._client.query("SELECT name, type FROM system.columns WHERE database = currentDatabase() "
+                                     "AND table = {t:String}", parameters={"t": table})
+            self._types[table] = {str(n): str(t) for n, t in res.result_rows}
+        return self._types[table]
 
     def insert(self, table: str, cols: Columns, token: str | None) -> None:
         """Insert `cols` into `table` as one block; with `token`, a repeat of it stores nothing."""
+        check_ranges(table, cols, self._column_types(table))
         settings: dict[str, Any] = {**_READ, **DEDUP, "insert_deduplication_token": token} if token else dict(_READ)
         self._client.raw_insert(table, list(cols), _encode(cols), settings=settings, fmt="JSONColumns")
