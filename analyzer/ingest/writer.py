@@ -171,6 +171,8 @@ class ClickHouseWriter:
                 table, build = BUILDERS[kind]
                 if unknown:
                     stored = self._lookup(table, build(unknown), batch)
+                    self.looked_up += len(unknown)
+                    self.skipped_duplicates += len(stored)
                     fresh += [e for e in unknown if e.event_id not in stored]
                 if fresh:
                     tables[table] = build(fresh)
@@ -181,9 +183,13 @@ class ClickHouseWriter:
             for e in unknown:
                 for table, row in process(e):
                     (checked if table in LOOKUP else rows)[table].append(row)
+        skipped: set[str] = set()
+        self.looked_up += len({r["event_id"] for rows_ in checked.values() for r in rows_})
         for table, rows_ in checked.items():
             stored = self._lookup(table, columns(rows_), batch)
+            skipped |= stored
             rows[table].extend(r for r in rows_ if r["event_id"] not in stored)
+        self.skipped_duplicates += len(skipped)
         for table, rows_ in rows.items():
             if rows_:
                 tables[table] = concat(tables.get(table, {}), columns(rows_))
@@ -193,10 +199,7 @@ class ClickHouseWriter:
         """The event_ids of `cols` that `table` holds (a table that ignores tokens must not take a re-cut's rows
         again: it is judged against everything stored, the others against what was stored before the intent)."""
         before = batch.first_attempt if batch is not None and table in self._tokened else None
-        self.looked_up += len(set(cols["event_id"]))
-        stored = self._stored.stored(table, cols, before=before)
-        self.skipped_duplicates += len(stored)
-        return stored
+        return self._stored.stored(table, cols, before=before)
 
     def _insert(self, prepared: _Prepared, token: str | None) -> None:
         for table, cols in prepared.tables.items():
