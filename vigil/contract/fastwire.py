@@ -51,20 +51,20 @@ def _fits_u64(*values: int | None) -> None:
         raise ValueError("integer beyond UInt64")
 
 
-class _Envelope(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+class _Envelope(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True, gc=False):
     event_id: EventId = msgspec.field(default_factory=new_event_id)
     job_id: Name
     host: Name
     ts: AwareTs = msgspec.field(default_factory=lambda: datetime.now(UTC))  # UTC and in range: see decode_fast
 
 
-class FastCoords(Struct, frozen=True, forbid_unknown_fields=True):
+class FastCoords(Struct, frozen=True, forbid_unknown_fields=True, gc=False):
     dp: U32 = 0
     tp: U32 = 0
     pp: U32 = 0
 
 
-class FastStep(_Envelope, frozen=True, forbid_unknown_fields=True, kw_only=True):
+class FastStep(_Envelope, frozen=True, forbid_unknown_fields=True, kw_only=True, gc=False):
     kind: Literal["step"] = "step"
     schema_version: Literal[1] = 1
     rank: U32
@@ -84,7 +84,7 @@ class FastStep(_Envelope, frozen=True, forbid_unknown_fields=True, kw_only=True)
     # step, tokens, samples: beyond UInt64 is checked per record (`_STEP_U64`), not per event
 
 
-class FastGpu(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+class FastGpu(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True, gc=False):
     index: U32
     name: Text = ""
     uuid: Text = ""
@@ -102,7 +102,7 @@ class FastGpu(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
         _fits_u64(self.ecc_uncorrected, self.retired_pages)
 
 
-class FastProcess(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+class FastProcess(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True, gc=False):
     pid: U32
     status: Text
     local_rank: U32 | None = None
@@ -110,7 +110,7 @@ class FastProcess(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True)
     rss_mib: Finite | None = None
 
 
-class FastHeartbeat(_Envelope, frozen=True, forbid_unknown_fields=True, kw_only=True):
+class FastHeartbeat(_Envelope, frozen=True, forbid_unknown_fields=True, kw_only=True, gc=False):
     kind: Literal["heartbeat"] = "heartbeat"
     schema_version: Literal[1] = 1
     ip: Text = ""
@@ -128,7 +128,7 @@ class FastHeartbeat(_Envelope, frozen=True, forbid_unknown_fields=True, kw_only=
         _fits_u64(self.dropped_events, self.spooled_events)
 
 
-class FastNic(_Envelope, frozen=True, forbid_unknown_fields=True, kw_only=True):
+class FastNic(_Envelope, frozen=True, forbid_unknown_fields=True, kw_only=True, gc=False):
     kind: Literal["nic"] = "nic"
     schema_version: Literal[1] = 1
     device: Name
