@@ -28,6 +28,20 @@ from datetime import datetime
 from typing import Any
 
 
+def _insert(buckets: deque[tuple[int, list[int]]], sec: int, hashes: list[int]) -> None:
+    """Put ids of second `sec` in its own bucket, in order (scanning from the newest): never into an older
+    second's bucket, which `evict` would drop before their time."""
+    for i in range(len(buckets) - 1, -1, -1):
+        s, ids = buckets[i]
+        if s == sec:
+            ids.extend(hashes)
+            return
+        if s < sec:
+            buckets.insert(i + 1, (sec, hashes))
+            return
+    buckets.appendleft((sec, hashes))
+
+
 @dataclass
 class _Job:
     newest: float = float("-inf")
@@ -103,13 +117,8 @@ class RecentIds:
             j.buckets[-1][1].append(h)
         elif not j.buckets or j.buckets[-1][0] < sec:
             j.buckets.append((sec, [h]))
-        else:  # out of order within the window: an older bucket (rare; scan from the newest)
-            for s, ids in reversed(j.buckets):
-                if s <= sec:
-                    ids.append(h)
-                    break
-            else:
-                j.buckets.appendleft((sec, [h]))
+        else:  # out of order within the window (rare)
+            _insert(j.buckets, sec, [h])
         if t > j.newest:
             j.newest = t
 
@@ -137,13 +146,8 @@ class RecentIds:
                     buckets[-1][1].extend(hashes)
                 elif not buckets or buckets[-1][0] < sec:
                     buckets.append((sec, hashes))
-                else:  # out of order within the window: an older bucket (rare; scan from the newest)
-                    for s, old in reversed(buckets):
-                        if s <= sec:
-                            old.extend(hashes)
-                            break
-                    else:
-                        buckets.appendleft((sec, hashes))
+                else:  # out of order within the window (rare)
+                    _insert(buckets, sec, hashes)
             j.newest = newest
 
     def evict(self) -> None:
