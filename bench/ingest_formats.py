@@ -9,7 +9,7 @@ means anything), into the migrated tables with all their rollups:
 * columns + JSONColumns: `columns` builders (heartbeats: the processors' rows transposed), msgspec
   encodes, the engine parses (the writer now);
 * columns + Arrow: the same columns as a pyarrow table (`insert_arrow`; types inferred, maps and
-  timestamps given), the engine reads Arrow.
+  timestamps given; pyarrow comes with chdb), the engine reads Arrow.
 
 CPU seconds are the process's (Python and the engine's threads), the figure least disturbed by
 other load; wall seconds are shown too.
