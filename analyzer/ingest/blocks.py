@@ -1,45 +1,72 @@
 """One table's rows of a batch as one insert block, under the batch's deduplication token.
 
 ClickHouse identifies a deduplicated insert by (table, partition, token) and, when the
-insert spans several Native blocks, the block's index: clickhouse-connect cuts blocks at
-2**21 bytes of row size (16,384 step rows), so a 20,000-row batch would become two blocks
-and a re-cut with a different row count would not line up. Forcing one block makes the
-identity independent of the content and the row count. The settings are explicit: a
-dependent materialised view's block is deduplicated too, so rollups never double-count and
-a retry after a partial write fills only the views it missed.
+insert spans several blocks, the block's index. A batch's rows of one table travel as one
+`JSONColumns` document (`{"column": [values...], ...}`), which the engine reads as one
+block whatever its row count, so the identity is independent of the content and of how a
+re-cut counts its rows. The settings are explicit: a dependent materialised view's block
+is deduplicated too, so rollups never double-count and a retry after a partial write fills
+only the views it missed.
 
-Speed: column types are read once per table, and LowCardinality columns are sent as their
-plain type (the engine converts them on insert); clickhouse-connect would otherwise build
-every LowCardinality dictionary in Python, about a third of its serialisation time.
+Speed: the columns are serialised by msgspec in C and parsed by the engine in C++ (its
+JSON reader converts every value to the column's type, LowCardinality and Map included);
+no value is converted in Python. Timestamps go as RFC 3339 text, read with
+`date_time_input_format = best_effort` (fractions beyond the column's milliseconds are
+cut, as a DateTime64(3) stores them). A value the engine cannot take fails the insert
+with a parse error, which `vigil.clickhouse.failures` counts as the data's. The engine's
+JSON reader wraps an integer beyond its column (2**40 into a UInt32 becomes 0), so each
+integer column's range is checked first, per column with `min`/`max` in C: a value
+beyond it fails the insert with a ValueError naming the column (the data's fault too).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
-from vigil.analyzer.ingest.processors import Row
+import msgspec
+
+Columns = dict[str, list[Any]]
+"""One table's rows, column-oriented: column name -> one value per row (all lists of one length)."""
 
 DEDUP = {"insert_deduplicate": 1, "deduplicate_blocks_in_dependent_materialized_views": 1}
-_LC = "LowCardinality("
+_READ = {"date_time_input_format": "best_effort"}
+_encode = msgspec.json.Encoder().encode
+_RANGE = {f"{s}Int{b}": ((-(2 ** (b - 1)), 2 ** (b - 1) - 1) if s == "" else (0, 2**b - 1))
+          for s in ("", "U") for b in (8, 16, 32, 64)}
 
 
-def columns(rows: Sequence[Row]) -> tuple[list[str], list[list[Any]]]:
-    """Named rows of one table (same keys) -> column names and column-oriented data."""
-    names = list(rows[0])
-    return names, [[r[n] for r in rows] for n in names]
+def columns(rows: Sequence[dict[str, Any]]) -> Columns:
+    """Named rows of one table (same keys) -> column-oriented data."""
+    return {n: [r[n] for r in rows] for n in rows[0]} if rows else {}
 
 
-def plain_type(ch_type: str) -> str:
-    """`Map(LowCardinality(String), Float64)` -> `Map(String, Float64)`: every LowCardinality wrapper removed."""
-    while (i := ch_type.find(_LC)) >= 0:
-        depth, j = 1, i + len(_LC)
-        while depth:
-            depth += {"(": 1, ")": -1}.get(ch_type[j], 0)
-            j += 1
-        ch_type = ch_type[:i] + ch_type[i + len(_LC):j - 1] + ch_type[j:]
-    return ch_type
+def height(cols: Columns) -> int:
+    """The number of rows in `cols`."""
+    return len(next(iter(cols.values()), ()))
+
+
+def concat(a: Columns, b: Columns) -> Columns:
+    """The rows of `a` then those of `b` (the same columns)."""
+    if not a:
+        return b
+    if not b:
+        return a
+    return {n: a[n] + b[n] for n in a}
+
+
+def check_ranges(table: str, cols: Columns, types: dict[str, str]) -> None:
+    """ValueError when a value of an integer column (`types`: column -> ClickHouse type) is beyond its type."""
+    for name, values in cols.items():
+        typ = types.get(name, "")
+        nullable = typ.startswith("Nullable(")
+        bounds = _RANGE.get(typ[9:-1] if nullable else typ)
+        if bounds is None or not values:
+            continue
+        present = [v for v in values if v is not None] if nullable else values
+        if present and (min(present) < bounds[0] or max(present) > bounds[1]):
+            bad = next(v for v in present if not bounds[0] <= v <= bounds[1])
+            raise ValueError(f"{table}.{name}: {bad} is out of the range of {typ}")
 
 
 class BlockInserter:
@@ -47,23 +74,15 @@ class BlockInserter:
         self._client = client
         self._types: dict[str, dict[str, str]] = {}
 
-    def _type_names(self, table: str, names: list[str]) -> list[str]:
+    def _column_types(self, table: str) -> dict[str, str]:
         if table not in self._types:
             res = self._client.query("SELECT name, type FROM system.columns WHERE database = currentDatabase() "
                                      "AND table = {t:String}", parameters={"t": table})
-            self._types[table] = {str(n): plain_type(str(t)) for n, t in res.result_rows}
-        return [self._types[table][n] for n in names]
+            self._types[table] = {str(n): str(t) for n, t in res.result_rows}
+        return self._types[table]
 
-    def insert(self, table: str, rows: Sequence[Row], token: str | None) -> None:
-        """Insert `rows` into `table` as one block; with `token`, a repeat of it stores nothing."""
-        names, data = columns(rows)
-        types = self._type_names(table, names)
-        for i, t in enumerate(types):  # datetimes as ticks: clickhouse-connect's per-value conversion is slow
-            if t.startswith("DateTime64(3") and data[i] and isinstance(data[i][0], datetime):
-                data[i] = [int(v.timestamp() // 1) * 1000 + v.microsecond // 1000 for v in data[i]]
-        settings: dict[str, Any] = {**DEDUP, "insert_deduplication_token": token} if token else {}
-        ctx = self._client.create_insert_context(table, column_names=names, column_type_names=types,
-                                                 column_oriented=True, settings=settings)
-        ctx.req_block_size = len(rows)
-        ctx.data = data
-        self._client.insert(context=ctx)
+    def insert(self, table: str, cols: Columns, token: str | None) -> None:
+        """Insert `cols` into `table` as one block; with `token`, a repeat of it stores nothing."""
+        check_ranges(table, cols, self._column_types(table))
+        settings: dict[str, Any] = {**_READ, **DEDUP, "insert_deduplication_token": token} if token else dict(_READ)
+        self._client.raw_insert(table, list(cols), _encode(cols), settings=settings, fmt="JSONColumns")

@@ -15,11 +15,11 @@ crash must be judged as its first attempt was, not against what that attempt wro
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from vigil.analyzer.ingest.processors import LOOKUP, Row
+from vigil.analyzer.ingest.blocks import Columns
+from vigil.analyzer.ingest.processors import LOOKUP
 
 
 def _param(value: Any) -> str:
@@ -43,15 +43,15 @@ class StoredIds:
             self._client.command(f"TRUNCATE TABLE {self._probe}")
         return self._probe
 
-    def stored(self, table: str, rows: Sequence[Row], before: datetime | None = None) -> set[str]:
-        """The event_ids among `rows` that `table` already holds (ingested before `before`, when given)."""
-        if not rows:
+    def stored(self, table: str, cols: Columns, before: datetime | None = None) -> set[str]:
+        """The event_ids among `cols` (a table's rows) that `table` already holds (ingested before `before`)."""
+        if not cols or not cols["event_id"]:
             return set()
         prune = LOOKUP[table]
-        keys = sorted({(r["job_id"], r["event_id"]) for r in rows})
+        keys = sorted(set(zip(cols["job_id"], cols["event_id"], strict=True)))
         probe = self._table()
         self._client.insert(probe, keys, column_names=["job_id", "event_id"])
-        values = [r[prune] for r in rows]
+        values = cols[prune]
         typ = "UInt64" if prune == "step" else "DateTime64(3, 'UTC')"
         params: dict[str, Any] = {"lo": _param(min(values)), "hi": _param(max(values))}
         sql = (f"SELECT DISTINCT event_id FROM {table} WHERE job_id IN (SELECT job_id FROM {probe}) "

@@ -14,7 +14,10 @@ registration. The controller's actions, outcomes and its agents' `member` report
 each (`recovery_*`).
 
 An event is either the pydantic model or its fast-path mirror (`vigil.contract.fastwire`,
-same attribute names): processors read attributes only, so both give the same rows.
+same attribute names): processors read attributes only, so both give the same rows. The
+writer builds steps' and NIC samples' rows a column at a time (`columns.BUILDERS`); those
+builders must give exactly these rows (tests/analyzer/test_columns.py), so this stays the one
+definition of a row.
 
 Adding a kind = a row builder in `KINDS` (keyed by the event's `kind`) and a migration for
 its table; `LOOKUP` names the column that bounds the look-up of stored event_ids in each

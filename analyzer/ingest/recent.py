@@ -22,8 +22,24 @@ lower `dedup_window_s` to trade memory for look-ups of older re-sends).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
+
+
+def _insert(buckets: deque[tuple[int, list[int]]], sec: int, hashes: list[int]) -> None:
+    """Put ids of second `sec` in its own bucket, in order (scanning from the newest): never into an older
+    second's bucket, which `evict` would drop before their time."""
+    for i in range(len(buckets) - 1, -1, -1):
+        s, ids = buckets[i]
+        if s == sec:
+            ids.extend(hashes)
+            return
+        if s < sec:
+            buckets.insert(i + 1, (sec, hashes))
+            return
+    buckets.appendleft((sec, hashes))
 
 
 @dataclass
@@ -57,6 +73,32 @@ class RecentIds:
         t = ts.timestamp()
         return t > j.since and t >= j.newest - self.window_s
 
+    def split(self, events: Sequence[Any]) -> tuple[list[Any], list[Any], int]:
+        """A batch's events judged at once, as `covered` and `seen` judge each: (those the window knows are not
+        stored, those it cannot judge (look them up), how many it knows are stored). One window look-up per
+        run of a host's events; events need `job_id`, `host`, `ts`, `event_id`."""
+        fresh: list[Any] = []
+        unknown: list[Any] = []
+        stored = 0
+        ids, jobs, window = self._ids, self._jobs, self.window_s
+        last_key: tuple[str, str] | None = None
+        since = lo = float("-inf")
+        for e in events:
+            key = (e.job_id, e.host)
+            if key != last_key:
+                last_key = key
+                j = jobs.get(key)
+                since, lo = (float("-inf"), float("-inf")) if j is None else (j.since, j.newest - window)
+            t = e.ts.timestamp()
+            if t > since and t >= lo:
+                if hash(e.event_id) in ids:
+                    stored += 1
+                else:
+                    fresh.append(e)
+            else:
+                unknown.append(e)
+        return fresh, unknown, stored
+
     def seen(self, event_id: str) -> bool:
         return hash(event_id) in self._ids
 
@@ -75,38 +117,38 @@ class RecentIds:
             j.buckets[-1][1].append(h)
         elif not j.buckets or j.buckets[-1][0] < sec:
             j.buckets.append((sec, [h]))
-        else:  # out of order within the window: an older bucket (rare; scan from the newest)
-            for s, ids in reversed(j.buckets):
-                if s <= sec:
-                    ids.append(h)
-                    break
-            else:
-                j.buckets.appendleft((sec, [h]))
+        else:  # out of order within the window (rare)
+            _insert(j.buckets, sec, [h])
         if t > j.newest:
             j.newest = t
 
-    def add_all(self, events: list[tuple[str, str, datetime, str]]) -> None:
-        """`add` for many (job, host, ts, event_id), in stream order: one bucket look-up per host and second."""
-        jobs, ids, window = self._jobs, self._ids, self.window_s
-        last_key: tuple[str, str] | None = None
-        j = _Job()
-        for job, host, ts, event_id in events:
-            if (job, host) != last_key:
-                last_key = (job, host)
-                j = jobs.get(last_key) or jobs.setdefault(last_key, _Job())
-            t = ts.timestamp()
-            if t < j.newest - window:
-                continue
-            sec = int(t)
-            buckets = j.buckets
-            if buckets and buckets[-1][0] == sec:
-                h = hash(event_id)
-                ids.add(h)
-                buckets[-1][1].append(h)
-                if t > j.newest:
-                    j.newest = t
-            else:
-                self.add(job, host, ts, event_id)
+    def add_all(self, events: Sequence[Any]) -> None:
+        """`add` for many events (with `job_id`, `host`, `ts`, `event_id`): grouped by host and second first, so
+        the window's buckets are touched once per host and second, not per event."""
+        groups: dict[tuple[str, str], dict[int, list[tuple[float, int]]]] = {}
+        for e in events:
+            t = e.ts.timestamp()
+            groups.setdefault((e.job_id, e.host), {}).setdefault(int(t), []).append((t, hash(e.event_id)))
+        ids, window = self._ids, self.window_s
+        for key, seconds in groups.items():
+            j = self._jobs.get(key)
+            if j is None:
+                j = self._jobs[key] = _Job()
+            newest = max(j.newest, max(t for t, _ in seconds[max(seconds)]))
+            limit = newest - window  # older ones would never be covered, nor kept by `evict`
+            for sec in sorted(seconds):
+                if sec + 1 < limit:
+                    continue
+                hashes = [h for t, h in seconds[sec] if t >= limit]
+                ids.update(hashes)
+                buckets = j.buckets
+                if buckets and buckets[-1][0] == sec:
+                    buckets[-1][1].extend(hashes)
+                elif not buckets or buckets[-1][0] < sec:
+                    buckets.append((sec, hashes))
+                else:  # out of order within the window (rare)
+                    _insert(buckets, sec, hashes)
+            j.newest = newest
 
     def evict(self) -> None:
         """Forget ids older than each job's window."""

@@ -36,9 +36,11 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from operator import attrgetter
 from typing import Any, TypeVar
 
-from vigil.analyzer.ingest.blocks import BlockInserter
+from vigil.analyzer.ingest.blocks import BlockInserter, Columns, columns, concat, height
+from vigil.analyzer.ingest.columns import BUILDERS
 from vigil.analyzer.ingest.intents import IntentLedger
 from vigil.analyzer.ingest.lookup import StoredIds
 from vigil.analyzer.ingest.processors import LOOKUP, RECENT, Row, TableRow, process
@@ -52,9 +54,12 @@ from vigil.kafka.deadletter import DeadLetter, DeadLetterSink
 T = TypeVar("T")
 
 
+_EVENT_ID = attrgetter("event_id")
+
+
 @dataclass
 class _Prepared:
-    tables: dict[str, list[Row]]
+    tables: dict[str, Columns]  # table -> its rows of the batch, column-oriented
     recent: list[Ingestable]  # high-volume events of the batch, for the window once stored
 
 
@@ -131,48 +136,75 @@ class ClickHouseWriter:
                 raise
             bad = self._isolate(list(events), batch, exc, "")
         refused = {u.event.event_id for u in bad}
-        self.recent.add_all([(e.job_id, e.host, e.ts, e.event_id) for e in prepared.recent if e.event_id not in refused])
+        self.recent.add_all([e for e in prepared.recent if e.event_id not in refused] if refused else prepared.recent)
         self.recent.evict()
         self._prepared = None
         return bad
 
     def _prepare(self, events: Sequence[Ingestable], batch: BatchId | None, check_all: bool = False) -> _Prepared:
-        unique: dict[str, Ingestable] = {}
-        for e in events:
-            unique.setdefault(e.event_id, e)
+        ids = list(map(_EVENT_ID, events))
+        first = dict(zip(reversed(ids), range(len(ids) - 1, -1, -1), strict=True))  # event_id -> first position
+        unique = list(events) if len(first) == len(ids) else [events[i] for i in sorted(first.values())]
         self.skipped_duplicates += len(events) - len(unique)
         window = not check_all and batch is not None and batch.first_attempt is None and not batch.recheck
-        tables: dict[str, list[Row]] = defaultdict(list)
-        checked: dict[str, list[Row]] = defaultdict(list)  # rows the window cannot vouch for, per table
+        by_kind: dict[str, list[Ingestable]] = defaultdict(list)
+        for e in unique:
+            by_kind[e.kind].append(e)
+        tables: dict[str, Columns] = {}
         recent: list[Ingestable] = []
-        for e in unique.values():
-            hot = e.kind in RECENT
+        rows: dict[str, list[Row]] = defaultdict(list)  # kinds without a column builder
+        checked: dict[str, list[Row]] = defaultdict(list)  # their rows the window cannot vouch for, per table
+        for kind, group in by_kind.items():
+            hot = kind in RECENT
             if hot:
-                recent.append(e)
-            if window and hot and self.recent.covered(e.job_id, e.host, e.ts):
-                if self.recent.seen(e.event_id):
-                    self.skipped_duplicates += 1
-                    continue
-                rows: list[TableRow] = process(e)
-                for table, row in rows:
-                    tables[table].append(row)
+                recent += group
+            if hot and window:
+                fresh, unknown, seen = self.recent.split(group)
+                self.skipped_duplicates += seen
+            elif self.check_existing:
+                fresh, unknown = [], group
+            else:
+                fresh, unknown = group, []
+            if not self.check_existing:
+                fresh, unknown = fresh + unknown, []
+            if kind in BUILDERS:
+                table, build = BUILDERS[kind]
+                if unknown:
+                    stored = self._lookup(table, build(unknown), batch)
+                    self.looked_up += len(unknown)
+                    self.skipped_duplicates += len(stored)
+                    fresh += [e for e in unknown if e.event_id not in stored]
+                if fresh:
+                    tables[table] = build(fresh)
                 continue
-            for table, row in process(e):
-                (checked if table in LOOKUP and self.check_existing else tables)[table].append(row)
-        before = batch.first_attempt if batch is not None else None
+            for e in fresh:
+                for table, row in process(e):
+                    rows[table].append(row)
+            for e in unknown:
+                for table, row in process(e):
+                    (checked if table in LOOKUP else rows)[table].append(row)
         skipped: set[str] = set()
         self.looked_up += len({r["event_id"] for rows_ in checked.values() for r in rows_})
-        for table, rows_ in checked.items():  # a table that ignores tokens must not take a re-cut's rows again
-            stored = self._stored.stored(table, rows_, before=before if table in self._tokened else None)
+        for table, rows_ in checked.items():
+            stored = self._lookup(table, columns(rows_), batch)
             skipped |= stored
-            tables[table].extend(r for r in rows_ if r["event_id"] not in stored)
+            rows[table].extend(r for r in rows_ if r["event_id"] not in stored)
         self.skipped_duplicates += len(skipped)
-        return _Prepared(tables={t: rs for t, rs in sorted(tables.items()) if rs}, recent=recent)
+        for table, rows_ in rows.items():
+            if rows_:
+                tables[table] = concat(tables.get(table, {}), columns(rows_))
+        return _Prepared(tables=dict(sorted(tables.items())), recent=recent)
+
+    def _lookup(self, table: str, cols: Columns, batch: BatchId | None) -> set[str]:
+        """The event_ids of `cols` that `table` holds (a table that ignores tokens must not take a re-cut's rows
+        again: it is judged against everything stored, the others against what was stored before the intent)."""
+        before = batch.first_attempt if batch is not None and table in self._tokened else None
+        return self._stored.stored(table, cols, before=before)
 
     def _insert(self, prepared: _Prepared, token: str | None) -> None:
-        for table, rows in prepared.tables.items():
-            self._blocks.insert(table, rows, f"{token}:{table}" if token else None)
-            self.rows_written += len(rows)
+        for table, cols in prepared.tables.items():
+            self._blocks.insert(table, cols, f"{token}:{table}" if token else None)
+            self.rows_written += height(cols)
 
     def _isolate(self, events: list[Ingestable], batch: BatchId | None, exc: Exception, path: str) -> list[Unstorable]:
         """Store what can be stored; the events that fail on their own come back with the reason."""
@@ -198,7 +230,7 @@ class ClickHouseWriter:
         for table, row in rows:
             by_table[table].append(row)
         for table, batch in by_table.items():
-            self._blocks.insert(table, batch, None)
+            self._blocks.insert(table, columns(batch), None)
 
 
 @dataclass(kw_only=True)

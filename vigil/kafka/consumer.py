@@ -40,6 +40,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
+from operator import attrgetter
 from typing import Any, Protocol, runtime_checkable
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -155,6 +156,7 @@ class _Replay:
         return next((r.last for r in self.intent.ranges if (r.topic, r.partition) == tp), None)
 
 
+_EVENT_ID = attrgetter("event_id")
 _Raw = tuple[str, int, int, int, bytes | None]  # topic, partition, offset, timestamp, value
 
 _TRANSIENT_KAFKA = {KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN,
@@ -326,8 +328,7 @@ class BatchingConsumer:
         decoded = decode_fast(value)
         self.stats.decode_s += time.perf_counter() - t
         self._batch.events.extend(decoded.events)
-        for e in decoded.events:
-            self._batch.sources[e.event_id] = (topic, partition, offset)
+        self._batch.sources.update(dict.fromkeys(map(_EVENT_ID, decoded.events), (topic, partition, offset)))
         for r in decoded.rejected:
             self._batch.letters.append(DeadLetter(reason=r.reason, topic=topic, partition=partition, offset=offset, payload=r.payload))
         rng = self._batch.ranges.get((topic, partition))

@@ -1,0 +1,59 @@
+"""The window's batch methods (`split`, `add_all`) answer exactly as its per-event ones (`covered`, `seen`, `add`)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from vigil.analyzer.ingest.recent import RecentIds
+
+pytestmark = [pytest.mark.pure]
+T0 = datetime(2026, 11, 1, 12, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Ev:
+    job_id: str
+    host: str
+    ts: datetime
+    event_id: str
+
+
+def stream(rng: random.Random, n: int, start: float) -> list[Ev]:
+    """Hosts interleaved, mostly in time order, some late (out of order, some beyond the window)."""
+    out = []
+    for i in range(n):
+        t = start + i / 20 - (rng.choice([0, 0, 0, 5, 90]) if rng.random() < 0.1 else 0)
+        out.append(Ev(f"j{i % 2}", f"h{rng.randrange(6)}", T0 + timedelta(seconds=t), f"e{start}-{i}-{rng.random()}"))
+    return out
+
+
+def answer(w: RecentIds, e: Ev) -> str:
+    if not w.covered(e.job_id, e.host, e.ts):
+        return "look up"
+    return "stored" if w.seen(e.event_id) else "new"
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_batch_methods_agree_with_per_event_ones(seed: int) -> None:
+    rng = random.Random(seed)
+    one, bulk = RecentIds(window_s=30), RecentIds(window_s=30)
+    for w in (one, bulk):
+        w.started_after({("j0", "h1"): T0 + timedelta(seconds=40)})
+    for b in range(6):
+        batch = stream(rng, 2_000, start=b * 100)
+        probes = batch[::3] + stream(rng, 300, start=b * 100 + 90) + batch[:50]
+        for e in batch:
+            one.add(e.job_id, e.host, e.ts, e.event_id)
+        bulk.add_all(batch)
+        one.evict()
+        bulk.evict()
+        want = [answer(one, e) for e in probes]
+        assert [answer(bulk, e) for e in probes] == want
+        fresh, unknown, stored = bulk.split(probes)
+        assert [e for e, a in zip(probes, want, strict=True) if a == "new"] == fresh
+        assert [e for e, a in zip(probes, want, strict=True) if a == "look up"] == unknown
+        assert stored == want.count("stored") > 0 and unknown and fresh
