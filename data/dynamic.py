@@ -6,9 +6,12 @@ default process group's store), so each piece goes to exactly one rank and a slo
 simply takes fewer. `key` is fresh per segment (rank 0 draws it and broadcasts it), so a
 restart that reuses torchrun's store never sees an old counter.
 
-What each rank read is known only to that rank: `gather` collects every rank's claims and
-committed sample count (one `all_gather_object` — a collective, so every rank calls it at
-the same point, as the checkpointer's save does) and returns them as per-piece counts.
+Each claim is also recorded in the store (`KEY/<index>` = the claiming rank), so any rank
+can rebuild every rank's claims, in claim order, without a collective: the checkpointer may
+skip staging on a busy rank, so a `state_dict()` must never wait for the other ranks. In
+lockstep every rank has taken the same number of batches when it checkpoints, and a rank's
+claims for a batch are recorded before that batch's all-reduce, so what each rank consumed
+is `min(batches * batch_size, samples it claimed)` — the same answer on every rank.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from vigil.data.split import consumed
 
 class Store(Protocol):
     def add(self, key: str, amount: int) -> int: ...
+    def set(self, key: str, value: str) -> None: ...
+    def get(self, key: str) -> bytes: ...
 
 
 def default_store() -> Store:
@@ -43,8 +48,8 @@ def segment_key(name: str) -> str:
 class Claims:
     """This rank's pieces taken from a shared counter, in the order it took them."""
 
-    def __init__(self, store: Store, key: str, pieces: Sequence[Piece]) -> None:
-        self.store, self.key, self.pieces = store, key, list(pieces)
+    def __init__(self, store: Store, key: str, pieces: Sequence[Piece], rank: int) -> None:
+        self.store, self.key, self.pieces, self.rank = store, key, list(pieces), rank
         self.taken: list[Piece] = []
 
     def claim(self) -> Piece | None:
@@ -52,16 +57,19 @@ class Claims:
         i = self.store.add(self.key, 1) - 1
         if i >= len(self.pieces):
             return None
+        self.store.set(f"{self.key}/{i}", str(self.rank))
         self.taken.append(self.pieces[i])
         return self.pieces[i]
 
+    def everyone(self, world_size: int) -> list[list[Piece]]:
+        """Every rank's claims so far, in claim order, from the store's records."""
+        claimed = min(self.store.add(self.key, 0), len(self.pieces))
+        out: list[list[Piece]] = [[] for _ in range(world_size)]
+        for i in range(claimed):
+            out[int(self.store.get(f"{self.key}/{i}"))].append(self.pieces[i])
+        return out
 
-def gather(taken: Sequence[Piece], count: int) -> list[tuple[Piece, int]]:
-    """Every rank's (piece, samples consumed) from its claims and committed count; a collective."""
-    mine = [(p.shard, p.start, p.stop) for p in taken]
-    everyone: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, (mine, count))
-    out: list[tuple[Piece, int]] = []
-    for pieces, n in everyone:
-        out.extend(consumed([Piece(*p) for p in pieces], n))
-    return out
+
+def consumed_by_all(claims: Sequence[Sequence[Piece]], count: int) -> list[tuple[Piece, int]]:
+    """(piece, samples consumed) of every claim when every rank has read `count` samples or all it claimed."""
+    return [c for share in claims for c in consumed(share, count)]

@@ -71,7 +71,7 @@ class ElasticSampler(Sampler[int]):
             yield from ids
 
     def state_dict(self) -> dict[str, Any]:
-        """The epoch's progress (`vigil.data.state`); in dynamic mode a collective: call it on every rank."""
+        """The epoch's progress (`vigil.data.state`): the same on every rank after the same batches."""
         return self.stream.state_dict()
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:

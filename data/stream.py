@@ -9,7 +9,7 @@ deals the remaining pieces of the epoch over the ranks of this world —
   no message is sent and every rank knows what every rank has consumed;
 * dynamic: each rank claims the next piece from the job store's counter when its batch
   needs more (`dynamic.Claims`); the segment ends when no rank got a sample in a step
-  (one all-reduce per batch), and `state_dict()` gathers the claims (a collective).
+  (one all-reduce per batch); `state_dict()` reads every rank's claims from the store.
 
 The state counts a batch as consumed once it has been handed out: checkpoint after the
 step that used it and before taking the next, as the loop `for batch in ...: step(); save()`
@@ -86,14 +86,14 @@ class ElasticStream:
             self._reset(DataState(epoch))
 
     def state(self) -> DataState:
-        """The epoch's progress after the batches handed out so far (dynamic: a collective)."""
+        """The epoch's progress after the batches handed out so far (never a collective)."""
         if self._streams is not None:
             done = min(self._batches * self.batch_size, 2**62)
             counts = [split.consumed(s, done) for s in self._streams]
             return self._base.after(self.plan, [c for share in counts for c in share])
         if self._claims is not None:
-            taken = sum(len(p) for p in self._claims.taken)
-            return self._base.after(self.plan, dynamic.gather(self._claims.taken, min(self._batches * self.batch_size, taken)))
+            everyone = self._claims.everyone(self.world_size)
+            return self._base.after(self.plan, dynamic.consumed_by_all(everyone, self._batches * self.batch_size))
         return self._base
 
     def state_dict(self) -> dict[str, Any]:
@@ -122,7 +122,7 @@ class ElasticStream:
 
     def _dynamic(self, pieces: list[Piece]) -> Iterator[list[Piece]]:
         store = self._store if self._store is not None else dynamic.default_store()
-        claims = dynamic.Claims(store, dynamic.segment_key(self.name), pieces)
+        claims = dynamic.Claims(store, dynamic.segment_key(self.name), pieces, self.rank)
         self._claims = claims
         exhausted, k = False, 0
         while True:

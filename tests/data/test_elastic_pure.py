@@ -98,23 +98,33 @@ def test_the_static_deal_is_balanced_to_within_one_shard() -> None:
         assert sum(loads) == sum(len(p) for p in pieces) and max(loads) - min(loads) <= 64
 
 
-class CountingStore:
+class DictStore:
+    """The three TCPStore calls the claims use, in memory."""
+
     def __init__(self) -> None:
-        self.values: dict[str, int] = {}
+        self.counters: dict[str, int] = {}
+        self.values: dict[str, bytes] = {}
 
     def add(self, key: str, amount: int) -> int:
-        self.values[key] = self.values.get(key, 0) + amount
+        self.counters[key] = self.counters.get(key, 0) + amount
+        return self.counters[key]
+
+    def set(self, key: str, value: str) -> None:
+        self.values[key] = value.encode()
+
+    def get(self, key: str) -> bytes:
         return self.values[key]
 
 
 def test_claims_hand_every_piece_to_exactly_one_claimant() -> None:
-    store, pieces = CountingStore(), [Piece(s, 0, 10) for s in range(7)]
-    ranks = [Claims(store, "k", pieces) for _ in range(3)]
+    store, pieces = DictStore(), [Piece(s, 0, 10) for s in range(7)]
+    ranks = [Claims(store, "k", pieces, r) for r in range(3)]
     while any([c.claim() is not None for c in ranks[:1]] + [c.claim() is not None for c in ranks]):
         pass  # rank 0 claims twice as often (a faster rank), the others once
     taken = [p for c in ranks for p in c.taken]
     assert sorted(taken, key=lambda p: p.shard) == pieces
     assert len(ranks[0].taken) > len(ranks[1].taken)
+    assert all(c.everyone(3) == [r.taken for r in ranks] for c in ranks)  # any rank rebuilds every rank's claims
 
 
 def test_the_shard_reader_resumes_inside_a_shard_on_another_world() -> None:
