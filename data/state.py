@@ -1,18 +1,21 @@
 """`DataState`: how far an epoch has got — the shards done and the position inside each in-flight shard.
 
-    {"version": 1, "epoch": 3, "done": [4, 0, 7], "offsets": [[2, 40]]}
+    {"version": 1, "epoch": 3, "done": "[0,4,7]", "offsets": "[[2,40]]"}
 
 `done` lists the shards whose every sample was consumed; `offsets` gives, for each shard
 read part-way, how many samples of its order were consumed (0 < offset < size). A shard
 is always consumed from the front of its order, so these numbers describe the epoch's
 progress completely, whatever world size produced it. The dict is small (at most one entry
 per shard), JSON-safe, and world-size free: it is what goes into the checkpoint with the
-model. `from_dict` checks it against the plan and raises `ValueError` on anything that
+model. Its keys are fixed and its leaves scalars (the lists are JSON text): a fresh state
+and a loaded one have the same layout, which the checkpointer's replicas must agree on
+before a load. `from_dict` checks it against the plan and raises `ValueError` on anything that
 does not fit (a checkpoint of another dataset is refused, never half-applied).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,14 +53,14 @@ class DataState:
         return len(self.done) == plan.num_shards
 
     def to_dict(self) -> dict[str, Any]:
-        return {"version": VERSION, "epoch": self.epoch, "done": sorted(self.done),
-                "offsets": [[s, o] for s, o in sorted(self.offsets.items())]}  # fmt: skip
+        return {"version": VERSION, "epoch": self.epoch, "done": json.dumps(sorted(self.done), separators=(",", ":")),
+                "offsets": json.dumps([[s, o] for s, o in sorted(self.offsets.items())], separators=(",", ":"))}
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any], plan: EpochPlan) -> DataState:
         if doc.get("version") != VERSION:
             raise ValueError(f"data state version {doc.get('version')!r}, expected {VERSION}")
-        epoch, done, offsets = doc.get("epoch"), doc.get("done"), doc.get("offsets")
+        epoch, done, offsets = doc.get("epoch"), _parse(doc.get("done")), _parse(doc.get("offsets"))
         if not isinstance(epoch, int) or epoch < 0 or not isinstance(done, list) or not isinstance(offsets, list):
             raise ValueError("data state needs an epoch >= 0 and lists 'done' and 'offsets'")
         shards = range(plan.num_shards)
@@ -72,3 +75,12 @@ class DataState:
                 raise ValueError(f"data state offset {item!r} does not fit the plan")
             parsed[s] = o
         return cls(epoch, frozenset(done), parsed)
+
+
+def _parse(text: Any) -> Any:
+    if not isinstance(text, str) or len(text) > 1_000_000:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None

@@ -84,9 +84,12 @@ def test_state_round_trip_and_a_state_that_does_not_fit_is_refused() -> None:
     plan = EpochPlan.even(N, SHARD)
     state = DataState(2, frozenset({0, 5}), {3: 10})
     assert DataState.from_dict(json.loads(json.dumps(state.to_dict())), plan) == state
-    for bad in ({**state.to_dict(), "version": 9}, {**state.to_dict(), "offsets": [[3, SHARD]]},
-                {**state.to_dict(), "done": [0, 0]}, {**state.to_dict(), "offsets": [[0, 1]]},
-                {**state.to_dict(), "done": [plan.num_shards]}):  # fmt: skip
+    fresh, loaded = DataState().to_dict(), state.to_dict()
+    assert fresh.keys() == loaded.keys() and all(isinstance(v, int | str) for v in loaded.values())  # one layout
+    for bad in ({**state.to_dict(), "version": 9}, {**state.to_dict(), "offsets": "[[3, 64]]"},
+                {**state.to_dict(), "done": "[0, 0]"}, {**state.to_dict(), "offsets": "[[0, 1]]"},
+                {**state.to_dict(), "done": f"[{plan.num_shards}]"}, {**state.to_dict(), "done": "[0"},
+                {**state.to_dict(), "done": [0, 5]}):  # fmt: skip
         with pytest.raises(ValueError):
             DataState.from_dict(bad, plan)
 
