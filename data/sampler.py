@@ -41,6 +41,7 @@ class ElasticSampler(Sampler[int]):
         store: Store | None = None,
         name: str = "data",
     ) -> None:
+        super().__init__()
         self.plan = EpochPlan.even(num_samples, shard_size, seed=seed)
         self.stream = ElasticStream(self.plan, batch_size, mode=Mode(mode), rank=rank, world_size=world_size,
                                     store=store, name=name)  # fmt: skip

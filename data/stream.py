@@ -88,8 +88,7 @@ class ElasticStream:
     def state(self) -> DataState:
         """The epoch's progress after the batches handed out so far (never a collective)."""
         if self._streams is not None:
-            done = min(self._batches * self.batch_size, 2**62)
-            counts = [split.consumed(s, done) for s in self._streams]
+            counts = [split.consumed(s, self._batches * self.batch_size) for s in self._streams]
             return self._base.after(self.plan, [c for share in counts for c in share])
         if self._claims is not None:
             everyone = self._claims.everyone(self.world_size)
@@ -130,7 +129,7 @@ class ElasticStream:
             while not exhausted and sum(len(p) for p in claims.taken) < want:
                 exhausted = claims.claim() is None
             batch = split.take(claims.taken, k * self.batch_size, self.batch_size)
-            anyone = torch.tensor([sum(len(p) for p in batch)])
+            anyone = torch.tensor([sum(len(p) for p in batch)], device=_collective_device())
             dist.all_reduce(anyone, op=dist.ReduceOp.MAX)
             if int(anyone.item()) == 0:
                 return
@@ -140,3 +139,10 @@ class ElasticStream:
 
     def _reset(self, base: DataState) -> None:
         self._base, self._streams, self._claims, self._batches = base, None, None, 0
+
+
+def _collective_device() -> torch.device:
+    """Where the default group's collectives take their tensors (NCCL: this rank's GPU)."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
