@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from functools import cached_property
+from itertools import accumulate
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,11 @@ class EpochPlan:
 
     def first(self, shard: int) -> int:
         """The sample id the shard starts at."""
-        return sum(self.sizes[:shard])
+        return self._starts[shard]
+
+    @cached_property
+    def _starts(self) -> list[int]:
+        return [0, *accumulate(self.sizes)]
 
     def order(self, epoch: int) -> list[int]:
         shards = list(range(self.num_shards))

@@ -10,6 +10,7 @@ that into per-piece counts for `DataState.after`, with no message between ranks.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 
 from vigil.data.plan import Piece
@@ -19,11 +20,11 @@ def assign(pieces: Sequence[Piece], world: int) -> list[list[Piece]]:
     if world < 1:
         raise ValueError(f"world size {world}")
     streams: list[list[Piece]] = [[] for _ in range(world)]
-    loads = [0] * world
+    loads = [(0, r) for r in range(world)]  # a heap: the least loaded rank first, ties to the lower rank
     for piece in pieces:
-        rank = min(range(world), key=lambda r: (loads[r], r))
+        load, rank = heapq.heappop(loads)
         streams[rank].append(piece)
-        loads[rank] += len(piece)
+        heapq.heappush(loads, (load + len(piece), rank))
     return streams
 
 

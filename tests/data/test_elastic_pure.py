@@ -84,12 +84,14 @@ def test_state_round_trip_and_a_state_that_does_not_fit_is_refused() -> None:
     plan = EpochPlan.even(N, SHARD)
     state = DataState(2, frozenset({0, 5}), {3: 10})
     assert DataState.from_dict(json.loads(json.dumps(state.to_dict())), plan) == state
+    assert state.to_dict()["done"] == "21"  # shards 0 and 5, a hex bitmap
     fresh, loaded = DataState().to_dict(), state.to_dict()
     assert fresh.keys() == loaded.keys() and all(isinstance(v, int | str) for v in loaded.values())  # one layout
     for bad in ({**state.to_dict(), "version": 9}, {**state.to_dict(), "offsets": "[[3, 64]]"},
-                {**state.to_dict(), "done": "[0, 0]"}, {**state.to_dict(), "offsets": "[[0, 1]]"},
-                {**state.to_dict(), "done": f"[{plan.num_shards}]"}, {**state.to_dict(), "done": "[0"},
-                {**state.to_dict(), "done": [0, 5]}):  # fmt: skip
+                {**state.to_dict(), "done": "-1"}, {**state.to_dict(), "offsets": "[[0, 1]]"},
+                {**state.to_dict(), "done": format(1 << plan.num_shards, "x")}, {**state.to_dict(), "done": "zz"},
+                {**state.to_dict(), "done": [0, 5]}, {**state.to_dict(), "offsets": "[[3, 10]"},
+                {**state.to_dict(), "done": "f" * 100}):  # fmt: skip
         with pytest.raises(ValueError):
             DataState.from_dict(bad, plan)
 
