@@ -13,7 +13,11 @@ as a rank whose GPU fell off the bus does), and later one rank hangs (a stuck GP
 joins the next all-reduce; with `--hang-once` only the first time) until the process
 group's timeout ends the job or the recovery controller restarts it. With `--ckpt-dir` it
 saves a two-phase checkpoint every `--ckpt-every` steps (`vigil.recovery.checkpoint`) and,
-when started again, resumes from the latest complete one. Under recovery control (`vigil
+when started again, resumes from the latest complete one. The data is a synthetic dataset
+of `--samples` sequences (sample i is drawn from a generator seeded by i) read through
+`vigil.data.ElasticSampler`, checkpointed with the model: a resume on another number of ranks
+re-splits the rest of the epoch (rank 0 prints how many samples) and reads each sample once
+along the committed steps. Under recovery control (`vigil
 run --nodes`, which sets VIGIL_HOSTS) rank 0 registers the job's topology through the spool
 at every start, so a restart on fewer hosts is known as such.
 
@@ -35,6 +39,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from vigil.data import ElasticSampler
 from vigil.recovery.checkpoint import CheckpointConfig, Checkpointer, TrainState
 from vigil.timer import StepTimer, TimerConfig
 
@@ -62,6 +67,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seq", type=int, default=64)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--vocab", type=int, default=1024)
+    p.add_argument("--samples", type=int, default=1 << 20, help="samples in the synthetic dataset (an epoch)")
+    p.add_argument("--shard-size", type=int, default=256, help="samples per shard (vigil.data)")
+    p.add_argument("--data-mode", choices=["static", "dynamic"], default="static", help="vigil.data sharding")
     p.add_argument("--slow-rank", default="-1", help="global rank to slow down")
     p.add_argument("--slow-from", type=int, default=30, help="step from which it is slow")
     p.add_argument("--slow-ms", type=float, default=60.0, help="extra forward time of the slow rank")
@@ -116,6 +124,13 @@ def register_job(args: argparse.Namespace, world: int) -> None:
     path.write_text(json.dumps(doc) + "\n")
 
 
+def sample_tokens(ids: list[int], vocab: int, seq: int) -> torch.Tensor:
+    """The batch of sample ids `ids`: sample i is always the same sequence (a generator seeded by i)."""
+    if not ids:
+        return torch.zeros((0, seq + 1), dtype=torch.long)
+    return torch.stack([torch.randint(0, vocab, (seq + 1,), generator=torch.Generator().manual_seed(i)) for i in ids])
+
+
 def average_gradients(model: nn.Module, world: int) -> None:
     """One all-reduce of every gradient, flattened (what DDP does in buckets, without the overlap)."""
     grads = [p.grad for p in model.parameters() if p.grad is not None]
@@ -142,15 +157,14 @@ def main(argv: list[str] | None = None) -> int:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     params = sum(p.numel() for p in model.parameters())
     tokens_per_step = args.batch * args.seq
-    gen = torch.Generator().manual_seed(rank)
+    sampler = ElasticSampler(args.samples, args.batch, shard_size=args.shard_size, seed=0, mode=args.data_mode)
     ckpt = Checkpointer(CheckpointConfig(directory=args.ckpt_dir, dp_group="world")) if args.ckpt_dir else None
-    state = {"train": TrainState(model, opt), "data": {"rng": gen.get_state()}}
+    state = {"train": TrainState(model, opt), "data": sampler}
     resumed = ckpt.load_latest(state) if ckpt is not None else None  # every rank, at the same point
     step = 0 if resumed is None else resumed + 1
-    if resumed is not None:
-        gen.set_state(state["data"]["rng"])  # type: ignore[index]
-        if rank == 0:
-            print(f"resumed from the checkpoint of step {resumed}", flush=True)
+    if resumed is not None and rank == 0:
+        print(f"resumed from the checkpoint of step {resumed}", flush=True)
+    batches = sampler.batches()
     timer = StepTimer(TimerConfig(flops_per_step=6.0 * params * tokens_per_step, gpu_peak_tflops=args.peak_tflops,
                                   coords={"dp": rank, "tp": 0, "pp": 0}, start_step=step))
     try:
@@ -159,12 +173,21 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"rank {rank} hangs before step {step} (a stuck GPU)", flush=True)
                 while True:  # its peers wait in the next all-reduce until the process group times out
                     time.sleep(3600)
-            with timer.step(tokens=tokens_per_step, samples=args.batch):
+            ids = next(batches, None)
+            if ids is None:  # the epoch is done on every rank at the same step
+                sampler.set_epoch(sampler.epoch + 1)
+                batches = sampler.batches()
+                ids = next(batches)
+            if resumed is not None and step == resumed + 1 and rank == 0 and (seg := sampler.segment) is not None:
+                print(f"data: {seg.samples} samples left in epoch {sampler.epoch} re-split over {seg.world_size} ranks "
+                      f"({seg.in_flight} shards were read part-way)", flush=True)
+            with timer.step(tokens=len(ids) * args.seq, samples=len(ids)):
                 with timer.phase("data"):
-                    batch = torch.randint(0, args.vocab, (args.batch, args.seq + 1), generator=gen)
+                    batch = sample_tokens(ids, args.vocab, args.seq)
                 with timer.phase("forward"):
                     logits = model(batch[:, :-1])
-                    loss = nn.functional.cross_entropy(logits.reshape(-1, args.vocab), batch[:, 1:].reshape(-1))
+                    loss = nn.functional.cross_entropy(logits.reshape(-1, args.vocab), batch[:, 1:].reshape(-1),
+                                                       reduction="sum") / max(len(ids) * args.seq, 1)  # 0 if empty
                     if picked(args.slow_rank, rank) and step >= args.slow_from:
                         time.sleep(args.slow_ms / 1000)
                 with timer.phase("backward"):
@@ -182,7 +205,6 @@ def main(argv: list[str] | None = None) -> int:
             if rank == 0 and step % 20 == 0:
                 print(f"step {step} loss {loss.item():.3f}", flush=True)
             if ckpt is not None and step > 0 and step % args.ckpt_every == 0:
-                state["data"]["rng"] = gen.get_state()  # type: ignore[index]
                 ckpt.save(step, state)  # returns once the state is in host memory
             step += 1
     except KeyboardInterrupt:

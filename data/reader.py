@@ -1,0 +1,83 @@
+"""`ShardReader`: an iterable (streaming) dataset read shard by shard, every sample once per epoch on any world.
+
+    def open_shard(shard: int, start: int) -> Iterator[Sample]:   # e.g. one file per shard
+        return itertools.islice(read_records(files[shard]), start, None)
+
+    reader = ShardReader(open_shard, sizes=[count(f) for f in files], batch_size=32, seed=0)
+    for batch in reader.batches():  # lists of samples, short or empty at the end
+        ...
+
+The shard sizes must be known (a shard's position is a sample count). Samples come in
+each shard's storage order (`open_shard(shard, start)` must yield the shard from sample
+`start`); the shard order is shuffled per epoch. A shard piece continued by the next batch
+keeps its open iterator; a piece the rank did not finish is reopened at its position after
+a restart. State, modes and guarantee as `ElasticSampler` (`vigil.data.stream`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from itertools import islice
+from typing import Any, Generic, TypeVar
+
+from vigil.data.dynamic import Store
+from vigil.data.plan import EpochPlan
+from vigil.data.stream import ElasticStream, Mode, Segment
+
+T = TypeVar("T")
+
+
+class ShardReader(Generic[T]):
+    def __init__(
+        self,
+        open_shard: Callable[[int, int], Iterator[T]],
+        sizes: Sequence[int],
+        batch_size: int,
+        *,
+        seed: int = 0,
+        mode: Mode | str = Mode.STATIC,
+        rank: int | None = None,
+        world_size: int | None = None,
+        store: Store | None = None,
+        name: str = "data",
+    ) -> None:
+        self.open_shard = open_shard
+        self.plan = EpochPlan(tuple(sizes), seed, shuffle_within=False)
+        self.stream = ElasticStream(self.plan, batch_size, mode=Mode(mode), rank=rank, world_size=world_size,
+                                    store=store, name=name)  # fmt: skip
+
+    @property
+    def epoch(self) -> int:
+        return self.stream.epoch
+
+    @property
+    def segment(self) -> Segment | None:
+        return self.stream.segment
+
+    def set_epoch(self, epoch: int) -> None:
+        self.stream.set_epoch(epoch)
+
+    def batches(self) -> Iterator[list[T]]:
+        """This rank's batches of samples for the rest of the epoch."""
+        current: tuple[int, int, Iterator[T]] | None = None  # (shard, next position, iterator)
+        for pieces in self.stream.piece_batches():
+            batch: list[T] = []
+            for p in pieces:
+                if current is None or current[:2] != (p.shard, p.start):
+                    current = (p.shard, p.start, iter(self.open_shard(p.shard, p.start)))
+                got = list(islice(current[2], len(p)))
+                if len(got) != len(p):
+                    raise ValueError(f"shard {p.shard} ended at {p.start + len(got)}, declared size {self.plan.size(p.shard)}")
+                batch.extend(got)
+                current = (p.shard, p.stop, current[2])
+            yield batch
+
+    def __iter__(self) -> Iterator[T]:
+        for batch in self.batches():
+            yield from batch
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.stream.state_dict()
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        self.stream.load_state_dict(state_dict)

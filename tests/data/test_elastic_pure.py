@@ -1,0 +1,159 @@
+"""Elastic data without processes: every sample exactly once across resizes, determinism, state round trips."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator
+from itertools import islice
+
+import pytest
+
+from vigil.data import DataState, ElasticSampler, EpochPlan, Piece, ShardReader
+from vigil.data.dynamic import Claims
+from vigil.data.split import assign
+
+pytestmark = pytest.mark.pure
+
+N, BATCH, SHARD = 1000, 7, 64
+
+
+def world(size: int, state: dict[str, object] | None = None, seed: int = 0) -> list[ElasticSampler]:
+    ranks = [ElasticSampler(N, BATCH, shard_size=SHARD, seed=seed, rank=r, world_size=size) for r in range(size)]
+    for s in ranks:
+        if state is not None:
+            s.load_state_dict(state)
+    return ranks
+
+
+def run(ranks: list[ElasticSampler], steps: int | None) -> tuple[list[int], dict[str, object]]:
+    """Lockstep `steps` batches on every rank (all of them when None); the ids read and the checkpoint."""
+    streams = [s.batches() for s in ranks]
+    read: list[int] = []
+    for batches in islice(zip(*streams, strict=True), steps):
+        assert all(len(b) <= BATCH for b in batches)
+        read.extend(i for b in batches for i in b)
+    states = [s.state_dict() for s in ranks]
+    assert all(st == states[0] for st in states)  # every rank checkpoints the same, world-free state
+    return read, states[0]
+
+
+def test_resize_3_2_3_reads_every_sample_exactly_once() -> None:
+    first, state = run(world(3), 5)
+    assert len(first) == 3 * 5 * BATCH
+    second, state = run(world(2, json.loads(json.dumps(state))), 11)  # through JSON, as a checkpoint would
+    third, state = run(world(3, state), None)
+    counts = Counter(first + second + third)
+    assert sorted(counts) == list(range(N)) and set(counts.values()) == {1}
+    assert DataState.from_dict(state, EpochPlan.even(N, SHARD)).finished(EpochPlan.even(N, SHARD))
+
+
+def test_a_crash_after_the_checkpoint_re_reads_only_what_followed_it() -> None:
+    ranks = world(3)
+    _, saved = run(ranks, 4)
+    lost, _ = run(ranks, 3)  # handed out, never checkpointed: the job dies here
+    again, _ = run(world(2, saved), None)
+    assert set(lost) <= set(again)  # re-read after the restart, like the steps that used them
+    before, _ = run(world(3), 4)
+    assert Counter(before + again) == Counter(range(N))
+
+
+def test_ranks_take_the_same_number_of_batches_and_the_tail_is_short() -> None:
+    ranks = world(3)
+    lengths = [[len(b) for b in s.batches()] for s in ranks]
+    assert len({len(x) for x in lengths}) == 1  # lockstep: no rank stops early
+    assert sum(map(sum, lengths)) == N
+    for x in lengths:  # full batches, at most one short one, then empty ones (shares differ by < one shard)
+        full = x.index(next(n for n in x if n < BATCH)) if min(x) < BATCH else len(x)
+        assert x[:full] == [BATCH] * full and all(n == 0 for n in x[full + 1:])
+        assert len(x) - full <= -(-SHARD // BATCH) + 1
+
+
+def test_same_seed_same_batches_other_seed_or_epoch_other_order() -> None:
+    a = [list(s.batches()) for s in world(3)]
+    assert a == [list(s.batches()) for s in world(3)]
+    assert a != [list(s.batches()) for s in world(3, seed=1)]
+    later = world(3)
+    for s in later:
+        s.set_epoch(1)
+    b = [list(s.batches()) for s in later]
+    assert b != a and sorted(i for r in b for x in r for i in x) == list(range(N))
+
+
+def test_state_round_trip_and_a_state_that_does_not_fit_is_refused() -> None:
+    plan = EpochPlan.even(N, SHARD)
+    state = DataState(2, frozenset({0, 5}), {3: 10})
+    assert DataState.from_dict(json.loads(json.dumps(state.to_dict())), plan) == state
+    assert state.to_dict()["done"] == "21"  # shards 0 and 5, a hex bitmap
+    fresh, loaded = DataState().to_dict(), state.to_dict()
+    assert fresh.keys() == loaded.keys() and all(isinstance(v, int | str) for v in loaded.values())  # one layout
+    for bad in ({**state.to_dict(), "version": 9}, {**state.to_dict(), "offsets": "[[3, 64]]"},
+                {**state.to_dict(), "done": "-1"}, {**state.to_dict(), "offsets": "[[0, 1]]"},
+                {**state.to_dict(), "done": format(1 << plan.num_shards, "x")}, {**state.to_dict(), "done": "zz"},
+                {**state.to_dict(), "done": [0, 5]}, {**state.to_dict(), "offsets": "[[3, 10]"},
+                {**state.to_dict(), "done": "f" * 100}):  # fmt: skip
+        with pytest.raises(ValueError):
+            DataState.from_dict(bad, plan)
+
+
+def test_the_static_deal_is_balanced_to_within_one_shard() -> None:
+    pieces = [Piece(s, o, 64) for s, o in enumerate([0, 10, 0, 63, 0, 5, 0, 0, 30, 0])]
+    for size in (1, 2, 3, 4):
+        loads = [sum(len(p) for p in share) for share in assign(pieces, size)]
+        assert sum(loads) == sum(len(p) for p in pieces) and max(loads) - min(loads) <= 64
+
+
+class DictStore:
+    """The three TCPStore calls the claims use, in memory."""
+
+    def __init__(self) -> None:
+        self.counters: dict[str, int] = {}
+        self.values: dict[str, bytes] = {}
+
+    def add(self, key: str, amount: int) -> int:
+        self.counters[key] = self.counters.get(key, 0) + amount
+        return self.counters[key]
+
+    def set(self, key: str, value: str) -> None:
+        self.values[key] = value.encode()
+
+    def get(self, key: str) -> bytes:
+        return self.values[key]
+
+
+def test_claims_hand_every_piece_to_exactly_one_claimant() -> None:
+    store, pieces = DictStore(), [Piece(s, 0, 10) for s in range(7)]
+    ranks = [Claims(store, "k", pieces, r) for r in range(3)]
+    while any([c.claim() is not None for c in ranks[:1]] + [c.claim() is not None for c in ranks]):
+        pass  # rank 0 claims twice as often (a faster rank), the others once
+    taken = [p for c in ranks for p in c.taken]
+    assert sorted(taken, key=lambda p: p.shard) == pieces
+    assert len(ranks[0].taken) > len(ranks[1].taken)
+    assert all(c.everyone(3) == [r.taken for r in ranks] for c in ranks)  # any rank rebuilds every rank's claims
+
+
+def test_the_shard_reader_resumes_inside_a_shard_on_another_world() -> None:
+    sizes = [50, 13, 40, 27, 64]
+    opened: list[tuple[int, int]] = []
+
+    def open_shard(shard: int, start: int) -> Iterator[tuple[int, int]]:
+        opened.append((shard, start))
+        return ((shard, i) for i in range(start, sizes[shard]))
+
+    def readers(size: int, state: dict[str, object] | None) -> list[ShardReader[tuple[int, int]]]:
+        out = [ShardReader(open_shard, sizes, 5, seed=3, rank=r, world_size=size) for r in range(size)]
+        for r in out:
+            if state is not None:
+                r.load_state_dict(state)
+        return out
+
+    got: list[tuple[int, int]] = []
+    state: dict[str, object] | None = None
+    for size, steps in ((3, 4), (2, 6), (3, None)):
+        group = readers(size, state)
+        for batches in islice(zip(*(r.batches() for r in group), strict=True), steps):
+            got.extend(x for b in batches for x in b)
+        state = group[0].state_dict()
+    assert Counter(got) == Counter((s, i) for s, n in enumerate(sizes) for i in range(n))
+    assert any(start > 0 for _, start in opened)  # in-flight shards were reopened at their position
+    assert len(opened) < sum(sizes) // 5  # a shard stays open across batches
