@@ -189,3 +189,15 @@ def test_shuffled_delivery_keeps_each_hosts_stream_in_order() -> None:
     assert streams(mixed) == streams(events)  # each host's heartbeats, steps, NIC samples: in their order
     assert [e.host for e in mixed] != [e.host for e in events]  # hosts interleaved differently
     assert [e.event_id for e in interleave(events, random.Random(3))] == [e.event_id for e in mixed]  # seeded
+
+
+def test_a_simulation_faster_than_real_time_ends_about_now_not_in_the_future() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from vigil.app.cli.analyzer import default_start
+
+    now = datetime(2026, 11, 25, 12, tzinfo=UTC)
+    assert default_start(now, 300, 1000.0, 1.0) == now  # real time: events are stamped as they happen
+    assert default_start(now, 300, 1000.0, 0.0) == now - timedelta(seconds=330)  # as fast as possible
+    # 25x: ~13 s of wall clock, so it starts ~317 s back and its last step lands ~now
+    assert default_start(now, 300, 1000.0, 25.0) == now - timedelta(seconds=330 * 24 / 25)

@@ -12,7 +12,7 @@ import argparse
 import json
 import sys
 import threading
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from vigil.redact import shown_dsn
@@ -52,7 +52,8 @@ def register(sub: Any) -> None:
     sim.add_argument("--job", default=None, help="job id; default sim-<utc timestamp>")
     sim.add_argument("--host-prefix", default="sim-host-", help="host names are this prefix + a number")
     sim.add_argument("--nics", type=int, default=2, help="RDMA NICs per host")
-    sim.add_argument("--start", type=parse_time, default=None, metavar="T", help="simulated start time; default now")
+    sim.add_argument("--start", type=parse_time, default=None, metavar="T", help="simulated start time; default now in real "
+                     "time, else so that the run ends about now (events ahead of the clock are refused)")
     sim.add_argument("--fault", action="append", default=[], metavar="KIND:host=NAME[,start=STEP][,magnitude=X]",
                      help="inject a fault (repeatable); kinds: straggler, nic_drop, traffic_stop, mfu_decay, "
                           "heartbeat_loss, xid, process_exit")
@@ -155,6 +156,19 @@ def cmd_alerts(args: argparse.Namespace) -> int:
     return 0
 
 
+SPAN_FACTOR = 1.1  # a simulated step lasts its step_ms plus jitter, waiting and the odd checkpoint
+
+
+def default_start(now: datetime, steps: int, step_ms: float, speed: float) -> datetime:
+    """Where a simulation starts by default: now in real time (or slower); faster than real time, far enough in
+    the past that its last step lands about now, since events stamped ahead of the clock are refused
+    (`VIGIL_CONTRACT_CLOCK_SKEW_S`)."""
+    span = timedelta(seconds=steps * step_ms / 1000 * SPAN_FACTOR)
+    if speed == 0:
+        return now - span
+    return now - span * (1 - 1 / speed) if speed > 1 else now
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     from vigil.analyzer.simulator.faults import parse_fault
     from vigil.analyzer.simulator.layout import Layout
@@ -168,7 +182,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     pp = args.pp if args.pp is not None else (4 if args.hosts % 4 == 0 and args.hosts >= 8 else 1)
     layout = Layout(hosts=args.hosts, gpus_per_host=args.gpus, pp=pp, host_prefix=args.host_prefix)
     faults = [parse_fault(spec) for spec in args.fault]
-    start = args.start or datetime.now(UTC)
+    start = args.start or default_start(datetime.now(UTC), args.steps, args.step_ms, args.speed)
     job = args.job or f"sim-{start:%Y%m%d-%H%M%S}"
     sim = Simulation(SimConfig(job=job, layout=layout, faults=faults, seed=args.seed, start=start,
                                step_ms=args.step_ms, nics=args.nics))
