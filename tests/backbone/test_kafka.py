@@ -211,6 +211,8 @@ def test_records_are_split_to_fit_and_an_event_that_never_fits_is_skipped_and_co
 def test_a_read_to_the_end_that_stalls_raises_instead_of_returning_part_of_the_log(
         settings: VigilSettings, tmp_path: Path) -> None:
     """The broker goes away mid-read: the caller gets ReadIncomplete, never a partial log taken for the whole."""
+    from pydantic import SecretStr
+
     from vigil.kafka.admin import ensure_topics
     from vigil.kafka.broker import EmbeddedBroker
     from vigil.kafka.reader import ReadIncomplete
@@ -221,7 +223,8 @@ def test_a_read_to_the_end_that_stalls_raises_instead_of_returning_part_of_the_l
         small = {"fetch.max.bytes": "20000", "max.partition.fetch.bytes": "20000", "message.max.bytes": "20000",
                  "receive.message.max.bytes": "30000",
                  "queued.max.messages.kbytes": "20", "fetch.wait.max.ms": "10"}  # the reader holds little ahead
-        own = settings.model_copy(update={"kafka_bootstrap": bootstrap, "kafka_extra": small})
+        own = settings.model_copy(update={"kafka_bootstrap": bootstrap,
+                                          "kafka_extra": {k: SecretStr(v) for k, v in small.items()}})
         ensure_topics(own, bootstrap)
         producer = EventProducer(settings=own, bootstrap=bootstrap, batch_events=1)
         producer.send([StepTiming(job_id="j", host="h", rank=0, world_size=1, step=i, step_ms=1.0,
