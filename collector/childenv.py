@@ -3,7 +3,8 @@
 Training code is untrusted and holds no platform credential. `child_environment` keeps every
 non-vigil variable (PATH, CUDA, NCCL, the user's own settings) and, of the ``VIGIL_*``
 variables, only those the training side reads (`TRAINING_VARS`, `TRAINING_PREFIXES`: the
-step timer's and the checkpointer's identity, spool and tuning knobs). Everything else of
+step timer's and the checkpointer's identity, spool and tuning knobs, and the node
+diagnostics', which the agent runs in the same environment). Everything else of
 vigil's (``VIGIL_KAFKA_EXTRA`` with its SASL password, ``VIGIL_CLICKHOUSE_DSN``, key paths,
 any future secret) never reaches the child: an allowlist, so a new setting is withheld
 until someone decides the training side needs it. Pure logic.
@@ -17,7 +18,9 @@ TRAINING_VARS: frozenset[str] = frozenset({
     "VIGIL_JOB_ID", "VIGIL_HOST", "VIGIL_SPOOL_DIR", "VIGIL_HOME", "VIGIL_TIMER", "VIGIL_TP", "VIGIL_PP",
     "VIGIL_FLOPS_PER_STEP", "VIGIL_GPU_PEAK_TFLOPS",
 })
-TRAINING_PREFIXES: tuple[str, ...] = ("VIGIL_HANG_",)
+TRAINING_PREFIXES: tuple[str, ...] = ("VIGIL_HANG_", "VIGIL_DIAG_")
+"""`VIGIL_HANG_*`: the timer's hang watchdog; `VIGIL_DIAG_*`: the node diagnostics' own knobs (they run in the
+same environment as training: vigil.recovery.diagnostics reads `VIGIL_DIAG_SLOWDOWN`). No credential."""
 
 
 def for_training(name: str) -> bool:
