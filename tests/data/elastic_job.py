@@ -79,6 +79,7 @@ def main() -> int:
         step += 1
     ckpt.close()
     print(f"rank {rank}: {time.monotonic() - t0:.1f} s in main", flush=True)
+    dist.barrier()  # rank 0 hosts the store the others still claim shards from: everyone is done first
     dist.destroy_process_group()
     return 0
 

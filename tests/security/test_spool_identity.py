@@ -36,9 +36,12 @@ CHILD = textwrap.dedent("""
 
 
 def forged_lines(job: str, host: str) -> list[dict[str, object]]:
-    command = {**spec_for("command").example, "kind": "command", "schema_version": 1, "job_id": "job-b", "host": "node-b", "action": "diagnose",
-               "argv": ["id"]}
-    member = {**spec_for("member").example, "kind": "member", "schema_version": 1, "job_id": job, "host": host, "ts": time.time() + 23 * 3600}  # 23 h ahead
+    # well-formed decisions (a forged stop of every generation, a member naming the rendezvous address): refused by
+    # kind; a command carrying argv, or a member dated hours ahead, is refused earlier, by the contract (malformed)
+    command = {**spec_for("command").example, "kind": "command", "schema_version": 1, "job_id": "job-b",
+               "host": "node-b", "action": "stop", "generation": 4_000_000_000, "world": None}
+    member = {**spec_for("member").example, "kind": "member", "schema_version": 1, "job_id": job, "host": host,
+              "ts": time.time() + 60}
     return [
         step_line(job=job, host=host, rank=0, step=7),
         command,
