@@ -9,7 +9,11 @@ it goes on while records keep coming, to the end of every partition as the broke
 reports it at the start (the end-of-partition signal, and at least the high watermark
 seen at the start), and `timeout` bounds only a stall (no record and no end for that
 long), after which `ReadIncomplete` is raised: a caller never acts on part of a log
-believing it whole.
+believing it whole. A partition is also read to its end once a record produced after
+the read began comes from it (the log is in order), and only records from before keep
+the read going: on a live topic (agents' keep-alives every few seconds) the read ends
+instead of following the traffic forever. (Record times are the producers' clocks: a
+producer far ahead of this one can end a partition's read early.)
 """
 
 from __future__ import annotations
@@ -92,14 +96,17 @@ def read_topics(
         seen = 0
         while time.monotonic() < deadline:
             for msg in consumer.consume(num_messages=500, timeout=0.2):
-                if until_end:
-                    deadline = time.monotonic() + timeout  # progress: only a stall ends a read to the end
                 err = msg.error()
                 where = (str(msg.topic()), int(msg.partition() or 0))
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF and int(msg.offset() or 0) >= ends.get(where, 0):
                         remaining.discard(where)
                     continue
+                if until_end:
+                    if msg.timestamp()[1] >= started_ms:
+                        remaining.discard(where)  # produced after the read began: the log as it was is read
+                    else:
+                        deadline = time.monotonic() + timeout  # progress: only a stall ends a read to the end
                 if not from_beginning and msg.timestamp()[1] < started_ms:
                     continue
                 yield RawRecord(topic=str(msg.topic()), partition=int(msg.partition() or 0), offset=int(msg.offset() or 0),
