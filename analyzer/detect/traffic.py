@@ -15,10 +15,6 @@ ports) are not judged. While an alert fires, the reference is the larger of the 
 baseline and the fleet median for that device, so a lasting drop does not become its own
 new normal, and half of `traffic.drop_pct` below both keeps it firing.
 
-Live, a host whose NIC samples are not yet stored up to the instant (a lagging partition, a
-spool replayed after an outage, a burst of many jobs) is not judged on its partial window: its
-firing alerts hold and nothing new is raised until its samples arrive (`EvalContext.caught_up`).
-
 One quiet job, one signal (quiet.py): buckets where the job's median NIC is quiet are
 left out of every NIC's recent and baseline samples, so a pause neither alerts per NIC
 nor drags a baseline down. While the job is quiet now, one finding with subject `job`:
@@ -84,14 +80,6 @@ class TrafficDetector:
         steps = None
         if q.paused_since is not None:
             steps = int(ctx.rows(_STEPS_SINCE_SQL, since=ch_time(q.paused_since))[0]["steps"])
-        # a host whose samples are still arriving (live: not stored up to `at`) is judged once they are; meanwhile
-        # its partial window is no drop, and what already fires on it holds
-        late = {str(r["host"]) for r in rows if not ctx.caught_up(str(r["host"]), "nic")}
-        if late:
-            waiting = [r for r in rows if str(r["host"]) in late]
-            rows = [r for r in rows if str(r["host"]) not in late]
-            return judge(rows, running, s, ctx.at, firing, q, steps_since_quiet=steps) + held(
-                waiting, s, firing, ctx.at, why="its samples are still arriving")
         return judge(rows, running, s, ctx.at, firing, q, steps_since_quiet=steps)
 
 
@@ -221,9 +209,8 @@ def _stopped(host: str, device: str, evidence: dict[str, Any], nonzero: datetime
 
 
 def held(rows: Sequence[Mapping[str, Any]], s: TrafficSettings, firing: set[str] | frozenset[str],
-         since: datetime, why: str | None = None) -> list[Finding]:
-    """NIC alerts firing when the job went quiet (or while their samples are late) stay as they were (critical if
-    the NIC stopped before)."""
+         since: datetime) -> list[Finding]:
+    """NIC alerts firing when the job went quiet stay as they were (critical if the NIC stopped before)."""
     out = []
     for r in rows:
         host, device = str(r["host"]), str(r["device"])
@@ -233,8 +220,8 @@ def held(rows: Sequence[Mapping[str, Any]], s: TrafficSettings, firing: set[str]
         stopped = nonzero <= since - timedelta(seconds=s.stall_s)
         out.append(Finding(
             alert="traffic_stall", subject=f"{host}/{device}", host=host, severity="critical" if stopped else "warning",
-            since=since, summary=f"{host} {device}: {'no traffic' if stopped else 'traffic low'} " + (
-                "since before the job went quiet (held while the job is quiet)" if why is None else f"(held: {why})"),
+            since=since, summary=f"{host} {device}: {'no traffic' if stopped else 'traffic low'} since before the job "
+                                 "went quiet (held while the job is quiet)",
             evidence={"host": host, "device": device, "held": True,
                       "last_traffic": nonzero.isoformat() if nonzero > EPOCH else None}))
     return out

@@ -281,29 +281,3 @@ def test_writer_completes_an_event_cut_off_between_its_tables(clickhouse_dsn: st
     count = lambda t: int(client.query(f"SELECT count() FROM {t} WHERE job_id = 'cut'").result_rows[0][0])  # noqa: E731
     assert (count("heartbeats"), count("gpu_stats")) == (1, 4)
     assert w.write([hb]) == [] and (count("heartbeats"), count("gpu_stats")) == (1, 4)
-
-
-def test_a_nic_whose_samples_are_still_arriving_is_not_judged_on_its_partial_window(clickhouse_dsn: str,
-                                                                                  database: str) -> None:
-    """Live, a host whose NIC samples are not stored up to the instant (its partition lags, its agent replays a
-    spool) is judged once they are: its partial window raises nothing new. Stored up to the instant (or in
-    replay), the same drop is a finding."""
-    from vigil.analyzer.detect.base import EvalContext, SourceClock
-    from vigil.analyzer.detect.traffic import TrafficDetector
-
-    samples = nic("lagnic", 8, 200, level={("h0003", 170): 0.2})
-    load(clickhouse_dsn, database, [e for e in samples if e.host != "h0003" or e.ts <= T0 + timedelta(seconds=186)])
-    client = connect(clickhouse_dsn, database=database)
-    at = T0 + timedelta(seconds=190)
-    clocks = {(f"h{h:04d}", "nic"): SourceClock(last_ts=T0 + timedelta(seconds=199), ingested=datetime.now(UTC),
-                                                alive=True) for h in range(8)}
-    late = {**clocks, ("h0003", "nic"): SourceClock(last_ts=T0 + timedelta(seconds=186), ingested=datetime.now(UTC),
-                                                    alive=True)}
-
-    def found(sources: Any) -> set[str]:
-        ctx = EvalContext(client=client, settings=AnalyzerSettings(), job="lagnic", at=at, live=sources is not None,
-                          sources=sources)
-        return {f.subject for f in TrafficDetector().detect(ctx) if f.severity != "info"}
-
-    assert found(late) == set()
-    assert found(clocks) == found(None) == {"h0003/mlx5_0"}
