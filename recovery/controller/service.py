@@ -13,7 +13,8 @@ Signing (`vigil.signing`): everything the controller publishes is signed with th
 key and carries its lease epoch; what it folds passes its `Gate` first, so incidents, alerts,
 operator requests, approvals and controller steps that are not signed by the role that may make
 them never reach the state: they are counted (`health()["refused"]`), logged, and raised once
-per kind and job as a `security` alert.
+per kind and job as a `security` alert. So are a `member` dated ahead (refused by the contract)
+and a checkpoint that failed verification, once per kind, job and host (`controller.claims`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from vigil.kafka.admin import ensure_topics
 from vigil.kafka.follow import Follower
 from vigil.kafka.producer import EventProducer
 from vigil.recovery.backends import NodeBackend, select
+from vigil.recovery.controller.claims import Claims
 from vigil.recovery.controller.effects import KafkaEffects
 from vigil.recovery.controller.engine import Engine
 from vigil.recovery.controller.lease import Lease
@@ -61,6 +63,7 @@ class RecoveryService:
         self.last_error = ""
         self._lead_since: float | None = None
         self.gate = Gate(verifier=verifier(settings.home), refusals=Refusals(reporter="controller"))
+        self.claims = Claims(refusals=self.gate.refusals)
         self._producer: EventProducer | None = None
 
     def start(self) -> None:
@@ -93,7 +96,9 @@ class RecoveryService:
         next_tick = 0.0
         while not self._stop.is_set():
             try:
-                accepted, alerts = self.gate.admit(self.follower.poll(0.1), datetime.now(UTC))
+                seen_at = datetime.now(UTC)
+                accepted, alerts = self.gate.admit(self.follower.poll(0.1), seen_at)
+                alerts += self.claims.review(accepted, self.follower.take_ahead(), seen_at)
                 self.state.apply(accepted)
                 if alerts and self._producer is not None:
                     self._producer.send(alerts)

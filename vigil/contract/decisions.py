@@ -201,6 +201,8 @@ class Checkpoint(Event):
     The latest complete checkpoint of a job is its latest ``committed`` event. Every rank
     emits ``restored`` when `load_latest` loaded one (step, path, duration_ms = the load,
     `source`: ``memory`` its own in-memory snapshot, ``peer`` a buddy's copy, ``persisted``).
+    Rank 0 emits ``failed`` with `unverified` for a checkpoint whose files do not match its
+    commit marker (tampered with or planted), which restore skipped.
     """
 
     kind: Literal["checkpoint"] = "checkpoint"
@@ -215,3 +217,4 @@ class Checkpoint(Event):
     error: str = Field(default="", max_length=4096, description="why a save failed or was skipped")
     dropped: U32 = Field(default=0, ge=0, description="checkpoint events of this rank lost before this one")
     source: Literal["", "memory", "peer", "persisted"] = Field(default="", description="where `restored` came from")
+    unverified: bool = Field(default=False, description="`failed`: its files do not match the commit marker")
