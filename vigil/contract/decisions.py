@@ -8,6 +8,7 @@ relies on; each is an event like any fact, so history replays.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, Field, model_validator
@@ -86,6 +87,15 @@ class RankRef(BaseModel):
     message: str = Field(default="", max_length=4096, description="its own last error, when it said one")
 
 
+class IncidentCategory(StrEnum):
+    """What kind of incident: a closed set the controller decides on (never an incident's text).
+    The wire value is the string; an unknown one is refused by the contract (dead-lettered)."""
+
+    CRASH_CASCADE = "crash_cascade"  # ranks failed within a window; the culprit is the first with an error of its own
+    HOST_FAULT = "host_fault"  # a crash cascade whose culprit's host showed Xid / ECC / NVLink errors
+    COLLECTIVE_HANG = "collective_hang"  # ranks stuck in a collective; the culprit is the rank(s) missing from it
+
+
 class Incident(Event):
     """Findings that share one cause, with the culprit named and its victims listed.
 
@@ -97,7 +107,7 @@ class Incident(Event):
     kind: Literal["incident"] = "incident"
     schema_version: Literal[1] = 1
     incident_id: Name = Field(description="stable id, the same on every event of this incident")
-    category: Name = Field(description="crash_cascade, collective_hang, host_fault, ...")
+    category: IncidentCategory = Field(description="crash_cascade, host_fault, collective_hang")
     cause: Literal["hardware", "network", "software", "unknown"]
     status: Literal["open", "resolved"]
     severity: Severity
