@@ -78,7 +78,8 @@ class Engine:
     # ---- 0. operator requests (the dashboard's buttons) --------------------------------------------
     def _requests(self, ctx: st.Ctx) -> None:
         for req in self.state.pending_requests():
-            ctx.publish([requests.execute(ctx.fx.backend, req, ctx.now, dry_run=self.settings.mode == "dry-run")])
+            ctx.publish([requests.execute(ctx.fx.backend, req, ctx.now, dry_run=self.settings.mode == "dry-run",
+                                          epoch=ctx.epoch)])
 
     # ---- 1. triggers -------------------------------------------------------------------------------
     def _triggers(self, ctx: st.Ctx) -> None:
@@ -170,14 +171,14 @@ class Engine:
                         job_id=job.job_id, host="controller", ts=ctx.now, action="finish", target=job.job_id,
                         status="succeeded", actor=st.ACTOR, generation=job.generation,
                         reason=f"the command exited 0 on all {len(world)} hosts of generation {job.generation}",
-                        details={"hosts": list(job.world), "last_step": last})])
+                        details={"hosts": list(job.world), "last_step": last}, epoch=ctx.epoch)])
                     log.info("job %s finished (generation %d, last step %s)", job.job_id, job.generation, last)
             done = job.finished
             if done is None:
                 continue
             gen = done.generation or 0
             orders = [Command(job_id=job.job_id, host=h, ts=ctx.now, command_id=f"{job.job_id}/g{gen}/finish/{h}",
-                              action="finish", generation=gen, reason="the job finished")
+                              action="finish", generation=gen, reason="the job finished", epoch=ctx.epoch)
                       for h, m in sorted(job.members.items()) if m.state != "left"
                       and f"{job.job_id}/g{gen}/finish/{h}" not in self.state.commands]
             if orders:

@@ -19,8 +19,9 @@ from vigil.recovery.backends.base import Change, NodeBackend
 from vigil.recovery.errors import BackendError
 
 
-def execute(backend: NodeBackend, req: RecoveryAction, now: datetime, *, dry_run: bool = False) -> RecoveryAction:
-    """Carry out one request against the backend; the event that records how it went."""
+def execute(backend: NodeBackend, req: RecoveryAction, now: datetime, *, dry_run: bool = False,
+            epoch: int = 0) -> RecoveryAction:
+    """Carry out one request against the backend; the event that records how it went (of lease `epoch`)."""
     host = req.target
     details: dict[str, object] = {"backend": backend.name, "executed_by": "controller"}
     if dry_run:
@@ -37,7 +38,8 @@ def execute(backend: NodeBackend, req: RecoveryAction, now: datetime, *, dry_run
     return RecoveryAction(job_id=req.job_id, host=host, ts=now, action=req.action, target=host,
                           status=status, reason=reason[:4096], command_id=req.command_id,  # type: ignore[arg-type]
                           actor=req.actor, started_at=req.ts,
-                          duration_ms=max(0.0, round((now - req.ts).total_seconds() * 1000, 1)), details=details)
+                          duration_ms=max(0.0, round((now - req.ts).total_seconds() * 1000, 1)), details=details,
+                          epoch=epoch)
 
 
 def _call(backend: NodeBackend, req: RecoveryAction) -> Change:
