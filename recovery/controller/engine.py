@@ -32,13 +32,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from vigil.contract import Command, RecoveryAction
 from vigil.recovery.controller import requests
 from vigil.recovery.controller import steps as st
+from vigil.recovery.controller.admission import Admission
 from vigil.recovery.controller.diagnose import diagnose
 from vigil.recovery.controller.effects import Effects
 from vigil.recovery.controller.goodput import outcome
@@ -64,6 +65,10 @@ class Engine:
     last_error: str = ""
     turns: int = 0
     epoch: int = 0  # the lease epoch of this leader: every command and step carries it (fencing)
+    admission: Admission = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.admission = Admission(per_minute=self.settings.requests_per_minute, burst=self.settings.requests_burst)
 
     def tick(self, now: datetime) -> None:
         ctx = st.Ctx(state=self.state, settings=self.settings, fx=self.fx, now=now, epoch=self.epoch)
@@ -78,6 +83,12 @@ class Engine:
     # ---- 0. operator requests (the dashboard's buttons) --------------------------------------------
     def _requests(self, ctx: st.Ctx) -> None:
         for req in self.state.pending_requests():
+            refusal = self.admission.check(req, self.state, ctx.now)
+            if refusal is not None:
+                log.warning("operator request %s (%s %s of job %s by %s) refused: %s", req.command_id, req.action,
+                            req.target, req.job_id, req.actor, refusal.value)
+                ctx.publish([requests.refuse(req, refusal, ctx.now, epoch=ctx.epoch)])
+                continue
             ctx.publish([requests.execute(ctx.fx.backend, req, ctx.now, dry_run=self.settings.mode == "dry-run",
                                           epoch=ctx.epoch)])
 

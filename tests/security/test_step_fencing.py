@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.recovery.live import Live
-from vigil.contract import Alert, Event, RecoveryAction, encode_batch
+from vigil.contract import Alert, Event, Member, RecoveryAction, encode_batch
 from vigil.contract.decisions import operator_request
 from vigil.cordons import CordonRegistry
 from vigil.kafka.admin import ensure_topics
@@ -54,6 +54,9 @@ def test_a_new_leader_refuses_a_deposed_leaders_late_steps(live: Live) -> None:
     assert p.flush(15) == 0
     live.start_controller()
     registry = CordonRegistry(live.home / "cordons.json")
+    p.produce(live.settings.topic("recovery"), key=b"host-a", value=encode_batch(  # the hosts belong to the job
+        [Member(job_id=JOB, host=h, state="left") for h in ("host-a", "host-b")]))
+    assert p.flush(15) == 0
     first = operator_request(action="cordon", host="host-a", job_id=JOB, reason="genuine", actor="user:ops")
     send(live, "recovery", [first], Role.OPERATOR)
     live.wait_for(lambda _s: "host-a" in registry.read(), 120, "the leader to carry out the first request")

@@ -185,7 +185,8 @@ OperatorAction = Literal["cordon", "uncordon", "evict"]
 REQUEST_PREFIX = "request/"
 
 
-def operator_request(*, action: OperatorAction, host: str, job_id: str, reason: str, actor: str) -> RecoveryAction:
+def operator_request(*, action: OperatorAction, host: str, job_id: str, reason: str, actor: str,
+                     details: dict[str, Any] | None = None) -> RecoveryAction:
     """An operator asks the recovery controller to cordon, uncordon or evict `host`.
 
     For callers that hold no node backend (the dashboard: only the controller may write to the
@@ -193,7 +194,7 @@ def operator_request(*, action: OperatorAction, host: str, job_id: str, reason: 
     controller executes it once and records the result under the same `command_id` and actor.
     """
     req = RecoveryAction(job_id=job_id, host=host, action=action, target=host, status="planned", reason=reason,
-                         actor=actor)
+                         actor=actor, details=details or {})
     return req.model_copy(update={"command_id": REQUEST_PREFIX + req.event_id})
 
 
