@@ -64,7 +64,8 @@ class Agent:
         self.decoder = LineDecoder()
         self.spool = SpoolSource(tailer=Tailer(roots=self.spool_roots, restored=list(state.get("spool") or [])),
                                  decoder=self.decoder, scan_interval_s=s.poll_interval,
-                                 guard=SpoolGuard(host=s.host, job_id=s.job_id if self.serves_one_job else None))
+                                 guard=SpoolGuard(host=s.host, job_id=s.job_id if self.serves_one_job else None),
+                                 alerts=self.emit)
         self.shipper = Shipper(sources=[OutboxSource(outbox=self.outbox, decoder=self.decoder), self.spool],
                                sink=self.sink, store=self.store, max_events=s.batch_max_events,
                                idle_s=s.poll_interval)

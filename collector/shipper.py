@@ -13,7 +13,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -88,11 +88,14 @@ class OutboxSource:
 @dataclass(kw_only=True)
 class SpoolSource:
     """The training side's JSON-lines files, shipped as they are (they carry their own event_ids)
-    once `guard` admitted them: only the training side's kinds, naming this agent's job and host."""
+    once `guard` admitted them: only the training side's kinds, naming this agent's job and host.
+    The guard's `security` alerts for what it refused go to `alerts` (the agent's outbox: they
+    survive a failed delivery of the lines, which are read again)."""
 
     tailer: Tailer
     decoder: LineDecoder
     guard: SpoolGuard
+    alerts: Callable[[Sequence[Event]], None] | None = None
     scan_interval_s: float = 0.5
     name: str = "spool"
     scanned_at: float = field(default=0.0, init=False)  # monotonic time the last scan began
@@ -111,6 +114,9 @@ class SpoolSource:
             events += [e for ln in chunk.lines if ln.strip() and (e := self.decoder.decode(ln, origin)) is not None
                        and self.guard.admit(e, origin)]
             cursor[chunk.file.key] = chunk.end
+        raised = self.guard.drain()
+        if raised and self.alerts is not None:
+            self.alerts(raised)
         return Polled(events=events, cursor=cursor)
 
     def commit(self, cursor: Any) -> None:

@@ -6,7 +6,11 @@ action leaves the dashboard, and it checks on every call, whatever the page show
 without a token refuses everything, a wrong or missing token is refused (constant-time compare),
 a request without a reason is refused; a refusal publishes nothing. An accepted action is one
 `recovery` event on the `recovery` topic with its reason and who asked (``dashboard`` or
-``dashboard:<name>``):
+``dashboard:<name>``). Who asked: with `VIGIL_DASHBOARD_USER_HEADER` set, the user the reverse
+proxy authenticated (that request header; an action without it is refused, and the name typed
+in is ignored), recorded as ``details.identity = "header:<name>"``; unset, the name typed in
+(``typed``: a claim). The controller rate-limits requests per identity and checks their targets
+(recovery/controller/admission.py):
 
     approve            the same event `vigil recovery approve ID` publishes (the controller goes on)
     cordon / uncordon  an operator request (`vigil.contract.operator_request`) that the leading
@@ -19,8 +23,9 @@ a request without a reason is refused; a refusal publishes nothing. An accepted 
 from __future__ import annotations
 
 import hmac
+import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -32,6 +37,7 @@ from vigil.settings import VigilSettings
 
 ActionName = Literal["cordon", "uncordon", "evict", "approve"]
 ACTIONS: tuple[ActionName, ...] = ("cordon", "uncordon", "evict", "approve")
+_NOT_NAME = re.compile(r"[^A-Za-z0-9@._+-]")
 
 
 class Refused(VigilError):
@@ -86,13 +92,17 @@ class ActionRequest:
 class Actions:
     token: SecretStr | None
     publisher: Publisher | None
+    user_header: str | None = None  # the reverse proxy's authenticated-user header
 
     @property
     def enabled(self) -> bool:
         return self.token is not None and bool(self.token.get_secret_value()) and self.publisher is not None
 
-    def perform(self, req: ActionRequest, *, token: str | None, reason: str, who: str = "") -> RecoveryAction:
-        """Check, build and publish the action's event; `Refused` (nothing published) otherwise."""
+    def perform(self, req: ActionRequest, *, token: str | None, reason: str, who: str = "",
+                headers: Mapping[str, str] | None = None) -> RecoveryAction:
+        """Check, build and publish the action's event; `Refused` (nothing published) otherwise.
+
+        `headers`: the HTTP request's (the authenticated user is read from them when `user_header` is set)."""
         if not self.enabled or self.token is None or self.publisher is None:
             raise Refused("read-only dashboard: set VIGIL_DASHBOARD_ACTION_TOKEN to allow actions")
         if not token or not hmac.compare_digest(token.encode(), self.token.get_secret_value().encode()):
@@ -102,15 +112,24 @@ class Actions:
         reason = reason.strip()
         if not reason:
             raise Refused("say why (the reason is kept with the action)")
+        identity = "typed"
+        if self.user_header:
+            wanted = self.user_header.lower()
+            user = next((v for k, v in (headers or {}).items() if k.lower() == wanted), "")
+            who = _NOT_NAME.sub("_", user.strip())[:200]
+            if not who:
+                raise Refused(f"no authenticated user: the reverse proxy's {self.user_header} header is missing")
+            identity = f"header:{self.user_header}"
         actor = f"dashboard:{who.strip()}"[:256] if who.strip() else "dashboard"
-        event = build(req, reason=reason[:2000], actor=actor)
+        event = build(req, reason=reason[:2000], actor=actor, identity=identity)
         self.publisher.publish([event])
         return event
 
 
-def build(req: ActionRequest, *, reason: str, actor: str) -> RecoveryAction:
+def build(req: ActionRequest, *, reason: str, actor: str, identity: str = "typed") -> RecoveryAction:
     if req.action == "approve":
         return RecoveryAction(job_id=req.job_id, host="controller", action="approve", target=req.job_id,
                               status="succeeded", incident_id=req.target, actor=actor,
-                              reason=f"approved by {actor}: {reason}")
-    return operator_request(action=req.action, host=req.target, job_id=req.job_id, reason=reason, actor=actor)
+                              reason=f"approved by {actor}: {reason}", details={"identity": identity})
+    return operator_request(action=req.action, host=req.target, job_id=req.job_id, reason=reason, actor=actor,
+                            details={"identity": identity})

@@ -11,8 +11,10 @@ not the protection.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+import flask
 from dash import ALL, Dash, Input, Output, State, ctx, no_update
 
 from vigil.dashboard.actions import ACTIONS, ActionRequest, Actions, Refused
@@ -29,14 +31,14 @@ def confirm_message(pending: dict[str, Any]) -> str:
 
 
 def submit(actions: Actions, pending: dict[str, Any] | None, token: str | None, name: str | None,
-           reason: str | None) -> str:
+           reason: str | None, headers: Mapping[str, str] | None = None) -> str:
     """Perform the confirmed request; the line shown to the operator."""
     if not pending or pending.get("action") not in ACTIONS:
         return "refused: no action to confirm"
     req = ActionRequest(action=pending["action"], job_id=str(pending.get("job") or ""),
                         target=str(pending.get("target") or ""))
     try:
-        event = actions.perform(req, token=token, reason=reason or "", who=name or "")
+        event = actions.perform(req, token=token, reason=reason or "", who=name or "", headers=headers)
     except Refused as exc:
         return f"refused: {exc}"
     except VigilError as exc:
@@ -64,4 +66,4 @@ def register(app: Dash, actions: Actions) -> None:
                   State("rec-reason", "value"), prevent_initial_call=True)
     def confirmed(_n: int | None, pending: dict[str, Any] | None, token: str | None, name: str | None,
                   reason: str | None) -> str:
-        return submit(actions, pending, token, name, reason)
+        return submit(actions, pending, token, name, reason, headers=dict(flask.request.headers))

@@ -30,7 +30,7 @@ def create_app(client: QueryClient | Store, settings: DashboardSettings | None =
                publisher: Publisher | None = None) -> Dash:
     """`publisher` (with `settings.action_token`) lets the Recovery page's buttons act; without both, read-only."""
     settings = settings or DashboardSettings()
-    actions = Actions(token=settings.action_token, publisher=publisher)
+    actions = Actions(token=settings.action_token, publisher=publisher, user_header=settings.user_header)
     store = client if isinstance(client, Store) else Store(client=client)
     app = Dash(__name__, title="vigil", assets_folder=str(Path(__file__).with_name("assets")),
                suppress_callback_exceptions=True, update_title="")

@@ -29,3 +29,7 @@ class DashboardSettings(VigilBaseSettings):
     action_token: SecretStr | None = Field(
         default=None, description="token the Recovery page's cordon / uncordon / evict / approve buttons ask for; "
                                   "unset (the default): the dashboard is read-only")
+    user_header: str | None = Field(
+        default=None, min_length=1, max_length=128, pattern=r"^[A-Za-z0-9-]+$",
+        description="the reverse proxy's authenticated-user header (e.g. X-Forwarded-User): set, every action "
+                    "carries that user as its identity and one without it is refused; unset, the name typed in")

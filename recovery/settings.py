@@ -93,6 +93,9 @@ class RecoverySettings(VigilBaseSettings):
     restart_timeout_s: float = Field(default=300.0, gt=0, description="start commands to the first step")
     restart_wait_s: float = Field(default=120.0, ge=0, description="fewer eligible hosts than the job's minimum: "
                                   "wait this long for one, then page")
+    requests_per_minute: float = Field(default=6.0, gt=0, description="operator requests (dashboard buttons) one "
+                                       "identity may have carried out per minute, on average")
+    requests_burst: int = Field(default=5, ge=1, description="... and at most this many at once")
     policy: PolicySettings = PolicySettings()
     breaker: BreakerSettings = BreakerSettings()
     diagnostics: DiagnosticsSettings = DiagnosticsSettings()

@@ -32,6 +32,7 @@ from typing import Any
 from vigil.analyzer.detect.base import Finding, as_utc
 from vigil.analyzer.incidents.errors import HARDWARE_CATEGORIES, Cause, cause_of, is_timeout, kind_of
 from vigil.analyzer.settings import IncidentSettings
+from vigil.contract import IncidentCategory
 
 SLACK = timedelta(seconds=5)
 
@@ -52,7 +53,7 @@ class Party:
 
 @dataclass(kw_only=True)
 class Draft:
-    category: str
+    category: IncidentCategory
     cause: Cause
     culprits: list[Party]
     victims: list[Party]
@@ -132,7 +133,7 @@ def _hang(h: Finding, failures: list[Failure], logs: Sequence[Finding], s: Incid
     culprit_keys = {c.key for c in culprits}
     hardware = [f for c in culprits for f in _hardware(logs, c.host, h.since - timedelta(seconds=s.hardware_window_s),
                                                       h.since + SLACK)]
-    draft = Draft(category="collective_hang", cause="hardware" if hardware else "unknown", culprits=culprits,
+    draft = Draft(category=IncidentCategory.COLLECTIVE_HANG, cause="hardware" if hardware else "unknown", culprits=culprits,
                   victims=victims, strong=ev.get("confidence") == "strong", first_sign=h.since,
                   last_sign=max([h.since, *(x.at for x in claimed)]), summary=h.summary, culprit_findings=[h, *hardware],
                   evidence={"flight_recorder": {k: ev[k] for k in ("verdict", "frontiers", "wait_for", "dumps",
@@ -165,7 +166,7 @@ def _crash(cascade: list[Failure], lost_hosts: Sequence[Finding], logs: Sequence
            s: IncidentSettings) -> Draft | None:
     start, end = cascade[0].at, cascade[-1].at
     own = [x for x in cascade if x.kind == "own"]
-    category, strong = "crash_cascade", True
+    category, strong = IncidentCategory.CRASH_CASCADE, True
     culprit_findings: list[Finding] = []
     if own:
         culprits = [own[0].party]
@@ -175,7 +176,7 @@ def _crash(cascade: list[Failure], lost_hosts: Sequence[Finding], logs: Sequence
         culprits = [Party(host=lost[0].host, rank=None, message=lost[0].summary, at=lost[0].since)]
         culprit_findings, strong = [lost[0]], False
     elif silent := _silent(cascade):
-        culprits, category, strong = silent, "collective_hang", False
+        culprits, category, strong = silent, IncidentCategory.COLLECTIVE_HANG, False
     else:
         culprits, strong = [cascade[0].party], False
     head = culprits[0]
@@ -184,18 +185,18 @@ def _crash(cascade: list[Failure], lost_hosts: Sequence[Finding], logs: Sequence
     # a weak culprit's message is a peer's error: it says nothing of the cause
     cause: Cause = cause_of(head.message, hardware_lines=bool(hardware)) if strong else \
         "hardware" if hardware else "unknown"
-    if category == "crash_cascade" and cause == "hardware":
-        category = "host_fault"
+    if category == IncidentCategory.CRASH_CASCADE and cause == "hardware":
+        category = IncidentCategory.HOST_FAULT
     keys = {c.key for c in culprits}
     victims = [x.party for x in cascade if x.party.key not in keys]
     first_sign = min([head.at or start, *(f.since for f in hardware)])
     who = f"{head.host} rank {head.rank}" if head.rank is not None else f"host {head.host}"
     what = f" ({head.message[:200]})" if head.message else ""
-    if category == "collective_hang":
+    if category == IncidentCategory.COLLECTIVE_HANG:
         names = ", ".join(f"{c.host} rank {c.rank}" for c in culprits)
         summary = (f"collective hang (weak evidence, no Flight Recorder culprit): {names} torn down without an error "
                    f"while {len(victims)} ranks timed out waiting")
-    elif category == "host_fault":
+    elif category == IncidentCategory.HOST_FAULT:
         summary = f"host fault on {head.host}: {who} failed first{what}; {len(victims)} ranks failed after it"
     else:
         weak = "" if strong else " (weak evidence: every error was a peer's)"

@@ -299,7 +299,7 @@ class Checkpointer:
         """A checkpoint that failed verification is a ``failed`` event (rank 0, which verified), never silent."""
         if self.topology.rank == 0:
             for step, path, why in rejected:
-                self.events.emit("failed", step=step, path=path, error=f"IntegrityError: {why}")
+                self.events.emit("failed", step=step, path=path, error=f"IntegrityError: {why}", unverified=True)
             if rejected:
                 self.events.flush()
 

@@ -9,7 +9,9 @@ kind ``checkpoint``, schema_version 1). Per save:
 * every rank: ``persisted`` when its part is written (`duration_ms` from the `save` call,
   `bytes`: what this rank wrote), or ``failed`` with `error`;
 * rank 0: ``committed`` when the commit marker is written: the checkpoint is complete and
-  `load_latest` can return it (`bytes`: the whole checkpoint), or ``failed``.
+  `load_latest` can return it (`bytes`: the whole checkpoint), or ``failed``;
+* rank 0, at restore: ``failed`` with ``unverified: true`` for each checkpoint whose files do not
+  match its commit marker (the controller raises it as a `security` alert).
 
 Identity follows the step timer: job `VIGIL_JOB_ID` (default ``default``), host
 `VIGIL_HOST` (default the host name), rank from torch.distributed, else `RANK`, else 0.
@@ -96,6 +98,7 @@ class EventLog:
         nbytes: int = 0,
         error: str = "",
         source: str = "",
+        unverified: bool = False,
     ) -> None:
         if self.spool is None:
             return
@@ -110,6 +113,8 @@ class EventLog:
             }  # fmt: skip
             if source:
                 record["source"] = source
+            if unverified:
+                record["unverified"] = True
         except Exception:  # a value that does not convert: count, never raise into training
             self.failed_to_build += 1
             return

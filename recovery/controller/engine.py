@@ -32,13 +32,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from vigil.contract import Command, RecoveryAction
 from vigil.recovery.controller import requests
 from vigil.recovery.controller import steps as st
+from vigil.recovery.controller.admission import Admission
 from vigil.recovery.controller.diagnose import diagnose
 from vigil.recovery.controller.effects import Effects
 from vigil.recovery.controller.goodput import outcome
@@ -64,6 +65,10 @@ class Engine:
     last_error: str = ""
     turns: int = 0
     epoch: int = 0  # the lease epoch of this leader: every command and step carries it (fencing)
+    admission: Admission = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.admission = Admission(per_minute=self.settings.requests_per_minute, burst=self.settings.requests_burst)
 
     def tick(self, now: datetime) -> None:
         ctx = st.Ctx(state=self.state, settings=self.settings, fx=self.fx, now=now, epoch=self.epoch)
@@ -78,7 +83,14 @@ class Engine:
     # ---- 0. operator requests (the dashboard's buttons) --------------------------------------------
     def _requests(self, ctx: st.Ctx) -> None:
         for req in self.state.pending_requests():
-            ctx.publish([requests.execute(ctx.fx.backend, req, ctx.now, dry_run=self.settings.mode == "dry-run")])
+            refusal = self.admission.check(req, self.state, ctx.now)
+            if refusal is not None:
+                log.warning("operator request %s (%s %s of job %s by %s) refused: %s", req.command_id, req.action,
+                            req.target, req.job_id, req.actor, refusal.value)
+                ctx.publish([requests.refuse(req, refusal, ctx.now, epoch=ctx.epoch)])
+                continue
+            ctx.publish([requests.execute(ctx.fx.backend, req, ctx.now, dry_run=self.settings.mode == "dry-run",
+                                          epoch=ctx.epoch)])
 
     # ---- 1. triggers -------------------------------------------------------------------------------
     def _triggers(self, ctx: st.Ctx) -> None:
@@ -170,14 +182,14 @@ class Engine:
                         job_id=job.job_id, host="controller", ts=ctx.now, action="finish", target=job.job_id,
                         status="succeeded", actor=st.ACTOR, generation=job.generation,
                         reason=f"the command exited 0 on all {len(world)} hosts of generation {job.generation}",
-                        details={"hosts": list(job.world), "last_step": last})])
+                        details={"hosts": list(job.world), "last_step": last}, epoch=ctx.epoch)])
                     log.info("job %s finished (generation %d, last step %s)", job.job_id, job.generation, last)
             done = job.finished
             if done is None:
                 continue
             gen = done.generation or 0
             orders = [Command(job_id=job.job_id, host=h, ts=ctx.now, command_id=f"{job.job_id}/g{gen}/finish/{h}",
-                              action="finish", generation=gen, reason="the job finished")
+                              action="finish", generation=gen, reason="the job finished", epoch=ctx.epoch)
                       for h, m in sorted(job.members.items()) if m.state != "left"
                       and f"{job.job_id}/g{gen}/finish/{h}" not in self.state.commands]
             if orders:

@@ -12,8 +12,10 @@ cheap: figures the loop keeps.
 Signing (`vigil.signing`): everything the controller publishes is signed with the controller
 key and carries its lease epoch; what it folds passes its `Gate` first, so incidents, alerts,
 operator requests, approvals and controller steps that are not signed by the role that may make
-them never reach the state: they are counted (`health()["refused"]`), logged, and raised once
-per kind and job as a `security` alert.
+them never reach the state, nor, once this instance has led for a moment, controller steps of an
+older lease epoch than its own (a deposed leader's late steps): they are counted
+(`health()["refused"]`), logged, and raised once per kind and job as a `security` alert. So are a `member` dated ahead (refused by the contract)
+and a checkpoint that failed verification, once per kind, job and host (`controller.claims`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from vigil.kafka.admin import ensure_topics
 from vigil.kafka.follow import Follower
 from vigil.kafka.producer import EventProducer
 from vigil.recovery.backends import NodeBackend, select
+from vigil.recovery.controller.claims import Claims
 from vigil.recovery.controller.effects import KafkaEffects
 from vigil.recovery.controller.engine import Engine
 from vigil.recovery.controller.lease import Lease
@@ -61,6 +64,7 @@ class RecoveryService:
         self.last_error = ""
         self._lead_since: float | None = None
         self.gate = Gate(verifier=verifier(settings.home), refusals=Refusals(reporter="controller"))
+        self.claims = Claims(refusals=self.gate.refusals)
         self._producer: EventProducer | None = None
 
     def start(self) -> None:
@@ -92,8 +96,15 @@ class RecoveryService:
         assert self.follower is not None and self.engine is not None and self.lease is not None
         next_tick = 0.0
         while not self._stop.is_set():
+            # a leader that has read the log to its end and what its predecessor published before the
+            # takeover refuses that predecessor's later steps; history of every epoch is folded before
+            settled = self.lease.leading and self.follower.caught_up and self._lead_since is not None and \
+                time.monotonic() - self._lead_since >= SETTLE_AFTER_LEASE_S
+            self.gate.step_floor = self.lease.epoch if settled else 0
             try:
-                accepted, alerts = self.gate.admit(self.follower.poll(0.1), datetime.now(UTC))
+                seen_at = datetime.now(UTC)
+                accepted, alerts = self.gate.admit(self.follower.poll(0.1), seen_at)
+                alerts += self.claims.review(accepted, self.follower.take_ahead(), seen_at)
                 self.state.apply(accepted)
                 if alerts and self._producer is not None:
                     self._producer.send(alerts)

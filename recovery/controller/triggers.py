@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from vigil.contract import Incident, Member
+from vigil.contract import Incident, IncidentCategory, Member
 from vigil.recovery.controller.state import ClusterState
 from vigil.recovery.settings import PolicyClass, PolicySettings
 
@@ -52,9 +52,9 @@ class Trigger:
 
 
 def classify(incident: Incident, policy: PolicySettings) -> PolicyClass:
-    if incident.category == "collective_hang":
+    if incident.category is IncidentCategory.COLLECTIVE_HANG:
         return "hang"
-    if incident.category == "host_fault" or incident.cause == "hardware":
+    if incident.category is IncidentCategory.HOST_FAULT or incident.cause == "hardware":
         return "hardware"
     if incident.cause == "software":
         return "software"

@@ -112,3 +112,52 @@ def test_only_the_ingress_controller_reaches_the_dashboard() -> None:
     assert policy["spec"]["policyTypes"] == ["Ingress"]
     (rule,) = policy["spec"]["ingress"]
     assert rule["ports"] == [{"port": 8050, "protocol": "TCP"}] and all("namespaceSelector" in f for f in rule["from"])
+
+
+SIGNERS = {"recovery": "controller", "analyzer": "analyzer", "dashboard": "operator"}  # container -> its role
+
+
+def test_each_role_gets_only_its_own_private_key_and_every_service_the_public_keys() -> None:
+    docs = k8s_docs()
+    (config,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "vigil"]
+    keys_dir = config["data"]["VIGIL_SIGNING_KEYS_DIR"]
+    pods = {c["name"]: d["spec"]["template"]["spec"] for d in docs if d["kind"] in ("Deployment", "DaemonSet")
+            for c in d["spec"]["template"]["spec"]["containers"]}
+    for c in k8s_containers():
+        signing = [ref["secretRef"]["name"] for ref in c["envFrom"] if "secretRef" in ref
+                   and ref["secretRef"]["name"].startswith("vigil-signing-")]
+        role = SIGNERS.get(c["name"]) if "--ingest-only" not in c.get("args", []) else None
+        assert signing == ([f"vigil-signing-{role}"] if role else []), c["name"]
+        assert "vigil-signing-public" not in signing  # public keys travel as files, never as env
+        if c["kind"] == "Job":
+            continue  # the migration verifies nothing
+        (mount,) = [m for m in c["volumeMounts"] if m["mountPath"] == keys_dir]
+        assert mount["readOnly"] is True
+        (volume,) = [v for v in pods[c["name"]]["volumes"] if v["name"] == mount["name"]]
+        assert volume == {"name": mount["name"], "secret": {"secretName": "vigil-signing-public"}}
+    assert {c["name"] for c in k8s_containers() if c["kind"] != "Job"} >= {"collector", "notify", *SIGNERS}
+
+
+def test_vigil_keys_export_k8s_writes_the_secrets_the_manifests_name(tmp_path: Path) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "VIGIL_HOME": str(tmp_path / "home")}
+    env.pop("VIGIL_SIGNING_KEYS_DIR", None)
+    for argv in (["keys", "create"], ["keys", "rotate", "controller"], ["keys", "export-k8s", "-o", str(tmp_path / "k")]):
+        done = subprocess.run([sys.executable, "-m", "vigil", *argv], env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert "PRIVATE KEY" not in done.stdout + done.stderr
+    written = {p.name: json.loads(p.read_text()) for p in (tmp_path / "k").iterdir()}
+    assert all((tmp_path / "k" / n).stat().st_mode & 0o077 == 0 for n in written)
+    referenced = {ref["secretRef"]["name"] for c in k8s_containers() for ref in c["envFrom"] if "secretRef" in ref
+                  and ref["secretRef"]["name"].startswith("vigil-signing-")} | {"vigil-signing-public"}
+    assert {d["metadata"]["name"] for d in written.values()} == referenced
+    public = written["vigil-signing-public.json"]["stringData"]
+    assert sorted(n.split(".")[0] for n in public) == ["analyzer", "controller", "controller", "operator"]
+    assert not any("PRIVATE" in v for v in public.values())  # the rotated-out controller key still verifies
+    controller = written["vigil-signing-controller.json"]["stringData"]
+    assert "BEGIN PRIVATE KEY" in controller["VIGIL_SIGNING_PRIVATE_KEY"]
+    assert f"controller.{controller['VIGIL_SIGNING_KEY_ID']}.pub" in public

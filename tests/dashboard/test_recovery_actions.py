@@ -31,7 +31,8 @@ def published(settings: VigilSettings, bootstrap: str) -> list[RecoveryAction]:
     return out
 
 
-def confirm(url: str, pending: dict[str, str], token: str | None, reason: str = "NIC flaps", name: str = "") -> str:
+def confirm(url: str, pending: dict[str, str], token: str | None, reason: str = "NIC flaps", name: str = "",
+            headers: dict[str, str] | None = None) -> str:
     """POST the `confirmed` callback as the browser does after OK in the dialog; the answer shown."""
     states = (("rec-pending", "data", pending), ("rec-token", "value", token), ("rec-name", "value", name),
               ("rec-reason", "value", reason))
@@ -39,7 +40,7 @@ def confirm(url: str, pending: dict[str, str], token: str | None, reason: str = 
                "inputs": [{"id": "rec-confirm", "property": "submit_n_clicks", "value": 1}],
                "state": [{"id": i, "property": p, "value": v} for i, p, v in states],
                "changedPropIds": ["rec-confirm.submit_n_clicks"]}
-    resp = httpx.post(url.rstrip("/") + "/_dash-update-component", json=payload, timeout=60)
+    resp = httpx.post(url.rstrip("/") + "/_dash-update-component", json=payload, timeout=60, headers=headers)
     resp.raise_for_status()
     return str(resp.json()["response"]["rec-result"]["children"])
 
@@ -49,9 +50,9 @@ def dashboard(topics: VigilSettings, broker_bootstrap: str, database: str, click
               request: pytest.FixtureRequest) -> Iterator[str]:
     from vigil.clickhouse.client import connect
 
-    token = getattr(request, "param", TOKEN)
+    token, header = getattr(request, "param", (TOKEN, None))
     svc = DashboardService(client=connect(clickhouse_dsn, database=database),
-                           settings=DashboardSettings(port=0, action_token=token),
+                           settings=DashboardSettings(port=0, action_token=token, user_header=header),
                            publisher=KafkaPublisher(settings=topics, bootstrap=broker_bootstrap))
     svc.start()
     try:
@@ -61,7 +62,7 @@ def dashboard(topics: VigilSettings, broker_bootstrap: str, database: str, click
 
 
 @pytest.mark.clickhouse
-@pytest.mark.parametrize("dashboard", [None], indirect=True)
+@pytest.mark.parametrize("dashboard", [(None, None)], indirect=True)
 def test_a_dashboard_without_a_token_refuses_every_action(dashboard: str, topics: VigilSettings,
                                                           broker_bootstrap: str) -> None:
     for pending in (CORDON, {"action": "approve", "target": "job-a/host_fault/h2/1", "job": "job-a"}):
@@ -98,3 +99,16 @@ def test_approve_is_the_event_vigil_recovery_approve_publishes(topics: VigilSett
     assert (event.action, event.status, event.target, event.incident_id, event.actor) == (
         "approve", "succeeded", "job-a", "job-a/host_fault/h2/1", "dashboard:bob")
     assert "checked the node" in event.reason
+
+
+@pytest.mark.clickhouse
+@pytest.mark.parametrize("dashboard", [(TOKEN, "X-Forwarded-User")], indirect=True)
+def test_behind_a_proxy_the_identity_is_its_authenticated_user_and_required(
+        dashboard: str, topics: VigilSettings, broker_bootstrap: str) -> None:
+    answer = confirm(dashboard, CORDON, token=TOKEN, name="alice")  # a typed name is no identity here
+    assert answer == "refused: no authenticated user: the reverse proxy's X-Forwarded-User header is missing"
+    assert published(topics, broker_bootstrap) == []
+    answer = confirm(dashboard, CORDON, token=TOKEN, name="alice", headers={"x-forwarded-user": "carol@corp <x>"})
+    assert answer.startswith("cordon h2: published") and "dashboard:carol@corp__x_" in answer
+    (event,) = published(topics, broker_bootstrap)
+    assert (event.actor, event.details) == ("dashboard:carol@corp__x_", {"identity": "header:X-Forwarded-User"})

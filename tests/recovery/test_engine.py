@@ -294,6 +294,41 @@ def test_an_operator_request_is_executed_once_and_recorded_with_who_asked(tmp_pa
     assert not h.engine.state.cordons, "an operator's cordon does not count against the circuit breaker"
 
 
+def test_operator_requests_are_checked_on_the_controllers_state_and_refusals_recorded(tmp_path: Path) -> None:
+    """Server-side checks: the job must exist and the host belong to it, whatever the request claims."""
+    h = started(Harness.build(Fleet(job=JOB, hosts=["h0", "h1", "h2"]), tmp_path))
+    reqs = [operator_request(action="cordon", host="h1", job_id="no-such-job", reason="r", actor="dashboard:eve"),
+            operator_request(action="evict", host="db-primary", job_id=JOB, reason="r", actor="dashboard:eve"),
+            operator_request(action="cordon", host="h2", job_id=JOB, reason="r", actor="dashboard:eve")]
+    h.feed(reqs)
+    h.turn()
+    results = [h.actions(command_id=r.command_id) for r in reqs]
+    assert [[(a.status, a.details.get("refused")) for a in r] for r in results] == [
+        [("skipped", "unknown_job")], [("skipped", "host_not_in_job")], [("succeeded", None)]]
+    assert list(h.fx.backend.cordoned()) == ["h2"]
+    h.turn()
+    assert sum(len(h.actions(command_id=r.command_id)) for r in reqs) == 3  # a refusal is a result: never retried
+
+
+def test_operator_requests_are_rate_limited_per_identity(tmp_path: Path) -> None:
+    h = started(Harness.build(Fleet(job=JOB, hosts=["h0", "h1", "h2"]), tmp_path, requests_burst=2,
+                              requests_per_minute=1))
+    burst = [operator_request(action=a, host="h1", job_id=JOB, reason="r", actor="dashboard:eve")
+             for a in ("cordon", "uncordon", "cordon")]
+    other = operator_request(action="cordon", host="h2", job_id=JOB, reason="r", actor="dashboard:bob")
+    h.feed([*burst, other])
+    h.turn()
+    statuses = [(a.actor, a.status, a.details.get("refused")) for r in [*burst, other]
+                for a in h.actions(command_id=r.command_id)]
+    assert statuses == [("dashboard:eve", "succeeded", None), ("dashboard:eve", "succeeded", None),
+                        ("dashboard:eve", "skipped", "rate_limited"), ("dashboard:bob", "succeeded", None)]
+    h.now += timedelta(seconds=60)  # one token back
+    later = operator_request(action="cordon", host="h1", job_id=JOB, reason="r", actor="dashboard:eve")
+    h.feed([later])
+    h.turn()
+    assert [a.status for a in h.actions(command_id=later.command_id)] == ["succeeded"]
+
+
 def test_dry_run_skips_operator_requests(tmp_path: Path) -> None:
     fleet = Fleet(job=JOB, hosts=["h0", "h1"])
     h = Harness.build(fleet, tmp_path, mode="dry-run")

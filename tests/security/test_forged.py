@@ -18,7 +18,17 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.recovery.live import Live, fake_train
-from vigil.contract import Alert, Command, Event, Incident, RankRef, RecoveryAction, World, encode_batch
+from vigil.contract import (
+    Alert,
+    Command,
+    Event,
+    Incident,
+    Member,
+    RankRef,
+    RecoveryAction,
+    World,
+    encode_batch,
+)
 from vigil.contract.decisions import operator_request
 from vigil.cordons import CordonRegistry
 from vigil.settings import VigilSettings
@@ -119,6 +129,8 @@ def test_controller_acts_on_no_forged_decision(live: Live) -> None:
         incident_id=fault.incident_id, actor="controller"))
     forge(live, "incidents", [fault])
     forge(live, "recovery", [request, approve, step])
+    # the probe's host belongs to the job (the controller checks): an agent that announced itself and left
+    forge(live, "recovery", [Member(job_id=JOB, host="probe-host", state="left")])
     probe = signer_of(live, Role.OPERATOR).seal(
         operator_request(action="cordon", host="probe-host", job_id=JOB, reason="genuine", actor="user:ops"))
     forge(live, "recovery", [probe])

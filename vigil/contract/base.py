@@ -54,13 +54,19 @@ def max_age() -> timedelta:
     return timedelta(days=window().max_age_days)
 
 
+class DatedAhead(ValueError):
+    """A timestamp more than the clock skew allowance ahead of this host's clock (a typed cause: a
+    consumer tells a future-dated claim from a malformed event by it, never by the message)."""
+
+
 def _require_utc(value: datetime) -> datetime:
     if value.tzinfo is None:
         raise ValueError("timestamp must carry a UTC offset (naive datetimes are ambiguous)")
     value = value.astimezone(UTC)
     if not EARLIEST <= value <= datetime.now(UTC) + max_ahead():
-        raise ValueError(f"timestamp {value.isoformat()} is out of range (2000-01-01 .. now + "
-                         f"{window().clock_skew_s:g} s of clock skew)")
+        error = DatedAhead if value > EARLIEST else ValueError
+        raise error(f"timestamp {value.isoformat()} is out of range (2000-01-01 .. now + "
+                    f"{window().clock_skew_s:g} s of clock skew)")
     return value
 
 

@@ -8,6 +8,7 @@ relies on; each is an event like any fact, so history replays.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, Field, model_validator
@@ -86,6 +87,15 @@ class RankRef(BaseModel):
     message: str = Field(default="", max_length=4096, description="its own last error, when it said one")
 
 
+class IncidentCategory(StrEnum):
+    """What kind of incident: a closed set the controller decides on (never an incident's text).
+    The wire value is the string; an unknown one is refused by the contract (dead-lettered)."""
+
+    CRASH_CASCADE = "crash_cascade"  # ranks failed within a window; the culprit is the first with an error of its own
+    HOST_FAULT = "host_fault"  # a crash cascade whose culprit's host showed Xid / ECC / NVLink errors
+    COLLECTIVE_HANG = "collective_hang"  # ranks stuck in a collective; the culprit is the rank(s) missing from it
+
+
 class Incident(Event):
     """Findings that share one cause, with the culprit named and its victims listed.
 
@@ -97,7 +107,7 @@ class Incident(Event):
     kind: Literal["incident"] = "incident"
     schema_version: Literal[1] = 1
     incident_id: Name = Field(description="stable id, the same on every event of this incident")
-    category: Name = Field(description="crash_cascade, collective_hang, host_fault, ...")
+    category: IncidentCategory = Field(description="crash_cascade, host_fault, collective_hang")
     cause: Literal["hardware", "network", "software", "unknown"]
     status: Literal["open", "resolved"]
     severity: Severity
@@ -175,7 +185,8 @@ OperatorAction = Literal["cordon", "uncordon", "evict"]
 REQUEST_PREFIX = "request/"
 
 
-def operator_request(*, action: OperatorAction, host: str, job_id: str, reason: str, actor: str) -> RecoveryAction:
+def operator_request(*, action: OperatorAction, host: str, job_id: str, reason: str, actor: str,
+                     details: dict[str, Any] | None = None) -> RecoveryAction:
     """An operator asks the recovery controller to cordon, uncordon or evict `host`.
 
     For callers that hold no node backend (the dashboard: only the controller may write to the
@@ -183,7 +194,7 @@ def operator_request(*, action: OperatorAction, host: str, job_id: str, reason: 
     controller executes it once and records the result under the same `command_id` and actor.
     """
     req = RecoveryAction(job_id=job_id, host=host, action=action, target=host, status="planned", reason=reason,
-                         actor=actor)
+                         actor=actor, details=details or {})
     return req.model_copy(update={"command_id": REQUEST_PREFIX + req.event_id})
 
 
@@ -201,6 +212,8 @@ class Checkpoint(Event):
     The latest complete checkpoint of a job is its latest ``committed`` event. Every rank
     emits ``restored`` when `load_latest` loaded one (step, path, duration_ms = the load,
     `source`: ``memory`` its own in-memory snapshot, ``peer`` a buddy's copy, ``persisted``).
+    Rank 0 emits ``failed`` with `unverified` for a checkpoint whose files do not match its
+    commit marker (tampered with or planted), which restore skipped.
     """
 
     kind: Literal["checkpoint"] = "checkpoint"
@@ -215,3 +228,4 @@ class Checkpoint(Event):
     error: str = Field(default="", max_length=4096, description="why a save failed or was skipped")
     dropped: U32 = Field(default=0, ge=0, description="checkpoint events of this rank lost before this one")
     source: Literal["", "memory", "peer", "persisted"] = Field(default="", description="where `restored` came from")
+    unverified: bool = Field(default=False, description="`failed`: its files do not match the commit marker")

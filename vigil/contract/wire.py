@@ -18,16 +18,20 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from vigil.contract.base import Event, max_age
+from vigil.contract.base import DatedAhead, Event, max_age
 from vigil.contract.registry import spec_for
 
 
 @dataclass(frozen=True, kw_only=True)
 class Rejected:
-    """An event (or a whole record) that could not be accepted, and why."""
+    """An event (or a whole record) that could not be accepted, and why.
+
+    `ahead`: the event was refused only because its `ts` is dated ahead of this host's clock
+    (more than the contract's skew allowance): a claim to report, not just a malformed record."""
 
     reason: str
     payload: Any
+    ahead: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,6 +71,13 @@ def validate_event(kind: str, payload: Any, version: int | None = None) -> Event
         raise ValueError(f"invalid {kind} v{spec.version} event: {describe(exc)}") from None
 
 
+def dated_ahead(error: ValidationError) -> bool:
+    """True when every failure in `error` is a `ts` dated ahead (`base.DatedAhead`)."""
+    errors = error.errors(include_url=False)
+    return bool(errors) and all(e["loc"] == ("ts",) and isinstance(e.get("ctx", {}).get("error"), DatedAhead)
+                                for e in errors)
+
+
 def decode_batch(value: bytes | None) -> Decoded:
     """Decode one record value; never raises, bad parts come back in `rejected`."""
     if value is None:
@@ -82,7 +93,7 @@ def decode_batch(value: bytes | None) -> Decoded:
     if not isinstance(kind, str) or not isinstance(version, int):
         return Decoded(events=[], rejected=[Rejected(reason="record needs string 'kind' and integer 'schema_version'", payload=doc)])
     try:
-        spec_for(kind, version)
+        spec = spec_for(kind, version)
     except ValueError as exc:
         return Decoded(events=[], rejected=[Rejected(reason=str(exc), payload=doc)])
     events: list[Event] = []
@@ -92,9 +103,10 @@ def decode_batch(value: bytes | None) -> Decoded:
         if isinstance(item, dict):
             item = {"kind": kind, "schema_version": version, **item}
         try:
-            event = validate_event(kind, item, version)
-        except ValueError as exc:
-            rejected.append(Rejected(reason=str(exc), payload=item))
+            event = spec.model.model_validate(item)
+        except ValidationError as exc:
+            rejected.append(Rejected(reason=f"invalid {kind} v{spec.version} event: {describe(exc)}", payload=item,
+                                     ahead=dated_ahead(exc)))
             continue
         if event.ts < oldest:
             rejected.append(Rejected(reason=f"invalid {kind} v{version} event: ts: timestamp {event.ts.isoformat()} "

@@ -5,13 +5,16 @@ reading their commands: every partition of the given topics is assigned directly
 no committed offsets), read from the first offset, and followed. `caught_up` turns true once
 every partition reached its end at least once, i.e. the state folded so far covers the log
 as it was at start. Partitions that appear later (a topic created after start) are picked up
-by `refresh()`. Undecodable records and invalid events are counted, never raised.
+by `refresh()`. Undecodable records and invalid events are counted, never raised; those refused
+only for a `ts` dated ahead are also kept (the newest `AHEAD_KEPT`) for `take_ahead()`, so a
+service can report a future-dated claim.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,9 +22,11 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from vigil.contract.base import Event
-from vigil.contract.wire import decode_batch
+from vigil.contract.wire import Rejected, decode_batch
 from vigil.kafka.admin import client_config, unreachable
 from vigil.settings import VigilSettings
+
+AHEAD_KEPT = 1000
 
 
 @dataclass(kw_only=True)
@@ -32,6 +37,7 @@ class Follower:
     refresh_s: float = 10.0
     rejected: int = field(default=0, init=False)
     last_error: str = field(default="", init=False)
+    _ahead: deque[Rejected] = field(default_factory=lambda: deque(maxlen=AHEAD_KEPT), init=False)
     _assigned: set[tuple[str, int]] = field(default_factory=set, init=False)
     _pending_eof: set[tuple[str, int]] = field(default_factory=set, init=False)
     _caught_up: bool = field(default=False, init=False)
@@ -94,7 +100,14 @@ class Follower:
             decoded = decode_batch(msg.value())
             events.extend(decoded.events)
             self.rejected += len(decoded.rejected)
+            self._ahead.extend(r for r in decoded.rejected if r.ahead)
         return events
+
+    def take_ahead(self) -> list[Rejected]:
+        """The events refused for a `ts` dated ahead since the last call (at most `AHEAD_KEPT`)."""
+        out = list(self._ahead)
+        self._ahead.clear()
+        return out
 
     def close(self) -> None:
         try:

@@ -7,6 +7,12 @@ the controller's lease `epoch`; for each (job, host) the gate remembers the newe
 through and refuses older ones. A host's commands are one partition of the `commands` topic
 (keyed by host), so "older" is log order, not a producer's clock, and a deposed leader's
 late commands are refused once its successor's first one has been read.
+
+Controller steps (`recovery` events a controller signs) are fenced by `step_floor`: the
+controller sets it to its own lease epoch once it has led for a moment (it has read what the
+previous leader published before the takeover), so a deposed leader's later steps, of an older
+epoch, are refused instead of folded as decisions. 0 (standbys, a leader just taking over): no
+floor, the log's history of every epoch is folded.
 """
 
 from __future__ import annotations
@@ -15,8 +21,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from vigil.contract import Alert, Command, Event
-from vigil.signing.policy import Refusal, Refusals, check, decision_kind
+from vigil.contract import Alert, Command, Event, RecoveryAction
+from vigil.signing.policy import CONTROLLER, Refusal, Refusals, check, decision_kind, expected_roles
 from vigil.signing.seal import Problem, Verifier
 
 REMEMBERED = 100_000  # (job, host) epochs kept; beyond it the oldest entries are dropped
@@ -26,6 +32,7 @@ REMEMBERED = 100_000  # (job, host) epochs kept; beyond it the oldest entries ar
 class Gate:
     verifier: Verifier
     refusals: Refusals
+    step_floor: int = 0  # controller steps of an older (non-zero) epoch are refused
     _epochs: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
 
     @property
@@ -46,6 +53,12 @@ class Gate:
         return accepted, alerts
 
     def _fence(self, e: Event) -> Refusal | None:
+        if isinstance(e, RecoveryAction):
+            if 0 < e.epoch < self.step_floor and expected_roles(e) == CONTROLLER:
+                return Refusal(what=decision_kind(e), problem=Problem.STALE_EPOCH,
+                               detail=f"epoch {e.epoch} < lease epoch {self.step_floor}", job_id=e.job_id,
+                               host=e.host, event_id=e.event_id)
+            return None
         if not isinstance(e, Command):
             return None
         key = (e.job_id, e.host)

@@ -6,14 +6,20 @@ controller's); operator requests, approvals, operator cordons and silences the o
 empty set is a fact (agent acknowledgements, agents' own diagnostics, security alerts: a claim
 that pages and decides nothing), acted on unsigned. `check` returns a `Refusal` for a decision
 without a valid signature of an expected role. `Refusals` counts them and makes the `security`
-alert once per (reporter, decision kind, job): its fingerprint names them, not the record.
+alert once per (reporter, decision kind, job[, host]): its fingerprint names them, not the record,
+so a flood is one alert (its evidence `count`: refusals of that fingerprint so far) and a log
+line for the first and every 100th. Besides decisions, a service refuses untrusted claims
+(`Claim`: a fact dated ahead, a checkpoint that failed verification) and the agent forged spool
+lines the same way.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 
 from vigil.contract import Alert, Command, Diagnostic, Event, Incident, RecoveryAction, Silence
 from vigil.contract.decisions import is_operator_request
@@ -26,6 +32,13 @@ REMEMBERED = 4096
 NONE: frozenset[Role] = frozenset()
 CONTROLLER = frozenset({Role.CONTROLLER})
 OPERATOR = frozenset({Role.OPERATOR})
+
+
+class Claim(StrEnum):
+    """Why a fact (a training job's claim about itself) was refused or reported, besides signatures."""
+
+    DATED_AHEAD = "dated ahead"  # its ts is ahead of the reader's clock by more than the contract allows
+    UNVERIFIED_CHECKPOINT = "checkpoint failed verification"  # its files do not match its commit marker
 
 
 def decision_kind(event: Event) -> str:
@@ -66,12 +79,13 @@ def needs_signature(event: Event) -> bool:
 
 @dataclass(frozen=True)
 class Refusal:
-    what: str  # decision_kind
-    problem: Problem
+    what: str  # decision_kind, or what was refused: "member", "checkpoint", "spool/<reason>"
+    problem: StrEnum  # a closed reason: `Problem` (signatures), `Claim`, the spool guard's `Refusal`
     detail: str
     job_id: str
     host: str
     event_id: str
+    per_host: bool = False  # one alert per (kind, job, host) instead of per (kind, job)
 
     def __str__(self) -> str:
         return (f"refused {self.what} {self.event_id} (job {self.job_id}, host {self.host}): "
@@ -101,18 +115,31 @@ class Refusals:
 
     reporter: str  # the service or agent that refused: "controller", "agent:<host>", "notifier"
     count: int = 0
-    _alerted: set[str] = field(default_factory=set, repr=False)
+    _alerted: Counter[str] = field(default_factory=Counter, repr=False)  # fingerprint -> refusals
+
+    def fingerprint(self, refusal: Refusal) -> str:
+        scope = f"/{refusal.host}" if refusal.per_host else ""
+        return f"{SECURITY_ALERT}/{self.reporter}/{refusal.what}/{refusal.job_id}{scope}"[:256]
+
+    def seen(self, fingerprint: str) -> int:
+        """Refusals of `fingerprint` so far (0 once more than `REMEMBERED` fingerprints were raised)."""
+        return self._alerted[fingerprint]
 
     def refuse(self, refusal: Refusal, now: datetime) -> Alert | None:
         """Count and log `refusal`; the security alert to publish the first time its fingerprint is seen."""
         self.count += 1
-        log.warning("%s %s", self.reporter, refusal)
-        fingerprint = f"{SECURITY_ALERT}/{self.reporter}/{refusal.what}/{refusal.job_id}"[:256]
-        if fingerprint in self._alerted or len(self._alerted) >= REMEMBERED:
+        fingerprint = self.fingerprint(refusal)
+        if fingerprint in self._alerted:
+            self._alerted[fingerprint] += 1
+            if self._alerted[fingerprint] % 100 == 0:
+                log.warning("%s %s (%d of this kind)", self.reporter, refusal, self._alerted[fingerprint])
             return None
-        self._alerted.add(fingerprint)
+        log.warning("%s %s", self.reporter, refusal)
+        if len(self._alerted) >= REMEMBERED:
+            return None
+        self._alerted[fingerprint] = 1
         return Alert(job_id=refusal.job_id, host=refusal.host, ts=now, fingerprint=fingerprint, alert=SECURITY_ALERT,
                      subject=refusal.what, status="firing", severity="critical", first_seen=now, last_seen=now,
                      summary=f"{self.reporter} {refusal}"[:2048],
                      evidence={"reporter": self.reporter, "refused": refusal.what, "problem": refusal.problem.value,
-                               "detail": refusal.detail, "event_id": refusal.event_id, "count": self.count})
+                               "detail": refusal.detail, "event_id": refusal.event_id, "count": 1})

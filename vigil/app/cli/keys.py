@@ -3,13 +3,17 @@
 `create` makes a key pair for every role that has none (what `vigil up` and `make demo` do);
 `rotate ROLE` makes a new key id current for the role, keeping the old public key listed so
 what it signed still verifies; `retire ROLE KEY_ID` stops accepting an old key. Key material is
-never printed: `list` shows roles, key ids, which is current and where a private key is held.
+never printed: `list` shows roles, key ids, which is current and where a private key is held;
+`export-k8s -o DIR` writes the Kubernetes Secrets deploy/k8s/ mounts (one per role with its private
+key, one with every public key; files mode 0600) for `kubectl apply -f DIR`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+from pathlib import Path
 from typing import Any
 
 from vigil.settings import VigilSettings
@@ -30,6 +34,10 @@ def register(sub: Any) -> None:
     ls = ksub.add_parser("list", help="roles, key ids, current keys (no key material)")
     ls.add_argument("--json", action="store_true", help="print JSON")
     ls.set_defaults(handler=cmd_list)
+    x = ksub.add_parser("export-k8s", help="the key set as Kubernetes Secrets (files mode 0600) for kubectl apply")
+    x.add_argument("-o", "--output", type=Path, required=True, help="directory to write the Secret manifests to")
+    x.add_argument("--namespace", default="vigil", help="namespace of the Secrets (default: vigil)")
+    x.set_defaults(handler=cmd_export_k8s)
 
 
 def _store() -> Any:
@@ -75,4 +83,21 @@ def cmd_list(args: argparse.Namespace) -> int:
     for r in rows:
         print(f"  {r['role']:<10} {r['key_id']}  {'current' if r['current'] else '       '}  "
               f"{'private key here' if r['private'] else 'public only'}")
+    return 0
+
+
+def cmd_export_k8s(args: argparse.Namespace) -> int:
+    from vigil.signing.export import kubernetes_secrets
+
+    docs = kubernetes_secrets(_store(), args.namespace)
+    out: Path = args.output
+    out.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for name, doc in docs.items():
+        path = out / f"{name}.json"  # kubectl applies JSON manifests as it does YAML
+        path.unlink(missing_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f, indent=2)
+    print(f"{len(docs)} Secrets in {out} (namespace {args.namespace}): {', '.join(docs)}; "
+          f"kubectl apply -f {out}, then restart the role's services after a rotation")
     return 0

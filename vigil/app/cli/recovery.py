@@ -123,9 +123,18 @@ def _publish(core: VigilSettings, bootstrap: str, events: list[Any]) -> None:
     from vigil.signing.setup import signer
 
     ensure_topics(core, bootstrap, ["recovery"])
-    producer = EventProducer(settings=core, bootstrap=bootstrap, signer=signer(Role.OPERATOR, core.home))
-    producer.send(events)
+    key = signer(Role.OPERATOR, core.home)
+    producer = EventProducer(settings=core, bootstrap=bootstrap, signer=key)
+    producer.send(with_identity(events, f"key:operator/{key.key_id}" if key is not None else "unsigned"))
     producer.flush(15)
+
+
+def with_identity(events: list[Any], identity: str) -> list[Any]:
+    """The operator's recovery events recording who asked: the operator key that signs them (`details.identity`)."""
+    from vigil.contract import RecoveryAction
+
+    return [e.model_copy(update={"details": {**e.details, "identity": identity}}) if isinstance(e, RecoveryAction)
+            else e for e in events]
 
 
 def cmd_approve(args: argparse.Namespace) -> int:

@@ -1,0 +1,46 @@
+"""The key set as Kubernetes Secrets: one per role holding its private key, one with every public key.
+
+`kubernetes_secrets(store, namespace)` returns the Secret manifests deploy/k8s/ expects:
+
+* ``vigil-signing-public``: every listed ``<role>.<key id>.pub`` (a file each, mounted read-only at
+  ``/etc/vigil/keys`` in every service that verifies; `VIGIL_SIGNING_KEYS_DIR` points there), so
+  retired keys disappear and rotated ones are accepted on the next re-read;
+* ``vigil-signing-<role>`` for the controller, analyzer and operator roles: the role's current
+  private key as `VIGIL_SIGNING_PRIVATE_KEY` (PEM) and `VIGIL_SIGNING_KEY_ID`, given (``envFrom``)
+  only to that role's service: the recovery controller, the detecting analyzer, the dashboard.
+
+Pure: reads the key store, returns dicts; `vigil keys export-k8s` writes them (mode 0600).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vigil.signing.keys import KeyStore, KeyStoreError, Role
+
+PUBLIC_SECRET = "vigil-signing-public"
+
+
+def role_secret(role: Role) -> str:
+    return f"vigil-signing-{role.value}"
+
+
+def _secret(name: str, namespace: str, data: dict[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/part-of": "vigil"}},
+            "stringData": data}
+
+
+def kubernetes_secrets(store: KeyStore, namespace: str) -> dict[str, dict[str, Any]]:
+    """Secret name -> manifest; KeyStoreError when a role has no current private key here."""
+    public = {f"{role.value}.{kid}.pub": (store.directory / f"{role.value}.{kid}.pub").read_text()
+              for role, kid in sorted(store.public_keys())}
+    if not public:
+        raise KeyStoreError(f"no public keys in {store.directory} (run `vigil keys create`)")
+    out = {PUBLIC_SECRET: _secret(PUBLIC_SECRET, namespace, public)}
+    for role in Role:
+        kid, _ = store.private_key(role)  # checks it is a readable Ed25519 key
+        pem = (store.directory / f"{role.value}.{kid}.key").read_text()
+        out[role_secret(role)] = _secret(role_secret(role), namespace,
+                                         {"VIGIL_SIGNING_PRIVATE_KEY": pem, "VIGIL_SIGNING_KEY_ID": kid})
+    return out
