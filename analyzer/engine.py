@@ -88,7 +88,7 @@ def evaluate(client: QueryClient, settings: AnalyzerSettings, book: AlertBook, j
     if present is None and sources is not None:
         present = frozenset(src for _h, src in sources)
     ctx = EvalContext(client=client, settings=settings, job=job, at=at, live=live, firing=book.firing_subjects(job),
-                      epoch=tracker.at(client, at), sources=sources, state=walk.state, present=present)
+                      epoch_of=lambda: tracker.at(client, at), sources=sources, state=walk.state, present=present)
     findings = []
     ran = []
     for d in detectors:

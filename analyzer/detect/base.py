@@ -14,9 +14,10 @@ is late; in replay the stored history is complete and `sources` is None.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import cached_property
 from typing import Any, Literal, Protocol
 
 from vigil.analyzer.settings import AnalyzerSettings
@@ -89,11 +90,17 @@ class EvalContext:
     at: datetime
     live: bool = False
     firing: frozenset[str] = frozenset()  # subjects of this job's firing alerts, as "alert:subject"
-    epoch: Epoch | None = None  # the job's run at `at`; None before its first step
+    epoch_of: Callable[[], Epoch | None] | None = None  # the job's run at `at`, asked on first use (see `epoch`)
     sources: Mapping[tuple[str, str], SourceClock] | None = None  # (host, source) -> progress; None in replay
     memo: dict[str, Any] = field(default_factory=dict)  # what several detectors ask at this instant, asked once
     state: dict[str, Any] = field(default_factory=dict)  # per job, kept across the instants of one walk (see `Walk`)
     present: frozenset[str] | None = None  # the sources the job has stored anything of; None: unknown (all)
+
+    @cached_property
+    def epoch(self) -> Epoch | None:
+        """The job's run at `at` (None before its first step), read once per instant and only when a detector
+        asks: an instant at which no detector is due, and no log or exit is stored, reads nothing."""
+        return self.epoch_of() if self.epoch_of is not None else None
 
     def is_firing(self, alert: str, subject: str) -> bool:
         return f"{alert}:{subject}" in self.firing

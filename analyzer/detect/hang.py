@@ -95,6 +95,7 @@ class Judged:
 
 class HangDetector:
     name = "collective_hang"
+    cadence_s = 4.0  # a stall of `hang.stall_s` (minutes) or Flight Recorder dumps: every other instant
 
     def __init__(self) -> None:
         self._memo: OrderedDict[tuple[Any, ...], Judged] = OrderedDict()

@@ -49,6 +49,7 @@ WHERE p.first_seen <= {AT}
 
 class HeartbeatDetector:
     name = "heartbeat_loss"
+    cadence_s = 4.0  # a silence of 3 intervals (6 s at 2 s): judged every other instant, paged within ~10 s
 
     def detect(self, ctx: EvalContext) -> list[Finding]:
         rows = ctx.rows(_SQL, lo=ctx.ago(LOOKBACK_S), miss=ctx.settings.heartbeat.miss_intervals)

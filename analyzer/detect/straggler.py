@@ -85,26 +85,27 @@ WHERE size >= {min_hosts:UInt32} AND med > 0 AND x.2 - med >= {excess:Float64} A
 
 # A host against its own level: each window's time relative to its stage group's median (the host's usual
 # ratio holds its speed lottery and its stage's structure), its baseline the median ratio over the windows
-# before the judged ones, its noise their MAD. Only shifted cells (judged windows) come back.
+# before the judged ones, its noise their MAD. Only shifted cells (judged windows) come back. The ratios are
+# computed once and kept per (phase, host) as an array (a CTE referenced three times is computed three times).
 _SHIFTED_SQL = """
-WITH r AS (
-  SELECT phase, window, host, mean_ms, window_end, med, mean_ms / med AS ratio FROM (
-    SELECT c.*, quantileExact(0.5)(c.mean_ms) OVER (PARTITION BY c.phase, c.window, p.stages) AS med,
-           count() OVER (PARTITION BY c.phase, c.window, p.stages) AS size
-    FROM ($cells) AS c INNER JOIN ($peers) AS p ON c.host = p.host)
-  WHERE size >= {min_hosts:UInt32} AND med > 0),
-b AS (
-  SELECT phase, host, quantileExact(0.5)(ratio) AS base, count() AS n FROM r WHERE window < {from_w:UInt64}
-  GROUP BY phase, host HAVING n >= {min_base:UInt32}),
-m AS (
-  SELECT r.phase AS phase, r.host AS host, any(b.base) AS base, quantileExact(0.5)(abs(r.ratio - b.base)) * 1.4826 AS mad
-  FROM r INNER JOIN b ON r.phase = b.phase AND r.host = b.host WHERE r.window < {from_w:UInt64}
-  GROUP BY r.phase, r.host)
-SELECT r.phase AS phase, r.window AS window, r.host AS host, r.mean_ms AS mean_ms, r.window_end AS window_end,
-       r.med * m.base AS usual_ms, r.ratio / m.base - 1 AS shift, if(m.mad > 0, (r.ratio - m.base) / m.mad, 1e9) AS z
-FROM r INNER JOIN m ON r.phase = m.phase AND r.host = m.host
-WHERE r.window >= {from_w:UInt64} AND (r.ratio / m.base - 1) * 100 >= {slow:Float64}
-  AND r.mean_ms - r.med * m.base >= {excess:Float64} AND (m.mad = 0 OR (r.ratio - m.base) / m.mad >= {z:Float64})
+SELECT phase, host, x.1 AS window, x.3 AS mean_ms, x.4 AS window_end, x.5 * base AS usual_ms,
+       x.2 / base - 1 AS shift, if(mad > 0, (x.2 - base) / mad, 1e9) AS z
+FROM (
+  SELECT phase, host, xs, arrayMap(x -> x.2, arrayFilter(x -> x.1 < {from_w:UInt64}, xs)) AS before,
+         arrayReduce('quantileExact(0.5)', before) AS base,
+         arrayReduce('quantileExact(0.5)', arrayMap(v -> abs(v - base), before)) * 1.4826 AS mad
+  FROM (
+    SELECT phase, host, groupArray((window, ratio, mean_ms, window_end, med)) AS xs FROM (
+      SELECT phase, window, host, mean_ms, window_end, med, mean_ms / med AS ratio FROM (
+        SELECT c.*, quantileExact(0.5)(c.mean_ms) OVER (PARTITION BY c.phase, c.window, p.stages) AS med,
+               count() OVER (PARTITION BY c.phase, c.window, p.stages) AS size
+        FROM ($cells) AS c INNER JOIN ($peers) AS p ON c.host = p.host)
+      WHERE size >= {min_hosts:UInt32} AND med > 0)
+    GROUP BY phase, host)
+  WHERE length(before) >= {min_base:UInt32})
+ARRAY JOIN xs AS x
+WHERE x.1 >= {from_w:UInt64} AND (x.2 / base - 1) * 100 >= {slow:Float64} AND x.3 - x.5 * base >= {excess:Float64}
+  AND (mad = 0 OR (x.2 - base) / mad >= {z:Float64})
 """
 
 _CAUSED_SQL = """
@@ -117,6 +118,7 @@ WHERE has({hosts:Array(String)}, host)
 
 class StragglerDetector:
     name = "straggler"
+    cadence_s = 10.0  # judged over 5-step windows and k of n of them: every 10 s of event time, not every instant
 
     def detect(self, ctx: EvalContext) -> list[Finding]:
         s = ctx.settings.straggler

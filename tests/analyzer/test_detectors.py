@@ -161,7 +161,10 @@ def test_exits_while_the_recovery_controller_pauses_the_job_are_not_failures(cli
 
 
 def _ddp_steps(job: str, n_steps: int, slow_rank: int | None, slow_from: int, seed: int) -> list[Event]:
-    """2 hosts x 2 ranks of data parallelism: a slow rank's forward makes the others wait in backward."""
+    """2 hosts x 2 ranks of data parallelism: a slow rank's forward makes the others wait in backward.
+
+    A step every 0.5 s of event time: the straggler detector is judged every 10 s, so the job runs past several
+    of its instants (at 0.1 s a step the whole job fitted between two)."""
     import random
 
     from vigil.contract import StepTiming
@@ -176,7 +179,7 @@ def _ddp_steps(job: str, n_steps: int, slow_rank: int | None, slow_from: int, se
             phases = {"forward": fwd, "backward": bwd, "optimizer": 5.0 * (1 + rng.gauss(0, 0.03))}
             out.append(StepTiming(job_id=job, host=f"h{rank // 2:04d}", rank=rank, local_rank=rank % 2, world_size=4,
                                   step=s, step_ms=sum(phases.values()), phases=phases,
-                                  ts=T0 + timedelta(seconds=(s + 1) * 0.1)))
+                                  ts=T0 + timedelta(seconds=(s + 1) * 0.5)))
     return out
 
 
