@@ -9,9 +9,13 @@ Watermark rules (what `JobClock.until` returns, the newest instant that may be j
 
 * A dense source is *alive* while something of it was ingested within `idle_s` of the
   ingest *frontier* — the wall time before which everything produced to the telemetry
-  topics has been stored (from the consumer group's offsets; without one, now). A source
-  that lags because the ingest is saturated stays alive; one whose agent sends nothing
-  goes idle, and its silence is then final (the heartbeat detector's to report).
+  topics has been stored (from the consumer group's offsets; without one, now) — or, silent
+  that long, while the job's fresh sources are less than `gone_lag_s` of event time ahead of
+  it: a host whose telemetry comes in bursts (a producer cycling over many jobs, a batching
+  agent) is waited for, so no window is judged on part of its samples. A source that lags
+  because the ingest is saturated stays alive; one whose agent sends nothing goes idle once
+  the job has moved `gone_lag_s` past it, and its silence is then final (the heartbeat
+  detector's to report).
 * While any dense source is alive, the watermark is the oldest newest-timestamp among the
   alive ones (hosts on partitions that catch up at different paces are all there up to
   it), but never more than `max_lag_s` behind the job's newest dense timestamp (a host
@@ -72,7 +76,7 @@ SELECT job_id FROM host_clock GROUP BY job_id HAVING max(last_ingested) > {since
 
 def job_clocks(client: QueryClient, *, job: str | None = None, active_since: datetime | None = None,
                also: Sequence[str] = (), frontier: datetime | None = None, idle_s: float = 5.0,
-               max_lag_s: float | None = None) -> list[JobClock]:
+               max_lag_s: float | None = None, gone_lag_s: float = 0.0) -> list[JobClock]:
     """The clock of `job`, or of every job with anything ingested after `active_since` (plus `also`).
 
     `frontier` (wall): everything produced before it is stored; None = replay (nothing more
@@ -90,25 +94,32 @@ def job_clocks(client: QueryClient, *, job: str | None = None, active_since: dat
     per_job: dict[str, list[tuple[str, str, datetime, datetime, datetime]]] = defaultdict(list)
     for j, host, source, first, last, ingested in rows:
         per_job[str(j)].append((str(host), str(source), as_utc(first), as_utc(last), as_utc(ingested)))
-    return [_clock(j, srcs, frontier, idle_s, max_lag_s) for j, srcs in sorted(per_job.items())]
+    return [_clock(j, srcs, frontier, idle_s, max_lag_s, gone_lag_s) for j, srcs in sorted(per_job.items())]
 
 
 def _clock(job: str, srcs: list[tuple[str, str, datetime, datetime, datetime]], frontier: datetime | None,
-           idle_s: float, max_lag_s: float | None) -> JobClock:
+           idle_s: float, max_lag_s: float | None, gone_lag_s: float = 0.0) -> JobClock:
     idle_before = frontier - timedelta(seconds=idle_s) if frontier is not None else None
-    sources = {(h, s): SourceClock(last_ts=last, ingested=ingested, alive=idle_before is not None and ingested > idle_before)
+    fresh = {(h, s): idle_before is not None and ingested > idle_before for h, s, _f, _l, ingested in srcs}
+    newest = max((last for h, s, _f, last, _i in srcs if s in DENSE and fresh[(h, s)]), default=None)
+
+    def alive(h: str, s: str, last: datetime) -> bool:  # fresh, or silent but not yet left behind by the job
+        return fresh[(h, s)] or (s in DENSE and newest is not None
+                                 and (newest - last).total_seconds() < gone_lag_s)
+
+    sources = {(h, s): SourceClock(last_ts=last, ingested=ingested, alive=alive(h, s, last))
                for h, s, _f, last, ingested in srcs}
     dense = [c for (_h, s), c in sources.items() if s in DENSE]
-    alive = [c.last_ts for c in dense if c.alive]
+    alive_ts = [c.last_ts for c in dense if c.alive]
     last_ts = max(c.last_ts for c in sources.values())
-    if alive:
-        watermark = min(alive)
+    if alive_ts:
+        watermark = min(alive_ts)
         if max_lag_s is not None:
             watermark = max(watermark, max(c.last_ts for c in dense) - timedelta(seconds=max_lag_s))
     else:
         watermark = last_ts
     return JobClock(job=job, first_ts=min(f for _h, _s, f, _l, _i in srcs), last_ts=last_ts, watermark=watermark,
-                    stopped=not alive, last_ingested=max(i for *_x, i in srcs), sources=sources)
+                    stopped=not alive_ts, last_ingested=max(i for *_x, i in srcs), sources=sources)
 
 
 def grid_floor(ts: datetime, step_s: float) -> datetime:

@@ -163,6 +163,10 @@ class AnalyzerSettings(VigilBaseSettings):
     watermark_idle_s: float = Field(default=5.0, gt=0, description="wall clock: a host's source with nothing ingested "
                                     "for this long before the ingest frontier (everything produced before it is "
                                     "stored) stops holding the job's event-time watermark back: its agent is silent")
+    watermark_gone_lag_s: float = Field(default=10.0, ge=0, description="event time: a host's source silent for "
+                                        "`watermark_idle_s` still holds the watermark back until the job's other "
+                                        "sources are this far ahead of it (bursty delivery is waited for; a lost "
+                                        "host is let go: heartbeat loss is then paged ~this long after its last beat)")
     watermark_max_lag_s: float = Field(default=120.0, gt=0, description="the watermark never trails the job's "
                                        "newest event time by more than this")
     refresh_s: float = Field(default=60.0, gt=0, description="re-publish a firing alert at most this often")
