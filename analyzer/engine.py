@@ -79,11 +79,13 @@ def evaluate(client: QueryClient, settings: AnalyzerSettings, book: AlertBook, j
 
     `walk`: the job's state across the instants of this walk (`Walk`): a detector with a
     `cadence_s` runs only when due, its last findings standing in between (before its first
-    run in this walk it counts as not run: its alerts neither refresh nor resolve).
+    run in this walk it counts as not run: its alerts neither refresh nor resolve). Without
+    a walk (one instant on its own) every detector runs.
     `present`: the sources the job has stored (live: from the clock); a detector skips the
     query of a source the job never sent.
     """
     tracker = tracker or EpochTracker(job=job, settings=settings.epoch)
+    walking = walk is not None  # one instant on its own (no walk): every detector runs, whatever its cadence
     walk = walk if walk is not None else Walk()
     if present is None and sources is not None:
         present = frozenset(src for _h, src in sources)
@@ -92,7 +94,7 @@ def evaluate(client: QueryClient, settings: AnalyzerSettings, book: AlertBook, j
     findings = []
     ran = []
     for d in detectors:
-        if not due(d, at, settings.eval_step_s):
+        if walking and not due(d, at, settings.eval_step_s):
             if d.name in walk.carried:
                 findings.extend(walk.carried[d.name])
                 ran.append(d.name)

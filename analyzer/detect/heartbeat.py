@@ -36,15 +36,32 @@ LOOKBACK_S = 600.0
 
 _SQL = f"""
 SELECT p.host AS host, p.first_seen AS first_ts, p.base_iv AS base_interval,
-       h.last_ts AS last_ts, h.iv AS interval_s, h.recent AS recent
+       h.last_ts AS last_ts, h.iv AS interval_s, h.recent AS recent, h.n_run AS n_run, h.running AS running
 FROM (SELECT host, min(first_ts) AS first_seen, max(interval_s) AS base_iv
       FROM host_presence WHERE job_id = {{job:String}} GROUP BY host) AS p
 LEFT JOIN (SELECT host, max(ts) AS last_ts, max(interval_s) AS iv,
-                  countIf(dateDiff('millisecond', ts, {AT}) < {{miss:Float64}} * interval_s * 1000) AS recent
+                  countIf(dateDiff('millisecond', ts, {AT}) < {{miss:Float64}} * interval_s * 1000) AS recent,
+                  countIf(ts > {{run_lo:DateTime64(3, 'UTC')}}) AS n_run,
+                  argMaxIf(procs_running, ts, ts > {{run_lo:DateTime64(3, 'UTC')}}) AS running
            FROM heartbeats WHERE job_id = {{job:String}} AND ts > {{lo:DateTime64(3, 'UTC')}} AND ts <= {AT}
            GROUP BY host) AS h ON p.host = h.host
 WHERE p.first_seen <= {AT}
 """
+
+
+def host_beats(ctx: EvalContext) -> list[dict[str, Any]]:
+    """Per host of the job: first seen, newest heartbeat, its interval, its heartbeats within its last threshold, and
+    its training processes running as of its newest heartbeat within `traffic.stall_s` (`n_run` 0: none that recent).
+    Asked once per instant (the heartbeat and traffic detectors share it)."""
+    if "host_beats" not in ctx.memo:
+        ctx.memo["host_beats"] = ctx.rows(_SQL, lo=ctx.ago(LOOKBACK_S), miss=ctx.settings.heartbeat.miss_intervals,
+                                          run_lo=ctx.ago(ctx.settings.traffic.stall_s))
+    return ctx.memo["host_beats"]  # type: ignore[no-any-return]
+
+
+def running_procs(ctx: EvalContext) -> dict[str, int]:
+    """Each host's training processes running, as of its newest heartbeat within `traffic.stall_s`."""
+    return {str(r["host"]): int(r["running"]) for r in host_beats(ctx) if int(r["n_run"] or 0) > 0}
 
 
 class HeartbeatDetector:
@@ -52,7 +69,7 @@ class HeartbeatDetector:
     cadence_s = 4.0  # a silence of 3 intervals (6 s at 2 s): judged every other instant, paged within ~10 s
 
     def detect(self, ctx: EvalContext) -> list[Finding]:
-        rows = ctx.rows(_SQL, lo=ctx.ago(LOOKBACK_S), miss=ctx.settings.heartbeat.miss_intervals)
+        rows = host_beats(ctx)
         run_start = ctx.epoch.start if ctx.epoch is not None and ctx.epoch.index > 0 else None
         return judge(rows, ctx.settings.heartbeat, ctx.at, caught_up=lambda h: ctx.caught_up(h, "heartbeat"),
                      firing={s.split(":", 1)[1] for s in ctx.firing if s.startswith("heartbeat_loss:")},

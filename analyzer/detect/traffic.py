@@ -35,6 +35,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from vigil.analyzer.detect.base import AT, EPOCH, EvalContext, Finding, as_utc, ch_time, median
+from vigil.analyzer.detect.heartbeat import running_procs
 from vigil.analyzer.detect.quiet import BUCKET_MS, JobQuiet, job_quiet
 from vigil.analyzer.settings import TrafficSettings
 
@@ -55,12 +56,6 @@ WHERE job_id = {{job:String}} AND ts > {{lo:DateTime64(3, 'UTC')}} AND ts <= {AT
 GROUP BY host, device
 """
 
-_RUNNING_SQL = f"""
-SELECT host, argMax(procs_running, ts) AS running FROM heartbeats
-WHERE job_id = {{job:String}} AND ts > {{lo:DateTime64(3, 'UTC')}} AND ts <= {AT}
-GROUP BY host
-"""
-
 _STEPS_SINCE_SQL = f"""
 SELECT count() AS steps FROM job_steps
 WHERE job_id = {{job:String}} AND last_ts > {{since:DateTime64(3, 'UTC')}} + toIntervalSecond(2) AND last_ts <= {AT}
@@ -76,7 +71,7 @@ class TrafficDetector:
         q = job_quiet(ctx, s)
         rows = ctx.rows(_NIC_SQL, zero=s.zero_bps, active=s.quiet_frac * q.busy_bps, recent=ctx.ago(s.recent_s),
                         lo=ctx.ago_in_run(s.recent_s + s.baseline_s), quiet=sorted(q.quiet))
-        running = {str(r["host"]): int(r["running"]) for r in ctx.rows(_RUNNING_SQL, lo=ctx.ago(s.stall_s))}
+        running = running_procs(ctx)
         firing = {subj.split(":", 1)[1] for subj in ctx.firing if subj.startswith("traffic_stall:")}
         steps = None
         if q.paused_since is not None:
