@@ -246,7 +246,15 @@ class ClickHouseDeadLetters:
         self.inner.write(letters)
         now = datetime.now(UTC)
         docs = [d.document() for d in letters]
-        rows = [[now, d["topic"], d["partition"], d["offset"], d["reason"], json.dumps(d["payload"], default=str)]
-                for d in docs]
+        rows = [[now, d["topic"], d["partition"], d["offset"], d["reason"], _payload_text(d),
+                 d["payload_bytes"], d["payload_sha256"], int(bool(d.get("payload_truncated")))] for d in docs]
         self.client.insert("dead_letters", rows,
-                           column_names=["ts", "topic", "partition", "offset", "reason", "payload"])
+                           column_names=["ts", "topic", "partition", "offset", "reason", "payload",
+                                         "payload_bytes", "payload_sha256", "payload_truncated"])
+
+
+def _payload_text(letter: dict[str, Any]) -> str:
+    """The payload's JSON as the letter keeps it: whole, or its head (at most PAYLOAD_HEAD bytes either way)."""
+    if letter.get("payload_truncated"):
+        return str(letter["payload"])
+    return json.dumps(letter["payload"], default=str, ensure_ascii=False)
