@@ -49,7 +49,7 @@ from vigil.clickhouse.failures import is_data_error, is_transient, splits
 from vigil.contract.fastwire import Ingestable
 from vigil.errors import Unreachable, one_line
 from vigil.kafka.consumer import BatchId, Intent, Partition, Unstorable
-from vigil.kafka.deadletter import DeadLetter, DeadLetterSink
+from vigil.kafka.deadletter import DeadLetter, DeadLetterSink, clean_utf8
 
 T = TypeVar("T")
 
@@ -256,5 +256,5 @@ class ClickHouseDeadLetters:
 def _payload_text(letter: dict[str, Any]) -> str:
     """The payload's JSON as the letter keeps it: whole, or its head (at most PAYLOAD_HEAD bytes either way)."""
     if letter.get("payload_truncated"):
-        return str(letter["payload"])
-    return json.dumps(letter["payload"], default=str, ensure_ascii=False)
+        return clean_utf8(str(letter["payload"]))
+    return clean_utf8(json.dumps(letter["payload"], default=str, ensure_ascii=False))
