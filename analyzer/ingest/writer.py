@@ -49,7 +49,7 @@ from vigil.clickhouse.failures import is_data_error, is_transient, splits
 from vigil.contract.fastwire import Ingestable
 from vigil.errors import Unreachable, one_line
 from vigil.kafka.consumer import BatchId, Intent, Partition, Unstorable
-from vigil.kafka.deadletter import DeadLetter, DeadLetterSink
+from vigil.kafka.deadletter import DeadLetter, DeadLetterSink, clean_utf8
 
 T = TypeVar("T")
 
@@ -246,7 +246,15 @@ class ClickHouseDeadLetters:
         self.inner.write(letters)
         now = datetime.now(UTC)
         docs = [d.document() for d in letters]
-        rows = [[now, d["topic"], d["partition"], d["offset"], d["reason"], json.dumps(d["payload"], default=str)]
-                for d in docs]
+        rows = [[now, d["topic"], d["partition"], d["offset"], d["reason"], _payload_text(d),
+                 d["payload_bytes"], d["payload_sha256"], int(bool(d.get("payload_truncated")))] for d in docs]
         self.client.insert("dead_letters", rows,
-                           column_names=["ts", "topic", "partition", "offset", "reason", "payload"])
+                           column_names=["ts", "topic", "partition", "offset", "reason", "payload",
+                                         "payload_bytes", "payload_sha256", "payload_truncated"])
+
+
+def _payload_text(letter: dict[str, Any]) -> str:
+    """The payload's JSON as the letter keeps it: whole, or its head (at most PAYLOAD_HEAD bytes either way)."""
+    if letter.get("payload_truncated"):
+        return clean_utf8(str(letter["payload"]))
+    return clean_utf8(json.dumps(letter["payload"], default=str, ensure_ascii=False))

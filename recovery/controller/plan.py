@@ -99,7 +99,7 @@ def job_hosts(job: Job) -> set[str]:
 def cordon_allowance(state: ClusterState, job: Job, breaker: BreakerSettings, now: datetime,
                      cordoned: set[str]) -> tuple[int, str]:
     """How many more hosts of `job` the controller may cordon now, and the limit that binds."""
-    hour = [c for c in state.cordons if now - c.ts < timedelta(hours=1)]
+    hour = [c for c in state.cordons.values() if now - c.ts < timedelta(hours=1)]
     by_rate = breaker.max_cordons_per_hour - len(hour)
     hosts = job_hosts(job)
     by_share = math.floor(breaker.max_job_fraction * len(hosts)) - len(cordoned & hosts)

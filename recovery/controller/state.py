@@ -11,6 +11,10 @@ never by producer clocks). A member's `ts` and `since` dated more than `MEMBER_S
 the folding clock are clamped to it, so a report dated ahead neither looks alive for hours
 nor outranks later ones. So a controller killed at any point and started again folds the same state,
 sees which steps started and did not end, and finishes them instead of repeating them.
+
+The state is bounded: every `COMPACT_EVERY` events folded, `compaction.forget` drops finished
+recoveries, old triggers and quiet jobs that no open recovery can need (see that module), and
+`_seen` keeps only the newest ids; every fold a duplicate could reach again is idempotent.
 """
 
 from __future__ import annotations
@@ -33,12 +37,14 @@ from vigil.contract import (
     is_operator_request,
     utcnow,
 )
+from vigil.recovery.controller.compaction import COMPACT_EVERY, SEEN, TOMBSTONES, Retention, forget
 
 INPUT_TOPICS = ("incidents", "alerts", "recovery", "commands")
 """The topics the state is a fold of."""
 _RANK = {"planned": 0, "started": 1, "succeeded": 2, "failed": 2, "skipped": 2}
 ENDED = ("succeeded", "failed", "skipped")
 MEMBER_SKEW = timedelta(minutes=5)  # how far ahead of the folding clock a member's own times may be
+RESTORED = 64  # a job's latest `restored` checkpoint reports kept (goodput looks at the recent ones)
 
 
 def clamp_member(e: Member, now: datetime) -> Member:
@@ -86,6 +92,7 @@ class Case:
     steps: dict[tuple[str, str], Step] = field(default_factory=dict)
     outcome: Outcome | None = None
     approved_at: datetime | None = None
+    last_ts: datetime | None = None  # the newest event of the case (what forgetting measures)
 
     @property
     def cls(self) -> str:
@@ -116,6 +123,7 @@ class Job:
     restored: list[Checkpoint] = field(default_factory=list)
     cases: list[str] = field(default_factory=list)  # in plan order
     finished: RecoveryAction | None = None  # the controller recorded the job finished: nothing more starts
+    last_ts: datetime | None = None  # the newest event of the job (what forgetting measures)
 
 
 @dataclass(kw_only=True)
@@ -127,13 +135,18 @@ class ClusterState:
     commands: dict[str, Command] = field(default_factory=dict)
     acks: dict[str, RecoveryAction] = field(default_factory=dict)  # command_id -> most advanced ack
     checks: dict[str, Diagnostic] = field(default_factory=dict)  # command_id -> the round's `check` result
-    cordons: list[RecoveryAction] = field(default_factory=list)  # cordons the controller made (succeeded, changed)
+    cordons: dict[str, RecoveryAction] = field(default_factory=dict)  # event id -> cordon the controller made
     merged: dict[str, str] = field(default_factory=dict)  # trigger id -> the case that took it
     requests: dict[str, RecoveryAction] = field(default_factory=dict)  # operator requests (command_id -> planned)
     requests_done: set[str] = field(default_factory=set)  # operator requests with a result
     applied: int = 0
     clock: Callable[[], datetime] = utcnow  # what member times are clamped against
-    _seen: set[str] = field(default_factory=set)
+    retention: Retention = field(default_factory=Retention)
+    forgotten: dict[str, datetime] = field(default_factory=dict)  # tombstones: case id -> its last event time
+    alerts_horizon: datetime | None = None  # alert episodes that began before it were forgotten
+    latest: datetime | None = None  # the newest event time folded (log time)
+    _seen: dict[str, None] = field(default_factory=dict)  # the newest event ids, in fold order
+    _folded: int = 0  # events folded since the last compaction
 
     def job(self, job_id: str) -> Job:
         job = self.jobs.get(job_id)
@@ -147,16 +160,46 @@ class ClusterState:
             case = self.cases[case_id] = Case(case_id=case_id, job_id=job_id)
         return case
 
+    def tombstone(self, case_id: str, last: datetime) -> None:
+        self.forgotten[case_id] = last
+        if len(self.forgotten) > TOMBSTONES:
+            del self.forgotten[next(iter(self.forgotten))]
+
+    def compact(self, now: datetime | None = None) -> int:
+        """Forget what no open recovery can need (`compaction.forget`), as of `now` (default: log time)."""
+        self._folded = 0
+        if now is None:
+            if self.latest is None:
+                return 0
+            now = min(self.latest, self.clock())
+        return forget(self, now, self.retention)
+
+    def _forgotten(self, e: Event) -> bool:
+        """`e` belongs to a recovery that was forgotten (a late copy of one of its events)."""
+        case_event = isinstance(e, Outcome | Command) or (
+            isinstance(e, RecoveryAction) and not e.actor.startswith("agent:") and not is_operator_request(e))
+        cid = str(getattr(e, "incident_id", "")) if case_event else ""
+        last = self.forgotten.get(cid) if cid else None
+        return last is not None and e.ts <= last and cid not in self.cases
+
     def apply(self, events: Iterable[Event]) -> None:
         for e in events:
+            self._folded += 1
+            if self._folded >= COMPACT_EVERY:
+                self.compact()
             if isinstance(e, Member):  # folding a member is idempotent: keep-alives leave no trace in `_seen`
                 self.applied += 1
                 self._member(e)
                 continue
-            if e.event_id in self._seen:
+            if e.event_id in self._seen or self._forgotten(e):
                 continue
-            self._seen.add(e.event_id)
+            self._seen[e.event_id] = None
+            if len(self._seen) > SEEN:
+                del self._seen[next(iter(self._seen))]
             self.applied += 1
+            self.latest = e.ts if self.latest is None else max(self.latest, e.ts)
+            if (job := self.jobs.get(e.job_id)) is not None:
+                job.last_ts = e.ts if job.last_ts is None else max(job.last_ts, e.ts)
             if isinstance(e, RecoveryAction):
                 self._action(e)
             elif isinstance(e, Member):
@@ -166,7 +209,7 @@ class ClusterState:
                 if held is None or e.ts >= held.ts:
                     self.incidents[e.incident_id] = e
             elif isinstance(e, Alert):
-                if e.status == "firing":
+                if e.status == "firing" and (self.alerts_horizon is None or e.first_seen >= self.alerts_horizon):
                     self.alerts.setdefault(alert_key(e), e)
             elif isinstance(e, Command):
                 self.commands[e.command_id] = e
@@ -176,7 +219,9 @@ class ClusterState:
             elif isinstance(e, Checkpoint):
                 self._checkpoint(e)
             elif isinstance(e, Outcome):
-                self.case(e.incident_id, e.job_id).outcome = e
+                case = self.case(e.incident_id, e.job_id)
+                case.outcome = e
+                case.last_ts = e.ts if case.last_ts is None else max(case.last_ts, e.ts)
 
     def _member(self, e: Member) -> None:
         job = self.job(e.job_id)
@@ -184,13 +229,15 @@ class ClusterState:
         job.members[e.host] = e  # the log's order, not the producer's clock
         if job.first_seen is None or e.ts < job.first_seen:
             job.first_seen = e.ts
+        job.last_ts = e.ts if job.last_ts is None else max(job.last_ts, e.ts)
+        self.latest = e.ts if self.latest is None else max(self.latest, e.ts)
 
     def _checkpoint(self, e: Checkpoint) -> None:
         job = self.job(e.job_id)
         if e.phase == "committed" and (job.committed is None or e.ts >= job.committed.ts):
             job.committed = e
-        elif e.phase == "restored":
-            job.restored.append(e)
+        elif e.phase == "restored" and all(r.event_id != e.event_id for r in job.restored):
+            job.restored = [*job.restored, e][-RESTORED:]
 
     def pending_requests(self) -> list[RecoveryAction]:
         """Operator requests (the dashboard's cordon / uncordon / evict) not executed yet, oldest first."""
@@ -210,7 +257,7 @@ class ClusterState:
                 self.acks[e.command_id] = e
             return
         if e.action == "cordon" and e.status == "succeeded" and e.actor == "controller" and e.details.get("changed"):
-            self.cordons.append(e)
+            self.cordons[e.event_id] = e
         if e.action == "finish" and e.status == "succeeded" and e.actor == "controller":
             job = self.job(e.job_id)
             if job.finished is None or e.ts < job.finished.ts:
@@ -219,6 +266,7 @@ class ClusterState:
         if not e.incident_id:
             return
         case = self.case(e.incident_id, e.job_id)
+        case.last_ts = e.ts if case.last_ts is None else max(case.last_ts, e.ts)
         if e.action == "plan":
             if e.status == "skipped":
                 case.skipped = e.reason or "skipped"

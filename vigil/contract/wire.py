@@ -84,7 +84,7 @@ def decode_batch(value: bytes | None) -> Decoded:
         return Decoded(events=[], rejected=[Rejected(reason="empty record (no value)", payload=None)])
     try:
         doc = json.loads(value)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:  # also a number past int's digit limit, nesting past the stack
         text = value[:2048].decode("utf-8", "replace")
         return Decoded(events=[], rejected=[Rejected(reason=f"not JSON: {exc}", payload=text)])
     if not isinstance(doc, dict) or not isinstance(doc.get("events"), list):

@@ -8,7 +8,8 @@ A dead letter is bounded, whatever it is about: its payload is kept whole up to
 string) with `payload_truncated`; either way with the payload's size (`payload_bytes`)
 and `payload_sha256`, which identify the original in its source topic. The reason is
 cut to `REASON_MAX` characters. So a dead letter always fits a record: a poison record
-of any size cannot make writing its own dead letter fail.
+of any size cannot make writing its own dead letter fail; nor can one whose strings are not
+valid UTF-8 (a lone surrogate escape): the letter's text is made valid, its hash is of the original.
 """
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ def bounded(payload: Any) -> dict[str, Any]:
     return out
 
 
+def clean_utf8(text: str) -> str:
+    """`text` as valid UTF-8 (a lone surrogate, which JSON's `\\ud800` escape can carry, becomes `?`)."""
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
 @dataclass(frozen=True, kw_only=True)
 class DeadLetter:
     reason: str
@@ -53,7 +59,7 @@ class DeadLetter:
                 "offset": self.offset, **bounded(self.payload), "ts": datetime.now(UTC).isoformat()}
 
     def to_json(self) -> bytes:
-        return json.dumps(self.document(), default=str, ensure_ascii=False).encode()
+        return clean_utf8(json.dumps(self.document(), default=str, ensure_ascii=False)).encode()
 
 
 class DeadLetterSink(Protocol):
