@@ -6,10 +6,13 @@ rank's snapshot directory. While the previous snapshot is still being written it
 `wait_s` (the staging buffers are reused; default 0), then skips (counted). It never raises.
 
 On restore, `choose` decides for all ranks from one all-gather of what each holds (its verified
-snapshot steps, rank 0 adds the newest committed checkpoint's step): the newest step that every
-rank holds a snapshot of, when it is at least as new as the persisted checkpoint (a memory
-restore is faster); otherwise the persisted checkpoint. A minimum over ranks alone would not
-do: snapshots can be skipped, so a rank may lack the minimum step while holding newer ones.
+snapshot steps: its own and the copies of its rank the node agent put in the host's peer
+directory — a buddy's copy of a lost host's rank, or one staged for a rank that moved here;
+rank 0 adds the newest committed checkpoint's step): the newest step that every rank can
+obtain, when it is at least as new as the persisted checkpoint (a memory restore is faster);
+otherwise the persisted checkpoint. A minimum over ranks alone would not do: snapshots can be
+skipped, so a rank may lack the minimum step while holding newer ones. A rank loads its own
+snapshot of that step when it has one (source ``memory``), else the peer copy (``peer``).
 """
 
 from __future__ import annotations
@@ -57,8 +60,11 @@ class Snapshots:
     """This rank's in-memory snapshots: taking them, listing them for the restore agreement, loading one."""
 
     def __init__(self, root: Path, *, topology: Topology, every: int, keep: int, pin_memory: bool | None,
-                 wait_s: float) -> None:  # fmt: skip
+                 wait_s: float, peer_root: Path | None = None) -> None:  # fmt: skip
         self.dir = SnapshotDir(root, rank=topology.rank, world_size=topology.world_size, keep=keep)
+        # the node agent's copies of this rank from other hosts (read here, never written)
+        self.peer = SnapshotDir(peer_root, rank=topology.rank, world_size=topology.world_size, keep=keep) if (
+            peer_root is not None) else None
         self.every, self.keep, self.wait_s, self._pin = every, keep, wait_s, pin_memory
         self._stager: Stager | None = None
         self._writer: SnapshotWriter | None = None
@@ -104,20 +110,31 @@ class Snapshots:
     def wait(self, timeout: float | None) -> bool:
         return self._writer.wait_idle(timeout) if self._writer is not None else True
 
-    def row(self, persisted: int | None) -> list[int]:
-        """This rank's row for `choose`: the persisted step, then its verified snapshot steps."""
-        held = [s.step for s in self.dir.held()][: self.keep]
-        return [NONE if persisted is None else persisted, *held, *[NONE] * (self.keep - len(held))]
+    @property
+    def dirs(self) -> list[SnapshotDir]:
+        return [self.dir] if self.peer is None else [self.dir, self.peer]
 
-    def find(self, step: int) -> Snapshot | None:
-        return next((s for s in self.dir.complete() if s.step == step), None)
+    def row(self, persisted: int | None) -> list[int]:
+        """This rank's row for `choose`: the persisted step, then its verified snapshot steps (own and peer
+        copies, at most `keep` of each: the row has the same length on every rank)."""
+        width = self.keep * len(self.dirs)
+        held = sorted({s.step for d in self.dirs for s in d.held()[: self.keep]}, reverse=True)
+        return [NONE if persisted is None else persisted, *held, *[NONE] * (width - len(held))]
+
+    def find(self, step: int) -> tuple[Snapshot, SnapshotDir, str] | None:
+        """The snapshot of `step` to load and its source: this rank's own (``memory``), else a peer copy."""
+        for d, source in zip(self.dirs, ("memory", "peer"), strict=False):
+            if (snap := next((s for s in d.complete() if s.step == step), None)) is not None:
+                return snap, d, source
+        return None
 
     def discard_after(self, step: int | None) -> None:
-        """Remove snapshots newer than the step training resumes from (all of them when None):
-        they belong to an abandoned future and would otherwise outrank the new ones."""
-        for snap in self.dir.complete():
-            if step is None or snap.step > step:
-                self.dir.remove(snap)
+        """Remove snapshots newer than the step training resumes from (all of them when None), own and
+        peer copies: they belong to an abandoned future and would otherwise outrank the new ones."""
+        for d in self.dirs:
+            for snap in d.complete():
+                if step is None or snap.step > step:
+                    d.remove(snap)
 
     def close(self, timeout: float | None) -> bool:
         if self._writer is None:

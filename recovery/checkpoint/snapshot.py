@@ -1,9 +1,11 @@
 """In-memory snapshots: this rank's whole state in host memory every few steps, the last K kept.
 
-    <snapshot_dir>/                      default /dev/shm/vigil/<job>/<rank> (tmpfs: host memory)
+    <snapshot_dir>/<rank>/               default /dev/shm/vigil/<job>/<rank> (tmpfs: host memory)
       snap-0000001234-3fa9c2d1/          one snapshot of step 1234 (token: random, per attempt)
         state.pt                         torch.save of this rank's staged state dict
         _COMMITTED                       JSON marker, written last, atomically: step, rank, world, sha256
+    <snapshot_dir>/peer/<rank>/          the same, copied here by the node agent from another host
+                                         (buddy replication, or staged for a rank that moved here)
 
 A snapshot is rank-local (no collective to write it): the caller stages the state into host
 buffers (`staging.Stager`, the checkpointer's own staging) on the training thread, and the
@@ -39,15 +41,20 @@ from vigil.recovery.checkpoint.staging import Staged
 
 log = logging.getLogger("vigil.recovery.checkpoint")
 MARKER = "_COMMITTED"
+PEER = "peer"  # <snapshot_dir>/peer/<rank>: the node agent's copies from other hosts
 FORMAT = "vigil-snapshot/1"
 STATE = "state.pt"
 _NAME = re.compile(r"^snap-(\d{10,})-([0-9a-f]{8})$")
 
 
-def default_snapshot_dir(job_id: str, rank: int) -> Path:
-    """/dev/shm/vigil/<job>/<rank> where /dev/shm exists (tmpfs), else the temp dir's vigil-shm/<job>/<rank>."""
+def default_snapshot_dir(job_id: str) -> Path:
+    """Where this host's snapshots of the job live: `VIGIL_SNAPSHOT_DIR` (set by `vigil run`: the agent's
+    per-host memory, where it also puts the copies it holds for peers), else /dev/shm/vigil/<job> where
+    /dev/shm exists (tmpfs), else the temp dir's vigil-shm/vigil/<job>."""
+    if explicit := os.environ.get("VIGIL_SNAPSHOT_DIR"):
+        return Path(explicit).expanduser()
     base = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(os.environ.get("TMPDIR", "/tmp")) / "vigil-shm"
-    return base / "vigil" / job_id / str(rank)
+    return base / "vigil" / job_id
 
 
 def _sha256(path: Path) -> str:
