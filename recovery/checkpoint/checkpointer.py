@@ -110,7 +110,9 @@ class Checkpointer:
         rank = str(self.topology.rank)
         self.snapshots = Snapshots(base / rank, topology=self.topology, every=config.snapshot_every,
                                    keep=config.snapshot_keep, pin_memory=config.pin_memory,
-                                   wait_s=config.snapshot_wait_s, peer_root=base / PEER / rank)  # fmt: skip
+                                   wait_s=config.snapshot_wait_s, peer_root=base / PEER / rank,
+                                   replicated=self.topology.world_size > 1 and self.topology.dp_pg is not None
+                                   and len(self.topology.dp_ranks) == self.topology.world_size)  # fmt: skip
         self._closed = False
         atexit.register(self._atexit)
 

@@ -59,7 +59,8 @@ class CheckpointConfig:
         see `snapshot`): under ``<snapshot_dir>/<rank>`` (default `VIGIL_SNAPSHOT_DIR`, which
         `vigil run` sets to its host's memory, else ``/dev/shm/vigil/<job>``, a tmpfs), one every
         `snapshot_every` steps, the newest `snapshot_keep` kept; ``<snapshot_dir>/peer/<rank>``
-        holds the node agent's copies of the rank from other hosts (read on restore).
+        holds the node agent's copies of the rank from other hosts (read on restore). With
+        ``dp_group="world"`` a snapshot of any rank (any world size) serves every rank.
     snapshot_wait_s: how long `snapshot()` waits for the previous snapshot's write before it
         skips this one (counted); 0: never wait (training is not held up by a slow tmpfs).
     """

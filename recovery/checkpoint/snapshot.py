@@ -74,8 +74,10 @@ class Snapshot:
 class SnapshotDir:
     """The snapshots of one rank under one directory: write, list (verified), load, prune."""
 
-    def __init__(self, root: Path, *, rank: int, world_size: int, keep: int) -> None:
+    def __init__(self, root: Path, *, rank: int, world_size: int, keep: int, any_replica: bool = False) -> None:
+        """`any_replica`: list the snapshots of any rank and world size (a replica's state serves every rank)."""
         self.root, self.rank, self.world_size, self.keep = root, rank, world_size, keep
+        self.any_replica = any_replica
 
     def write(self, step: int, state_dict: dict[str, Any]) -> Snapshot:
         """Save `state_dict` as the snapshot of `step`, marker last; prune. Raises OSError on failure."""
@@ -105,7 +107,7 @@ class SnapshotDir:
         if m is None or not isinstance(doc, dict):
             return None
         ok = (doc.get("format") == FORMAT and doc.get("step") == int(m.group(1)) and doc.get("token") == m.group(2)
-              and doc.get("rank") == self.rank and doc.get("world_size") == self.world_size)  # fmt: skip
+              and (self.any_replica or (doc.get("rank") == self.rank and doc.get("world_size") == self.world_size)))  # fmt: skip
         return int(m.group(1)) if ok else None
 
     def _names(self) -> list[str]:

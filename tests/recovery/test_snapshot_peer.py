@@ -16,6 +16,8 @@ import pytest
 import torch
 
 from vigil.recovery.checkpoint import CheckpointConfig, Checkpointer, RNGState, TrainState
+from vigil.recovery.checkpoint.coordination import Topology
+from vigil.recovery.checkpoint.memory import Snapshots, choose
 from vigil.recovery.checkpoint.snapshot import SnapshotDir
 
 pytestmark = pytest.mark.pure
@@ -120,4 +122,32 @@ def test_peer_copies_of_an_abandoned_future_are_removed_on_restore(tmp_path: Pat
     shutil.rmtree(tmp_path / "ckpt")
     with Checkpointer(cfg(tmp_path, snapshot_dir=shm)) as again:
         again.snapshots.discard_after(1)
-        assert [s.step for d in again.snapshots.dirs for s in d.complete()] == [1]
+        assert [s.step for d, _ in again.snapshots.sources() for s in d.complete()] == [1]
+
+
+def test_replicated_state_restores_from_any_replica_after_the_world_shrank(tmp_path: Path) -> None:
+    """DDP on 3 hosts (6 ranks) restarted on 2 (4 ranks): every rank holds the same state, so any replica's
+    snapshot serves; a per-rank state (not replicated) never takes another rank's or another world's."""
+    base = tmp_path / "host-1"
+    for rank, steps in ((2, (29, 30)), (3, (29, 30))):  # this host's ranks in the world of 6
+        for n in steps:
+            SnapshotDir(base / str(rank), rank=rank, world_size=6, keep=2).write(n, {"w": torch.full((2,), n)})
+    SnapshotDir(base / "peer" / "4", rank=4, world_size=6, keep=2).write(31, {"w": torch.full((2,), 31)})
+
+    def snaps(rank: int, *, replicated: bool) -> Snapshots:
+        return Snapshots(base / str(rank), topology=Topology(rank=rank, world_size=4), every=1, keep=2,
+                         pin_memory=False, wait_s=0, peer_root=base / "peer" / str(rank), replicated=replicated)
+
+    assert snaps(2, replicated=False).row(20) == [20, -1, -1, -1, -1]  # world 6 is not this world
+    r1, r2 = snaps(1, replicated=True), snaps(2, replicated=True)  # rank 1 had no directory here before
+    assert r1.row(20) == [20, 31, 30, 29, -1] and r2.row(20) == [20, 31, 30, 29, -1]
+    assert choose([r1.row(20), r2.row(20), [-1, 30, 29, -1, -1]]) == 30
+    found = r2.find(30)
+    assert found is not None and found[0].path.parent.name == "2" and found[2] == "memory"  # its own first
+    found = r1.find(30)
+    assert found is not None and found[0].path.parent.name == "2" and found[2] == "memory"  # a replica on the host
+    found = r1.find(31)
+    assert found is not None and found[2] == "peer"
+    blob = found[0].path / "state.pt"
+    blob.write_bytes(blob.read_bytes()[:-8] + b"tampered")
+    assert r1.find(31) is None  # hashed when chosen: an altered replica is never loaded
