@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from vigil.collector.replicas import STATE, Held, HostStore, Refused
+from vigil.collector.replicas import STATE, Held, HostStore, Refused, open_regular
 
 
 class Transport(Protocol):
@@ -49,7 +49,7 @@ class LocalTransport:
     @staticmethod
     def _copy(held: Held, into: HostStore) -> Refused | None:
         try:
-            with open(held.path / STATE, "rb") as data:
+            with open_regular(held.path / STATE) as data:
                 return into.accept(held, data)
         except OSError:
             return Refused.IO
@@ -66,7 +66,8 @@ class MemoryTransport:
         if held.size > self.max_rank_bytes:
             return Refused.TOO_LARGE
         try:
-            data = (held.path / STATE).read_bytes()
+            with open_regular(held.path / STATE) as f:
+                data = f.read(self.max_rank_bytes + 1)
         except OSError:
             return Refused.IO
         if hashlib.sha256(data).hexdigest() != held.sha256:

@@ -11,7 +11,8 @@ marker as bounded JSON, handles `state.pt` as bytes (never unpickles, never exec
 accepts a copy only when (a) the marker is well formed and names the directory's step and token,
 (b) `state.pt` is at most `max_rank_bytes`, (c) the peer copies of the host stay within
 `max_host_bytes` with it, and (d) the sha256 of the bytes it wrote equals the marker's (hashed while
-copying). A refusal is a `Refused` reason, counted by the caller; nothing is retried. A copy lands
+copying), read through no symlink (a rank could point one at another file of the host) and
+written into no symlinked directory. A refusal is a `Refused` reason, counted by the caller; nothing is retried. A copy lands
 atomically (a hidden directory renamed into place); per rank the newest `keep` copies survive, and a
 copy of step s replaces the rank's copies of steps >= s (they belong to an abandoned future).
 """
@@ -24,6 +25,7 @@ import os
 import re
 import secrets
 import shutil
+import stat
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -66,10 +68,13 @@ def read(path: Path, *, peer: bool = False) -> Held | None:
     if m is None:
         return None
     try:
-        with open(path / MARKER, "rb") as f:
+        if not stat.S_ISDIR(os.lstat(path).st_mode):  # a symlink is not followed
+            return None
+        with open_regular(path / MARKER) as f:
             raw = f.read(MAX_MARKER_BYTES + 1)
-        size = (path / STATE).stat().st_size
-        doc = json.loads(raw) if len(raw) <= MAX_MARKER_BYTES else None
+        st = os.lstat(path / STATE)
+        size = st.st_size if stat.S_ISREG(st.st_mode) else -1
+        doc = json.loads(raw) if len(raw) <= MAX_MARKER_BYTES and size >= 0 else None
     except (OSError, ValueError):
         return None
     if not isinstance(doc, dict):
@@ -83,6 +88,28 @@ def read(path: Path, *, peer: bool = False) -> Held | None:
     assert isinstance(rank, int) and isinstance(sha, str)
     return Held(rank=rank, step=int(m.group(1)), name=path.name, path=path, size=size, sha256=sha, marker=raw,
                 peer=peer)
+
+
+def open_regular(path: Path) -> BinaryIO:
+    """`path` opened for reading when it is a regular file, never through a symlink (OSError otherwise):
+    the ranks own the directories the agent reads, and must not make it copy another file of the host."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{path}: not a regular file")
+    return os.fdopen(fd, "rb")
+
+
+def _real_dir(path: Path) -> None:
+    """Create `path` (parents too) and make sure neither it nor its two parents are symlinks (OSError otherwise):
+    the ranks can write in the host's snapshot memory, and must not redirect the agent's writes."""
+    for d in (path.parent.parent, path.parent, path):
+        if d.is_symlink():
+            raise OSError(f"{d}: a symlink")
+    path.mkdir(parents=True, exist_ok=True)
+    for d in (path.parent, path):
+        if not stat.S_ISDIR(os.lstat(d).st_mode):
+            raise OSError(f"{d}: not a directory")
 
 
 class HostStore:
@@ -139,7 +166,8 @@ class HostStore:
         target = self.peer_dir(held.rank)
         tmp = target / f".in-{held.name}-{secrets.token_hex(4)}"
         try:
-            tmp.mkdir(parents=True)
+            _real_dir(target)
+            tmp.mkdir()
             h, copied = hashlib.sha256(), 0
             with open(tmp / STATE, "wb") as out:
                 while chunk := data.read(1 << 20):

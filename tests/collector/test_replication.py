@@ -139,3 +139,23 @@ def test_a_new_world_stages_a_moved_ranks_snapshots_from_its_hosts_only(tmp_path
     reps["h2"].follow(world(new, 1), 1)
     reps["h2"].settled()  # the new world trains: h2's own snapshots of rank 2 are not needed any more
     assert store(tmp_path, "h2").own_ranks() == []
+
+
+def test_symlinks_planted_by_the_training_side_are_never_followed(tmp_path: Path) -> None:
+    secret = tmp_path / "agent-only.txt"
+    secret.write_bytes(b"a file of the host the ranks must not get copied to them")
+    rep = Replicator(store(tmp_path, "h0"), LocalTransport(store_of=lambda h: store(tmp_path, h)), host="h0")
+    rep.follow(world(["h0", "h1"], 0), 1)
+    snap(tmp_path, "h0", 0, 1)
+    held = store(tmp_path, "h0").held(0)[0]
+    (held.path / "state.pt").unlink()
+    (held.path / "state.pt").symlink_to(secret)  # the marker lists it; the file is another one
+    assert rep.tick() == 0 and store(tmp_path, "h0").held(0) == []  # not even listed
+    # a peer directory on the buddy that points elsewhere: nothing is written through it
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "h1" / "job").mkdir(parents=True)
+    (tmp_path / "h1" / "job" / PEER).symlink_to(elsewhere)
+    snap(tmp_path, "h0", 0, 2)
+    assert rep.tick() == 0 and rep.stats.refused[Refused.IO] == 1
+    assert list(elsewhere.iterdir()) == []
