@@ -52,7 +52,7 @@ class Replication:
 class Replicator:
     """Pushes this host's new snapshots to its buddy; stages a new world's snapshots before a start."""
 
-    def __init__(self, store: HostStore, transport: Transport, *, host: str, interval_s: float = 0.05) -> None:
+    def __init__(self, store: HostStore, transport: Transport, *, host: str, interval_s: float = 0.2) -> None:
         self.store, self.transport, self.host, self.interval_s = store, transport, host, interval_s
         self.stats = Replication()
         self._lock = threading.Lock()

@@ -68,7 +68,8 @@ class CollectorSettings(VigilBaseSettings):
     snapshot_max_host_mb: float = Field(default=16384.0, gt=0, description="bound of all peer copies on this host")
     replicate_snapshots: bool = Field(default=True, description="`vigil run --nodes`: copy each new snapshot to "
                                       "the buddy host (next in the ring) and stage a moved rank's before a start")
-    replicate_interval_s: float = Field(default=0.05, gt=0, description="how often new snapshots are looked for")
+    replicate_interval_s: float = Field(default=0.2, gt=0, description="how often new snapshots are looked for "
+                                        "(a copy lags its snapshot by up to this plus the copy)")
 
     @field_validator("process_match", "nic_exclude")
     @classmethod
