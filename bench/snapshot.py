@@ -11,6 +11,11 @@ tensors, snapshots into a tmpfs directory (default under /dev/shm). For each sim
 * overhead per step = median blocked / step time;
 * restore: `load_latest` from the newest snapshot (verify the digest, load, copy into the state).
 
+Then buddy replication (the node agent's side, `collector/replication.py`, same machine: hosts are
+directories): push ms per snapshot to the buddy (read, sha256 while copying, atomic rename, prune),
+staging ms per snapshot into a spare before it starts (the same copy, from a peer's memory), and
+`load_latest` on the host holding the copy (source ``peer``).
+
     python bench/snapshot.py [--mib 50] [--steps 30] [--step-ms 100,500] [--dir DIR] [--no-append]
 """
 
@@ -65,6 +70,49 @@ def leg(mib: int, steps: int, step_ms: float, base: Path) -> dict[str, Any]:
             "overhead": statistics.median(later) / step_ms}  # fmt: skip
 
 
+def peer_leg(mib: int, base: Path) -> dict[str, Any]:
+    """h0's rank writes 2 snapshots; h0's agent pushes them to h1; a spare h2 stages them; h1 restores (peer)."""
+    import torch
+
+    from vigil.collector.buddies import LocalTransport
+    from vigil.collector.replicas import HostStore
+    from vigil.collector.replication import Replicator
+    from vigil.contract import World
+    from vigil.recovery.checkpoint import CheckpointConfig, Checkpointer
+
+    numel = mib * (1 << 20) // 4 // TENSORS
+    state: dict[str, Any] = {f"t{i}": torch.randn(numel) for i in range(TENSORS)}
+    work = Path(tempfile.mkdtemp(prefix="snap-peer-", dir=base))
+
+    def cfg(host: str) -> CheckpointConfig:
+        return CheckpointConfig(directory=work / "ckpt", snapshot_dir=work / host / "job", events=False,
+                                snapshot_keep=2, snapshot_wait_s=60)  # fmt: skip
+
+    def store(host: str) -> HostStore:
+        return HostStore(work / host / "job", keep=2, max_rank_bytes=8 << 30, max_host_bytes=64 << 30)
+
+    with Checkpointer(cfg("h0")) as ckpt:
+        for step in (1, 2):
+            ckpt.snapshot(step, state)
+            ckpt.snapshots.wait(60)
+    world = World(generation=1, hosts=["h0", "h1"], node_rank=0, master_addr="127.0.0.1", master_port=1)
+    rep = Replicator(store("h0"), LocalTransport(store_of=store), host="h0")
+    rep.follow(world, 1)
+    t0 = time.perf_counter()
+    pushed = rep.tick()
+    push_ms = (time.perf_counter() - t0) * 1e3 / max(1, pushed)
+    spare = Replicator(store("h2"), LocalTransport(store_of=store), host="h2")
+    t0 = time.perf_counter()
+    staged = spare.stage(world.model_copy(update={"hosts": ["h2", "h1"]}), 1)
+    stage_ms = (time.perf_counter() - t0) * 1e3 / max(1, staged)
+    t0 = time.perf_counter()
+    with Checkpointer(cfg("h1")) as again:
+        restored = again.load_latest(state)
+        source = again.last_restore.source if again.last_restore is not None else "-"
+    return {"pushed": pushed, "push_ms": push_ms, "staged": staged, "stage_ms": stage_ms, "restored": restored,
+            "source": source, "restore_s": time.perf_counter() - t0}  # fmt: skip
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mib", type=int, default=50)
@@ -93,6 +141,12 @@ def main() -> None:
         lines.append(f"| {r['step_ms']:g} | {r['first_ms']:.1f} | {r['median_ms']:.1f} / {r['p90_ms']:.1f} / "
                      f"{r['max_ms']:.1f} | {100 * r['overhead']:.1f}% | {r['write_ms']:.0f} | {r['written']} / {r['skipped']} "
                      f"| {r['restore_s']:.2f} |")  # fmt: skip
+    peer = peer_leg(args.mib, base)
+    lines += ["", "Buddy replication (agent side, one machine) and restore from the buddy's copy:", "",
+              "| push ms per snapshot | stage ms per snapshot (spare) | pushed / staged | restore from the peer copy s "
+              "| restored step (source) |", "|---:|---:|---:|---:|---|",
+              f"| {peer['push_ms']:.0f} | {peer['stage_ms']:.0f} | {peer['pushed']} / {peer['staged']} | "
+              f"{peer['restore_s']:.2f} | {peer['restored']} ({peer['source']}) |"]  # fmt: skip
     lines += ["", f"Command: `python bench/snapshot.py --mib {args.mib} --steps {args.steps} --step-ms {args.step_ms}`.", ""]
     text = "\n".join(lines)
     print(text)

@@ -3,7 +3,7 @@
 Training code is untrusted and holds no platform credential. `child_environment` keeps every
 non-vigil variable (PATH, CUDA, NCCL, the user's own settings) and, of the ``VIGIL_*``
 variables, only those the training side reads (`TRAINING_VARS`, `TRAINING_PREFIXES`: the
-step timer's and the checkpointer's identity, spool and tuning knobs, and the node
+step timer's and the checkpointer's identity, spool, snapshot directory and tuning knobs, and the node
 diagnostics', which the agent runs in the same environment). Everything else of
 vigil's (``VIGIL_KAFKA_EXTRA`` with its SASL password, ``VIGIL_CLICKHOUSE_DSN``, key paths,
 any future secret) never reaches the child: an allowlist, so a new setting is withheld
@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 TRAINING_VARS: frozenset[str] = frozenset({
     "VIGIL_JOB_ID", "VIGIL_HOST", "VIGIL_SPOOL_DIR", "VIGIL_HOME", "VIGIL_TIMER", "VIGIL_TP", "VIGIL_PP",
-    "VIGIL_FLOPS_PER_STEP", "VIGIL_GPU_PEAK_TFLOPS",
+    "VIGIL_FLOPS_PER_STEP", "VIGIL_GPU_PEAK_TFLOPS", "VIGIL_SNAPSHOT_DIR",
 })
 TRAINING_PREFIXES: tuple[str, ...] = ("VIGIL_HANG_", "VIGIL_DIAG_")
 """`VIGIL_HANG_*`: the timer's hang watchdog; `VIGIL_DIAG_*`: the node diagnostics' own knobs (they run in the

@@ -61,6 +61,16 @@ class CollectorSettings(VigilBaseSettings):
                                   "(when not given) so every worker line and error file names its rank")
     drain_timeout_s: float = Field(default=10.0, ge=0, description="at exit, time to deliver what is pending")
 
+    snapshot_root: Path = Field(default=Path("/dev/shm/vigil"), description="host memory for in-memory snapshots "
+                                "(a tmpfs): the ranks write under <root>/<host>/<job>, peers' copies land there too")
+    snapshot_keep: int = Field(default=2, ge=1, description="snapshots kept per rank of the copies held for peers")
+    snapshot_max_rank_mb: float = Field(default=4096.0, gt=0, description="a bigger rank snapshot is not copied")
+    snapshot_max_host_mb: float = Field(default=16384.0, gt=0, description="bound of all peer copies on this host")
+    replicate_snapshots: bool = Field(default=True, description="`vigil run --nodes`: copy each new snapshot to "
+                                      "the buddy host (next in the ring) and stage a moved rank's before a start")
+    replicate_interval_s: float = Field(default=0.2, gt=0, description="how often new snapshots are looked for "
+                                        "(a copy lags its snapshot by up to this plus the copy)")
+
     @field_validator("process_match", "nic_exclude")
     @classmethod
     def _regex(cls, v: str | None) -> str | None:
@@ -71,7 +81,8 @@ class CollectorSettings(VigilBaseSettings):
                 raise ValueError(f"not a regular expression: {exc}") from None
         return v
 
-    @field_validator("sysfs_root", "procfs_root", "spool_dir", "fr_dir", "output_dir", "state_dir", "rules_file")
+    @field_validator("sysfs_root", "procfs_root", "spool_dir", "fr_dir", "output_dir", "state_dir", "rules_file",
+                     "snapshot_root")
     @classmethod
     def _expand(cls, v: Path | None) -> Path | None:
         return v.expanduser() if v is not None else None
@@ -109,3 +120,8 @@ def resolve_paths(settings: CollectorSettings, home: Path) -> AgentPaths:
         output_dir=(settings.output_dir or home / "output").absolute(),
         state_dir=(settings.state_dir or home / "agent" / host).absolute(),
     )
+
+
+def snapshot_memory(settings: CollectorSettings, host: str) -> Path:
+    """`host`'s snapshot memory for this job: `<snapshot_root>/<host>/<job>` (its ranks' VIGIL_SNAPSHOT_DIR)."""
+    return settings.snapshot_root.absolute() / safe_name(host) / safe_name(settings.job_id)

@@ -11,6 +11,8 @@ controller's commands, acknowledging each with `recovery` events:
   (`collector.stopping`); acknowledged once nothing is left;
 * `diagnose`: run the diagnostics argv with its time limit (`collector.diagnose`);
 * `dump`: record the state of the training processes;
+* (before a `start`) the snapshots its ranks need and do not hold are staged from the new world's
+  other hosts, then its ranks' new snapshots replicate to its buddy (`collector.replication`);
 * `finish`: the job is over (the controller saw its command exit 0 on every host): the agent
   acknowledges and exits 0, whether it trained, waited as a spare or was cordoned.
 
@@ -46,6 +48,7 @@ from vigil.collector.diagnose import run_diagnostics
 from vigil.collector.launcher import Launcher, exit_status
 from vigil.collector.progress import Progress
 from vigil.collector.rendezvous import NodeRange, fill, free_ports, rendezvous_env
+from vigil.collector.replication import Replicator
 from vigil.collector.stopping import ProcessGroups
 from vigil.contract import Command, Member, MemberState, World, utcnow
 from vigil.cordons import CordonRegistry, RegistryError
@@ -69,6 +72,8 @@ class Supervisor:
     reap_grace_s: float = 5.0
     settle_s: float = 10.0  # after the command exits: how long to wait for its last step records to ship
     progress: Progress = field(default_factory=Progress)
+    replicator: Replicator | None = None  # buddy replication of the ranks' in-memory snapshots
+    nproc: int = 1  # training processes per host (torchrun's --nproc-per-node): which ranks run here
     state: MemberState = field(default="waiting", init=False)
     generation: int = field(default=0, init=False)
     world: World | None = field(default=None, init=False)
@@ -119,6 +124,9 @@ class Supervisor:
             why = f"host is cordoned: {self._cordoned}" if self._cordoned else "stopped before it started"
             self.agent.emit([ack(command, "skipped", reason=why)])
             return 0
+        if self.replicator is not None:  # before the ranks look for them: what they need from the new world
+            self.replicator.stage(world, self.nproc)
+            self.replicator.follow(world, self.nproc)
         argv, env = fill(self.argv, world), {**self.env, **rendezvous_env(world)}
         launcher = self.make_launcher(argv, env)
         with self._lock:
@@ -181,6 +189,8 @@ class Supervisor:
         if self.state == "starting" and snap.first_step is not None and not self._announced_first:
             self._announced_first = True
             self._announce("training", reason=f"first step {snap.first_step}")
+            if self.replicator is not None:  # every host of the world has started: staging is over
+                self.replicator.settled()
         elif utcnow().timestamp() - self._last_announce >= self.keepalive_s:
             self._announce(self.state)
 

@@ -93,6 +93,13 @@ def parse(argv: Sequence[str]) -> TorchrunArgs | None:
     return TorchrunArgs(at=opts.start, options=options)
 
 
+def nproc_per_node(argv: Sequence[str]) -> int:
+    """torchrun's workers per node in `argv` (`--nproc-per-node N`); 1 when not torchrun or not a number."""
+    args = parse(argv)
+    value = args.options.get("--nproc-per-node", "1") if args is not None else "1"
+    return int(value) if value.isdigit() and int(value) > 0 else 1
+
+
 @dataclass(frozen=True, kw_only=True)
 class Attributed:
     argv: list[str]

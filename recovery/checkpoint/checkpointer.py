@@ -54,7 +54,7 @@ from vigil.recovery.checkpoint.layout import Commit, Layout, dir_name
 from vigil.recovery.checkpoint.memory import Snapshots, assign, choose
 from vigil.recovery.checkpoint.persist import Job, Persister, describe
 from vigil.recovery.checkpoint.restore import RestoreReport, load_latest
-from vigil.recovery.checkpoint.snapshot import default_snapshot_dir
+from vigil.recovery.checkpoint.snapshot import PEER, default_snapshot_dir
 from vigil.recovery.checkpoint.staging import Staged, Stager
 from vigil.recovery.checkpoint.stores import default_reader, default_writer, open_store
 
@@ -105,11 +105,14 @@ class Checkpointer:
         self._requested = self._staged = self._skipped = self._failed = 0
         self._last_blocked_s = self._last_copy_s = 0.0
         self.last_restore: RestoreReport | None = None
-        root = (Path(config.snapshot_dir).expanduser() / str(self.topology.rank) if config.snapshot_dir is not None
-                else default_snapshot_dir(identity.job_id, self.topology.rank))  # fmt: skip
-        self.snapshots = Snapshots(root, topology=self.topology, every=config.snapshot_every,
+        base = (Path(config.snapshot_dir).expanduser() if config.snapshot_dir is not None
+                else default_snapshot_dir(identity.job_id))  # fmt: skip
+        rank = str(self.topology.rank)
+        self.snapshots = Snapshots(base / rank, topology=self.topology, every=config.snapshot_every,
                                    keep=config.snapshot_keep, pin_memory=config.pin_memory,
-                                   wait_s=config.snapshot_wait_s)  # fmt: skip
+                                   wait_s=config.snapshot_wait_s, peer_root=base / PEER / rank,
+                                   replicated=self.topology.world_size > 1 and self.topology.dp_pg is not None
+                                   and len(self.topology.dp_ranks) == self.topology.world_size)  # fmt: skip
         self._closed = False
         atexit.register(self._atexit)
 
@@ -238,11 +241,12 @@ class Checkpointer:
         """Load the freshest state every rank can obtain into `state` in place; its step, or None.
 
         Collective (every rank, same point). One all-gather of what each rank holds decides
-        (`memory.choose`): the newest in-memory snapshot step held by every rank when it is at
-        least as new as the newest committed checkpoint, else the highest-step verified
+        (`memory.choose`): the newest in-memory snapshot step every rank can load — its own, or
+        the copy of its rank that the node agent holds in the host's peer directory — when it is
+        at least as new as the newest committed checkpoint, else the highest-step verified
         checkpoint. Raises `RestoreError` when checkpoints exist but none can be loaded (its
         `rejected`: the ones that failed verification). Snapshots newer than the step restored
-        are removed. The ``restored`` event names the `source` (memory, persisted).
+        are removed. The ``restored`` event names the `source` (memory, peer, persisted).
         """
         if not self._persister.wait_idle(self.config.persist_timeout_s):
             raise RestoreError("a save is still persisting; cannot restore while it runs")
@@ -259,24 +263,25 @@ class Checkpointer:
         step = choose(self.topology.gather_rows(self.snapshots.row(newest.step if newest else None)))
         if step is None:
             return None
-        snap, sd, error = self.snapshots.find(step), None, ""
+        found, sd, error = self.snapshots.find(step), None, ""
         try:
-            if snap is None:
+            if found is None:
                 raise FileNotFoundError(f"snapshot of step {step} is gone")
-            sd = self.snapshots.dir.load(snap)
+            sd = found[1].load(found[0])
         except Exception as exc:
             error = describe(exc)
         if not self.topology.all_true(sd is not None):
             log.warning("snapshot of step %d could not be loaded (%s); restoring the persisted checkpoint",
                         step, error or "on a peer")  # fmt: skip
             return None
-        assert sd is not None and snap is not None
+        assert sd is not None and found is not None
+        snap, _, source = found
         assign(state, sd)
         seconds = time.monotonic() - t0
         self.last_restore = RestoreReport(step=step, path=str(snap.path), read_storage=True, seconds=seconds,
-                                          source="memory")  # fmt: skip
-        self.events.emit("restored", step=step, path=str(snap.path), duration_ms=seconds * 1e3, source="memory")
-        log.info("restored step %d from the in-memory snapshot %s", step, snap.path)
+                                          source=source)  # fmt: skip
+        self.events.emit("restored", step=step, path=str(snap.path), duration_ms=seconds * 1e3, source=source)
+        log.info("restored step %d from the in-memory snapshot %s (%s)", step, snap.path, source)
         return step
 
     def _load_persisted(self, state: MutableMapping[str, Any]) -> int | None:

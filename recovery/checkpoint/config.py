@@ -56,8 +56,11 @@ class CheckpointConfig:
         instrumentation); default: FileSystemWriter/Reader, or the fsspec ones for a URL.
     exit_timeout_s: at interpreter exit, how long to wait for a save still persisting.
     snapshot_dir / snapshot_every / snapshot_keep: in-memory snapshots (`Checkpointer.snapshot`,
-        see `snapshot`): under ``<snapshot_dir>/<rank>`` (default ``/dev/shm/vigil/<job>``, a
-        tmpfs: host memory), one every `snapshot_every` steps, the newest `snapshot_keep` kept.
+        see `snapshot`): under ``<snapshot_dir>/<rank>`` (default `VIGIL_SNAPSHOT_DIR`, which
+        `vigil run` sets to its host's memory, else ``/dev/shm/vigil/<job>``, a tmpfs), one every
+        `snapshot_every` steps, the newest `snapshot_keep` kept; ``<snapshot_dir>/peer/<rank>``
+        holds the node agent's copies of the rank from other hosts (read on restore). With
+        ``dp_group="world"`` a snapshot of any rank (any world size) serves every rank.
     snapshot_wait_s: how long `snapshot()` waits for the previous snapshot's write before it
         skips this one (counted); 0: never wait (training is not held up by a slow tmpfs).
     """

@@ -6,15 +6,19 @@ rank's snapshot directory. While the previous snapshot is still being written it
 `wait_s` (the staging buffers are reused; default 0), then skips (counted). It never raises.
 
 On restore, `choose` decides for all ranks from one all-gather of what each holds (its verified
-snapshot steps, rank 0 adds the newest committed checkpoint's step): the newest step that every
-rank holds a snapshot of, when it is at least as new as the persisted checkpoint (a memory
-restore is faster); otherwise the persisted checkpoint. A minimum over ranks alone would not
-do: snapshots can be skipped, so a rank may lack the minimum step while holding newer ones.
+snapshot steps: its own and the copies of its rank the node agent put in the host's peer
+directory — a buddy's copy of a lost host's rank, or one staged for a rank that moved here;
+rank 0 adds the newest committed checkpoint's step): the newest step that every rank can
+obtain, when it is at least as new as the persisted checkpoint (a memory restore is faster);
+otherwise the persisted checkpoint. A minimum over ranks alone would not do: snapshots can be
+skipped, so a rank may lack the minimum step while holding newer ones. A rank loads its own
+snapshot of that step when it has one (source ``memory``), else the peer copy (``peer``).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Mapping, MutableMapping, Sequence
 from pathlib import Path
@@ -57,8 +61,12 @@ class Snapshots:
     """This rank's in-memory snapshots: taking them, listing them for the restore agreement, loading one."""
 
     def __init__(self, root: Path, *, topology: Topology, every: int, keep: int, pin_memory: bool | None,
-                 wait_s: float) -> None:  # fmt: skip
+                 wait_s: float, peer_root: Path | None = None, replicated: bool = False) -> None:  # fmt: skip
         self.dir = SnapshotDir(root, rank=topology.rank, world_size=topology.world_size, keep=keep)
+        # the node agent's copies of this rank from other hosts (read here, never written)
+        self.peer = SnapshotDir(peer_root, rank=topology.rank, world_size=topology.world_size, keep=keep) if (
+            peer_root is not None) else None
+        self.replicated, self._world = replicated, topology.world_size
         self.every, self.keep, self.wait_s, self._pin = every, keep, wait_s, pin_memory
         self._stager: Stager | None = None
         self._writer: SnapshotWriter | None = None
@@ -104,20 +112,53 @@ class Snapshots:
     def wait(self, timeout: float | None) -> bool:
         return self._writer.wait_idle(timeout) if self._writer is not None else True
 
-    def row(self, persisted: int | None) -> list[int]:
-        """This rank's row for `choose`: the persisted step, then its verified snapshot steps."""
-        held = [s.step for s in self.dir.held()][: self.keep]
-        return [NONE if persisted is None else persisted, *held, *[NONE] * (self.keep - len(held))]
+    def sources(self) -> list[tuple[SnapshotDir, str]]:
+        """Where this rank may restore from, in order of preference, and the source each one is.
 
-    def find(self, step: int) -> Snapshot | None:
-        return next((s for s in self.dir.complete() if s.step == step), None)
+        Its own directory (``memory``), then the peer copies of its rank (``peer``). With replicated
+        state (every rank holds the same: ``dp_group="world"``) also every other rank's directory on
+        this host, then every other rank's peer copies, whatever world wrote them: a restart on fewer
+        hosts (a DDP job that shrank) resumes from memory too."""
+        own: list[tuple[SnapshotDir, str]] = [(self.dir, "memory")]
+        if self.peer is not None:
+            own.append((self.peer, "peer"))
+        if not self.replicated:
+            return own
+        out = []
+        for d, source in own:
+            reader = SnapshotDir(d.root, rank=d.rank, world_size=self._world, keep=self.keep, any_replica=True)
+            others = [SnapshotDir(d.root.parent / r, rank=d.rank, world_size=self._world, keep=self.keep,
+                                  any_replica=True) for r in _rank_dirs(d.root.parent) if r != d.root.name]  # fmt: skip
+            out += [(reader, source), *((o, source) for o in others)]
+        return out
+
+    def row(self, persisted: int | None) -> list[int]:
+        """This rank's row for `choose`: the persisted step, then the newest snapshot steps it can load (own
+        and peer copies; 2 x `keep` wide on every rank). Its own and its rank's peer copies are re-hashed
+        here; another replica's are hashed when chosen (`find`)."""
+        width = 2 * self.keep
+        steps: set[int] = set()
+        for d, _ in self.sources():
+            listed = d.held() if d is self.dir or d is self.peer else d.complete()
+            steps |= {s.step for s in listed[: self.keep]}
+        held = sorted(steps, reverse=True)[:width]
+        return [NONE if persisted is None else persisted, *held, *[NONE] * (width - len(held))]
+
+    def find(self, step: int) -> tuple[Snapshot, SnapshotDir, str] | None:
+        """The verified snapshot of `step` to load and its source (`sources` order), or None."""
+        for d, source in self.sources():
+            for snap in d.complete():
+                if snap.step == step and not d.verify(snap):
+                    return snap, d, source
+        return None
 
     def discard_after(self, step: int | None) -> None:
-        """Remove snapshots newer than the step training resumes from (all of them when None):
-        they belong to an abandoned future and would otherwise outrank the new ones."""
-        for snap in self.dir.complete():
-            if step is None or snap.step > step:
-                self.dir.remove(snap)
+        """Remove snapshots newer than the step training resumes from (all of them when None), own and
+        peer copies: they belong to an abandoned future and would otherwise outrank the new ones."""
+        for d, _ in self.sources():
+            for snap in d.complete():
+                if step is None or snap.step > step:
+                    d.remove(snap)
 
     def close(self, timeout: float | None) -> bool:
         if self._writer is None:
@@ -126,3 +167,10 @@ class Snapshots:
         if idle and self._stager is not None:
             self._stager.close()
         return idle
+
+
+def _rank_dirs(parent: Path) -> list[str]:
+    try:
+        return sorted(n for n in os.listdir(parent) if n.isdigit())
+    except OSError:
+        return []

@@ -61,7 +61,7 @@ class RestoreReport:
     seconds: float
     failed: tuple[str, ...] = ()  # newer checkpoints that could not be loaded
     rejected: tuple[tuple[int, str, str], ...] = ()  # (step, path, why) of newer ones that failed verification
-    source: str = "persisted"  # "memory": this rank's in-memory snapshot
+    source: str = "persisted"  # "memory": this rank's in-memory snapshot; "peer": a copy from another host
 
 
 def load_latest(

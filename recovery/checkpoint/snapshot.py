@@ -1,9 +1,11 @@
 """In-memory snapshots: this rank's whole state in host memory every few steps, the last K kept.
 
-    <snapshot_dir>/                      default /dev/shm/vigil/<job>/<rank> (tmpfs: host memory)
+    <snapshot_dir>/<rank>/               default /dev/shm/vigil/<job>/<rank> (tmpfs: host memory)
       snap-0000001234-3fa9c2d1/          one snapshot of step 1234 (token: random, per attempt)
         state.pt                         torch.save of this rank's staged state dict
         _COMMITTED                       JSON marker, written last, atomically: step, rank, world, sha256
+    <snapshot_dir>/peer/<rank>/          the same, copied here by the node agent from another host
+                                         (buddy replication, or staged for a rank that moved here)
 
 A snapshot is rank-local (no collective to write it): the caller stages the state into host
 buffers (`staging.Stager`, the checkpointer's own staging) on the training thread, and the
@@ -39,15 +41,20 @@ from vigil.recovery.checkpoint.staging import Staged
 
 log = logging.getLogger("vigil.recovery.checkpoint")
 MARKER = "_COMMITTED"
+PEER = "peer"  # <snapshot_dir>/peer/<rank>: the node agent's copies from other hosts
 FORMAT = "vigil-snapshot/1"
 STATE = "state.pt"
 _NAME = re.compile(r"^snap-(\d{10,})-([0-9a-f]{8})$")
 
 
-def default_snapshot_dir(job_id: str, rank: int) -> Path:
-    """/dev/shm/vigil/<job>/<rank> where /dev/shm exists (tmpfs), else the temp dir's vigil-shm/<job>/<rank>."""
+def default_snapshot_dir(job_id: str) -> Path:
+    """Where this host's snapshots of the job live: `VIGIL_SNAPSHOT_DIR` (set by `vigil run`: the agent's
+    per-host memory, where it also puts the copies it holds for peers), else /dev/shm/vigil/<job> where
+    /dev/shm exists (tmpfs), else the temp dir's vigil-shm/vigil/<job>."""
+    if explicit := os.environ.get("VIGIL_SNAPSHOT_DIR"):
+        return Path(explicit).expanduser()
     base = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(os.environ.get("TMPDIR", "/tmp")) / "vigil-shm"
-    return base / "vigil" / job_id / str(rank)
+    return base / "vigil" / job_id
 
 
 def _sha256(path: Path) -> str:
@@ -67,8 +74,10 @@ class Snapshot:
 class SnapshotDir:
     """The snapshots of one rank under one directory: write, list (verified), load, prune."""
 
-    def __init__(self, root: Path, *, rank: int, world_size: int, keep: int) -> None:
+    def __init__(self, root: Path, *, rank: int, world_size: int, keep: int, any_replica: bool = False) -> None:
+        """`any_replica`: list the snapshots of any rank and world size (a replica's state serves every rank)."""
         self.root, self.rank, self.world_size, self.keep = root, rank, world_size, keep
+        self.any_replica = any_replica
 
     def write(self, step: int, state_dict: dict[str, Any]) -> Snapshot:
         """Save `state_dict` as the snapshot of `step`, marker last; prune. Raises OSError on failure."""
@@ -98,7 +107,7 @@ class SnapshotDir:
         if m is None or not isinstance(doc, dict):
             return None
         ok = (doc.get("format") == FORMAT and doc.get("step") == int(m.group(1)) and doc.get("token") == m.group(2)
-              and doc.get("rank") == self.rank and doc.get("world_size") == self.world_size)  # fmt: skip
+              and (self.any_replica or (doc.get("rank") == self.rank and doc.get("world_size") == self.world_size)))  # fmt: skip
         return int(m.group(1)) if ok else None
 
     def _names(self) -> list[str]:

@@ -7,7 +7,8 @@ dropout uses torch's global generator and the data its own, both saved with `RNG
 run resumed from a snapshot is bitwise identical to an uninterrupted one. Per-rank state is
 keyed by rank and every rank restores its own (``dp_group=None``). Persisted checkpoints every
 `--save-every` steps, a snapshot every step; `--crash-host` raises a ValueError at the start of
-step `--crash-step` once (`--once`). At the end rank 0 writes the sha256 of the parameters and
+step `--crash-step` once (`--once`); with `--xid` it prints an Xid 79 line and dies of a CUDA error
+instead (a GPU lost). Snapshots go to `--snapshots`, else where the agent says (VIGIL_SNAPSHOT_DIR). At the end rank 0 writes the sha256 of the parameters and
 optimizer state to `--out`.
 """
 
@@ -33,7 +34,7 @@ from vigil.timer import StepTimer, TimerConfig
 def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser()
     p.add_argument("--ckpt", required=True)
-    p.add_argument("--snapshots", required=True)
+    p.add_argument("--snapshots", default=None, help="default: VIGIL_SNAPSHOT_DIR (set by the agent)")
     p.add_argument("--out", required=True)
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--save-every", type=int, default=10)
@@ -41,6 +42,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--crash-host", default="")
     p.add_argument("--crash-step", type=int, default=-1)
     p.add_argument("--once", default="")
+    p.add_argument("--xid", action="store_true", help="the crash is a GPU lost: an Xid line, then a CUDA error")
     return p.parse_args()
 
 
@@ -50,6 +52,10 @@ def crash(args: argparse.Namespace, step: int) -> None:
     if args.once and Path(args.once).exists():
         return
     Path(args.once).touch()
+    if args.xid:
+        print(f"NVRM: Xid (PCI:0000:3b:00): 79, pid={os.getpid()}, GPU has fallen off the bus.", file=sys.stderr,
+              flush=True)
+        raise RuntimeError("CUDA error: unspecified launch failure (the GPU fell off the bus)")
     raise ValueError(f"corrupt sample at step {step} (user code)")
 
 

@@ -75,7 +75,7 @@ def _build(args: argparse.Namespace, *, launching: bool) -> tuple[Any, Any, dict
     from vigil.app.stack.state import resolve_bootstrap
     from vigil.collector.agent import Agent
     from vigil.collector.procs import ProcessTracker
-    from vigil.collector.settings import resolve_paths, safe_name
+    from vigil.collector.settings import resolve_paths, safe_name, snapshot_memory
     from vigil.collector.sink import KafkaSink
     from vigil.settings import VigilSettings
 
@@ -88,7 +88,8 @@ def _build(args: argparse.Namespace, *, launching: bool) -> tuple[Any, Any, dict
     if launching:
         spool_roots = [paths.spool_dir / host]
         child_env = {"VIGIL_JOB_ID": settings.job_id, "VIGIL_HOST": settings.host,
-                     "VIGIL_SPOOL_DIR": str(spool_roots[0])}
+                     "VIGIL_SPOOL_DIR": str(spool_roots[0]),
+                     "VIGIL_SNAPSHOT_DIR": str(snapshot_memory(settings, settings.host))}
         fr_prefix = os.environ.get("TORCH_FR_DUMP_TEMP_FILE") or str(paths.fr_dir / host / "nccl_trace_rank_")
         child_env["TORCH_FR_DUMP_TEMP_FILE"] = fr_prefix
         Path(fr_prefix).parent.mkdir(parents=True, exist_ok=True)

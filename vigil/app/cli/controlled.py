@@ -35,6 +35,7 @@ def run(args: argparse.Namespace, *, agent: Any, paths: Any, argv: list[str], en
     from vigil.collector.rendezvous import NodeRange
     from vigil.collector.sink import ObservedSink
     from vigil.collector.supervisor import Supervisor
+    from vigil.collector.torchrun import nproc_per_node
     from vigil.cordons import CordonRegistry, registry_path
     from vigil.kafka.admin import ensure_topics
     from vigil.kafka.follow import Follower
@@ -56,13 +57,33 @@ def run(args: argparse.Namespace, *, agent: Any, paths: Any, argv: list[str], en
         return CommandFeed(poll_events=follower.poll, job_id=s.job_id, host=s.host, since=started,
                            done_file=paths.state_dir / "commands.json", gate=gate, emit=agent.emit)
 
+    replicator = _replicator(s) if s.replicate_snapshots else None
     supervisor = Supervisor(agent=agent, argv=argv, env=env, nodes=nodes, make_launcher=launcher_for, feed=feed,
                             registry=CordonRegistry(registry_path(core.home)),
-                            address=args.rdzv_addr or local_ip(), spare=args.spare, keepalive_s=args.keepalive)
+                            address=args.rdzv_addr or local_ip(), spare=args.spare, keepalive_s=args.keepalive,
+                            replicator=replicator, nproc=nproc_per_node(argv))
     agent.sink = ObservedSink(inner=agent.sink, observe=supervisor.progress.observe)
     agent.shipper.sink = agent.sink
     agent.start()
+    if replicator is not None:
+        replicator.start()
     try:
         return supervisor.run()
     finally:
+        if replicator is not None:
+            replicator.stop()
         agent.stop()
+
+
+def _replicator(s: Any) -> Any:
+    """Buddy replication between the agents of this machine (`LocalTransport`: hosts are directories)."""
+    from vigil.collector.buddies import LocalTransport
+    from vigil.collector.replicas import HostStore
+    from vigil.collector.replication import Replicator
+    from vigil.collector.settings import snapshot_memory
+
+    def store_of(host: str) -> HostStore:
+        return HostStore(snapshot_memory(s, host), keep=s.snapshot_keep, max_rank_bytes=int(s.snapshot_max_rank_mb * 2**20),
+                         max_host_bytes=int(s.snapshot_max_host_mb * 2**20))
+
+    return Replicator(store_of(s.host), LocalTransport(store_of=store_of), host=s.host, interval_s=s.replicate_interval_s)

@@ -92,7 +92,8 @@ class Demo:
         for host in HOSTS:
             env = {**os.environ, "VIGIL_KAFKA_BOOTSTRAP": bootstrap, "OMP_NUM_THREADS": "1",
                    "VIGIL_SPOOL_DIR": str(self.settings.home / "demo" / "spool" / host),
-                   "VIGIL_HANG_FLOOR_S": str(HANG_FLOOR_S)}
+                   "VIGIL_HANG_FLOOR_S": str(HANG_FLOOR_S),
+                   "VIGIL_SNAPSHOT_ROOT": str(self.settings.home / "demo" / "shm")}  # each host's snapshot memory
             argv = [sys.executable, "-m", "vigil", "run", "--host", host, "--job", TORCH_JOB, "--nodes", NODES,
                     "--rdzv-addr", "127.0.0.1", "--kill-grace", str(KILL_GRACE_S), "--drain-timeout", str(DRAIN_S),
                     "--", sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(PROCS),
@@ -139,6 +140,11 @@ def kill_tree(child: subprocess.Popen[bytes]) -> None:
     child.wait()
 
 
+# how the terminal names where a restart's state came from (the outcome's restore_source)
+RESTORED = {"memory": "the in-memory snapshot of step", "peer": "a peer host's copy of the snapshot of step",
+            "persisted": "the checkpoint of step"}
+
+
 def narrate(event: Event) -> str | None:
     """One line of the torch job's recovery, as the controller publishes it (None: not worth a line)."""
     if event.job_id != TORCH_JOB:
@@ -148,8 +154,9 @@ def narrate(event: Event) -> str | None:
             return f"Recovery  {TORCH_JOB} started on {', '.join(event.hosts)} (generation {event.generation})"
         if event.result != "resumed":
             return f"Recovery  {event.incident_id}: {event.result}: {event.reason}"
-        return (f"Recovery  resumed on {', '.join(event.hosts)} at step {event.first_step} from the checkpoint of "
-                f"step {event.checkpoint_step} ({event.steps_lost} steps lost), {event.total_s} s after the first "
+        return (f"Recovery  resumed on {', '.join(event.hosts)} at step {event.first_step} from "
+                f"{RESTORED.get(event.restore_source, 'the checkpoint of step')} {event.checkpoint_step}"
+                f" ({event.steps_lost} steps lost), {event.total_s} s after the first "
                 f"sign{'; cordoned ' + ', '.join(event.cordoned) if event.cordoned else ''}")
     if isinstance(event, RecoveryAction) and event.actor == "controller" and event.status in ("planned", "succeeded",
                                                                                               "failed"):

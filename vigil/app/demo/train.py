@@ -12,8 +12,9 @@ prints an Xid-style driver error line once (with `--xid-dies` it then dies of a 
 as a rank whose GPU fell off the bus does), and later one rank hangs (a stuck GPU: it never
 joins the next all-reduce; with `--hang-once` only the first time) until the process
 group's timeout ends the job or the recovery controller restarts it. With `--ckpt-dir` it
-saves a two-phase checkpoint every `--ckpt-every` steps (`vigil.recovery.checkpoint`) and,
-when started again, resumes from the latest complete one. The data is a synthetic dataset
+saves a two-phase checkpoint every `--ckpt-every` steps (`vigil.recovery.checkpoint`) and an
+in-memory snapshot every step (where the agent says: VIGIL_SNAPSHOT_DIR), and, when started
+again, resumes from the freshest state every rank can obtain (a snapshot, else the checkpoint). The data is a synthetic dataset
 of `--samples` sequences (sample i is drawn from a generator seeded by i) read through
 `vigil.data.ElasticSampler`, checkpointed with the model: a resume on another number of ranks
 re-splits the rest of the epoch (rank 0 prints how many samples) and reads each sample once
@@ -162,8 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     state = {"train": TrainState(model, opt), "data": sampler}
     resumed = ckpt.load_latest(state) if ckpt is not None else None  # every rank, at the same point
     step = 0 if resumed is None else resumed + 1
-    if resumed is not None and rank == 0:
-        print(f"resumed from the checkpoint of step {resumed}", flush=True)
+    if resumed is not None and rank == 0 and ckpt is not None and ckpt.last_restore is not None:
+        print(f"resumed from step {resumed} ({ckpt.last_restore.source})", flush=True)
     batches = sampler.batches()
     timer = StepTimer(TimerConfig(flops_per_step=6.0 * params * tokens_per_step, gpu_peak_tflops=args.peak_tflops,
                                   coords={"dp": rank, "tp": 0, "pp": 0}, start_step=step))
@@ -204,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
                     raise RuntimeError("CUDA error: unspecified launch failure (the GPU fell off the bus)")
             if rank == 0 and step % 20 == 0:
                 print(f"step {step} loss {loss.item():.3f}", flush=True)
+            if ckpt is not None:
+                ckpt.snapshot(step, state)  # every step, rank-local: a copy into host memory, written on a thread
             if ckpt is not None and step > 0 and step % args.ckpt_every == 0:
                 ckpt.save(step, state)  # returns once the state is in host memory
             step += 1
