@@ -219,7 +219,7 @@ class Engine:
             plan = plan_world(job, exclude=cordoned, now=ctx.now, stale_s=s.member_stale_s, states=("waiting",))
             if isinstance(plan, str):
                 return
-            full = len(plan.hosts) == min(hi, len(live)) // multiple * multiple
+            full = len(plan.hosts) == hi // multiple * multiple  # every host the job may use (nodes_max)
             first = job.first_seen or ctx.now
             if full or (ctx.now - first).total_seconds() >= s.form_wait_s:
                 cid = f"{job.job_id}/start/g{job.generation + 1}"

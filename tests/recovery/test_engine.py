@@ -10,7 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from fleet import Fleet, Harness, incident
+from fleet import T0, Fleet, Harness, incident
 
 from vigil.contract import Alert, Command, Diagnostic, Outcome, RecoveryAction, operator_request
 from vigil.recovery.controller.report import format_history, history, status
@@ -39,6 +39,20 @@ def test_a_job_starts_once_its_agents_wait(tmp_path: Path) -> None:
         ("h0", 0, 3), ("h1", 1, 3), ("h2", 2, 3)]
     assert {c.world.master_port for c in starts if c.world} == {30000}  # node rank 0's first announced port
     assert outcome(h, f"{JOB}/start/g1").result == "resumed"
+
+
+def test_an_elastic_job_waits_for_nodes_max_until_the_form_wait(tmp_path: Path) -> None:
+    """--nodes 2:3 with two agents waiting: no start before `form_wait_s` (the third may be on its way), then on the
+    two; three waiting: at once. (It used to start as soon as every *announced* agent waited: two of three.)"""
+    h = Harness.build(Fleet(job=JOB, hosts=["h0", "h1"]), tmp_path, form_wait_s=5)
+    for _ in range(3):
+        h.turn()
+    assert not [e for e in h.fx.events if isinstance(e, Command) and e.action == "start"]
+    h.run(lambda: h.training(1))
+    assert h.engine.state.job(JOB).world == ["h0", "h1"] and h.now - T0 >= timedelta(seconds=5)
+    full = Harness.build(Fleet(job=JOB, hosts=["h0", "h1", "h2"]), tmp_path / "full", form_wait_s=60)
+    full.run(lambda: full.training(1), turns=30)
+    assert full.engine.state.job(JOB).world == ["h0", "h1", "h2"]
 
 
 def test_hardware_fault_pauses_diagnoses_cordons_and_restarts_without_the_host(tmp_path: Path) -> None:
