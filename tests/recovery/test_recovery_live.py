@@ -7,9 +7,7 @@ The test plays the analyzer: it publishes the incidents.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 from live import Live, fake_train
@@ -17,20 +15,8 @@ from live import Live, fake_train
 from vigil.contract import Alert, Diagnostic, Incident, RankRef
 from vigil.cordons import CordonRegistry
 from vigil.recovery.controller.state import ClusterState
-from vigil.settings import VigilSettings
 
 pytestmark = pytest.mark.kafka
-
-
-@pytest.fixture
-def live(topics: VigilSettings, broker_bootstrap: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Live]:
-    marker = request.node.get_closest_marker("recovery_env")
-    env = dict(marker.args[0]) if marker else {}
-    setup = Live(settings=topics, bootstrap=broker_bootstrap, tmp=tmp_path, recovery_env=env)
-    try:
-        yield setup
-    finally:
-        setup.close()
 
 
 def incident(job: str, host: str, *, category: str = "host_fault", cause: str = "hardware", strong: bool = True,

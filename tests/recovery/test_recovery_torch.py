@@ -9,29 +9,15 @@ process. The test plays the analyzer: it reads the agents' classified lines and 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 from live import Live, worker
 from test_recovery_live import cordoned, training
 
 from vigil.contract import Alert, Checkpoint, Incident, LogLine, ProcessExit, RankRef
-from vigil.settings import VigilSettings
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(600)]
-
-
-@pytest.fixture
-def live(topics: VigilSettings, broker_bootstrap: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Live]:
-    marker = request.node.get_closest_marker("recovery_env")
-    setup = Live(settings=topics, bootstrap=broker_bootstrap, tmp=tmp_path,
-                 recovery_env=dict(marker.args[0]) if marker else {})
-    try:
-        yield setup
-    finally:
-        setup.close()
 
 
 def committed(live: Live, job: str) -> list[Checkpoint]:

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 from live import Live
@@ -26,22 +24,10 @@ from test_recovery_live import cordoned, training
 from test_snapshot_recovery import torchrun
 
 from vigil.contract import Checkpoint, Incident, LogLine, RankRef
-from vigil.settings import VigilSettings
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(420)]
 XID = 15
 JOB = "job-buddy"
-
-
-@pytest.fixture
-def live(topics: VigilSettings, broker_bootstrap: str, tmp_path: Path) -> Iterator[Live]:
-    setup = Live(settings=topics, bootstrap=broker_bootstrap, tmp=tmp_path,
-                 recovery_env={"VIGIL_RECOVERY_POLICY_DIAGNOSE_HARDWARE": "false",
-                               "VIGIL_RECOVERY_RESTART_WAIT_S": "600"})  # fmt: skip
-    try:
-        yield setup
-    finally:
-        setup.close()
 
 
 def test_an_xid_with_host_loss_resumes_from_the_buddys_copy_and_trains_bitwise_identically(live: Live) -> None:

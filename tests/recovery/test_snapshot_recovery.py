@@ -12,16 +12,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 from live import HERE, PY, Live
 from test_recovery_live import training
 
 from vigil.contract import Checkpoint, Incident, ProcessExit, RankRef
-from vigil.settings import VigilSettings
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(400)]
 STEPS, CRASH = 24, 15
@@ -30,15 +27,6 @@ STEPS, CRASH = 24, 15
 def torchrun(*args: str, standalone: bool = False) -> list[str]:
     nproc = ["--standalone", "--nproc-per-node", "3"] if standalone else ["--nproc-per-node", "1"]
     return [PY, "-m", "torch.distributed.run", *nproc, str(HERE / "snap_worker.py"), "--steps", str(STEPS), *args]
-
-
-@pytest.fixture
-def live(topics: VigilSettings, broker_bootstrap: str, tmp_path: Path) -> Iterator[Live]:
-    setup = Live(settings=topics, bootstrap=broker_bootstrap, tmp=tmp_path)
-    try:
-        yield setup
-    finally:
-        setup.close()
 
 
 def test_a_rank_crash_resumes_from_the_snapshot_of_the_step_before_and_trains_bitwise_identically(

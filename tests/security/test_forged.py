@@ -10,7 +10,6 @@ service raised one `security` alert per refused kind.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -31,21 +30,11 @@ from vigil.contract import (
 )
 from vigil.contract.decisions import operator_request
 from vigil.cordons import CordonRegistry
-from vigil.settings import VigilSettings
 from vigil.signing import KeyStore, Role
 from vigil.signing.seal import Ed25519Signer
 
 pytestmark = pytest.mark.kafka
 JOB = "victim-job"
-
-
-@pytest.fixture
-def live(topics: VigilSettings, broker_bootstrap: str, tmp_path: Path) -> Iterator[Live]:
-    setup = Live(settings=topics, bootstrap=broker_bootstrap, tmp=tmp_path)
-    try:
-        yield setup
-    finally:
-        setup.close()
 
 
 def forge(live: Live, topic: str, events: list[Event]) -> None:

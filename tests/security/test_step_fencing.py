@@ -9,9 +9,6 @@ folded, it would mark B done and the controller would never cordon B's host. It 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 from confluent_kafka import Producer
 
@@ -21,21 +18,11 @@ from vigil.contract.decisions import operator_request
 from vigil.cordons import CordonRegistry
 from vigil.kafka.admin import ensure_topics
 from vigil.recovery.controller.lease import LEASE_TOPIC
-from vigil.settings import VigilSettings
 from vigil.signing import KeyStore, Role
 from vigil.signing.seal import Ed25519Signer
 
 pytestmark = pytest.mark.kafka
 JOB = "fenced-job"
-
-
-@pytest.fixture
-def live(topics: VigilSettings, broker_bootstrap: str, tmp_path: Path) -> Iterator[Live]:
-    setup = Live(settings=topics, bootstrap=broker_bootstrap, tmp=tmp_path)
-    try:
-        yield setup
-    finally:
-        setup.close()
 
 
 def send(live: Live, topic: str, events: list[Event], role: Role) -> None:
@@ -60,7 +47,9 @@ def test_a_new_leader_refuses_a_deposed_leaders_late_steps(live: Live) -> None:
     first = operator_request(action="cordon", host="host-a", job_id=JOB, reason="genuine", actor="user:ops")
     send(live, "recovery", [first], Role.OPERATOR)
     live.wait_for(lambda _s: "host-a" in registry.read(), 120, "the leader to carry out the first request")
-    (done,) = [a for a in live.actions(command_id=first.command_id) if a.status == "succeeded"]
+    live.wait_for(lambda _s: live.actions(command_id=first.command_id, status="succeeded"), 60,
+                  "the leader's record of it")  # the cordon is made before its event is published
+    (done,) = live.actions(command_id=first.command_id, status="succeeded")
     assert done.epoch == 2  # the leader's epoch: the earlier claim made it the second
 
     second = operator_request(action="cordon", host="host-b", job_id=JOB, reason="genuine", actor="user:ops")

@@ -16,7 +16,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -31,7 +30,6 @@ from vigil.contract import Alert, Checkpoint, Command, Member, encode_batch, val
 from vigil.contract.registry import spec_for
 from vigil.contract.wire import decode_batch
 from vigil.recovery.controller.claims import Claims
-from vigil.settings import VigilSettings
 from vigil.signing.policy import Refusals
 
 CHILD = textwrap.dedent("""
@@ -59,15 +57,6 @@ CHILD = textwrap.dedent("""
         print("restored step", ckpt.load_latest({"w": w}), flush=True)
 """)
 FLOOD = 50
-
-
-@pytest.fixture
-def live(topics: VigilSettings, broker_bootstrap: str, tmp_path: Path) -> Iterator[Live]:
-    setup = Live(settings=topics, bootstrap=broker_bootstrap, tmp=tmp_path)
-    try:
-        yield setup
-    finally:
-        setup.close()
 
 
 def forged_lines(job: str, host: str) -> list[dict[str, object]]:
