@@ -33,6 +33,7 @@ from typing import Any
 
 from vigil.analyzer.incidents.flightrec import dumps_tail, tail_of
 from vigil.contract import (
+    Advice,
     Alert,
     Checkpoint,
     CollectiveTrace,
@@ -194,6 +195,16 @@ def _outcome(e: Outcome) -> list[TableRow]:
         "cordoned": list(e.cordoned), "hosts": list(e.hosts), "reason": e.reason})]
 
 
+def _advice(e: Advice) -> list[TableRow]:
+    return [("advice_events", {
+        "event_id": e.event_id, "job_id": e.job_id, "ts": e.ts, "advice_id": e.advice_id, "nodes": e.nodes,
+        "current": e.current, "predicted": e.predicted, "still_scaling": int(e.still_scaling),
+        "curve": json.dumps([p.model_dump(mode="json") for p in e.curve]), "hot": list(e.hot),
+        "starved": list(e.starved), "data_share": e.data_share, "reasons": list(e.reasons),
+        "scored": e.scored.model_dump_json() if e.scored else "",
+        "score_error_pct": e.scored.error_pct if e.scored else None})]
+
+
 def _member(e: Member) -> list[TableRow]:
     return [("recovery_members", {
         "event_id": e.event_id, "ts": e.ts, "job_id": e.job_id, "host": e.host, "state": e.state, "since": e.since,
@@ -206,6 +217,7 @@ KINDS: dict[str, Callable[[Any], list[TableRow]]] = {
     "step": _step, "heartbeat": _heartbeat, "nic": _nic, "log": _log, "exit": _exit, "collective": _collective,
     "job": _job, "alert": _alert, "checkpoint": _checkpoint, "recovery": _recovery,
     "incident": _incident, "outcome": _outcome, "member": _member,
+    "advice": _advice,
 }
 
 LOOKUP: dict[str, str] = {

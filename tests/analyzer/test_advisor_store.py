@@ -99,3 +99,48 @@ def test_the_cli_prints_the_recommendation(client: Any, monkeypatch: pytest.Monk
     assert args.handler(args) == 1 and "nobody: no recommendation yet" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         build_parser().parse_args(["advise", "--job", JOB, "--nodes", "3:2"])
+
+
+@pytest.mark.kafka
+def test_published_advice_is_signed_cited_and_scored_by_what_ran_after_it(client: Any, topics: Any,
+                                                                           broker_bootstrap: str) -> None:
+    """`vigil advise --publish`: the advice goes to the recovery topic signed, the controller's gate admits it and
+    refuses a forged one; once ingested and the job ran at the advised count, the next advice scores it."""
+    from vigil.app.cli.advise import previous_score, publish
+    from vigil.contract import Advice
+    from vigil.contract.wire import decode_batch
+    from vigil.kafka.reader import read_topics
+    from vigil.recovery.controller.state import ClusterState
+    from vigil.signing.gate import Gate
+    from vigil.signing.policy import Refusals
+    from vigil.signing.setup import verifier
+
+    rec = recommend(client, JOB)
+    assert previous_score(client, JOB) is None  # no advice stored yet
+    publish(topics, rec, None)
+    got = [e for r in read_topics(topics, broker_bootstrap, [topics.topic("recovery")], timeout=10)
+           for e in decode_batch(r.value).events]
+    (advice,) = [e for e in got if isinstance(e, Advice)]
+    assert advice.nodes == 4 and advice.signature.startswith("operator/")
+    assert [p.nodes for p in advice.curve] == [1, 2, 3, 4, 5, 6] and advice.hot == [SLOW, BUSY]
+    gate = Gate(verifier=verifier(topics.home), refusals=Refusals(reporter="controller"))
+    forged = advice.model_copy(update={"nodes": 6})
+    accepted, _ = gate.admit([advice, forged], advice.ts)
+    assert accepted == [advice]
+    state = ClusterState()
+    state.apply(accepted)
+    assert state.job(JOB).advice == advice
+
+    assert ClickHouseWriter(client=client).write([advice]) == []  # what the analyzer's ingest stores of it
+    later = advice.ts + timedelta(seconds=1)
+    ms = 4 * RANKS_PER_NODE * TOKENS_PER_RANK / (RATE(4) * 0.95) * 1000  # the job then ran 5 % below the prediction
+    run = [StepTiming(job_id=JOB, host=f"h{r // RANKS_PER_NODE}", ts=min(later + timedelta(milliseconds=10 * i),
+                                                                          datetime.now(UTC)),
+                      rank=r, world_size=4 * RANKS_PER_NODE, step=1000 + i, step_ms=ms, phases={"forward": ms},
+                      tokens=TOKENS_PER_RANK) for i in range(12) for r in range(4 * RANKS_PER_NODE)]
+    assert ClickHouseWriter(client=client).write(run) == []
+    scored = previous_score(client, JOB)
+    assert scored is not None and scored.advice_id == advice.advice_id and scored.nodes == 4
+    assert scored.predicted == pytest.approx(RATE(4), rel=0.01)
+    assert scored.error_pct == pytest.approx(-5.0, abs=0.5)
+    assert "(-5.0 %)" in cli.format_score(scored)
