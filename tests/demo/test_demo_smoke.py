@@ -115,6 +115,13 @@ def test_demo_runs_shows_torch_steps_and_stops_clean(tmp_path: Path) -> None:
                        "AND status = 'succeeded' AND target != 'demo-torch'", tmp_path)
         assert cordons == [[XID_HOST]]
         assert "Recovery  resumed on demo-host-0, demo-host-1 at step" in "".join(out)
+        # the resumed job's rank 0 reports its data re-split in its job event; the terminal tells it
+        resplit_deadline = time.monotonic() + 60
+        while time.monotonic() < resplit_deadline and "re-split over 4 ranks" not in "".join(out):
+            time.sleep(1)
+        resplit = [line for line in "".join(out).splitlines() if "re-split over 4 ranks" in line]
+        assert resplit and resplit[0].startswith("Recovery    data: "), "".join(out)
+        assert resplit[0].endswith(": none lost or repeated"), resplit
         after = _sql(control, "SELECT DISTINCT host FROM step_timings WHERE job_id = 'demo-torch' AND ts > "
                      f"toDateTime64('{restarted[0][0]}', 3, 'UTC')", tmp_path)
         assert {r[0] for r in after} <= TORCH_HOSTS - {XID_HOST}

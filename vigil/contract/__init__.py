@@ -16,6 +16,7 @@ from vigil.contract.control import (
 from vigil.contract.decisions import (
     Alert,
     Checkpoint,
+    DataSegment,
     Incident,
     JobRegistered,
     OperatorAction,
@@ -66,6 +67,7 @@ __all__ = [
     "CollectiveEntry",
     "CollectiveTrace",
     "Command",
+    "DataSegment",
     "Decoded",
     "DiagnoseParams",
     "Diagnostic",

@@ -46,7 +46,9 @@ SPECS: tuple[EventSpec, ...] = (
         "model_flops_per_step": 3.2e15,
         "ranks": [{"rank": r, "host": f"node-000{r // 2}", "local_rank": r % 2,
                    "coords": {"tp": r % 2, "dp": r // 2, "pp": 0}} for r in range(4)],
-        "phase_kinds": {"pp_handoff": "wait"}}),
+        "phase_kinds": {"pp_handoff": "wait"},
+        "data": {"epoch": 0, "ranks": 4, "samples_left": 61_440, "samples_done": 38_560, "in_flight": 3,
+                 "exact": True}}),
     EventSpec(kind="step", version=1, model=StepTiming, topic="steps", example={
         **_ORIGIN, "rank": 3, "local_rank": 1, "world_size": 4,
         "coords": {"dp": 1, "tp": 1, "pp": 0}, "step": 1200, "step_ms": 812.5,
