@@ -107,8 +107,10 @@ def test_demo_runs_shows_torch_steps_and_stops_clean(tmp_path: Path) -> None:
         recovery_deadline = time.monotonic() + 240
         restarted: list[list[object]] = []
         while time.monotonic() < recovery_deadline and not restarted:
-            restarted = _sql(control, "SELECT ts FROM recovery_actions WHERE job_id = 'demo-torch' "
-                             "AND action = 'restart' AND status = 'succeeded' ORDER BY ts DESC LIMIT 1", tmp_path)
+            restarted = _sql(control, "SELECT ts FROM recovery_actions WHERE job_id = 'demo-torch' "  # the Xid's, not
+                             "AND action = 'restart' AND status = 'succeeded' AND incident_id IN (SELECT incident_id "  # a scale-up's
+                             "FROM recovery_actions WHERE job_id = 'demo-torch' AND action = 'cordon' AND status = "
+                             f"'succeeded' AND target = '{XID_HOST}') ORDER BY ts DESC LIMIT 1", tmp_path)
             time.sleep(2)
         assert restarted, "no automatic recovery of demo-torch\n" + "".join(out)
         cordons: list[list[object]] = []
