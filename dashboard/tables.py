@@ -67,3 +67,5 @@ ALL: tuple[Table, ...] = (JOBS, JOB_RANKS, STEP_TIMINGS, HEARTBEATS, GPU_STATS, 
                           ALERT_EVENTS, ALERTS_CURRENT, PHASE_HOST_WINDOWS, JOB_STEPS, NIC_WINDOWS, HOST_PRESENCE,
                           JOB_CLOCK, JOB_PHASE_KINDS, INCIDENTS_CURRENT, CHECKPOINTS, RECOVERY_ACTIONS, RECOVERY_OUTCOMES, RECOVERY_MEMBERS,
                           NOTIFY_DELIVERIES, NOTIFY_SILENCES)
+ADVICE_EVENTS = _t("advice_events", "job_id ts advice_id nodes current predicted still_scaling curve hot starved "
+                                    "data_share reasons scored")

@@ -58,3 +58,25 @@ def consumed(stream: Sequence[Piece], count: int) -> list[tuple[Piece, int]]:
         out.append((piece, n))
         count -= n
     return out
+
+
+def tiles(sizes: Sequence[int], done: Sequence[tuple[int, int, int]], shares: Sequence[Sequence[Piece]]) -> bool:
+    """Whether the samples already read (`done`: (shard, start, stop) ranges) and the pieces dealt in `shares`
+    cover every sample of every shard exactly once: no gap (a sample lost), no overlap (a sample repeated)."""
+    cover: dict[int, list[tuple[int, int]]] = {}
+    for shard, start, stop in done:
+        cover.setdefault(shard, []).append((start, stop))
+    for share in shares:
+        for p in share:
+            cover.setdefault(p.shard, []).append((p.start, p.stop))
+    if any(not 0 <= s < len(sizes) for s in cover):
+        return False
+    for shard, size in enumerate(sizes):
+        position = 0
+        for start, stop in sorted(r for r in cover.get(shard, []) if r[1] > r[0]):
+            if start != position:
+                return False
+            position = stop
+        if position != size:
+            return False
+    return True

@@ -47,6 +47,8 @@ class Segment:
     pieces: int
     samples: int  # samples left in the epoch at the segment's start
     in_flight: int  # shards that were read part-way before it (their rest is re-split)
+    done: int = 0  # samples of the epoch read before it
+    exact: bool = True  # what was read and what is dealt cover every sample of the epoch exactly once
 
 
 class ElasticStream:
@@ -105,14 +107,18 @@ class ElasticStream:
         """This rank's batches for the rest of the epoch, each a list of shard pieces (at most batch_size)."""
         self._reset(self.state())
         pieces = self._base.remaining(self.plan)
-        self.segment = Segment(self.world_size, len(pieces), sum(len(p) for p in pieces), len(self._base.offsets))
+        shares = split.assign(pieces, self.world_size) if self.mode is Mode.STATIC else [pieces]
+        base, sizes = self._base, self.plan.sizes
+        read = [(s, 0, sizes[s]) for s in base.done] + [(s, 0, o) for s, o in base.offsets.items()]
+        self.segment = Segment(self.world_size, len(pieces), sum(len(p) for p in pieces), len(base.offsets),
+                               done=sum(b - a for _, a, b in read), exact=split.tiles(sizes, read, shares))
         if self.mode is Mode.STATIC:
-            yield from self._static(pieces)
+            yield from self._static(shares)
         else:
             yield from self._dynamic(pieces)
 
-    def _static(self, pieces: list[Piece]) -> Iterator[list[Piece]]:
-        self._streams = split.assign(pieces, self.world_size)
+    def _static(self, shares: list[list[Piece]]) -> Iterator[list[Piece]]:
+        self._streams = shares
         mine = self._streams[self.rank]
         for k in range(split.steps(self._streams, self.batch_size)):
             batch = split.take(mine, k * self.batch_size, self.batch_size)

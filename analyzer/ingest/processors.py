@@ -28,11 +28,12 @@ table with an `event_id` (the writer's exact check for late re-sends and re-read
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from vigil.analyzer.incidents.flightrec import dumps_tail, tail_of
 from vigil.contract import (
+    Advice,
     Alert,
     Checkpoint,
     CollectiveTrace,
@@ -65,6 +66,12 @@ def _step(e: StepTiming | FastStep) -> list[TableRow]:
         "failed": int(e.failed), "dropped": e.dropped})]
 
 
+def _total(values: Iterable[float | None]) -> float | None:
+    """The sum of the values given; None when none was (the agent could not read them)."""
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
 def _heartbeat(e: Heartbeat | FastHeartbeat) -> list[TableRow]:
     utils = [g.util_pct for g in e.gpus if g.util_pct is not None]
     temps = [g.temp_c for g in e.gpus if g.temp_c is not None]
@@ -72,6 +79,7 @@ def _heartbeat(e: Heartbeat | FastHeartbeat) -> list[TableRow]:
         "event_id": e.event_id, "job_id": e.job_id, "host": e.host, "ts": e.ts, "ip": e.ip, "pod": e.pod,
         "node": e.node, "agent_version": e.agent_version, "uptime_s": e.uptime_s, "interval_s": e.interval_s,
         "procs_total": len(e.processes), "procs_running": sum(1 for p in e.processes if p.status in _RUNNING),
+        "procs_cpu_pct": _total(p.cpu_pct for p in e.processes), "procs_rss_mib": _total(p.rss_mib for p in e.processes),
         "gpus": len(e.gpus), "gpu_util_avg": sum(utils) / len(utils) if utils else None,
         "gpu_temp_max": max(temps) if temps else None,
         "gpu_ecc_uncorrected": sum(g.ecc_uncorrected or 0 for g in e.gpus),
@@ -187,6 +195,16 @@ def _outcome(e: Outcome) -> list[TableRow]:
         "cordoned": list(e.cordoned), "hosts": list(e.hosts), "reason": e.reason})]
 
 
+def _advice(e: Advice) -> list[TableRow]:
+    return [("advice_events", {
+        "event_id": e.event_id, "job_id": e.job_id, "ts": e.ts, "advice_id": e.advice_id, "nodes": e.nodes,
+        "current": e.current, "predicted": e.predicted, "still_scaling": int(e.still_scaling),
+        "curve": json.dumps([p.model_dump(mode="json") for p in e.curve]), "hot": list(e.hot),
+        "starved": list(e.starved), "data_share": e.data_share, "reasons": list(e.reasons),
+        "scored": e.scored.model_dump_json() if e.scored else "",
+        "score_error_pct": e.scored.error_pct if e.scored else None})]
+
+
 def _member(e: Member) -> list[TableRow]:
     return [("recovery_members", {
         "event_id": e.event_id, "ts": e.ts, "job_id": e.job_id, "host": e.host, "state": e.state, "since": e.since,
@@ -199,6 +217,7 @@ KINDS: dict[str, Callable[[Any], list[TableRow]]] = {
     "step": _step, "heartbeat": _heartbeat, "nic": _nic, "log": _log, "exit": _exit, "collective": _collective,
     "job": _job, "alert": _alert, "checkpoint": _checkpoint, "recovery": _recovery,
     "incident": _incident, "outcome": _outcome, "member": _member,
+    "advice": _advice,
 }
 
 LOOKUP: dict[str, str] = {

@@ -3,7 +3,8 @@
 Per job: goodput (the effective training time ratio and the recoveries that cost it), each
 recovery as incident -> plan -> steps with their timings -> outcome (detect, decide, pause,
 diagnose, restart, checkpoint load, steps lost), the job's agents, the hosts cordoned now and
-the operator requests. Buttons (cordon, evict, uncordon, approve) carry their request in their
+the operator requests, and the resource advisor's latest advice (recommended node count, curve,
+hot/starved hosts, data-loader share, how the previous advice scored). Buttons (cordon, evict, uncordon, approve) carry their request in their
 id (`{"type": "rec-act", ...}`); they are disabled unless the dashboard may act (see
 dashboard/actions.py, which checks again on the server), and every click asks for confirmation
 (the action bar in the shell: token, name, reason).
@@ -19,6 +20,7 @@ from dash.development.base_component import Component
 
 from vigil.dashboard.components import notice, panel, stat, table
 from vigil.dashboard.pages.base import PageView
+from vigil.dashboard.queries import advice as qa
 from vigil.dashboard.queries import recovery as q
 
 READ_ONLY = "read-only: set VIGIL_DASHBOARD_ACTION_TOKEN to allow actions"
@@ -123,6 +125,31 @@ def _requests(v: PageView, job: str) -> Component:
                  empty="no operator requests")
 
 
+def _advice(v: PageView, job: str) -> Component:
+    a = qa.latest(v.store, job)
+    if a is None:
+        return notice(f"no advice recorded: `vigil advise --job {job} --publish` records one")
+    nodes = "-" if a["nodes"] is None else str(a["nodes"])
+    cards = [stat("recommended nodes", nodes, tone="" if a["nodes"] == a["current"] else "warning",
+                  title="where throughput stops scaling" + (" (still scaling)" if a["still_scaling"] else "")),
+             stat("now", "-" if a["current"] is None else str(a["current"])),
+             stat("predicted throughput", "-" if a["predicted"] is None else f"{float(a['predicted']):,.0f}/s"),
+             stat("data loader", "-" if a["data_share"] is None else f"{float(a['data_share']):.1%} of step time")]
+    if a["scored"]:
+        sc = a["scored"]
+        cards.append(stat("previous advice", f"{float(sc['error_pct']):+.1f} %",
+                          title=f"{sc['advice_id']}: predicted {float(sc['predicted']):,.0f}/s on {sc['nodes']} "
+                                f"nodes, measured {float(sc['measured']):,.0f}/s"))
+    rows = [[p["nodes"], f"{float(p['throughput']):,.0f}", p["steps"]] for p in a["curve"]]
+    hosts = [f"hot: {', '.join(a['hot'])}" if a["hot"] else "", f"starved: {', '.join(a['starved'])}"
+             if a["starved"] else ""]
+    return html.Div([html.Div(cards, className="stats", id="advice-stats"),
+                     html.P(f"{a['advice_id']} at {_t(a['ts'])} UTC; " + ("; ".join(h for h in hosts if h)
+                                                                         or "no hot or starved host")),
+                     table(["nodes", "throughput /s", "steps"], rows, id="advice-curve", empty="no curve"),
+                     html.Ul([html.Li(r) for r in a["reasons"]], id="advice-reasons")])
+
+
 def render(v: PageView) -> Component:
     job = v.sel.job or (v.job.job_id if v.job else None)
     if job is None:
@@ -138,6 +165,7 @@ def render(v: PageView) -> Component:
         html.P("" if v.actions else READ_ONLY, className="rec-mode", id="rec-mode"),
         panel(f"Goodput — {job}", lambda: _goodput(v, job, recs()), id="goodput-panel"),
         panel("Recoveries (newest first)", lambda: _recoveries(v, job, recs()), id="recoveries-panel"),
+        panel("Resource advice (latest)", lambda: _advice(v, job), id="advice-panel"),
         panel("Hosts of the job", lambda: _hosts(v, job), id="rec-hosts-panel"),
         panel("Cordoned hosts (all jobs)", lambda: _cordons(v, job), id="rec-cordons-panel"),
         panel("Operator requests", lambda: _requests(v, job), id="rec-requests-panel"),

@@ -11,7 +11,8 @@
    triggers wait: those still current when it ends open the next case.
 2. **Starts**: a job whose agents all wait and that runs nothing starts (`start`) once it has
    `nodes_max` eligible hosts or `nodes_min` for `form_wait_s`; in auto mode a job running on
-   fewer hosts than it accepts scales up when an eligible host waited `scale_up_wait_s`.
+   fewer hosts than it accepts scales up when an eligible host waited `scale_up_wait_s`. Every plan
+   cites the job's latest resource advice (`controller.cite`): recommended nodes against the plan's.
    `vigil recovery approve` on a halted case resumes its job (`restart`).
 3. **Finish**: a job whose command exited 0 on every host of its current world, with no
    case open, is finished: the controller records it once (`recovery` action `finish`) and
@@ -40,6 +41,7 @@ from vigil.contract import Command, RecoveryAction
 from vigil.recovery.controller import requests
 from vigil.recovery.controller import steps as st
 from vigil.recovery.controller.admission import Admission
+from vigil.recovery.controller.cite import citation, phrase
 from vigil.recovery.controller.diagnose import diagnose
 from vigil.recovery.controller.effects import Effects
 from vigil.recovery.controller.goodput import outcome
@@ -136,7 +138,7 @@ class Engine:
                              details={"source": t.source, "category": t.category, "summary": t.summary[:500]})])
 
     def _open(self, ctx: st.Ctx, job: Job, t: Trigger, *, merged: list[str] | None = None,
-              cls: str | None = None) -> None:
+              cls: str | None = None, hosts: int | None = None) -> None:
         policy, mode = self.settings.policy, self.settings.mode
         cls = cls or t.cls
         loops = restarts_without_progress(self.state, job) if cls == "software" else 0
@@ -151,12 +153,16 @@ class Engine:
             "detected": t.detected.isoformat(), "generation": job.generation, "merged": merged or [],
             "culprits": [{"host": c.host, "strong": c.strong, "rank": c.rank, "message": c.message}
                          for c in t.culprits]}
+        cited = citation(job.advice, hosts)
+        reason = f"{cls}: {t.summary[:500]}"
+        if cited is not None:  # the advisor's latest word on the node count, cited (not obeyed)
+            details["advice"] = cited
+            reason += f"; {phrase(cited)}"
         if crash_loop:
             details["halt_reason"] = (f"{loops} restarts without checkpoint progress (limit {policy.crash_loops}): "
                                       f"{t.summary[:300]}")
         case = Case(case_id=t.trigger_id, job_id=job.job_id, details=details)
-        ctx.publish([ctx.act(case, "plan", job.job_id, "planned", details=details,
-                             reason=f"{cls}: {t.summary[:500]}")])
+        ctx.publish([ctx.act(case, "plan", job.job_id, "planned", details=details, reason=reason)])
         log.info("recovery %s (%s) for %s: %s", t.trigger_id, cls, job.job_id, " -> ".join(plan))
         if dry:
             opened = self.state.cases[t.trigger_id]
@@ -225,7 +231,7 @@ class Engine:
                 cid = f"{job.job_id}/start/g{job.generation + 1}"
                 if cid not in self.state.cases:
                     self._open(ctx, job, _synthetic(job, cid, "start", ctx.now, f"start on {len(plan.hosts)} hosts"),
-                               cls="start")
+                               cls="start", hosts=len(plan.hosts))
             return
         if s.mode != "auto" or not s.policy.scale_up or job.generation == 0:
             return
@@ -241,7 +247,7 @@ class Engine:
             if cid not in self.state.cases:
                 self._open(ctx, job, _synthetic(job, cid, "scale", ctx.now,
                                                 f"scale up from {len(job.world)} to {bigger} hosts ({', '.join(extra)} "
-                                                "waiting)"), cls="scale")
+                                                "waiting)"), cls="scale", hosts=bigger)
 
     # ---- 3. steps ----------------------------------------------------------------------------------
     def _cases(self, ctx: st.Ctx) -> None:

@@ -2,7 +2,7 @@
 
 Everything the controller knows comes from events: incidents and alerts (triggers), the
 `recovery` topic (its own decisions and steps, agents' acknowledgements and `member` reports,
-`diagnostic` results, checkpoints, outcomes) and the `commands` topic (what it asked).
+`diagnostic` results, checkpoints, outcomes, the resource advisor's `advice`) and the `commands` topic (what it asked).
 `apply()` is idempotent (by `event_id`; member reports, most of the log, by their fold alone, so
 keep-alives do not accumulate ids) and does not depend on the order of partitions: a
 step's status is its most advanced one (planned < started < ended), a member's state its
@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from vigil.contract import (
+    Advice,
     Alert,
     Checkpoint,
     Command,
@@ -124,6 +125,7 @@ class Job:
     cases: list[str] = field(default_factory=list)  # in plan order
     finished: RecoveryAction | None = None  # the controller recorded the job finished: nothing more starts
     last_ts: datetime | None = None  # the newest event of the job (what forgetting measures)
+    advice: Advice | None = None  # the resource advisor's latest advice (cited by scale decisions)
 
 
 @dataclass(kw_only=True)
@@ -222,6 +224,10 @@ class ClusterState:
                 case = self.case(e.incident_id, e.job_id)
                 case.outcome = e
                 case.last_ts = e.ts if case.last_ts is None else max(case.last_ts, e.ts)
+            elif isinstance(e, Advice):
+                job = self.job(e.job_id)
+                if job.advice is None or e.ts >= job.advice.ts:
+                    job.advice = e
 
     def _member(self, e: Member) -> None:
         job = self.job(e.job_id)

@@ -56,7 +56,7 @@ def test_like_named_columns_carry_their_own_field() -> None:
                 compared[table] = compared.get(table, 0) + 1
     assert set(compared) >= {"step_timings", "heartbeats", "gpu_stats", "nic_counters", "log_lines",
                              "process_exits", "collective_traces", "jobs", "job_ranks", "alert_events", "checkpoints",
-                             "recovery_actions", "recovery_outcomes", "recovery_members"}
+                             "recovery_actions", "recovery_outcomes", "recovery_members", "advice_events"}
     assert min(compared.values()) >= 4
 
 
@@ -73,7 +73,7 @@ def test_rows_match_the_migrated_schema_and_insert(clickhouse_dsn: str, database
     writer = ClickHouseWriter(client=client)
     assert writer.write(EXAMPLES) == []
     for table in ("step_timings", "nic_counters", "gpu_stats", "job_ranks", "alert_events", "recovery_actions",
-                  "recovery_outcomes", "recovery_members"):
+                  "recovery_outcomes", "recovery_members", "advice_events"):
         assert int(client.query(f"SELECT count() FROM {table}").result_rows[0][0]) >= 1, table
     tx, rx = client.query("SELECT tx_bytes, rx_bytes FROM nic_counters").result_rows[0]
     assert (tx, rx) == (9_800_000_000, 9_700_000_000)

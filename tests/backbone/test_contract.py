@@ -26,7 +26,7 @@ def test_every_example_validates_and_round_trips(spec) -> None:  # type: ignore[
 def test_each_kind_has_a_topic_and_a_latest_version() -> None:
     kinds = {s.kind for s in SPECS}
     assert kinds == {"job", "step", "heartbeat", "nic", "log", "exit", "collective", "alert", "incident", "silence",
-                     "recovery", "checkpoint", "command", "member", "diagnostic", "outcome"}
+                     "recovery", "checkpoint", "command", "member", "diagnostic", "outcome", "advice"}
     for kind in kinds:
         assert spec_for(kind).kind == kind
 

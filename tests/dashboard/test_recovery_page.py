@@ -115,3 +115,36 @@ def test_in_the_browser_the_story_shows_and_the_buttons_are_disabled(dash_duo: A
     assert bar.is_displayed() and "read-only" in bar.text
     assert not dash_duo.driver.find_element_by_id("rec-token").is_enabled()
     assert [e for e in (dash_duo.get_logs() or []) if e.get("level") == "SEVERE"] == []
+
+
+def test_the_latest_advice_shows_with_its_curve_hosts_and_the_previous_score(store: Store, told: Story) -> None:
+    from datetime import timedelta
+
+    from tests.dashboard.dashhttp import render_page, texts
+    from vigil.contract import Advice, AdvicePoint, AdviceScore
+    from vigil.dashboard.queries import advice as qa
+    from vigil.dashboard.service import DashboardService
+    from vigil.dashboard.settings import DashboardSettings
+
+    assert qa.latest(store, JOB) is None
+    at = told.now
+    curve = [AdvicePoint(nodes=n, throughput=t, steps=30) for n, t in ((2, 2000.0), (3, 2100.0))]
+    old = Advice(job_id=JOB, host="advisor", ts=at - timedelta(minutes=5), advice_id="adv-old", nodes=3, current=3,
+                 predicted=2100.0, curve=curve)
+    new = Advice(job_id=JOB, host="advisor", ts=at, advice_id="adv-new", nodes=2, current=3, predicted=2000.0,
+                 curve=curve, hot=["h1"], data_share=0.125, reasons=["recommend 2 nodes: going to 3 adds 10%"],
+                 scored=AdviceScore(advice_id="adv-old", advised_at=old.ts, nodes=3, predicted=2100.0,
+                                    measured=1995.0, error_pct=-5.0))
+    load(store.client, [new, old])
+    got = qa.latest(store, JOB)
+    assert got is not None and got["advice_id"] == "adv-new" and got["scored"]["error_pct"] == -5.0
+    assert [p["nodes"] for p in got["curve"]] == [2, 3]
+    svc = DashboardService(client=store.client, settings=DashboardSettings(port=0))
+    svc.start()
+    try:
+        shown = " ".join(texts(render_page(svc.url, "/recovery", f"?job={JOB}")))
+    finally:
+        svc.stop()
+    for what in ("recommended nodes", "2,000/s", "12.5% of step time", "-5.0 %", "hot: h1",
+                 "recommend 2 nodes: going to 3 adds 10%", "adv-new"):
+        assert what in shown, what

@@ -11,7 +11,7 @@ import pytest
 
 from vigil.data import DataState, ElasticSampler, EpochPlan, Piece, ShardReader
 from vigil.data.dynamic import Claims
-from vigil.data.split import assign
+from vigil.data.split import assign, tiles
 
 pytestmark = pytest.mark.pure
 
@@ -157,3 +157,25 @@ def test_the_shard_reader_resumes_inside_a_shard_on_another_world() -> None:
     assert Counter(got) == Counter((s, i) for s, n in enumerate(sizes) for i in range(n))
     assert any(start > 0 for _, start in opened)  # in-flight shards were reopened at their position
     assert len(opened) < sum(sizes) // 5  # a shard stays open across batches
+
+
+def test_a_resumed_segment_says_what_was_read_and_that_the_re_split_covers_the_epoch_exactly_once() -> None:
+    first, state = run(world(3), 5)
+    resumed = world(2, state)
+    run(resumed, 1)
+    seg = resumed[0].segment
+    assert seg is not None and seg.world_size == 2 and seg.exact
+    assert seg.done == len(first) and seg.done + seg.samples == N and seg.in_flight == 3
+    fresh = world(3)
+    run(fresh, 1)
+    assert fresh[0].segment is not None and fresh[0].segment.done == 0 and fresh[0].segment.exact
+
+
+def test_tiles_finds_a_lost_or_a_repeated_sample() -> None:
+    sizes = [4, 4]
+    done = [(0, 0, 4), (1, 0, 1)]
+    assert tiles(sizes, done, [[Piece(1, 1, 3)], [Piece(1, 3, 4)]])
+    assert not tiles(sizes, done, [[Piece(1, 2, 4)]])  # sample 1 of shard 1 lost
+    assert not tiles(sizes, done, [[Piece(1, 1, 4)], [Piece(1, 3, 4)]])  # sample 3 dealt twice
+    assert not tiles(sizes, done, [[Piece(1, 0, 4)]])  # re-reads what was done
+    assert not tiles(sizes, done, [[Piece(1, 1, 4), Piece(2, 0, 1)]])  # a shard the plan does not have

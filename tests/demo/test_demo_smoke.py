@@ -115,13 +115,27 @@ def test_demo_runs_shows_torch_steps_and_stops_clean(tmp_path: Path) -> None:
                              f"'succeeded' AND target = '{XID_HOST}') ORDER BY ts DESC LIMIT 1", tmp_path)
             time.sleep(2)
         assert restarted, "no automatic recovery of demo-torch\n" + "".join(out)
-        cordons = _sql(control, "SELECT target FROM recovery_actions WHERE job_id = 'demo-torch' AND action = 'cordon' "
-                       "AND status = 'succeeded' AND target != 'demo-torch'", tmp_path)
-        assert cordons == [[XID_HOST]]
-        assert "Recovery  resumed on demo-host-0, demo-host-1 at step" in "".join(out)
+        cordons: list[list[object]] = []
+        while time.monotonic() < recovery_deadline and not cordons:  # its rows may be ingested after the restart's
+            cordons = _sql(control, "SELECT target FROM recovery_actions WHERE job_id = 'demo-torch' AND "
+                           "action = 'cordon' AND status = 'succeeded' AND target != 'demo-torch'", tmp_path)
+            time.sleep(1)
+        assert cordons == [[XID_HOST]], "".join(out)
+        resumed = ("Recovery  resumed on demo-host-0, demo-host-1 at step",  # world order: who joined first
+                   "Recovery  resumed on demo-host-1, demo-host-0 at step")
+        while time.monotonic() < recovery_deadline and not any(r in "".join(out) for r in resumed):  # terminal lags
+            time.sleep(1)
+        assert any(r in "".join(out) for r in resumed), "".join(out)
+        # the resumed job's rank 0 reports its data re-split in its job event; the terminal tells it
+        resplit_deadline = time.monotonic() + 60
+        while time.monotonic() < resplit_deadline and "re-split over 4 ranks" not in "".join(out):
+            time.sleep(1)
+        resplit = [line for line in "".join(out).splitlines() if "re-split over 4 ranks" in line]
+        assert resplit and resplit[0].startswith("Recovery    data: "), "".join(out)
+        assert resplit[0].endswith(": none lost or repeated"), resplit
         # from the freshest state: the ranks' in-memory snapshots (the job shrank, its state is replicated: any
         # replica's snapshot serves), not the older persisted checkpoint
-        assert re.search(r"Recovery  resumed on demo-host-0, demo-host-1 at step \d+ from (the in-memory snapshot|"
+        assert re.search(r"Recovery  resumed on demo-host-[01], demo-host-[01] at step \d+ from (the in-memory snapshot|"
                          r"a peer host's copy of the snapshot) of step \d+", "".join(out)), "".join(out)
         after = _sql(control, "SELECT DISTINCT host FROM step_timings WHERE job_id = 'demo-torch' AND ts > "
                      f"toDateTime64('{restarted[0][0]}', 3, 'UTC')", tmp_path)

@@ -1,5 +1,6 @@
 """The event contract: pydantic models of every fact and decision, their registry and wire format."""
 
+from vigil.contract.advice import Advice, AdvicePoint, AdviceScore
 from vigil.contract.base import Event, RankScoped, new_event_id, utcnow
 from vigil.contract.control import (
     Check,
@@ -15,6 +16,7 @@ from vigil.contract.control import (
 from vigil.contract.decisions import (
     Alert,
     Checkpoint,
+    DataSegment,
     Incident,
     IncidentCategory,
     JobRegistered,
@@ -57,12 +59,16 @@ __all__ = [
     "TELEMETRY_TOPICS",
     "TOPICS",
     "WAITING",
+    "Advice",
+    "AdvicePoint",
+    "AdviceScore",
     "Alert",
     "Check",
     "Checkpoint",
     "CollectiveEntry",
     "CollectiveTrace",
     "Command",
+    "DataSegment",
     "Decoded",
     "DiagnoseParams",
     "Diagnostic",

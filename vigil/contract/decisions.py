@@ -29,6 +29,19 @@ class RankPlacement(BaseModel):
     coords: ParallelCoords = ParallelCoords()
 
 
+class DataSegment(BaseModel):
+    """What the job's data sampler re-split at this (re)start (`vigil.data`): a claim of the training side."""
+
+    model_config = MODEL_CONFIG
+
+    epoch: U32
+    ranks: U32 = Field(ge=1, description="ranks the rest of the epoch is dealt over")
+    samples_left: U64 = Field(description="samples of the epoch re-split over them")
+    samples_done: U64 = Field(description="samples of the epoch read before (checkpointed)")
+    in_flight: U32 = Field(default=0, description="shards read part-way before, whose rest is re-split")
+    exact: bool = Field(description="what was read and what is dealt cover every sample of the epoch exactly once")
+
+
 class JobRegistered(Event):
     """A job's topology and model facts, sent once at start (and again on restart)."""
 
@@ -46,6 +59,7 @@ class JobRegistered(Event):
     ranks: list[RankPlacement] = Field(default_factory=list)
     phase_kinds: dict[Name, PhaseKind] = Field(
         default_factory=dict, description="job-wide phase kinds (compute/comm/wait); a step's own declaration wins")
+    data: DataSegment | None = Field(default=None, description="the data re-split at this start (vigil.data)")
 
     @model_validator(mode="after")
     def _sizes_agree(self) -> JobRegistered:

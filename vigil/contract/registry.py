@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from vigil.contract.advice import Advice
 from vigil.contract.base import Event
 from vigil.contract.control import Command, Diagnostic, Member, Outcome
 from vigil.contract.decisions import Alert, Checkpoint, Incident, JobRegistered, RecoveryAction, Silence
@@ -45,7 +46,9 @@ SPECS: tuple[EventSpec, ...] = (
         "model_flops_per_step": 3.2e15,
         "ranks": [{"rank": r, "host": f"node-000{r // 2}", "local_rank": r % 2,
                    "coords": {"tp": r % 2, "dp": r // 2, "pp": 0}} for r in range(4)],
-        "phase_kinds": {"pp_handoff": "wait"}}),
+        "phase_kinds": {"pp_handoff": "wait"},
+        "data": {"epoch": 0, "ranks": 4, "samples_left": 61_440, "samples_done": 38_560, "in_flight": 3,
+                 "exact": True}}),
     EventSpec(kind="step", version=1, model=StepTiming, topic="steps", example={
         **_ORIGIN, "rank": 3, "local_rank": 1, "world_size": 4,
         "coords": {"dp": 1, "tp": 1, "pp": 0}, "step": 1200, "step_ms": 812.5,
@@ -121,6 +124,15 @@ SPECS: tuple[EventSpec, ...] = (
         "detect_s": 2.0, "decide_s": 0.1, "pause_s": 1.5, "diagnose_s": 14.2, "restart_s": 22.3,
         "checkpoint_load_s": 1.1, "total_s": 43.0, "checkpoint_step": 1200, "last_step": 1213, "steps_lost": 13,
         "first_step": 1201, "generation": 8, "cordoned": ["node-0003"], "hosts": ["node-0001", "node-0007"]}),
+    EventSpec(kind="advice", version=1, model=Advice, topic="recovery", example={
+        **_ORIGIN, "host": "advisor", "advice_id": "llama-70b/advice/20261101T120000", "nodes": 4, "current": 6,
+        "predicted": 182_000.0, "still_scaling": False,
+        "curve": [{"nodes": n, "throughput": t, "steps": 40} for n, t in ((2, 98_000.0), (4, 182_000.0),
+                                                                           (6, 190_000.0))],
+        "hot": ["node-0007"], "starved": [], "data_share": 0.08,
+        "reasons": ["recommend 4 nodes: going to 6 adds 8% of a node's linear throughput per node"],
+        "scored": {"advice_id": "llama-70b/advice/20261101T100000", "advised_at": "2026-11-01T10:00:00Z",
+                   "nodes": 6, "predicted": 200_000.0, "measured": 190_000.0, "error_pct": -5.0}}),
     EventSpec(kind="checkpoint", version=1, model=Checkpoint, topic="recovery", example={
         **_ORIGIN, "step": 1200, "phase": "committed", "path": "/ckpt/llama-70b/step-0000001200-3fa9c2d1",
         "blocked_ms": 0.0, "duration_ms": 4200.0, "bytes": 524_288_000, "rank": 0, "error": "", "dropped": 0}),

@@ -2,7 +2,8 @@
 
 `expected_roles(event)` is the closed table: commands, controller steps and plans, verdicts
 and controller pages are the controller's; incidents and alerts the analyzer's (pages also the
-controller's); operator requests, approvals, operator cordons and silences the operator's. An
+controller's); operator requests, approvals, operator cordons and silences the operator's; advice
+the analyzer's or the operator's (`vigil advise --publish`). An
 empty set is a fact (agent acknowledgements, agents' own diagnostics, security alerts: a claim
 that pages and decides nothing), acted on unsigned. `check` returns a `Refusal` for a decision
 without a valid signature of an expected role. `Refusals` counts them and makes the `security`
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
-from vigil.contract import Alert, Command, Diagnostic, Event, Incident, RecoveryAction, Silence
+from vigil.contract import Advice, Alert, Command, Diagnostic, Event, Incident, RecoveryAction, Silence
 from vigil.contract.decisions import is_operator_request
 from vigil.signing.keys import Role
 from vigil.signing.seal import Problem, Unverified, Verifier
@@ -68,6 +69,8 @@ def expected_roles(event: Event) -> frozenset[Role]:
         return NONE if event.alert == SECURITY_ALERT else frozenset({Role.ANALYZER, Role.CONTROLLER})
     if isinstance(event, Silence):
         return OPERATOR
+    if isinstance(event, Advice):
+        return frozenset({Role.ANALYZER, Role.OPERATOR})
     if isinstance(event, Diagnostic):
         return CONTROLLER if event.test == "verdict" else NONE
     return NONE

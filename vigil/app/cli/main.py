@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from vigil.app.cli import (
+    advise,
     analyzer,
     collector,
     dashboard,
@@ -27,7 +28,7 @@ from vigil.app.cli import (
 )
 from vigil.errors import VigilError
 
-COMMAND_MODULES = (stack, demo, collector, analyzer, incidents, recovery, dashboard, trace, notify, keys)
+COMMAND_MODULES = (stack, demo, collector, analyzer, incidents, recovery, dashboard, trace, notify, keys, advise)
 
 
 def build_parser() -> argparse.ArgumentParser:

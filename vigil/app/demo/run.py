@@ -31,7 +31,7 @@ from pathlib import Path
 import psutil
 
 from vigil.app.stack.runner import Stack
-from vigil.contract import Event, Outcome, RecoveryAction
+from vigil.contract import Event, JobRegistered, Outcome, RecoveryAction
 from vigil.kafka.follow import Follower
 from vigil.redact import shown_dsn
 from vigil.settings import VigilSettings
@@ -149,6 +149,8 @@ def narrate(event: Event) -> str | None:
     """One line of the torch job's recovery, as the controller publishes it (None: not worth a line)."""
     if event.job_id != TORCH_JOB:
         return None
+    if isinstance(event, JobRegistered):
+        return resplit_line(event)
     if isinstance(event, Outcome):
         if event.category == "start":
             return f"Recovery  {TORCH_JOB} started on {', '.join(event.hosts)} (generation {event.generation})"
@@ -168,10 +170,20 @@ def narrate(event: Event) -> str | None:
     return None
 
 
+def resplit_line(event: JobRegistered) -> str | None:
+    """The data re-split of a resumed start, as the job's rank 0 reported it (None on a fresh start)."""
+    d = event.data
+    if d is None or d.samples_done == 0:
+        return None
+    verdict = "none lost or repeated" if d.exact else "NOT exactly once: samples lost or repeated"
+    return (f"Recovery    data: {d.samples_left} samples of epoch {d.epoch} re-split over {d.ranks} ranks "
+            f"({d.samples_done} read before, {d.in_flight} shards part-way): {verdict}")
+
+
 def follow_recovery(settings: VigilSettings, bootstrap: str, stop: threading.Event) -> None:
     """Print the torch job's recovery as it happens (the demo's terminal tells the story too)."""
     try:
-        follower = Follower(settings=settings, bootstrap=bootstrap, topics=["recovery"])
+        follower = Follower(settings=settings, bootstrap=bootstrap, topics=["recovery", "jobs"])
     except Exception as exc:
         print(f"Recovery  (not followed: {exc})", flush=True)
         return

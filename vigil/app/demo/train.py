@@ -17,8 +17,9 @@ in-memory snapshot every step (where the agent says: VIGIL_SNAPSHOT_DIR), and, w
 again, resumes from the freshest state every rank can obtain (a snapshot, else the checkpoint). The data is a synthetic dataset
 of `--samples` sequences (sample i is drawn from a generator seeded by i) read through
 `vigil.data.ElasticSampler`, checkpointed with the model: a resume on another number of ranks
-re-splits the rest of the epoch (rank 0 prints how many samples) and reads each sample once
-along the committed steps. Under recovery control (`vigil
+re-splits the rest of the epoch (rank 0 prints how many samples, and reports it in the `job`
+event's `data`, with whether the re-split covers the epoch exactly once) and reads each sample
+once along the committed steps. Under recovery control (`vigil
 run --nodes`, which sets VIGIL_HOSTS) rank 0 registers the job's topology through the spool
 at every start, so a restart on fewer hosts is known as such.
 
@@ -107,8 +108,9 @@ def first_time(marker: str) -> bool:
         return False
 
 
-def register_job(args: argparse.Namespace, world: int) -> None:
-    """Rank 0 under recovery control: the job's topology as a `job` event line in the spool (the agent ships it)."""
+def register_job(args: argparse.Namespace, world: int, data: dict[str, object] | None = None) -> None:
+    """Rank 0 under recovery control: the job's topology as a `job` event line in the spool (the agent ships it),
+    with what the data sampler re-split at this start (`data`)."""
     hosts = [h for h in os.environ.get("VIGIL_HOSTS", "").split(",") if h]
     spool = os.environ.get("VIGIL_SPOOL_DIR")
     if not hosts or not spool:
@@ -119,10 +121,19 @@ def register_job(args: argparse.Namespace, world: int) -> None:
            "name": "tiny transformer, data-parallel on CPU (gloo)", "world_size": world, "dp": world, "gpus_per_host": local,
            "gpu_model": "cpu", "gpu_peak_tflops": args.peak_tflops,
            "ranks": [{"rank": r, "host": hosts[min(r // local, len(hosts) - 1)], "local_rank": r % local,
-                      "coords": {"dp": r, "tp": 0, "pp": 0}} for r in range(world)]}
+                      "coords": {"dp": r, "tp": 0, "pp": 0}} for r in range(world)], "data": data}
     path = Path(spool) / f"job-g{os.environ.get('VIGIL_GENERATION', '0')}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc) + "\n")
+
+
+def data_segment(sampler: ElasticSampler) -> dict[str, object] | None:
+    """The `data` of the job event: what the sampler's current segment re-split (None before its first batch)."""
+    seg = sampler.segment
+    if seg is None:
+        return None
+    return {"epoch": sampler.epoch, "ranks": seg.world_size, "samples_left": seg.samples, "samples_done": seg.done,
+            "in_flight": seg.in_flight, "exact": seg.exact}
 
 
 def sample_tokens(ids: list[int], vocab: int, seq: int) -> torch.Tensor:
@@ -149,8 +160,6 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", timeout=timedelta(seconds=args.pg_timeout_s))
     rank, world = dist.get_rank(), dist.get_world_size()
-    if rank == 0:
-        register_job(args, dist.get_world_size())
     torch.manual_seed(0)
     model = TinyLM(args.vocab, args.dim, args.layers, 4, args.seq)
     for p in model.parameters():  # every rank starts from rank 0's weights
@@ -166,6 +175,13 @@ def main(argv: list[str] | None = None) -> int:
     if resumed is not None and rank == 0 and ckpt is not None and ckpt.last_restore is not None:
         print(f"resumed from step {resumed} ({ckpt.last_restore.source})", flush=True)
     batches = sampler.batches()
+    first = next(batches, None)  # from the first batch on, the segment says what this start re-split
+    if rank == 0:
+        register_job(args, world, data_segment(sampler))
+        if resumed is not None and (seg := sampler.segment) is not None:
+            print(f"data: {seg.samples} samples left in epoch {sampler.epoch} re-split over {seg.world_size} ranks "
+                  f"({seg.in_flight} shards were read part-way, {seg.done} read before; "
+                  f"{'none lost or repeated' if seg.exact else 'NOT covering the epoch exactly once'})", flush=True)
     timer = StepTimer(TimerConfig(flops_per_step=6.0 * params * tokens_per_step, gpu_peak_tflops=args.peak_tflops,
                                   coords={"dp": rank, "tp": 0, "pp": 0}, start_step=step))
     try:
@@ -174,14 +190,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"rank {rank} hangs before step {step} (a stuck GPU)", flush=True)
                 while True:  # its peers wait in the next all-reduce until the process group times out
                     time.sleep(3600)
-            ids = next(batches, None)
+            ids, first = (first, None) if first is not None else (next(batches, None), None)
             if ids is None:  # the epoch is done on every rank at the same step
                 sampler.set_epoch(sampler.epoch + 1)
                 batches = sampler.batches()
                 ids = next(batches)
-            if resumed is not None and step == resumed + 1 and rank == 0 and (seg := sampler.segment) is not None:
-                print(f"data: {seg.samples} samples left in epoch {sampler.epoch} re-split over {seg.world_size} ranks "
-                      f"({seg.in_flight} shards were read part-way)", flush=True)
             with timer.step(tokens=len(ids) * args.seq, samples=len(ids)):
                 with timer.phase("data"):
                     batch = sample_tokens(ids, args.vocab, args.seq)
