@@ -2,8 +2,14 @@
 
 Each row starts a fresh embedded broker topic set and a fresh ClickHouse (chdb) directory, runs
 the analyzer as a process (`vigil analyzer --ingest-only`), offers events, injects the fault, and
-once the ingest group's lag is back to 0 stops the analyzer and counts what ClickHouse holds by
-event id (in a separate process: chdb opens one engine per process):
+once the ingest group has committed every record offered stops the analyzer and counts what
+ClickHouse holds by event id (in a separate process: chdb opens one engine per process).
+
+"Every record offered" is the log's true end, found by reading the topic back record by record:
+the embedded Tansu 0.6.0 answers ListOffsets(latest) (the high watermark, what `LagProbe` and
+`get_watermark_offsets` report) with an offset that can stay below the last record for good
+(1,553 for a partition whose last offset is 1,599), so a lag computed from it reads 0 while
+records are still unread, and a run stopped then counted them as lost:
 
 * **poison corpus**: the 308 cases of tests/chaos/poison.py, then 20,000 valid step events;
 * **analyzer SIGKILLed mid-batch**: 20,000 valid step events in records of 100; the analyzer is
@@ -31,6 +37,8 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from confluent_kafka import OFFSET_BEGINNING, Consumer, ConsumerGroupTopicPartitions, TopicPartition
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
@@ -40,9 +48,8 @@ from analyzer_common import append_results, machine_info  # noqa: E402
 from poison import corpus  # noqa: E402
 
 from vigil.contract import StepTiming  # noqa: E402
-from vigil.kafka.admin import ensure_topics  # noqa: E402
+from vigil.kafka.admin import admin_client, ensure_topics  # noqa: E402
 from vigil.kafka.broker import EmbeddedBroker  # noqa: E402
-from vigil.kafka.lag import LagProbe  # noqa: E402
 from vigil.kafka.producer import EventProducer  # noqa: E402
 from vigil.kafka.reader import read_topics  # noqa: E402
 from vigil.settings import VigilSettings  # noqa: E402
@@ -73,7 +80,8 @@ class Run:
                     "PYTHONPATH": str(ROOT), "VIGIL_ANALYZER_BATCH_EVENTS": "1000"}  # many batches: kills land mid-batch
         self.proc: subprocess.Popen[bytes] | None = None
         self.peak_kib = 0
-        self.probe = LagProbe(settings=self.settings, bootstrap=bootstrap, group_id="vigil-analyzer", topics=["steps"])
+        self.records = 0  # records offered to the steps topic
+        self.ends: dict[int, int] = {}  # partition -> offset after its last record, read back (not the watermark)
 
     def start(self) -> None:
         """Start the analyzer and wait until it runs (its start, migrations included, is not a recovery's)."""
@@ -111,12 +119,39 @@ class Run:
         self.proc.send_signal(signal.SIGTERM)
         self.proc.wait(60)
 
-    def lag(self) -> int:
-        self._sample_rss()
+    def read_ends(self, timeout: float = 300) -> None:
+        """The steps topic's true end offsets: every offered record read back (the watermark may stay below)."""
+        topic = self.settings.topic("steps")
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"ends-{uuid.uuid4().hex[:8]}",
+                             "enable.auto.commit": False})
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(2)])
+        seen, t0 = 0, time.monotonic()
+        ends: dict[int, int] = {}
         try:
-            return self.probe.sample().get(self.settings.topic("steps"), -1)
+            while seen < self.records:
+                if time.monotonic() - t0 > timeout:
+                    raise SystemExit(f"read back {seen} of {self.records} records after {timeout} s")
+                for msg in consumer.consume(500, timeout=1):
+                    if msg.error() is None:
+                        seen += 1
+                        ends[int(msg.partition() or 0)] = max(ends.get(int(msg.partition() or 0), 0),
+                                                              int(msg.offset() or 0) + 1)
+        finally:
+            consumer.close()
+        self.ends = ends
+
+    def lag(self) -> int:
+        """Records offered and not committed by the ingest group (-1 when it cannot be read)."""
+        self._sample_rss()
+        topic = self.settings.topic("steps")
+        try:
+            admin = admin_client(self.settings, self.bootstrap)  # held while its future is pending
+            req = [ConsumerGroupTopicPartitions("vigil-analyzer", [TopicPartition(topic, p) for p in self.ends])]
+            got = admin.list_consumer_group_offsets(req, request_timeout=10)["vigil-analyzer"].result(timeout=30)
+            done = {tp.partition: max(tp.offset, 0) for tp in got.topic_partitions}
         except Exception:
             return -1
+        return sum(max(0, end - done.get(p, 0)) for p, end in self.ends.items())
 
     def wait_lag(self, what: str, at_most: int = 0, timeout: float = 900) -> float:
         t0 = time.monotonic()
@@ -141,14 +176,18 @@ def valid_events(n: int, job: str) -> list[StepTiming]:
 
 
 def offer(run: Run, events: list[StepTiming], per_record: int = 100, kill_at: tuple[float, ...] = ()) -> list[float]:
-    """Produce `events` in records of `per_record`; SIGKILL and restart the analyzer once the group
-    has committed `kill_at` fractions of them (its batches are 1,000 events, so a kill lands while
-    one is being written); the SIGKILL -> lag 0 times, the restart included."""
+    """Produce `events` in sends of `per_record` (a record per host each), read the log's ends back,
+    start the analyzer if it is not running; SIGKILL and restart it once the group has committed
+    `kill_at` fractions of the records (its batches are 1,000 events, so a kill lands while one is
+    being written); the SIGKILL -> lag 0 times, the restart included."""
     producer = EventProducer(settings=run.settings, bootstrap=run.bootstrap, batch_events=per_record)
     for i in range(0, len(events), per_record):
-        producer.send(events[i:i + per_record])
+        run.records += producer.send(events[i:i + per_record])
     producer.flush(60)
-    records = (len(events) + per_record - 1) // per_record
+    run.read_ends()
+    if run.proc is None:  # started once everything is offered: the kills land while it is storing
+        run.start()
+    records = run.records  # the wait below counts records (a send of 100 events is one record per host)
     recovered = []
     for fraction in kill_at:
         run.wait_lag(f"{fraction:.0%} stored", at_most=int(records * (1 - fraction)))
@@ -175,6 +214,7 @@ def poison_row(bootstrap: str, tmp: Path, events: int) -> str:
     for case in cases:
         producer._producer.produce(run.settings.topic("steps"), value=case.value)
     producer.flush(60)
+    run.records += len(cases)
     good = valid_events(events, "rel-poison")
     offer(run, good)
     t = run.wait_lag("the corpus")
@@ -191,7 +231,6 @@ def poison_row(bootstrap: str, tmp: Path, events: int) -> str:
 def kill_row(bootstrap: str, tmp: Path, events: int) -> str:
     """The analyzer killed twice while storing."""
     run = Run(bootstrap, tmp)
-    run.start()
     times = offer(run, valid_events(events, "rel-kill"), kill_at=(0.25, 0.6))
     run.stop()
     c = run.counts()

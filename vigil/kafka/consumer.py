@@ -17,6 +17,13 @@ where the first attempt got through. When it cannot own every partition of that 
 rebalance split them) it marks batches over those offsets `recheck`: the writer checks
 their event_ids against what is stored.
 
+Commits. An offset is committed only once every record before it on its partition is
+written or dead-lettered: batches are committed in the order they were cut, each for its own
+ranges only. A rebalance while a batch is being retried (its write keeps failing) commits
+nothing: the retried batch, the one read after it and the records consumed before the
+rebalance are dropped, and the partitions' next owner reads them again from the last
+commit (the retried batch's intent tells it how).
+
 Errors. A write, dead-letter write or commit that fails with a transient error (the store
 or the broker unavailable, a timeout) is retried with exponential backoff, partitions
 paused and the group kept alive, and `stats.state` says "retrying" with the error.
@@ -211,6 +218,9 @@ class BatchingConsumer:
         self._paused: set[Partition] = set()
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="ingest-write") if self.pipeline else None
         self._inflight: tuple[_Batch, BatchId, Future[tuple[BatchId, int, list[DeadLetter]]]] | None = None
+        self._retrying = False  # a batch's write is failing: nothing read after it may be committed
+        self._rebalances = 0  # revocations seen: records consumed before one are stale
+        self._revoked = False  # the partitions were revoked while it was: it is left to their next owner
         self._consumer.subscribe([self.settings.topic(t) for t in self.topics],
                                  on_assign=self._on_assign, on_revoke=self._on_revoke)
 
@@ -251,10 +261,15 @@ class BatchingConsumer:
                         self._recheck[(r.topic, r.partition)] = max(r.last, self._recheck.get((r.topic, r.partition), -1))
 
     def _on_revoke(self, _consumer: Consumer, _partitions: list[TopicPartition]) -> None:
+        self._rebalances += 1
+        if self._retrying:  # an earlier batch is unwritten: committing the current one would skip it
+            self._revoked = True
+            log.warning("partitions revoked while a batch write is retried: it and %d record(s) after it are "
+                        "left to the next owner", len(self._batch))
         self._abandon_replay()
         try:
             self._reap(None, wait=True)
-            if len(self._batch):
+            if len(self._batch) and not self._retrying:
                 self._commit(*self._store_taken(None))
         except Exception as exc:  # the next owner re-reads what we could not commit (its intent says how)
             log.warning("flush on rebalance failed, batch will be re-read: %s", one_line(exc))
@@ -269,7 +284,10 @@ class BatchingConsumer:
         """One iteration: consume what is there, flush the batch when it is full, old, or a completed re-cut."""
         per_record = max(1, self.stats.events // max(1, self.stats.records)) if self.stats.batches else 1
         room = max(1, min(500, (self.max_batch_events - len(self._batch)) // per_record))  # records carry many events
+        rebalances = self._rebalances
         for msg in self._consumer.consume(num_messages=room, timeout=timeout):
+            if self._rebalances != rebalances:  # revoked while handing over: the rest is re-read from the commits
+                break
             err = msg.error()
             if err is not None:
                 if err.code() != KafkaError._PARTITION_EOF:
@@ -419,12 +437,16 @@ class BatchingConsumer:
         """Store and commit `batch`, retrying transient failures (the same BatchId: a no-op where it got through)."""
         paused: list[TopicPartition] = []
         backoff = self.retry_backoff_s
+        self._retrying, self._revoked = True, False
         try:
             while True:
                 try:
                     if failed is not None:
                         exc, failed = failed, None
                         raise exc
+                    if self._revoked:  # its partitions went to a rebalance: their next owner reads it again
+                        self.stats.state = "running"
+                        break
                     self._commit(*self._store(batch, bid))
                     break
                 except Exception as exc:
@@ -449,7 +471,8 @@ class BatchingConsumer:
                                                int(msg.timestamp()[1]), msg.value()))
                     backoff = min(self.max_backoff_s, backoff * 2)
         finally:
-            if paused:
+            self._retrying = False
+            if paused:  # (harmless for partitions a rebalance took away)
                 self._consumer.resume(paused)
         if self._held and self._replay is None:
             self._after_replay()
