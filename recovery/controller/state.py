@@ -204,8 +204,6 @@ class ClusterState:
                 job.last_ts = e.ts if job.last_ts is None else max(job.last_ts, e.ts)
             if isinstance(e, RecoveryAction):
                 self._action(e)
-            elif isinstance(e, Member):
-                self._member(e)
             elif isinstance(e, Incident):
                 held = self.incidents.get(e.incident_id)
                 if held is None or e.ts >= held.ts:
