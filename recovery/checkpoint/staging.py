@@ -2,7 +2,10 @@
 
 `Stager.stage` turns the user's state (a mapping whose values may be `Stateful`s such as
 modules, optimizers or `TrainState`) into a plain state dict and deep-copies it with
-torch.distributed.checkpoint's `DefaultStager`:
+torch.distributed.checkpoint's `StateDictStager` (the engine behind its `DefaultStager`,
+used directly: some torch releases' `DefaultStager` closes its engine after every stage,
+which drops the cached buffers and makes the next stage of a CUDA state fail with
+``KeyError: <class 'type'>``, seen on torch 2.11 on an H100):
 
 * CPU tensors are copied into host buffers; on CUDA the buffers are pinned and the copies
   are issued non-blocking, then the device is synchronised once, so the call returns only
@@ -26,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+from torch.distributed.checkpoint._state_dict_stager import StateDictStager
 from torch.distributed.checkpoint.stateful import Stateful
 
 
@@ -81,23 +84,20 @@ class Stager:
     def __init__(self, *, pin_memory: bool | None = None) -> None:
         cuda = torch.cuda.is_available()
         self.pinned = cuda if pin_memory is None else bool(pin_memory) and cuda
-        self._stager = DefaultStager(
-            StagingOptions(
-                use_pinned_memory=self.pinned,
-                use_shared_memory=False,  # the persister is a thread of this process
-                use_async_staging=False,  # return only once the copy is complete
-                use_non_blocking_copy=self.pinned,  # device -> pinned host copies overlap; one sync at the end
-            )
-        )
+        # the persister is a thread of this process: no shared memory
+        self._stager = StateDictStager(pin_memory=self.pinned, share_memory=False)
 
     def stage(self, state: Mapping[str, Any]) -> Staged:
         t0 = time.perf_counter()
-        staged = self._stager.stage(to_state_dict(state))
-        if not isinstance(staged, dict):  # async staging is off: DefaultStager returns the copy itself
+        # device -> pinned host copies overlap (non-blocking); one synchronisation at the end
+        staged = self._stager.stage(to_state_dict(state), non_blocking=self.pinned)
+        if self.pinned:
+            torch.cuda.synchronize()  # return only once every byte is on the host
+        if not isinstance(staged, dict):
             raise TypeError(f"staging returned {type(staged).__name__}, expected a state dict")
         seconds = time.perf_counter() - t0
         return Staged(state_dict=staged, nbytes=storage_bytes(staged), seconds=seconds)
 
     def close(self) -> None:
         """Drop the cached host buffers (unpinning them on CUDA)."""
-        self._stager.close()
+        self._stager.close()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
