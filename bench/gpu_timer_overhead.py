@@ -36,16 +36,17 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from vigil.timer import SpoolConfig, StepTimer, TimerConfig
+from vigil.timer import HangConfig, SpoolConfig, StepTimer, TimerConfig
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 NAMES = ("forward", "backward", "allreduce", "optimizer")
 
 
-def run(size: int, steps: int, phases: int, matmuls: int, spool: str, rounds: int) -> list[tuple[str, float, float, float]]:
+def run(size: int, steps: int, phases: int, matmuls: int, spool: str, rounds: int, diagnose: bool = False) -> list[tuple[str, float, float, float]]:
     a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
     out = torch.empty_like(a)
@@ -105,6 +106,41 @@ def run(size: int, steps: int, phases: int, matmuls: int, spool: str, rounds: in
     variants: list[tuple[str, Callable[[int], None]]] = [
         ("bare", bare), ("StepTimer (CUDA events)", timed), ("record_function", profiled),
         ("sync timer (Megatron-style)", synced)]
+    if diagnose:  # where the StepTimer's host cost goes: raw events of the same count, no watchdog thread
+        per_step = 2 * len(names) + 2
+        event: Any = torch.cuda.Event  # untyped in torch
+        pool = [event(enable_timing=True) for _ in range(per_step * (steps + 8))]
+        quiet = StepTimer(TimerConfig(job_id="bench", host="gpu", max_pending=steps + 8, hang=HangConfig(enabled=False),
+                                      spool=SpoolConfig(directory=spool)))
+
+        def raw_pooled(n: int) -> None:
+            it = iter(pool)
+            for _ in range(n):
+                next(it).record()
+                for _ in names:
+                    next(it).record()
+                    work()
+                    next(it).record()
+                next(it).record()
+
+        def raw_fresh(n: int) -> None:
+            for _ in range(n):
+                event(enable_timing=True).record()
+                for _ in names:
+                    event(enable_timing=True).record()
+                    work()
+                    event(enable_timing=True).record()
+                event(enable_timing=True).record()
+
+        def no_watchdog(n: int) -> None:
+            for _ in range(n):
+                with quiet.step():
+                    for name in names:
+                        with quiet.phase(name):
+                            work()
+
+        variants += [("raw events, pooled", raw_pooled), ("raw events, fresh", raw_fresh),
+                     ("StepTimer, no watchdog", no_watchdog)]
     for _label, fn in variants:  # warm-up: cuBLAS handles, allocator, event pool, and the card's clocks settle
         fn(3)
         measure(fn)
@@ -120,6 +156,18 @@ def run(size: int, steps: int, phases: int, matmuls: int, spool: str, rounds: in
     base = statistics.median(walls["bare"])
     rows = [(label, statistics.median(walls[label]), (statistics.median(walls[label]) - base) / base * 100,
              statistics.median(hosts[label])) for label, _ in variants]
+    if diagnose:  # the timed loop's host time by function (C calls such as Event.record included)
+        import cProfile
+        import pstats
+
+        torch.cuda.synchronize()
+        prof = cProfile.Profile()
+        prof.enable()
+        timed(steps)
+        prof.disable()
+        torch.cuda.synchronize()
+        print(f"\nhost profile of {steps} StepTimer steps at {size}²:")
+        pstats.Stats(prof).sort_stats("tottime").print_stats(12)
     t.close(timeout=30)
     if t.dropped:
         print(f"note: the timer dropped {t.dropped} records")
@@ -143,6 +191,7 @@ def main() -> int:
     ap.add_argument("--small", type=int, default=1024)
     ap.add_argument("--phases", type=int, default=4)
     ap.add_argument("--matmuls", type=int, default=2)
+    ap.add_argument("--diagnose", action="store_true", help="add raw-event and no-watchdog variants (host cost)")
     ap.add_argument("--rounds", type=int, default=9, help="interleaved rounds per variant (median taken)")
     ap.add_argument("--no-append", action="store_true")
     args = ap.parse_args()
@@ -153,7 +202,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as spool:
         for size in (args.size, args.small):
             flop = 2 * size**3 * args.matmuls * args.phases
-            rows = run(size, args.steps, args.phases, args.matmuls, spool, args.rounds)
+            rows = run(size, args.steps, args.phases, args.matmuls, spool, args.rounds, args.diagnose)
             lines += [
                 f"\nStep: {args.phases} phases x {args.matmuls} bf16 matmuls of {size}² "
                 f"({flop / 1e12:.2f} TFLOP), {args.steps} steps, median of {args.rounds} interleaved rounds\n",
