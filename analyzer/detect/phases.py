@@ -8,11 +8,19 @@ only, and on their *own* time: a waiting phase nested in a compute phase
 that per-unit mean as SQL over a phase-window rollup, so the subtraction happens in
 ClickHouse.
 
-A window's value is its mean **without its slowest sample** (`TRIMMED_MEAN`): at a few
-thousand GPUs one GC pause or page fault lands in some rank's 5-step window every
-window, and one +50 % step moves a 5-step mean by 10 %. Dropping the window's maximum
-(the rollups keep it) makes one spike invisible while a unit slow on most of its steps
-stays as slow as it is; every unit is trimmed alike, so comparisons stay fair.
+A window's value is its mean **without its slowest step** (`TRIMMED_MEAN`): at a few
+thousand GPUs one GC pause or page fault lands in some unit's 5-step window every
+window, and one +50 % step moves a 5-step mean by 10 %. A rank's window has one sample
+per step, so its maximum is dropped; a host's has one per rank and step, and a pause of
+one rank stalls its whole tensor-parallel group in that step (every rank of the host
+waits inside each layer), so the window's `samples / 5` slowest samples are dropped, taken
+at the maximum (the rollups keep it: a host's slowest step is its ranks at about that
+level). Dropping only the one slowest sample of a host's 40 left 7 of a pause's 8 in the
+mean: at 512 hosts three such windows of one host out of five came by chance about once
+an hour (bench/detection_physics.py's 512-host healthy job). One spike is invisible; a
+unit slow on most of its steps stays as slow as it is; a unit slow on a fraction of its
+steps keeps every slow step but the worst; every unit is trimmed alike, so comparisons
+stay fair.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from vigil.analyzer.detect.base import EvalContext
+from vigil.analyzer.settings import ROLLUP_WINDOW_STEPS
 from vigil.contract.phases import PhaseKind, is_waiting, parent, resolve
 
 # the phases reported in windows lo..hi (source '') and every declaration of the job, in one query
@@ -70,8 +79,11 @@ def job_phases(ctx: EvalContext, lo: int, hi: int) -> JobPhases:
     return JobPhases(kinds=resolve(phases, step, job)) if phases else JobPhases()
 
 
-TRIMMED_MEAN = "if(sum(n) >= 3, (sum(sum_ms) - max(max_ms)) / (sum(n) - 1), sum(sum_ms) / sum(n))"
-"""A window's mean ms without its slowest sample (plain mean under 3 samples), over a phase-window rollup."""
+_PER_STEP = f"greatest(1, intDiv(sum(n), {ROLLUP_WINDOW_STEPS}))"  # samples of one step: a unit's ranks
+TRIMMED_MEAN = (f"if(sum(n) >= 3 AND sum(n) > {_PER_STEP}, (sum(sum_ms) - {_PER_STEP} * max(max_ms)) / "
+                f"(sum(n) - {_PER_STEP}), sum(sum_ms) / sum(n))")
+"""A window's mean ms without its slowest step (`samples / 5` samples at the window's maximum; plain mean under 3
+samples), over a phase-window rollup."""
 
 
 def cells_sql(rollup: str, units: str, phases: JobPhases, *, compute: bool = True,
