@@ -306,13 +306,15 @@ def main() -> int:
     if not args.no_append:
         import torch
 
+        pinned = ("pinned: CUDA is available, " + torch.cuda.get_device_name()) if torch.cuda.is_available() \
+            else "no pinned memory: no GPU"
         mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / (1 << 30)
         header = (
             f"\n## checkpoint.py — {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}\n\n"
             f"Machine: `{platform.node()}`, {os.cpu_count()} CPUs, {mem:.0f} GiB RAM, {platform.platform()}, "
             f"Python {platform.python_version()}, torch {torch.__version__}; load average at start {load}. "
-            f"Checkpoints on the local disk under `{base}`; gloo over loopback; no GPU (CPU tensors: staging is a "
-            f"copy into reused host buffers, no pinned memory). {args.saves} Checkpointer saves per leg. "
+            f"Checkpoints on the local disk under `{base}`; gloo over loopback; CPU tensors (staging is a "
+            f"copy into reused host buffers, {pinned}). {args.saves} Checkpointer saves per leg. "
             "The 2 GiB leg runs 2 ranks to stay well under the machine's memory.\n\n"
         )
         with RESULTS.open("a", encoding="utf-8") as fh:

@@ -13,4 +13,7 @@ timeout 150 python3 bench/gpu_timer_overhead.py 2>&1 | tee "$OUT/timer.log" | ta
 timeout 150 python3 -m pytest --noconftest -p no:cacheprovider -m gpu -q -rA \
   tests/timer/test_timer_cuda.py tests/recovery/test_checkpoint.py 2>&1 | tee "$OUT/pytest_gpu.log" | tail -15
 timeout 240 python3 bench/checkpoint.py 2>&1 | tee "$OUT/checkpoint.log" | tail -30
+for mib in 50 500; do
+  timeout 120 python3 bench/snapshot.py --device cuda --mib $mib --step-ms 100,500 2>&1 | tee -a "$OUT/snapshot.log" | tail -12
+done
 tail -c +"$((before + 1))" bench/RESULTS.md >"$OUT/results_new.md"

@@ -38,13 +38,13 @@ RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 TENSORS = 16
 
 
-def leg(mib: int, steps: int, step_ms: float, base: Path) -> dict[str, Any]:
+def leg(mib: int, steps: int, step_ms: float, base: Path, device: str = "cpu") -> dict[str, Any]:
     import torch
 
     from vigil.recovery.checkpoint import CheckpointConfig, Checkpointer
 
     numel = mib * (1 << 20) // 4 // TENSORS
-    state: dict[str, Any] = {f"t{i}": torch.randn(numel) for i in range(TENSORS)}
+    state: dict[str, Any] = {f"t{i}": torch.randn(numel, device=device) for i in range(TENSORS)}
     work = Path(tempfile.mkdtemp(prefix=f"snap-{step_ms:g}-", dir=base))
     cfg = CheckpointConfig(directory=work / "ckpt", snapshot_dir=work / "shm", events=False, snapshot_keep=2)
     blocked: list[float] = []
@@ -119,17 +119,21 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--step-ms", default="100,500")
     p.add_argument("--dir", default="/dev/shm" if Path("/dev/shm").is_dir() else tempfile.gettempdir())
+    p.add_argument("--device", default="cpu", help="where the state lives: cpu, or cuda (staged into pinned host "
+                   "memory; the step's sleep leaves the GPU idle, so the blocked time is the copy itself)")
     p.add_argument("--no-append", action="store_true")
     args = p.parse_args()
     import torch
 
     torch.set_num_threads(1)
     base = Path(tempfile.mkdtemp(prefix="vigil-bench-snap-", dir=args.dir))
-    rows = [leg(args.mib, args.steps, float(ms), base) for ms in args.step_ms.split(",")]
+    rows = [leg(args.mib, args.steps, float(ms), base, args.device) for ms in args.step_ms.split(",")]
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         f"## snapshot.py — {now}", "",
-        f"Machine: `{platform.node()}`, {os.cpu_count()} CPUs; load average at start "
+        f"Machine: `{platform.node()}`, {os.cpu_count()} CPUs"
+        f"{', GPU ' + torch.cuda.get_device_name() + ', torch ' + torch.__version__ if args.device != 'cpu' else ''}"
+        f"; state on `{args.device}`; load average at start "
         f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}; one process, {args.mib} MiB of state in {TENSORS} float32 "
         f"tensors, a snapshot every step into `{args.dir}` (tmpfs), K=2 kept; {args.steps} steps per leg, the step "
         "a sleep (the accelerator's time, during which the writer thread runs).", "",
@@ -147,7 +151,8 @@ def main() -> None:
               "| restored step (source) |", "|---:|---:|---:|---:|---|",
               f"| {peer['push_ms']:.0f} | {peer['stage_ms']:.0f} | {peer['pushed']} / {peer['staged']} | "
               f"{peer['restore_s']:.2f} | {peer['restored']} ({peer['source']}) |"]  # fmt: skip
-    lines += ["", f"Command: `python bench/snapshot.py --mib {args.mib} --steps {args.steps} --step-ms {args.step_ms}`.", ""]
+    lines += ["", f"Command: `python bench/snapshot.py --mib {args.mib} --steps {args.steps} --step-ms {args.step_ms}"
+              f"{' --device ' + args.device if args.device != 'cpu' else ''}`.", ""]
     text = "\n".join(lines)
     print(text)
     if not args.no_append:
