@@ -80,7 +80,7 @@ def sync_steps(job: str, hosts: int, n_steps: int, *, gpus: int = 8, tp_coupled:
                intermittent: tuple[str, float, float] | None = None, slow_from: int = 0, jitter: float = 0.02,
                seed: int = 0, comm: str = "grad_sync", declare: dict[str, str] | None = None,
                nested_wait: bool = False, step_s: float = 1.0, spikes: float = 0.0,
-               host_bias: float = 0.0) -> list[StepTiming]:
+               host_bias: float = 0.0, pauses: dict[str, list[int]] | None = None) -> list[StepTiming]:
     """Synchronous data-parallel steps: everyone waits in `comm` for the slowest rank's compute.
 
     `slow_host` = {host: factor on its compute}, `slow_gpu` = {(host, gpu): factor} (with
@@ -92,6 +92,8 @@ def sync_steps(job: str, hosts: int, n_steps: int, *, gpus: int = 8, tp_coupled:
     `backward/allreduce` inside backward instead of a top-level `comm` phase. `spikes`: the
     share of rank-steps whose forward a GC-like pause makes 20-60 % longer (heavy tail, one rank).
     `host_bias`: the spread (std) of each host's lasting speed factor (a speed lottery: silicon, clocks).
+    `pauses` = {host: [steps]}: a GC-like pause of one rank (+200 ms in its backward) that its whole
+    tensor-parallel group waits for, so every rank of the host shows it in that step.
     """
     rng = random.Random(seed)
     bias = [1 + random.Random(f"{seed}/bias/{h}").gauss(0, host_bias) for h in range(hosts)]
@@ -120,6 +122,8 @@ def sync_steps(job: str, hosts: int, n_steps: int, *, gpus: int = 8, tp_coupled:
                         ms *= 1.04
                     if p == "forward" and spikes and rng.random() < spikes:
                         ms *= rng.uniform(1.2, 1.6)
+                    if p == "backward" and s in (pauses or {}).get(host, ()):
+                        ms += 200.0
                     ph[p] = ms
                 compute[h * gpus + g] = ph
         pace: dict[int, float] = {}  # per pipeline (position within its stage)

@@ -121,6 +121,18 @@ def test_gc_spikes_on_one_rank_step_in_a_hundred_page_no_one_at_512_gpus(clickho
     assert severe(run(clickhouse_dsn, database, "spiky", evs)) == {"spiky/straggler/h0021/gpu2"}
 
 
+def test_pauses_that_stall_a_whole_tensor_parallel_host_in_3_of_5_windows_page_no_one(
+        clickhouse_dsn: str, database: str) -> None:
+    """One rank's GC pause stalls its TP group: all 8 of the host's samples of that step are +200 ms. A host
+    with such a step in three consecutive windows (at 512 hosts this comes by chance about once an hour) is
+    not slow: the window drops its slowest step, not just its slowest sample (7 of the 8 would stay: +7 %)."""
+    evs = sync_steps("paused", 16, 100, seed=3, pauses={"h0005": [52, 57, 62], "h0011": [71, 78, 81, 86]})
+    assert severe(run(clickhouse_dsn, database, "paused", evs)) == set()
+    slow = sync_steps("paused-slow", 16, 100, seed=3, slow_host={"h0005": 1.05}, slow_from=40,
+                      pauses={"h0005": [52, 57, 62]})  # a slow host with pauses of its own is still found
+    assert severe(run(clickhouse_dsn, database, "paused-slow", slow)) == {"paused-slow/straggler/h0005/backward"}
+
+
 def test_a_tensor_parallel_host_waits_for_its_throttled_gpu_and_a_slow_host_is_named_as_the_host(
         clickhouse_dsn: str, database: str) -> None:
     evs: list[Event] = [
