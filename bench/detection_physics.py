@@ -36,7 +36,7 @@ from typing import Any
 from analyzer_common import SEVERE, append_results, machine_info
 
 from vigil.analyzer.alerts.book import AlertBook
-from vigil.analyzer.engine import LiveCursor, replay
+from vigil.analyzer.engine import DETECTORS, LiveCursor, replay
 from vigil.analyzer.ingest.writer import ClickHouseWriter
 from vigil.analyzer.settings import AnalyzerSettings
 from vigil.analyzer.simulator.faults import parse_fault
@@ -228,6 +228,10 @@ def table(per_replay: dict[str, dict[str, Any]], per_live: dict[str, dict[str, A
         if not k["faults"]:
             lines.append(f"- {name}: {k['fp']} false alerts in {k['job_h']:.2f} h of job time (replay) = "
                          f"{k['fp'] / k['job_h']:.2f} per job-hour" if k["job_h"] else "")
+            if k["job_h"]:
+                lines.append("  - by alert, per job-hour against its detectors' budget: " + ", ".join(
+                    f"{alert} {n / k['job_h']:.2f} / {budget:g}" for alert, budget in _budgets().items()
+                    for n in [sum(1 for f in k["falses"] if f.split("/", 1)[0] == alert)]))
     lines.append("")
     for mode, per in (("replay", per_replay), ("live", per_live)):
         faults, hits, fps = tot[mode]
@@ -240,6 +244,14 @@ def table(per_replay: dict[str, dict[str, Any]], per_live: dict[str, dict[str, A
         lines.append(f"**{mode}: precision {prec:.3f}, recall {rec:.3f}** ({hits} of {faults} faults, {fps} false "
                      f"alerts{': ' + ', '.join(falses[:8]) if falses else ''}); worst class: {worst}")
     return "\n".join(lines)
+
+
+def _budgets() -> dict[str, float]:
+    """False alerts per healthy job-hour each alert name may raise: its detectors' budgets (a flap is a
+    `traffic_stall` alert with `pattern: flap`, so the flap detector's budget is traffic_stall's too)."""
+    out = {d.name: d.false_alarms_per_hour for d in DETECTORS}
+    out["traffic_stall"] = out.get("traffic_stall", 0.0) + out.pop("nic_flap", 0.0)
+    return out
 
 
 def _worst_class(per: dict[str, dict[str, Any]]) -> str:

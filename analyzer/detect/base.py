@@ -150,6 +150,9 @@ class EvalContext:
 
 class Detector(Protocol):
     name: str
+    # The false alerts (warning or worse) it may raise per healthy job-hour at 512 hosts x 8 GPUs; the
+    # detectors' budgets add up to the fleet's (<= 1, analyzer/README.md); bench/detection_physics.py scores them.
+    false_alarms_per_hour: float
 
     def detect(self, ctx: EvalContext) -> list[Finding]: ...
 

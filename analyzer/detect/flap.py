@@ -52,6 +52,7 @@ HAVING countIf(state = 1) > 0
 
 class FlapDetector:
     name = "nic_flap"
+    false_alarms_per_hour = 0.1  # 3 down-and-up episodes of one NIC within minutes
     cadence_s = 10.0  # flaps are counted over minutes: judged every 10 s of event time, not every instant
 
     def detect(self, ctx: EvalContext) -> list[Finding]:

@@ -95,6 +95,7 @@ class Judged:
 
 class HangDetector:
     name = "collective_hang"
+    false_alarms_per_hour = 0.05  # no step for minutes while processes run, or Flight Recorder dumps
     cadence_s = 4.0  # a stall of `hang.stall_s` (minutes) or Flight Recorder dumps: every other instant
 
     def __init__(self) -> None:

@@ -66,6 +66,7 @@ def running_procs(ctx: EvalContext) -> dict[str, int]:
 
 class HeartbeatDetector:
     name = "heartbeat_loss"
+    false_alarms_per_hour = 0.05  # a real silence of 3 intervals; only a late delivery could fake one
     cadence_s = 4.0  # a silence of 3 intervals (6 s at 2 s): judged every other instant, paged within ~10 s
 
     def detect(self, ctx: EvalContext) -> list[Finding]:

@@ -77,6 +77,7 @@ SELECT ifNull(min(step), 0) AS step FROM
 
 class LogDetector:
     name = "error_log"
+    false_alarms_per_hour = 0.0  # a fact (an Xid / ECC / NVLink line, a traceback): none in a healthy job
 
     def detect(self, ctx: EvalContext) -> list[Finding]:
         s = ctx.settings.log
@@ -96,6 +97,7 @@ class LogDetector:
 
 class ExitDetector:
     name = "process_exit"
+    false_alarms_per_hour = 0.0  # a fact (a rank exited non-zero): none in a healthy job
 
     def detect(self, ctx: EvalContext) -> list[Finding]:
         exits = ctx.rows(_EXIT_SQL, lo=ctx.ago(EXIT_LOOKBACK_S)) if ctx.stored("exit") else []

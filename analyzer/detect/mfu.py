@@ -40,6 +40,7 @@ GROUP BY step HAVING last_ts <= {AT} ORDER BY step
 
 class MfuDriftDetector:
     name = "mfu_drift"
+    false_alarms_per_hour = 0.1  # one job-level series
     cadence_s = 10.0  # a drift over tens of steps: judged every 10 s of event time, not every instant
 
     def detect(self, ctx: EvalContext) -> list[Finding]:

@@ -118,6 +118,7 @@ WHERE has({hosts:Array(String)}, host)
 
 class StragglerDetector:
     name = "straggler"
+    false_alarms_per_hour = 0.5  # hosts x compute phases x windows, and every GPU against its host: most tests
     cadence_s = 10.0  # judged over 5-step windows and k of n of them: every 10 s of event time, not every instant
 
     def detect(self, ctx: EvalContext) -> list[Finding]:

@@ -64,6 +64,7 @@ WHERE job_id = {{job:String}} AND last_ts > {{since:DateTime64(3, 'UTC')}} + toI
 
 class TrafficDetector:
     name = "traffic_stall"
+    false_alarms_per_hour = 0.2  # every NIC against its baseline and its peers every 4 s
     cadence_s = 4.0  # NIC rates over 10 s against 120 s: every other instant (a stop still pages within ~14 s)
 
     def detect(self, ctx: EvalContext) -> list[Finding]:
