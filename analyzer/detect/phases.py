@@ -9,18 +9,19 @@ that per-unit mean as SQL over a phase-window rollup, so the subtraction happens
 ClickHouse.
 
 A window's value is its mean **without its slowest step** (`TRIMMED_MEAN`): at a few
-thousand GPUs one GC pause or page fault lands in some unit's 5-step window every
+thousand GPUs one GC pause or page fault lands in some rank's 5-step window every
 window, and one +50 % step moves a 5-step mean by 10 %. A rank's window has one sample
-per step, so its maximum is dropped; a host's has one per rank and step, and a pause of
-one rank stalls its whole tensor-parallel group in that step (every rank of the host
-waits inside each layer), so the window's `samples / 5` slowest samples are dropped, taken
-at the maximum (the rollups keep it: a host's slowest step is its ranks at about that
-level). Dropping only the one slowest sample of a host's 40 left 7 of a pause's 8 in the
-mean: at 512 hosts three such windows of one host out of five came by chance about once
-an hour (bench/detection_physics.py's 512-host healthy job). One spike is invisible; a
-unit slow on most of its steps stays as slow as it is; a unit slow on a fraction of its
-steps keeps every slow step but the worst; every unit is trimmed alike, so comparisons
-stay fair.
+per step, so dropping its maximum (the rollups keep it) drops its slowest step. A host's
+value is the mean of its ranks' trimmed windows (`phase_rank_windows`), never a trim of
+its pooled samples: one rank's pause stalls its whole tensor-parallel group in that step,
+so all 8 of the host's samples carry it, and dropping the pooled maximum left 7 of them in
+(+7 % on a 40-sample mean: at 512 hosts three such windows of one host in five came by
+chance about once an hour); dropping 8 pooled maxima instead would take 7 healthy samples
+out with a one-rank spike and bias a third of the hosts low (a 5 % straggler then hid in
+the spread). Per rank, a spike of one rank and a pause of the group are both its one
+slowest step. One spike is invisible; a unit slow on most of its steps stays as slow as it
+is; a unit slow on a fraction of its steps keeps every slow step but its worst; every
+unit is trimmed alike, so comparisons stay fair.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from vigil.analyzer.detect.base import EvalContext
-from vigil.analyzer.settings import ROLLUP_WINDOW_STEPS
 from vigil.contract.phases import PhaseKind, is_waiting, parent, resolve
 
 # the phases reported in windows lo..hi (source '') and every declaration of the job, in one query
@@ -79,19 +79,18 @@ def job_phases(ctx: EvalContext, lo: int, hi: int) -> JobPhases:
     return JobPhases(kinds=resolve(phases, step, job)) if phases else JobPhases()
 
 
-_PER_STEP = f"greatest(1, intDiv(sum(n), {ROLLUP_WINDOW_STEPS}))"  # samples of one step: a unit's ranks
-TRIMMED_MEAN = (f"if(sum(n) >= 3 AND sum(n) > {_PER_STEP}, (sum(sum_ms) - {_PER_STEP} * max(max_ms)) / "
-                f"(sum(n) - {_PER_STEP}), sum(sum_ms) / sum(n))")
-"""A window's mean ms without its slowest step (`samples / 5` samples at the window's maximum; plain mean under 3
-samples), over a phase-window rollup."""
+TRIMMED_MEAN = "if(sum(n) >= 3, (sum(sum_ms) - max(max_ms)) / (sum(n) - 1), sum(sum_ms) / sum(n))"
+"""A window's mean ms without its slowest sample (plain mean under 3 samples), over a phase-window rollup: a rank's
+slowest step, over `phase_rank_windows`."""
 
 
 def cells_sql(rollup: str, units: str, phases: JobPhases, *, compute: bool = True,
               waiting: bool = False) -> tuple[str, dict[str, object]]:
     """Per (phase, window, unit) mean ms of the compute and/or waiting phases over `rollup` windows lo..hi.
 
-    Without nested waits the mean leaves out the window's slowest sample (`TRIMMED_MEAN`);
-    with them, the parent's plain mean minus its waits.
+    Without nested waits the mean leaves out the window's slowest step (`TRIMMED_MEAN` per rank; a host's
+    cells are the mean of its ranks', read from `phase_rank_windows` whichever rollup is named); with them,
+    the parent's plain mean minus its waits.
 
     `units` are the rollup's columns that identify a unit (`host` or `host, rank, local_rank, pp`).
     Compute phases carry their own time (nested waits subtracted); top-level waiting
@@ -100,6 +99,14 @@ def cells_sql(rollup: str, units: str, phases: JobPhases, *, compute: bool = Tru
     subs = phases.nested_waits if compute else []
     judged = (phases.compute if compute else []) + (phases.waiting if waiting else [])
     where = "job_id = {job:String} AND window >= {lo:UInt64} AND window <= {hi:UInt64}"
+    if not subs and rollup == "phase_host_windows":  # each rank trimmed on its own, then the host's mean of them
+        return f"""
+SELECT phase, window, {units}, avg(rank_ms) AS mean_ms, sum(rank_n) AS samples, max(rank_end) AS window_end
+FROM (SELECT phase, window, host, rank, {TRIMMED_MEAN} AS rank_ms, sum(n) AS rank_n, max(last_ts) AS rank_end
+      FROM phase_rank_windows WHERE {where} AND phase IN {{judged:Array(String)}}
+      GROUP BY phase, window, host, rank)
+GROUP BY phase, window, {units}
+""", {"judged": judged}
     if not subs:  # the usual case: nothing to subtract
         return f"""
 SELECT phase, window, {units}, {TRIMMED_MEAN} AS mean_ms, sum(n) AS samples, max(last_ts) AS window_end
