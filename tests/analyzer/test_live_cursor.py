@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,7 +17,7 @@ from vigil.analyzer.simulator.faults import parse_fault
 from vigil.analyzer.simulator.layout import Layout
 from vigil.analyzer.simulator.model import SimConfig, Simulation
 from vigil.clickhouse.client import connect
-from vigil.contract import Alert, Event
+from vigil.contract import Alert, Event, LogLine
 
 pytestmark = pytest.mark.clickhouse
 
@@ -73,3 +74,38 @@ def test_jobs_with_a_backlog_take_turns(clickhouse_dsn: str, database: str) -> N
         first = first or dict(cursor.positions)
     assert set(first) == {"a", "b"} and first["a"] == first["b"]  # a turn judges one instant of each in turn
     assert cursor.positions["a"] == cursor.positions["b"] == first["a"] + timedelta(seconds=4) and cursor.backlog
+
+
+def test_an_xid_pages_within_seconds_though_the_job_hangs_right_after(clickhouse_dsn: str, database: str) -> None:
+    """A hard fault pages whatever the job does next: the job's steps stop at step 62 (a hang: heartbeats and NICs
+    go on) and the Xid line comes a second later, newer than any step event, so no step moves the watermark past
+    it. Fed at the job's own pace around the fault (one step a second, as its agents ship), the silent step sources
+    are let go once the job's other sources are `watermark_gone_lag_s` ahead, and the `error_log` page is raised
+    before telemetry 15 s past the line has arrived."""
+    sim = Simulation(SimConfig(job="xh", layout=Layout(hosts=8, gpus_per_host=2), seed=1, start=T0,
+                               faults=[parse_fault("hang:host=sim-host-0005,start=62")], tail_s=40.0))
+    batches: list[list[Event]] = [[sim.registration()], *(sim.step(i) for i in range(100)), sim.tail(40.0)]
+    onset = sim.step_starts[62] + timedelta(seconds=1)
+    batches[1 + 62].append(LogLine(  # in the batch of step 62, as the agent ships it
+        event_id="xh-xid-1", job_id="xh", host="sim-host-0005", ts=onset, rank=10, local_rank=0, stream="stderr",
+        category="xid", severity="critical", xid=79, message="NVRM: Xid (PCI:0000:18:00): 79, GPU has fallen off the bus."))
+    client = connect(clickhouse_dsn, database=database)
+    settings = AnalyzerSettings()
+    cursor = LiveCursor(settings=settings, book=AlertBook(refresh_s=settings.refresh_s))
+    live: list[Alert] = []
+    paged_with: datetime | None = None  # the newest event time fed when the page was raised
+    load(clickhouse_dsn, database, [e for b in batches[:56] for e in b])  # the healthy start, in a burst
+    caught_up(cursor, client, datetime.now(UTC))
+    for b in batches[56:]:  # then one step a second: the pace the wall-clock idleness rules are made for
+        t0 = time.monotonic()
+        load(clickhouse_dsn, database, b)
+        got = caught_up(cursor, client, datetime.now(UTC))
+        live += got
+        if paged_with is None and any(a.alert == "error_log" and a.status == "firing" for a in got):
+            paged_with = max(e.ts for e in b)
+        if paged_with is not None and (paged_with - onset).total_seconds() > 30:
+            break  # paged: the rest of the job adds nothing to this test
+        time.sleep(max(0.0, 1.0 - (time.monotonic() - t0)))
+    assert paged_with is not None and (paged_with - onset).total_seconds() <= 15, (paged_with, onset, key(live))
+    (xid,) = [a for a in live if a.fingerprint == "xh/error_log/sim-host-0005/xid" and a.status == "firing"][:1]
+    assert xid.severity == "critical"
