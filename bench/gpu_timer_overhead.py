@@ -63,12 +63,16 @@ def run(size: int, steps: int, phases: int, matmuls: int, spool: str, rounds: in
 
     t = StepTimer(TimerConfig(job_id="bench", host="gpu", max_pending=steps + 8, spool=SpoolConfig(directory=spool)))
 
-    def timed(n: int) -> None:
-        for _ in range(n):
-            with t.step():
-                for name in names:
-                    with t.phase(name):
-                        work()
+    def timed_with(timer: StepTimer) -> Callable[[int], None]:
+        def timed(n: int) -> None:
+            for _ in range(n):
+                with timer.step():
+                    for name in names:
+                        with timer.phase(name):
+                            work()
+        return timed
+
+    timed = timed_with(t)
 
     def profiled(n: int) -> None:
         for _ in range(n):
@@ -132,15 +136,8 @@ def run(size: int, steps: int, phases: int, matmuls: int, spool: str, rounds: in
                     event(enable_timing=True).record()
                 event(enable_timing=True).record()
 
-        def no_watchdog(n: int) -> None:
-            for _ in range(n):
-                with quiet.step():
-                    for name in names:
-                        with quiet.phase(name):
-                            work()
-
         variants += [("raw events, pooled", raw_pooled), ("raw events, fresh", raw_fresh),
-                     ("StepTimer, no watchdog", no_watchdog)]
+                     ("StepTimer, no watchdog", timed_with(quiet))]
     for _label, fn in variants:  # warm-up: cuBLAS handles, allocator, event pool, and the card's clocks settle
         fn(3)
         measure(fn)
