@@ -88,9 +88,9 @@ def cells_sql(rollup: str, units: str, phases: JobPhases, *, compute: bool = Tru
               waiting: bool = False) -> tuple[str, dict[str, object]]:
     """Per (phase, window, unit) mean ms of the compute and/or waiting phases over `rollup` windows lo..hi.
 
-    Without nested waits the mean leaves out the window's slowest step (`TRIMMED_MEAN` per rank; a host's
-    cells are the mean of its ranks', read from `phase_rank_windows` whichever rollup is named); with them,
-    the parent's plain mean minus its waits.
+    Without nested waits each rank's window leaves out its slowest step (`TRIMMED_MEAN` over
+    `phase_rank_windows`) and a unit's cell is the mean of its ranks' (a rank unit: its own); with them,
+    the parent's plain mean minus its waits over `rollup`.
 
     `units` are the rollup's columns that identify a unit (`host` or `host, rank, local_rank, pp`).
     Compute phases carry their own time (nested waits subtracted); top-level waiting
@@ -99,18 +99,13 @@ def cells_sql(rollup: str, units: str, phases: JobPhases, *, compute: bool = Tru
     subs = phases.nested_waits if compute else []
     judged = (phases.compute if compute else []) + (phases.waiting if waiting else [])
     where = "job_id = {job:String} AND window >= {lo:UInt64} AND window <= {hi:UInt64}"
-    if not subs and rollup == "phase_host_windows":  # each rank trimmed on its own, then the host's mean of them
+    if not subs:  # the usual case: each rank's window trimmed on its own, then the unit's mean of its ranks'
         return f"""
 SELECT phase, window, {units}, avg(rank_ms) AS mean_ms, sum(rank_n) AS samples, max(rank_end) AS window_end
-FROM (SELECT phase, window, host, rank, {TRIMMED_MEAN} AS rank_ms, sum(n) AS rank_n, max(last_ts) AS rank_end
+FROM (SELECT phase, window, host, rank, local_rank, pp, {TRIMMED_MEAN} AS rank_ms, sum(n) AS rank_n,
+             max(last_ts) AS rank_end
       FROM phase_rank_windows WHERE {where} AND phase IN {{judged:Array(String)}}
-      GROUP BY phase, window, host, rank)
-GROUP BY phase, window, {units}
-""", {"judged": judged}
-    if not subs:  # the usual case: nothing to subtract
-        return f"""
-SELECT phase, window, {units}, {TRIMMED_MEAN} AS mean_ms, sum(n) AS samples, max(last_ts) AS window_end
-FROM {rollup} WHERE {where} AND phase IN {{judged:Array(String)}}
+      GROUP BY phase, window, host, rank, local_rank, pp)
 GROUP BY phase, window, {units}
 """, {"judged": judged}
     sql = f"""
