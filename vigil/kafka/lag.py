@@ -1,7 +1,10 @@
 """Consumer lag of a group, sampled off the consuming path; a group's progress seen from outside.
 
-Lag per topic = high watermark - committed offset, summed over partitions, from two
-batched admin calls (committed offsets of the group, latest offsets of the topics).
+Lag per topic = end offset - committed offset, summed over partitions: the group's committed
+offsets and the topics' latest offsets come from two batched admin calls, and the latest offsets
+are then confirmed by a fetch (`vigil.kafka.ends`): the embedded broker lists an offset below the
+log's end for good, so a lag from ListOffsets alone read 0 while records were unread. A sample
+whose ends cannot be confirmed fails (lag unknown, `last_error` set) rather than read low.
 `LagProbe.run` samples in its own thread because some brokers answer offset queries
 slowly, and a consumer must never wait on a status figure. `group_progress` is what
 `vigil status` shows of a service running elsewhere: its group's lag and commit rate.
@@ -29,6 +32,7 @@ from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 
 from vigil.errors import one_line
 from vigil.kafka.admin import admin_client
+from vigil.kafka.ends import confirmed_ends
 from vigil.settings import VigilSettings
 
 log = logging.getLogger(__name__)
@@ -64,12 +68,11 @@ class LagProbe:
         spec = OffsetSpec.latest()  # type: ignore[no-untyped-call]
         asked = time.time()  # records produced before this have offsets below the ends read next
         latest = admin.list_offsets({tp: spec for tp in parts}, request_timeout=timeout)
+        listed = {(tp.topic, tp.partition): int(fut.result().offset) for tp, fut in latest.items()}
+        highs = confirmed_ends(self.settings, self.bootstrap, listed, timeout)  # listed is a lower bound
         out: dict[str, int] = {}
-        highs: dict[tuple[str, int], int] = {}
-        for tp, fut in latest.items():
-            high = fut.result().offset
-            highs[(tp.topic, tp.partition)] = high
-            out[tp.topic] = out.get(tp.topic, 0) + max(0, high - done.get((tp.topic, tp.partition), 0))
+        for (topic, part), high in highs.items():
+            out[topic] = out.get(topic, 0) + max(0, high - done.get((topic, part), 0))
         self._advance_frontier(asked, highs, done)
         return out, sum(done.values())
 
