@@ -6,10 +6,13 @@ reorders its buckets after the first iteration, which changes the order floats a
 dropout uses torch's global generator and the data its own, both saved with `RNGState`, so a
 run resumed from a snapshot is bitwise identical to an uninterrupted one. Per-rank state is
 keyed by rank and every rank restores its own (``dp_group=None``). Persisted checkpoints every
-`--save-every` steps, a snapshot every step; `--crash-host` raises a ValueError at the start of
-step `--crash-step` once (`--once`); with `--xid` it prints an Xid 79 line and dies of a CUDA error
-instead (a GPU lost). Snapshots go to `--snapshots`, else where the agent says (VIGIL_SNAPSHOT_DIR). At the end rank 0 writes the sha256 of the parameters and
-optimizer state to `--out`.
+`--save-every` steps, a snapshot every step. Faults, each once (its file created when it fires, holding
+the onset's Unix time): `--fault KIND:HOST:STEP` (repeatable; files under `--once-dir`) or the older
+`--crash-host H --crash-step S [--xid] --once FILE`. `crash` raises a ValueError at the start of the
+step; `xid` prints an Xid 79 line and dies of a CUDA error (a GPU lost); `hang` stops mid-step for good,
+after its backward and before the gradients' all-reduce, in which its peers then wait. Snapshots go to
+`--snapshots`, else where the agent says (VIGIL_SNAPSHOT_DIR). At the end rank 0 writes the sha256 of
+the parameters and optimizer state to `--out`.
 """
 
 from __future__ import annotations
@@ -43,20 +46,35 @@ def parse() -> argparse.Namespace:
     p.add_argument("--crash-step", type=int, default=-1)
     p.add_argument("--once", default="")
     p.add_argument("--xid", action="store_true", help="the crash is a GPU lost: an Xid line, then a CUDA error")
-    return p.parse_args()
+    p.add_argument("--fault", action="append", default=[], metavar="KIND:HOST:STEP", help="crash, xid or hang")
+    p.add_argument("--once-dir", default="", help="where --fault's once files go (default: --ckpt)")
+    args = p.parse_args()
+    faults = [(k, h, int(s), Path(args.once_dir or args.ckpt) / f"{k}-{h}-{s}.once")
+              for k, h, s in (f.split(":") for f in args.fault)]
+    if args.crash_host:
+        faults.append(("xid" if args.xid else "crash", args.crash_host, args.crash_step, Path(args.once)))
+    args.faults = faults
+    return args
 
 
-def crash(args: argparse.Namespace, step: int) -> None:
-    if step != args.crash_step or os.environ.get("VIGIL_HOST") != args.crash_host:
-        return
-    if args.once and Path(args.once).exists():
-        return
-    Path(args.once).touch()
-    if args.xid:
-        print(f"NVRM: Xid (PCI:0000:3b:00): 79, pid={os.getpid()}, GPU has fallen off the bus.", file=sys.stderr,
-              flush=True)
-        raise RuntimeError("CUDA error: unspecified launch failure (the GPU fell off the bus)")
-    raise ValueError(f"corrupt sample at step {step} (user code)")
+def fault(args: argparse.Namespace, step: int, when: str) -> None:
+    """Fire the fault due at `step` on this host (`when`: "start" of the step, or "mid" of it: hangs)."""
+    for kind, host, at, once in args.faults:
+        if step != at or os.environ.get("VIGIL_HOST") != host or (kind == "hang") != (when == "mid"):
+            continue
+        if once.exists():
+            continue
+        once.parent.mkdir(parents=True, exist_ok=True)
+        once.write_text(f"{time.time():.6f}")  # the onset, for the benchmark
+        if kind == "xid":
+            print(f"NVRM: Xid (PCI:0000:3b:00): 79, pid={os.getpid()}, GPU has fallen off the bus.", file=sys.stderr,
+                  flush=True)
+            raise RuntimeError("CUDA error: unspecified launch failure (the GPU fell off the bus)")
+        if kind == "hang":
+            print(f"[snap_worker] hanging in step {step}", flush=True)
+            while True:
+                time.sleep(3600)
+        raise ValueError(f"corrupt sample at step {step} (user code)")
 
 
 def digest(model: torch.nn.Module, opt: torch.optim.Optimizer) -> str:
@@ -103,11 +121,12 @@ def main() -> int:
     try:
         for step in range(start, args.steps + 1):
             with timer.step(samples=8):
-                crash(args, step)
+                fault(args, step, "start")
                 x, y = torch.randn(8, 32, generator=data), torch.randn(8, 4, generator=data)
                 opt.zero_grad()
                 torch.nn.functional.mse_loss(model(x), y).backward()
                 flat = torch.cat([p.grad.reshape(-1) for p in params if p.grad is not None])
+                fault(args, step, "mid")
                 dist.all_reduce(flat)
                 offset = 0
                 for p in params:

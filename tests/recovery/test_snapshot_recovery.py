@@ -1,11 +1,16 @@
-"""A real 3-host job resumes from its in-memory snapshots: at most one step lost, bitwise-identical training.
+"""A real 3-host job resumes from its in-memory snapshots after a crash and after a hang: at most one step lost each
+time, bitwise-identical training.
 
 Three `vigil run --nodes 2:3` agents run tests/recovery/snap_worker.py (gloo, CPU; a snapshot every
-step, a persisted checkpoint every 10); h1's rank raises at the start of step 15. The test plays the
-analyzer (it publishes the crash incident); the controller pauses and restarts the job on the same
-hosts, every rank restores the snapshot of step 14 (not the checkpoint of step 10), and the final
-parameters and optimizer state hash the same as an uninterrupted run's with the same seeds, which
-runs standalone (torchrun, 3 local ranks) alongside.
+step, a persisted checkpoint every 10). h1's rank raises at the start of step 15; later h2's rank
+hangs in step 22, after its backward and before the gradients' all-reduce, where its peers then
+wait. The test plays the analyzer (it publishes a `crash_cascade` incident on the exit, a
+`collective_hang` incident once the hung rank's peers have reported step 21 and nothing after). The
+controller pauses and restarts the job on the same hosts after the crash, dumps, pauses, diagnoses
+and restarts it after the hang; each time every rank restores the snapshot of the step before the
+fault (14, then 21: not the checkpoints of steps 10 and 20), and the final parameters and optimizer
+state hash the same as an uninterrupted run's with the same seeds, which runs standalone (torchrun,
+3 local ranks) alongside. One job for both faults: the live set-up is the slow part.
 """
 
 from __future__ import annotations
@@ -13,15 +18,17 @@ from __future__ import annotations
 import os
 import subprocess
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from live import HERE, PY, Live
 from test_recovery_live import training
 
-from vigil.contract import Checkpoint, Incident, ProcessExit, RankRef
+from vigil.contract import Checkpoint, Incident, Outcome, ProcessExit, RankRef
+from vigil.recovery.controller.state import ClusterState
 
-pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(400)]
-STEPS, CRASH = 24, 15
+pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(500)]
+STEPS, CRASH, HANG = 28, 15, 22
 
 
 def torchrun(*args: str, standalone: bool = False) -> list[str]:
@@ -29,7 +36,9 @@ def torchrun(*args: str, standalone: bool = False) -> list[str]:
     return [PY, "-m", "torch.distributed.run", *nproc, str(HERE / "snap_worker.py"), "--steps", str(STEPS), *args]
 
 
-def test_a_rank_crash_resumes_from_the_snapshot_of_the_step_before_and_trains_bitwise_identically(
+@pytest.mark.recovery_env({"VIGIL_RECOVERY_POLICY_CORDON_SLOW": "false",
+                           "VIGIL_RECOVERY_DIAGNOSTICS_ROUND_TIMEOUT_S": "90"})
+def test_a_crash_and_a_hang_each_resume_from_the_snapshot_of_the_step_before_and_train_bitwise_identically(
     live: Live,
 ) -> None:
     job, tmp = "job-snap", live.tmp
@@ -44,7 +53,8 @@ def test_a_rank_crash_resumes_from_the_snapshot_of_the_step_before_and_trains_bi
             env=ref_env, stdout=ref_log, stderr=subprocess.STDOUT, cwd=ref_dir)  # fmt: skip
     try:
         args = ["--ckpt", str(tmp / "ckpt"), "--snapshots", str(tmp / "shm"), "--out", str(tmp / "final.sha256"),
-                "--crash-host", "h1", "--crash-step", str(CRASH), "--once", str(tmp / "crash.once")]  # fmt: skip
+                "--crash-host", "h1", "--crash-step", str(CRASH), "--once", str(tmp / "crash.once"),
+                "--fault", f"hang:h2:{HANG}", "--once-dir", str(tmp)]  # fmt: skip
         for h in ("h0", "h1", "h2"):
             live.start_agent(h, torchrun(*args), nodes="2:3", job=job)
         live.start_controller()
@@ -72,10 +82,17 @@ def test_a_rank_crash_resumes_from_the_snapshot_of_the_step_before_and_trains_bi
         assert out.hosts == ["h0", "h1", "h2"] and out.cordoned == []
         assert out.checkpoint_step == CRASH - 1 and out.first_step == CRASH and out.restore_source == "memory", out
         assert out.steps_lost is not None and out.steps_lost <= 1
+        hang = hang_recovered(live, job, tmp / f"hang-h2-{HANG}.once")
+        assert hang.result == "resumed" and hang.hosts == ["h0", "h1", "h2"] and hang.cordoned == [], hang
+        assert hang.checkpoint_step == HANG - 1 and hang.first_step == HANG and hang.restore_source == "memory", hang
+        assert hang.steps_lost is not None and hang.steps_lost <= 1, hang
+        assert [a.action for a in live.actions(incident_id=hang.incident_id, target=job, status="succeeded")] == [
+            "dump", "pause", "diagnose", "cordon", "restart"]  # nothing to cordon: the diagnostics pass
         restored = {(e.host, e.step, e.source) for e in live.events if isinstance(e, Checkpoint) and e.phase == "restored"}
-        assert restored == {(h, CRASH - 1, "memory") for h in ("h0", "h1", "h2")}
+        assert restored == {(h, s, "memory") for h in ("h0", "h1", "h2") for s in (CRASH - 1, HANG - 1)}
         text = live.cli("recovery", "history", "--job", job).stdout
         assert f"resumed at step {CRASH} from checkpoint {CRASH - 1} (memory)" in text
+        assert f"resumed at step {HANG} from checkpoint {HANG - 1} (memory)" in text
 
         live.wait_for(lambda s: (tmp / "final.sha256").exists(), 180, "the resumed job to finish")
         assert reference.wait(180) == 0, (ref_dir / "torchrun.log").read_text()[-3000:]
@@ -86,3 +103,28 @@ def test_a_rank_crash_resumes_from_the_snapshot_of_the_step_before_and_trains_bi
         if reference.poll() is None:
             reference.kill()
             reference.wait(30)
+
+
+def hang_recovered(live: Live, job: str, fired: Path) -> Outcome:
+    """Play the analyzer for the hang: once the hung rank's file says it stopped and every host's progress ends at
+    the step before, publish the `collective_hang` incident; the outcome of its recovery."""
+    reported: list[Incident] = []
+
+    def analyzer(state: ClusterState) -> bool:
+        if not reported and fired.exists():
+            members = state.job(job).members
+            if len(members) == 3 and all(m.generation == 2 and m.last_step == HANG - 1 for m in members.values()):
+                onset = datetime.fromtimestamp(float(fired.read_text()), UTC)
+                inc = Incident(job_id=job, host="h2", incident_id=f"{job}/collective_hang/h2/g2",
+                               category="collective_hang", cause="unknown", status="open", severity="critical",
+                               summary=f"h2 rank 2 stopped in step {HANG}; its peers wait in the all-reduce",
+                               culprits=[RankRef(host="h2", rank=2)], confidence="weak", first_sign=onset,
+                               detected=datetime.now(UTC))  # fmt: skip
+                live.publish([inc])
+                reported.append(inc)
+        return bool(reported) and live.outcome(reported[0].incident_id) is not None
+
+    live.wait_for(analyzer, 300, "the hang to be reported and recovered")
+    out = live.outcome(reported[0].incident_id)
+    assert out is not None
+    return out
