@@ -16,8 +16,12 @@ controller's commands, acknowledging each with `recovery` events:
 * `finish`: the job is over (the controller saw its command exit 0 on every host): the agent
   acknowledges and exits 0, whether it trained, waited as a spare or was cordoned.
 
-When its command exits, the agent waits (up to `settle_s`) until the step records the command
-wrote are shipped, so its `exited` member event carries the final progress.
+When its command fails (non-zero status or a signal, not one the controller ordered), the agent
+reports it at once: an `exited` member event before anything else, so the controller can pause
+the job within a second. Then (and for any exit) it waits (up to `settle_s`) until the step
+records the command wrote are shipped, so its last `exited` member event carries the final
+progress. With `seal` (the agent role's key: `vigil.signing`) every member event is attested,
+which is what lets the controller act on an exit without waiting for the analyzer.
 
 While its host is in the cordon registry the agent stops its command and refuses to start.
 It reports progress (first and latest step of the running generation, from the step records
@@ -74,6 +78,7 @@ class Supervisor:
     progress: Progress = field(default_factory=Progress)
     replicator: Replicator | None = None  # buddy replication of the ranks' in-memory snapshots
     nproc: int = 1  # training processes per host (torchrun's --nproc-per-node): which ranks run here
+    seal: Callable[[Member], Member] | None = None  # attests member events (the agent role's signer)
     state: MemberState = field(default="waiting", init=False)
     generation: int = field(default=0, init=False)
     world: World | None = field(default=None, init=False)
@@ -139,6 +144,7 @@ class Supervisor:
         log.info("generation %d: node rank %d of %d, master %s:%d", world.generation, world.node_rank,
                  world.nnodes, world.master_addr, world.master_port)
         status = launcher.run()
+        self._report_failure(launcher, status)
         left = self._groups.reap(self.reap_grace_s)
         self._settle()
         with self._lock:
@@ -272,6 +278,16 @@ class Supervisor:
             running.terminate()
         self._exit.set()
 
+    def _report_failure(self, launcher: Launcher, status: int) -> None:
+        """A failure nobody ordered is reported before the reaping and the settling (the controller's cue)."""
+        with self._lock:
+            ordered = bool(self._stop_cmds) or self._cordoned is not None or launcher.interrupted
+            code = launcher.proc.returncode if launcher.proc is not None else None
+            if ordered or status == 0 or code is None or self._start_cmd is not None:
+                return
+            self._exit_code, self._signal, _ = exit_status(code)
+        self._announce("exited", reason=f"the command exited with status {status}")
+
     def _settle(self) -> None:
         """Wait until the spool was scanned after the command ended and everything in it was shipped."""
         ended = time.monotonic()
@@ -344,9 +360,10 @@ class Supervisor:
                 exit_code=self._exit_code, signal=self._signal, first_step=snap.first_step,
                 first_step_at=snap.first_step_at, last_step=snap.last_step, last_step_at=snap.last_step_at,
                 steps=snap.steps, step_ms=snap.step_ms, command_id=command_id, reason=reason[:2048],
+                replication=self.replicator.report() if self.replicator is not None else None,
             )
             self._last_announce = utcnow().timestamp()
-        self.agent.emit([member])
+        self.agent.emit([self.seal(member) if self.seal is not None else member])
 
 
 def _describe(p: psutil.Process) -> dict[str, Any]:

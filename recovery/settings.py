@@ -44,6 +44,9 @@ class PolicySettings(_Section):
                                  "exit_grace_s is handled as this")
     exit_grace_s: float = Field(default=30.0, gt=0, description="how long an exit waits for the analyzer's incident "
                                 "(it holds a crash's hardware lines ~20 s to tie them to the crash)")
+    attested_exit_grace_s: float = Field(default=0.0, ge=0, description="an exit its agent attested (signed member "
+                                         "report) waits this long, not exit_grace_s: the case opens at once and "
+                                         "the analyzer's verdict refines it while the pause runs")
     escalate_window_s: float = Field(default=120.0, ge=0, description="a stronger verdict (an incident) on the failure "
                                      "a finished recovery took as weaker, first sign within this of that recovery's: "
                                      "recover again as the stronger class (a hardware culprit still in the job gets cordoned)")

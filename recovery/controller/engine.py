@@ -7,8 +7,13 @@
    recorded as merged into it). A trigger from before the job's current generation started is
    history (skipped, with the reason) unless it is a stronger verdict on the failure the latest
    recovery took as weaker (`_escalates`: a hardware incident arriving after its exit was
-   recovered as software); one for a halted job too. While a case is open, new
-   triggers wait: those still current when it ends open the next case.
+   recovered as software); one for a halted job too. A `prompt` trigger (an exit its agent
+   attested) opens its case at once. While a case is open and has not begun to cordon or
+   restart, a trigger on the same failure (current generation, first sign within
+   `policy.escalate_window_s`, a culprit in the world) **refines** it (`_refine`): a second `plan`
+   event with the stronger class, its steps (the steps already taken stand) and every culprit,
+   so the analyzer's verdict on a crash the agent reported lands while the pause runs. Other
+   triggers wait: those still current when the case ends open the next case.
 2. **Starts**: a job whose agents all wait and that runs nothing starts (`start`) once it has
    `nodes_max` eligible hosts or `nodes_min` for `form_wait_s`; in auto mode a job running on
    fewer hosts than it accepts scales up when an eligible host waited `scale_up_wait_s`. Every plan
@@ -101,7 +106,11 @@ class Engine:
             by_job.setdefault(t.job_id, []).append(t)
         for job_id, group in by_job.items():
             job = self.state.job(job_id)
-            if self._open_case(job) is not None or job.finished is not None:
+            if job.finished is not None:
+                continue
+            case = self._open_case(job)
+            if case is not None:
+                self._refine(ctx, job, case, group)
                 continue
             stale = [t for t in group if job.world_started_at is not None and t.first_sign < job.world_started_at
                      and not self._escalates(job, t)]
@@ -114,9 +123,48 @@ class Engine:
                     self._skip(ctx, t, f"job halted by {halted.case_id}: needs a human "
                                f"(`vigil recovery approve {st.short_id(halted.case_id)}` resumes it)")
                 continue
-            if group and (ctx.now - min(t.detected for t in group)).total_seconds() >= self.settings.policy.settle_s:
+            waited = (ctx.now - min(t.detected for t in group)).total_seconds() if group else 0.0
+            if group and (any(t.prompt for t in group) or waited >= self.settings.policy.settle_s):
                 top = strongest(group)
                 self._open(ctx, job, top, merged=[t.trigger_id for t in group if t.trigger_id != top.trigger_id])
+
+    def _refine(self, ctx: st.Ctx, job: Job, case: Case, group: list[Trigger]) -> None:
+        """Fold the triggers on `case`'s failure into it before it cordons or restarts (see the docstring)."""
+        first = case.details.get("first_sign")
+        if case.cls not in STRENGTH or case.dry_run or job.world_started_at is None or not isinstance(first, str):
+            return
+        if any((s := st.umbrella(case, n)) is not None and s.started_at is not None for n in ("cordon", "restart")):
+            return
+        window, began = self.settings.policy.escalate_window_s, datetime.fromisoformat(first)
+        near = [t for t in group if t.first_sign >= job.world_started_at
+                and abs((t.first_sign - began).total_seconds()) <= window
+                and (not t.culprits or any(c.host in job.world for c in t.culprits))]
+        if not near:
+            return
+        top = max(near, key=lambda t: STRENGTH[t.cls])
+        stronger = STRENGTH[top.cls] > STRENGTH[case.cls]
+        culprits = {str(c["host"]): dict(c) for c in case.details.get("culprits", [])}
+        for t in sorted(near, key=lambda t: -STRENGTH[t.cls]):
+            for c in t.culprits:
+                held = culprits.get(c.host)
+                if held is None or (c.strong and not held.get("strong")) or (held.get("rank") is None and c.rank is not None):
+                    culprits[c.host] = {"host": c.host, "strong": c.strong or bool(held and held.get("strong")),
+                                        "rank": c.rank, "message": c.message}
+        plan = case.plan
+        if stronger:
+            paused = (p := st.umbrella(case, "pause")) is not None and p.started_at is not None
+            plan = [s for s in steps_for(top.cls, self.settings.mode, self.settings.policy)
+                    if not (s == "dump" and paused)]  # a dump after the pause finds nothing to dump
+        ids = [t.trigger_id for t in near]
+        details = {**case.details, "steps": plan, "culprits": list(culprits.values()),
+                   "merged": [*case.details.get("merged", []), *ids], "refined_by": ids}
+        if stronger:
+            details.update({"class": top.cls, "cause": top.cause, "category": top.category,
+                            "summary": top.summary[:1000]})
+        reason = (f"refined to {top.cls} by {top.source} {top.trigger_id}: {top.summary[:300]}" if stronger
+                  else f"{top.source} {top.trigger_id} on the same failure: culprits {', '.join(culprits)}")
+        ctx.publish([ctx.act(case, "plan", job.job_id, "planned", details=details, reason=reason)])
+        log.info("recovery %s of %s %s", case.case_id, job.job_id, reason)
 
     def _escalates(self, job: Job, t: Trigger) -> bool:
         """`t` is a stronger verdict on the failure the job's latest (finished) recovery took as weaker: an

@@ -274,6 +274,11 @@ class ClusterState:
         if e.action == "plan":
             if e.status == "skipped":
                 case.skipped = e.reason or "skipped"
+            elif case.opened_at is not None and e.details.get("refined_by"):  # a refinement (engine._refine)
+                case.plan = [str(s) for s in e.details.get("steps", case.plan)]
+                case.details = dict(e.details)
+                for merged in e.details.get("merged", []):
+                    self.merged[str(merged)] = e.incident_id
             elif case.opened_at is None or e.ts < case.opened_at:
                 case.opened_at = e.ts
                 case.plan = [str(s) for s in e.details.get("steps", [])]

@@ -8,7 +8,10 @@
   e.g. `error_log:xid`): its host is the culprit, strong for hardware log lines;
 * a member of the running generation that exited non-zero (or by a signal) and no incident or
   alert explained within `policy.exit_grace_s`: class `policy.exit_as`, the first host that
-  exited is the culprit (MegaScale's driver watching its executors' processes).
+  exited is the culprit (MegaScale's driver watching its executors' processes). An exit its
+  agent attested (a signed member report, verified by the controller's gate) waits only
+  `policy.attested_exit_grace_s` (0) and is `prompt`: its case opens without the settle window,
+  and the analyzer's verdict refines it while the pause runs (`engine`).
 
 Triggers older than `policy.max_trigger_age_s` are history and never returned; neither is a
 trigger some case already took (`ClusterState.merged`). `strongest` merges a job's triggers
@@ -49,6 +52,7 @@ class Trigger:
     first_sign: datetime
     detected: datetime
     summary: str
+    prompt: bool = False  # open its case at once (an attested exit), not after the settle window
 
 
 def classify(incident: Incident, policy: PolicySettings) -> PolicyClass:
@@ -114,16 +118,20 @@ def triggers(state: ClusterState, policy: PolicySettings, now: datetime) -> list
         failed = sorted((m for h, m in job.members.items() if h in job.world and m.state == "exited"
                          and m.generation == job.generation and (m.exit_code or m.signal)
                          and since(m) >= job.world_started_at), key=since)
-        if not failed or now - since(failed[0]) < grace or since(failed[0]) < oldest:
+        if not failed:
             continue
         first = failed[0]
+        wait = timedelta(seconds=policy.attested_exit_grace_s) if first.signature else grace
+        if now - since(first) < wait or since(first) < oldest:
+            continue
         how = f"signal {first.signal}" if first.signal else f"exit code {first.exit_code}"
         out.append(Trigger(
             trigger_id=tid, job_id=job.job_id, cls=policy.exit_as, source="exit", category="process_exit",
             cause="unknown", culprits=(Culprit(host=first.host, strong=False, message=f"exited with {how}"),),
-            first_sign=since(first), detected=since(first) + grace,
+            first_sign=since(first), detected=since(first) + wait, prompt=bool(first.signature),
             summary=f"{first.host} exited with {how} in generation {job.generation}; "
-                    f"{len(failed)} of {len(job.world)} hosts exited"))
+                    f"{len(failed)} of {len(job.world)} hosts exited"
+                    + (" (attested by its agent)" if first.signature else "")))
     return sorted(out, key=lambda t: t.detected)
 
 
@@ -140,4 +148,5 @@ def strongest(group: Sequence[Trigger]) -> Trigger:
                 culprits[c.host] = c
     return Trigger(trigger_id=first.trigger_id, job_id=first.job_id, cls=top.cls, source=top.source,
                    category=top.category, cause=top.cause, culprits=tuple(culprits.values()),
-                   first_sign=min(t.first_sign for t in group), detected=first.detected, summary=top.summary)
+                   first_sign=min(t.first_sign for t in group), detected=first.detected, summary=top.summary,
+                   prompt=any(t.prompt for t in group))

@@ -154,9 +154,10 @@ def test_vigil_keys_export_k8s_writes_the_secrets_the_manifests_name(tmp_path: P
     assert all((tmp_path / "k" / n).stat().st_mode & 0o077 == 0 for n in written)
     referenced = {ref["secretRef"]["name"] for c in k8s_containers() for ref in c["envFrom"] if "secretRef" in ref
                   and ref["secretRef"]["name"].startswith("vigil-signing-")} | {"vigil-signing-public"}
-    assert {d["metadata"]["name"] for d in written.values()} == referenced
+    # vigil-signing-agent: for `vigil run` in the training jobs' own pods (attested member reports), not a service here
+    assert {d["metadata"]["name"] for d in written.values()} == referenced | {"vigil-signing-agent"}
     public = written["vigil-signing-public.json"]["stringData"]
-    assert sorted(n.split(".")[0] for n in public) == ["analyzer", "controller", "controller", "operator"]
+    assert sorted(n.split(".")[0] for n in public) == ["agent", "analyzer", "controller", "controller", "operator"]
     assert not any("PRIVATE" in v for v in public.values())  # the rotated-out controller key still verifies
     controller = written["vigil-signing-controller.json"]["stringData"]
     assert "BEGIN PRIVATE KEY" in controller["VIGIL_SIGNING_PRIVATE_KEY"]

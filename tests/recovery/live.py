@@ -117,7 +117,9 @@ class Live:
                 and all(getattr(e, k) == v for k, v in match.items())]
 
     def outcome(self, case: str) -> Outcome | None:
-        c = self.state.cases.get(case)
+        """The outcome of the recovery that took `case` (a trigger id: an incident may refine, or be merged
+        into, the case an attested exit opened first)."""
+        c = self.state.cases.get(self.state.merged.get(case, case))
         return c.outcome if c is not None else None
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:

@@ -53,7 +53,7 @@ def store(tmp_path: Path) -> KeyStore:
 
 def test_key_files_private_only_to_owner(store: KeyStore) -> None:
     keys = sorted(store.directory.glob("*.key"))
-    assert {p.name.split(".")[0] for p in keys} == {"controller", "analyzer", "operator"}
+    assert {p.name.split(".")[0] for p in keys} == {"controller", "analyzer", "operator", "agent"}
     for p in keys:
         assert stat.S_IMODE(p.stat().st_mode) == 0o600
     for p in store.directory.glob("*.pub"):

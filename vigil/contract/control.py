@@ -119,6 +119,25 @@ class Command(Event):
         return self
 
 
+RefusedCopy = Literal["malformed", "too_large", "host_full", "digest", "io"]
+
+
+class SnapshotReplication(BaseModel):
+    """A node agent's buddy replication of its ranks' in-memory snapshots, counted since the agent started
+    (`collector.replication`): copies pushed to the buddy and staged from peers before a start, their bytes,
+    the copies refused by reason, and the newest step of its ranks the buddy holds."""
+
+    model_config = MODEL_CONFIG
+
+    buddy: Name | None = Field(default=None, description="the host its ranks' snapshots go to; None: one host")
+    pushed: U64 = 0
+    staged: U64 = 0
+    pushed_bytes: U64 = 0
+    staged_bytes: U64 = 0
+    refused: dict[RefusedCopy, U64] = Field(default_factory=dict, description="copies refused, by reason")
+    last_step: U64 | None = Field(default=None, description="the newest step pushed to the buddy")
+
+
 class Member(Event):
     """A node agent of a recovery-controlled job: who it is, what it runs, how far training got.
 
@@ -150,6 +169,9 @@ class Member(Event):
     step_ms: NonNegFloat | None = Field(default=None, ge=0, description="median step time of the recent steps")
     command_id: str = Field(default="", max_length=256, description="the command that caused this state")
     reason: str = Field(default="", max_length=2048)
+    replication: SnapshotReplication | None = Field(default=None, description="its snapshot replication, when it replicates")
+    signature: str = Field(default="", max_length=512, description="<role>/<key id>/<base64 Ed25519>: the "
+                           "agent's attestation (vigil.signing); empty: an unattested fact")
 
     @model_validator(mode="after")
     def _range(self) -> Member:

@@ -5,9 +5,10 @@
 * ``vigil-signing-public``: every listed ``<role>.<key id>.pub`` (a file each, mounted read-only at
   ``/etc/vigil/keys`` in every service that verifies; `VIGIL_SIGNING_KEYS_DIR` points there), so
   retired keys disappear and rotated ones are accepted on the next re-read;
-* ``vigil-signing-<role>`` for the controller, analyzer and operator roles: the role's current
-  private key as `VIGIL_SIGNING_PRIVATE_KEY` (PEM) and `VIGIL_SIGNING_KEY_ID`, given (``envFrom``)
-  only to that role's service: the recovery controller, the detecting analyzer, the dashboard.
+* ``vigil-signing-<role>`` for every role: the role's current private key as
+  `VIGIL_SIGNING_PRIVATE_KEY` (PEM) and `VIGIL_SIGNING_KEY_ID`, given (``envFrom``) only to that
+  role's service: the recovery controller, the detecting analyzer, the dashboard; the agent's to
+  the `vigil run` wrappers in the training jobs' own pods (no manifest here).
 
 Pure: reads the key store, returns dicts; `vigil keys export-k8s` writes them (mode 0600).
 """

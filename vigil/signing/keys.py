@@ -26,11 +26,18 @@ from vigil.errors import VigilError
 
 
 class Role(StrEnum):
-    """Who may make which decision (`policy.expected_roles`)."""
+    """Who may make which decision (`policy.expected_roles`), and who attests which fact.
+
+    `AGENT` makes no decision: the node agents under recovery control sign their `member` reports
+    with it, so the controller may act on a rank's exit at once (`policy.ATTESTED`) instead of
+    waiting for the analyzer's incident. It is held by every agent (one key for the fleet), so it
+    vouches that *an* agent said it, not which one: its worst misuse is a restart of a job.
+    """
 
     CONTROLLER = "controller"
     ANALYZER = "analyzer"
     OPERATOR = "operator"
+    AGENT = "agent"
 
 
 class KeyStoreError(VigilError):

@@ -9,7 +9,10 @@ that pages and decides nothing), acted on unsigned. `check` returns a `Refusal` 
 without a valid signature of an expected role. `Refusals` counts them and makes the `security`
 alert once per (reporter, decision kind, job[, host]): its fingerprint names them, not the record,
 so a flood is one alert (its evidence `count`: refusals of that fingerprint so far) and a log
-line for the first and every 100th. Besides decisions, a service refuses untrusted claims
+line for the first and every 100th. An **attested fact** (`ATTESTED`: an agent's `member` report)
+is acted on unsigned like any fact, but one that carries a signature must verify as its
+attester's: a forged attestation is refused like a forged decision, so a folded member with a
+signature is one an agent signed (the controller acts on its exit at once). Besides decisions, a service refuses untrusted claims
 (`Claim`: a fact dated ahead, a checkpoint that failed verification) and the agent forged spool
 lines the same way.
 """
@@ -22,7 +25,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
-from vigil.contract import Advice, Alert, Command, Diagnostic, Event, Incident, RecoveryAction, Silence
+from vigil.contract import (
+    Advice,
+    Alert,
+    Command,
+    Diagnostic,
+    Event,
+    Incident,
+    Member,
+    RecoveryAction,
+    Silence,
+)
 from vigil.contract.decisions import is_operator_request
 from vigil.signing.keys import Role
 from vigil.signing.seal import Problem, Unverified, Verifier
@@ -33,6 +46,7 @@ REMEMBERED = 4096
 NONE: frozenset[Role] = frozenset()
 CONTROLLER = frozenset({Role.CONTROLLER})
 OPERATOR = frozenset({Role.OPERATOR})
+ATTESTED: dict[type[Event], Role] = {Member: Role.AGENT}  # facts a signature may vouch for: by whom
 
 
 class Claim(StrEnum):
@@ -95,11 +109,19 @@ class Refusal:
                 f"{self.problem.value}{' ' + self.detail if self.detail else ''}")
 
 
+def attested(event: Event) -> bool:
+    """`event` is an attested fact that carries an attestation (verified by `check` before it is folded)."""
+    return type(event) in ATTESTED and bool(getattr(event, "signature", ""))
+
+
 def check(event: Event, verifier: Verifier) -> Refusal | None:
-    """None when `event` is a fact or a decision validly signed by a role that may make it."""
+    """None when `event` is a fact (an attested one unsigned or validly attested) or a decision validly
+    signed by a role that may make it."""
     roles = expected_roles(event)
     if not roles:
-        return None
+        if not attested(event):
+            return None
+        roles = frozenset({ATTESTED[type(event)]})
     try:
         role = verifier.signer_of(event)
     except Unverified as exc:

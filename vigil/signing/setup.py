@@ -40,7 +40,9 @@ def signer(role: Role, home: Path, settings: SigningSettings | None = None) -> E
     try:
         kid, key = store.private_key(role)
     except KeyStoreError as exc:
-        log.warning("decisions of the %s go unsigned and will be refused: %s", role.value, exc)
+        what = ("member reports of the agent go unattested (the controller waits for the analyzer before acting "
+                "on an exit)" if role is Role.AGENT else f"decisions of the {role.value} go unsigned and will be refused")
+        log.warning("%s: %s", what, exc)
         return None
     return Ed25519Signer(role=role, key_id=kid, key=key)
 

@@ -36,13 +36,15 @@ def run(args: argparse.Namespace, *, agent: Any, paths: Any, argv: list[str], en
     from vigil.collector.sink import ObservedSink
     from vigil.collector.supervisor import Supervisor
     from vigil.collector.torchrun import nproc_per_node
+    from vigil.collector.warm import WarmPool
     from vigil.cordons import CordonRegistry, registry_path
     from vigil.kafka.admin import ensure_topics
     from vigil.kafka.follow import Follower
     from vigil.settings import VigilSettings
+    from vigil.signing import Role
     from vigil.signing.gate import Gate
     from vigil.signing.policy import Refusals
-    from vigil.signing.setup import verifier
+    from vigil.signing.setup import signer, verifier
 
     nodes = NodeRange.parse(args.nodes, args.node_multiple)
     core = VigilSettings.load()
@@ -58,21 +60,38 @@ def run(args: argparse.Namespace, *, agent: Any, paths: Any, argv: list[str], en
                            done_file=paths.state_dir / "commands.json", gate=gate, emit=agent.emit)
 
     replicator = _replicator(s) if s.replicate_snapshots else None
-    supervisor = Supervisor(agent=agent, argv=argv, env=env, nodes=nodes, make_launcher=launcher_for, feed=feed,
+    pool = WarmPool.for_command(argv, env, list(s.warm_imports)) if s.warm_start else None
+
+    def make_launcher(a: list[str], e: dict[str, str]) -> Any:
+        launcher = launcher_for(a, e)
+        launcher.warm = pool  # a generation starts in the interpreters warmed for it (collector.warm)
+        return launcher
+
+    supervisor = Supervisor(agent=agent, argv=argv, env=env, nodes=nodes, make_launcher=make_launcher, feed=feed,
                             registry=CordonRegistry(registry_path(core.home)),
                             address=args.rdzv_addr or local_ip(), spare=args.spare, keepalive_s=args.keepalive,
-                            replicator=replicator, nproc=nproc_per_node(argv))
+                            replicator=replicator, nproc=nproc_per_node(argv), seal=_sealer(signer(Role.AGENT, core.home)))
     agent.sink = ObservedSink(inner=agent.sink, observe=supervisor.progress.observe)
     agent.shipper.sink = agent.sink
     agent.start()
     if replicator is not None:
         replicator.start()
+    if pool is not None:
+        pool.prepare()
     try:
         return supervisor.run()
     finally:
+        if pool is not None:
+            pool.close()
         if replicator is not None:
             replicator.stop()
         agent.stop()
+
+
+def _sealer(key: Any) -> Callable[[Any], Any] | None:
+    """The agent's attestation of its member events (None without an agent key: they go unattested, and
+    the controller waits `policy.exit_grace_s` for the analyzer before acting on an exit)."""
+    return None if key is None else key.seal
 
 
 def _replicator(s: Any) -> Any:

@@ -1,0 +1,121 @@
+"""Deciding at the agent's speed: an exit its agent attested opens a case at once, the analyzer's verdict refines it.
+
+Pure: the engine against the simulated fleet (tests/recovery/fleet.py) with the default settle window (2 s)
+and exit grace (30 s); the members are sealed with the agent role's real key, and the controller's gate
+refuses a forged attestation. The same path with real agents and torch: test_snapshot_recovery.py.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+from fleet import Fleet, Harness, incident
+
+from vigil.contract import Command, Event, Member, Outcome
+from vigil.signing import KeyStore, Role
+from vigil.signing.gate import Gate
+from vigil.signing.policy import Refusals
+from vigil.signing.seal import Ed25519Signer, KeyRing, Problem
+
+pytestmark = pytest.mark.pure
+JOB = "job-a"
+
+
+def agent_key(tmp: Path, role: Role = Role.AGENT) -> Ed25519Signer:
+    store = KeyStore(tmp / "keys")
+    store.ensure()
+    kid, key = store.private_key(role)
+    return Ed25519Signer(role=role, key_id=kid, key=key)
+
+
+def attested_crash(fleet: Fleet, host: str, now: datetime, key: Ed25519Signer) -> list[Event]:
+    (m,) = fleet.crash(host, now)
+    assert isinstance(m, Member)
+    sealed = key.seal(m)
+    fleet.members[host] = sealed
+    return [sealed]
+
+
+def running(tmp: Path, **settings: object) -> tuple[Fleet, Harness]:
+    fleet = Fleet(job=JOB, hosts=["h0", "h1", "h2"])
+    h = Harness.build(fleet, tmp, policy_settle_s=2.0, **settings)
+    h.run(lambda: h.training(1))
+    for _ in range(3):
+        h.turn()
+    return fleet, h
+
+
+def test_an_attested_exit_opens_its_case_in_the_turn_that_reads_it(tmp_path: Path) -> None:
+    fleet, h = running(tmp_path)
+    exited = h.now
+    h.feed(attested_crash(fleet, "h1", h.now, agent_key(tmp_path)))
+    h.turn()
+    (plan,) = h.actions(action="plan", incident_id=f"{JOB}/exit/g1")
+    assert plan.ts == exited and plan.details["class"] == "software" and plan.details["source"] == "exit"
+    assert "attested by its agent" in plan.details["summary"]
+    assert [c.host for c in h.fx.events if isinstance(c, Command) and c.action == "stop"] == ["h0", "h1", "h2"]
+
+
+def test_an_unattested_exit_still_waits_for_the_analyzer(tmp_path: Path) -> None:
+    fleet, h = running(tmp_path, policy_exit_grace_s=5)
+    exited = h.now
+    h.feed(fleet.crash("h1", h.now))
+    h.run(lambda: bool(h.actions(action="plan", incident_id=f"{JOB}/exit/g1")), turns=20)
+    (plan,) = h.actions(action="plan", incident_id=f"{JOB}/exit/g1")
+    assert plan.ts - exited >= timedelta(seconds=5 + 2)  # the grace, then the settle window
+
+
+def test_a_hardware_verdict_during_the_pause_refines_the_case_to_a_cordon(tmp_path: Path) -> None:
+    """The crash is reported first (software: pause, restart); the Xid incident lands while the pause runs:
+    the same case goes on as hardware (diagnose, cordon h2, restart on two), one recovery, one outcome."""
+    fleet, h = running(tmp_path)
+    h.feed(fleet.commit(10, h.now) + attested_crash(fleet, "h2", h.now, agent_key(tmp_path)))
+    h.turn()
+    case = f"{JOB}/exit/g1"
+    assert h.actions(action="pause", status="started", incident_id=case)
+    inc = incident(JOB, "h2", at=h.now)
+    h.feed([inc])
+    h.run(lambda: h.training(2))
+    h.turn()
+    plans = h.actions(action="plan", incident_id=case)
+    assert [p.details["class"] for p in plans] == ["software", "hardware"]
+    assert plans[1].details["steps"] == ["pause", "diagnose", "cordon", "restart"]
+    assert plans[1].details["refined_by"] == [inc.incident_id]
+    assert plans[1].details["culprits"] == [{"host": "h2", "strong": True, "rank": 0, "message": "Xid 79"}]
+    assert set(h.fx.backend.cordoned()) == {"h2"}
+    assert sorted(c.host for c in h.fx.events if isinstance(c, Command) and c.action == "start"
+                  and c.generation == 2) == ["h0", "h1"]
+    outcomes = [e for e in h.fx.events if isinstance(e, Outcome) and e.incident_id != f"{JOB}/start/g1"]
+    assert [(o.incident_id, o.result, o.cordoned) for o in outcomes] == [(case, "resumed", ["h2"])]
+    assert not h.actions(incident_id=inc.incident_id)  # never a case, nor skipped: it refined the exit's
+    folded = h.successor().engine.state  # the refinement is in the log: a new leader sees the same case
+    assert folded.cases[case].cls == "hardware" and folded.merged[inc.incident_id] == case
+
+
+def test_a_verdict_after_the_restart_began_is_the_next_case_not_a_refinement(tmp_path: Path) -> None:
+    fleet, h = running(tmp_path)
+    h.feed(fleet.commit(10, h.now) + attested_crash(fleet, "h2", h.now, agent_key(tmp_path)))
+    h.run(lambda: bool(h.actions(action="restart", status="started")))
+    inc = incident(JOB, "h2", at=h.now - timedelta(seconds=1))
+    h.feed([inc])
+    h.run(lambda: any(isinstance(e, Outcome) and e.incident_id == inc.incident_id for e in h.fx.events), turns=60)
+    assert [p.details["class"] for p in h.actions(action="plan", incident_id=f"{JOB}/exit/g1")] == ["software"]
+    assert h.actions(action="plan", incident_id=inc.incident_id)[0].details["class"] == "hardware"  # escalated
+    assert set(h.fx.backend.cordoned()) == {"h2"}
+
+
+def test_the_gate_refuses_a_forged_attestation_and_admits_the_agents(tmp_path: Path) -> None:
+    fleet = Fleet(job=JOB, hosts=["h0"])
+    (m,) = fleet.crash("h0", datetime.now().astimezone())
+    assert isinstance(m, Member)
+    gate = Gate(verifier=KeyRing(load=KeyStore(tmp_path / "keys").public_keys, reload_s=0),
+                refusals=Refusals(reporter="controller"))
+    good = agent_key(tmp_path).seal(m)
+    wrong_role = agent_key(tmp_path, Role.ANALYZER).seal(m)
+    tampered = good.model_copy(update={"host": "h9"})
+    accepted, alerts = gate.admit([m, good, wrong_role, tampered], good.ts)
+    assert accepted == [m, good]  # unsigned: a plain fact; signed: must verify as the agent's
+    assert [a.evidence["problem"] for a in alerts] == [Problem.WRONG_ROLE.value]  # one alert per kind and job
+    assert gate.refused == 2
