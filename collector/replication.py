@@ -13,7 +13,8 @@ collective, as before.
 Bounded: what a host keeps is bounded by its `HostStore` (per-rank size, host total, `keep` per
 rank); a refused copy is counted by reason (`Replication.refused`) and logged once per reason,
 never retried unless the failure was I/O. The agent's thread polls every `interval_s`; nothing
-here touches the training processes.
+here touches the training processes. `report()` gives the counters as the contract's
+`SnapshotReplication`, which the agent's `member` reports carry to the event log.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 
 from vigil.collector.buddies import Transport
 from vigil.collector.replicas import Held, HostStore, Refused
-from vigil.contract import World
+from vigil.contract import SnapshotReplication, World
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +43,13 @@ def buddy_of(world: World) -> str | None:
 
 @dataclass(kw_only=True)
 class Replication:
-    """The replicator's counters (since the agent started)."""
+    """The replicator's counters (since the agent started); `last_step`: the newest step pushed to the buddy."""
 
     pushed: int = 0
     staged: int = 0
+    pushed_bytes: int = 0
+    staged_bytes: int = 0
+    last_step: int | None = None
     refused: Counter[Refused] = field(default_factory=Counter)
 
 
@@ -87,6 +91,7 @@ class Replicator:
                         why = self.transport.fetch(host, held, self.store)
                         if why is None:
                             staged += 1
+                            self.stats.staged_bytes += held.size
                             log.info("staged rank %d's snapshot of step %d from %s", rank, step, host)
                             break
                         self._refused(why, f"staging rank {rank} step {step} from {host}")
@@ -116,6 +121,8 @@ class Replicator:
                     why = self.transport.push(buddy, held)
                     if why is None:
                         pushed += 1
+                        self.stats.pushed_bytes += held.size
+                        self.stats.last_step = max(held.step, self.stats.last_step or 0)
                     else:
                         self._refused(why, f"rank {rank} step {held.step} to {buddy}")
                     if why is not Refused.IO:  # only I/O is worth another try
@@ -123,6 +130,14 @@ class Replicator:
             self._sent &= current  # bounded: only what is still on the host
             self.stats.pushed += pushed
         return pushed
+
+    def report(self) -> SnapshotReplication:
+        """The counters as the contract carries them (in the agent's `member` reports). Without the lock: a copy
+        in flight holds it for as long as the copy takes, and a member report (an exit) must not wait for it."""
+        st, refused = self.stats, list(self.stats.refused.items())  # list(): one step under the GIL
+        return SnapshotReplication(buddy=self._buddy, pushed=st.pushed, staged=st.staged, pushed_bytes=st.pushed_bytes,
+                                   staged_bytes=st.staged_bytes, refused={r.value: n for r, n in refused},
+                                   last_step=st.last_step)  # fmt: skip
 
     def _refused(self, why: Refused, what: str) -> None:
         self.stats.refused[why] += 1

@@ -2,9 +2,9 @@
 
 `read_state` folds the controller's input topics once, from the beginning to the end (no
 consumer group), exactly as the controller does; `status` is the present (per job: its
-generation, hosts, members, open recoveries and what they wait for; the cordoned hosts),
-`history` the past (per recovery: every step with its timing, the outcome's time split and
-steps lost; per job the effective training time ratio and the recoveries that cost it).
+generation, hosts, members with their snapshot replication, open recoveries and what they wait for;
+the cordoned hosts), `history` the past (per recovery: every step with its timing, the outcome's
+time split and steps lost; per job the effective training time ratio and the recoveries that cost it).
 Both are plain dicts (`--json`), `format_status`/`format_history` their text.
 """
 
@@ -66,7 +66,8 @@ def status(state: ClusterState, now: datetime, cordoned: dict[str, CordonInfo], 
             "halted_by": halted.case_id if halted else None,
             "members": {h: {"state": m.state, "generation": m.generation, "node_rank": m.node_rank,
                             "last_step": m.last_step, "seen_s": round((now - m.ts).total_seconds(), 1),
-                            "spare": m.spare} for h, m in sorted(j.members.items())},
+                            "spare": m.spare, "replication": m.replication.model_dump() if m.replication else None}
+                        for h, m in sorted(j.members.items())},
             "open": [_case_line(state.cases[c]) for c in j.cases if state.cases[c].open],
         }
     return {"jobs": jobs, "cordoned": {h: {"reason": c.reason, "incident_id": c.incident_id, "by": c.by, "at": c.at}
@@ -103,6 +104,13 @@ def _s(value: Any) -> str:
     return "-" if value is None else f"{float(value):.1f}s"
 
 
+def _replication(r: dict[str, Any]) -> str:
+    refused = ", ".join(f"{k} {v}" for k, v in sorted(r["refused"].items())) or "none"
+    upto = f" up to step {r['last_step']}" if r["last_step"] is not None else ""
+    return (f"to {r['buddy'] or 'nobody'}{upto} (pushed {r['pushed']}, {r['pushed_bytes'] / 2**20:.1f} MiB; "
+            f"staged {r['staged']}, {r['staged_bytes'] / 2**20:.1f} MiB; refused {refused})")
+
+
 def format_status(doc: dict[str, Any]) -> str:
     lines: list[str] = []
     for job_id, j in doc["jobs"].items():
@@ -113,6 +121,8 @@ def format_status(doc: dict[str, Any]) -> str:
             lines.append(f"  {host:<20} {m['state']:<10} gen {m['generation']:<3} rank {m['node_rank'] if m['node_rank'] is not None else '-':<3} "
                          f"step {m['last_step'] if m['last_step'] is not None else '-':<8} seen {m['seen_s']}s ago"
                          f"{'  (spare)' if m['spare'] else ''}")
+            if m.get("replication"):
+                lines.append(f"  {'':<20} snapshots: {_replication(m['replication'])}")
         for c in j["open"]:
             lines.append(f"  recovery {c['short_id']} ({c['class']}): {' -> '.join(c['plan'])}; now: {c['waiting_for']}"
                          f"{'  APPROVE: vigil recovery approve ' + c['short_id'] if c['awaiting_approval'] else ''}")

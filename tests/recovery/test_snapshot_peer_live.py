@@ -9,7 +9,8 @@ host is then lost — its agent stopped, its memory wiped — and a spare h3 joi
 h0, h2, h3: rank 0 restores its own snapshot of step 14, rank 1 (now on h2) the copy h2 holds of
 h1's, rank 2 (now on h3) the copy h3's agent staged from the new world's other hosts. Nothing is
 lost beyond the step in flight, and the final parameters and optimizer state hash the same as an
-uninterrupted run's (torchrun standalone, 3 local ranks).
+uninterrupted run's (torchrun standalone, 3 local ranks). The agents' member reports carry their
+replication counters: h1's pushes up to step 14 to h2, h3's staged copies.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from live import Live
 from test_recovery_live import cordoned, training
 from test_snapshot_recovery import torchrun
 
-from vigil.contract import Checkpoint, Incident, LogLine, RankRef
+from vigil.contract import Checkpoint, Incident, LogLine, Member, RankRef
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(420)]
 XID = 15
@@ -87,6 +88,11 @@ def test_an_xid_with_host_loss_resumes_from_the_buddys_copy_and_trains_bitwise_i
         assert restored == {("h0", XID - 1, "memory"), ("h2", XID - 1, "peer"), ("h3", XID - 1, "peer")}
         text = live.cli("recovery", "history", "--job", JOB).stdout
         assert f"resumed at step {XID} from checkpoint {XID - 1} (peer)" in text
+        # the agents' replication counters reach the log in their member reports (the newest of each host)
+        reps = {e.host: e.replication for e in live.events if isinstance(e, Member) and e.replication is not None}
+        assert reps["h1"].buddy == "h2" and reps["h1"].last_step == XID - 1 and reps["h1"].pushed >= 2, reps["h1"]
+        assert reps["h1"].pushed_bytes > 0 and reps["h1"].refused == {}
+        assert reps["h3"].staged >= 1 and reps["h3"].staged_bytes > 0 and reps["h3"].buddy == "h0", reps["h3"]
 
         live.wait_for(lambda s: (tmp / "final.sha256").exists(), 180, "the resumed job to finish")
         assert reference.wait(180) == 0, (ref_dir / "torchrun.log").read_text()[-3000:]

@@ -10,6 +10,7 @@ from vigil.contract.control import (
     Member,
     MemberState,
     Outcome,
+    SnapshotReplication,
     Verdict,
     World,
 )
@@ -95,6 +96,7 @@ __all__ = [
     "RecoveryAction",
     "Rejected",
     "Silence",
+    "SnapshotReplication",
     "StepTiming",
     "Verdict",
     "World",

@@ -113,7 +113,9 @@ SPECS: tuple[EventSpec, ...] = (
         **_ORIGIN, "state": "training", "since": "2026-11-01T11:59:55Z", "generation": 8, "node_rank": 1, "nodes_min": 2, "nodes_max": 4,
         "node_multiple": 2, "ip": "10.0.3.7", "ports": [29500, 29501, 29502], "started_at": "2026-11-01T11:59:40Z",
         "first_step": 1201, "first_step_at": "2026-11-01T11:59:55Z", "last_step": 1210,
-        "last_step_at": _TS, "steps": 10, "step_ms": 812.5, "command_id": "llama-70b/g8/start/node-0007"}),
+        "last_step_at": _TS, "steps": 10, "step_ms": 812.5, "command_id": "llama-70b/g8/start/node-0007",
+        "replication": {"buddy": "node-0001", "pushed": 20, "staged": 2, "pushed_bytes": 20 << 30,
+                        "staged_bytes": 2 << 30, "refused": {"host_full": 1}, "last_step": 1210}}),
     EventSpec(kind="diagnostic", version=1, model=Diagnostic, topic="recovery", example={
         **_ORIGIN, "incident_id": _INCIDENT, "command_id": "llama-70b/diag/r2/node-0007", "round": 2,
         "test": "verdict", "group": ["node-0007", "node-0001"], "ok": True, "verdict": "slow",
