@@ -27,6 +27,9 @@ Modules, one concept each:
     childenv     the training command's environment: the agent's minus vigil's credentials
     agent        wires the sources, the outbox and the shipper into threads
     launcher     the child process of `vigil run`: pipes, echo, signals, exit
+    warm         warm start: the next generation's interpreters started ahead, torch imported
+    warmlaunch   (run by path) torchrun's part on one node, for the warm interpreters
+    warmchild    (run by path) one warm interpreter: imports, then runs the entry point on order
     cli          `vigil run` and `vigil collector`
 
 Errors (the agent never crashes on bad input; it counts and logs it instead):

@@ -11,7 +11,9 @@ forwarded to the child (torchrun passes them on to its workers); a second signal
 `kill_grace_s` after the first, kills the whole process tree. While it runs, the rank
 processes under it are watched every half second; when it ends, each gets its own
 ProcessExit with its own last error and the launcher one naming its first failing rank
-(`collector.exits`). The exit code is the child's (128+N for signal N).
+(`collector.exits`). The exit code is the child's (128+N for signal N). Given a `WarmPool`, a torchrun
+command it can run starts in the pool's pre-warmed launcher instead (`collector.warm`), which then
+stands for torchrun in all of the above.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from vigil.collector.agent import Agent
 from vigil.collector.classifying import LineClassifier
 from vigil.collector.exits import first_failure, launched_exits, launcher_summary
 from vigil.collector.segments import SegmentWriter
+from vigil.collector.warm import WarmPool
+from vigil.collector.warm import plan as warm_plan
 from vigil.contract import ProcessExit, utcnow
 
 log = logging.getLogger(__name__)
@@ -62,6 +66,7 @@ class Launcher:
     kill_grace_s: float = 30.0
     echo: bool = True
     attribute: bool = True  # torchrun: add --log-dir / --tee so every worker line names its rank
+    warm: WarmPool | None = None  # pre-warmed interpreters to start a torchrun command in (`collector.warm`)
     proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
     output_errors: int = field(default=0, init=False)
     unclassified: int = field(default=0, init=False)  # lines dropped because classification fell behind
@@ -74,8 +79,8 @@ class Launcher:
             raise ValueError("vigil run: no command given (usage: vigil run [options] -- CMD ...)")
         argv = self._attributed()
         try:
-            self.proc = subprocess.Popen(argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                         start_new_session=True)
+            self.proc = self._warm_start(argv) or subprocess.Popen(
+                argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         except OSError as exc:
             message = f"cannot start {self.argv[0]!r}: {exc.strerror or exc}"
             print(f"vigil run: {message}", file=sys.stderr, flush=True)
@@ -92,6 +97,8 @@ class Launcher:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            if self.warm is not None:  # the generation ended: the next one starts warm (if it did not start yet)
+                self.warm.prepare()
         for thread, _classifier, _out in readers:
             thread.join(timeout=5.0)  # a grandchild may hold the pipe open: do not wait for it forever
         for _thread, classifier, out in readers:
@@ -112,6 +119,19 @@ class Launcher:
                 self.agent.add_log_dir(got.log_dir)
             log.info("torchrun: per-rank files in %s%s", got.log_dir, " (tailed)" if got.redirected else "")
         return got.argv
+
+    def _warm_start(self, argv: list[str]) -> subprocess.Popen[bytes] | None:
+        """The pre-warmed launcher ordered to run `argv` (`collector.warm`), or None: start it cold."""
+        if self.warm is None:
+            return None
+        how = warm_plan(argv, self.env)
+        if isinstance(how, str):
+            log.info("warm start: not for this command (%s); starting it cold", how)
+            return None
+        self.agent.tracker.warm_ranks = {lr: how.node_rank * how.nproc + lr for lr in range(how.nproc)}
+        proc = self.warm.take(how, self.env)
+        log.info("warm start: %s", f"ordered pid {proc.pid}" if proc is not None else "no warm interpreter ready, cold")
+        return proc
 
     def _watch(self) -> None:
         try:

@@ -7,7 +7,10 @@ rank prefixes to global ranks. Processes that vanish or deny access are skipped.
 
 Every process that carries a `RANK` is also kept as a `Worker` (pid, rank, local rank,
 torchrun restart count, when it was first seen and when it was seen gone) for the exit
-report; `watch()` is the cheap walk that keeps that list current between heartbeats.
+report; `watch()` is the cheap walk that keeps that list current between heartbeats. A warm
+interpreter (`collector.warm`) learns its `RANK` only after it started, so its environment as
+/proc shows it names only its slot (`VIGIL_WARM_SLOT`, its local rank): its rank comes from
+`warm_ranks`, which the launcher sets when it gives the interpreters their world.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import psutil
 from vigil.contract import ProcessState, utcnow
 
 MAX_PROCESSES = 256
+WARM_SLOT = "VIGIL_WARM_SLOT"
 
 
 def _env_int(env: dict[str, str], name: str) -> int | None:
@@ -52,6 +56,7 @@ class Worker:
 class ProcessTracker:
     root_pids: list[int] = field(default_factory=list)
     match: str | None = None
+    warm_ranks: dict[int, int] = field(default_factory=dict)  # warm interpreters: local rank (slot) -> rank
     _tracked: dict[int, _Tracked] = field(default_factory=dict, init=False)
     _ranks: dict[int, int] = field(default_factory=dict, init=False)
     _workers: dict[int, Worker] = field(default_factory=dict, init=False)
@@ -117,6 +122,9 @@ class ProcessTracker:
         except psutil.Error:
             env = {}
         t = _Tracked(proc=p, rank=_env_int(env, "RANK"), local_rank=_env_int(env, "LOCAL_RANK"))
+        slot = _env_int(env, WARM_SLOT)
+        if t.rank is None and slot is not None:
+            t.rank, t.local_rank = self.warm_ranks.get(slot), slot
         if t.rank is not None:
             with self._lock:
                 self._workers.setdefault(p.pid, Worker(pid=p.pid, rank=t.rank, local_rank=t.local_rank,

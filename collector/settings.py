@@ -21,6 +21,8 @@ from pydantic import Field, field_validator
 
 from vigil.settings import VigilBaseSettings
 
+TRAINING_SIDE = ("vigil.timer", "vigil.recovery.checkpoint", "vigil.data")  # stdlib + torch only (import-linter)
+
 
 class CollectorSettings(VigilBaseSettings):
     """Everything `vigil run` and `vigil collector` can be told."""
@@ -60,6 +62,12 @@ class CollectorSettings(VigilBaseSettings):
     attribute_ranks: bool = Field(default=True, description="`vigil run` of torchrun: add --log-dir and --tee 3 "
                                   "(when not given) so every worker line and error file names its rank")
     drain_timeout_s: float = Field(default=10.0, ge=0, description="at exit, time to deliver what is pending")
+    warm_start: bool = Field(default=False, description="`vigil run --nodes` of torchrun: keep the next generation's "
+                             "interpreters started with `warm_imports` imported, so a (re)start skips process start "
+                             "and imports (collector.warm); every agent of a job must agree")
+    warm_imports: list[str] = Field(default_factory=lambda: ["torch", "torch.distributed", "torch.distributed.checkpoint"],
+                                    description="modules a warm interpreter imports before its order (the job's heavy "
+                                    "imports; training-side only: never a vigil platform module)")
 
     snapshot_root: Path = Field(default=Path("/dev/shm/vigil"), description="host memory for in-memory snapshots "
                                 "(a tmpfs): the ranks write under <root>/<host>/<job>, peers' copies land there too")
@@ -79,6 +87,15 @@ class CollectorSettings(VigilBaseSettings):
                 re.compile(v)
             except re.error as exc:
                 raise ValueError(f"not a regular expression: {exc}") from None
+        return v
+
+    @field_validator("warm_imports")
+    @classmethod
+    def _training_side(cls, v: list[str]) -> list[str]:
+        platform = [m for m in v if m.split(".")[0] == "vigil" and not any(m == t or m.startswith(f"{t}.")
+                                                                           for t in TRAINING_SIDE)]
+        if platform:
+            raise ValueError(f"a warm interpreter imports training-side modules only, not {', '.join(platform)}")
         return v
 
     @field_validator("sysfs_root", "procfs_root", "spool_dir", "fr_dir", "output_dir", "state_dir", "rules_file",

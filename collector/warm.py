@@ -1,0 +1,187 @@
+"""Warm restart: the agent keeps the next generation's training interpreters started, torch imported.
+
+A cold (re)start of `torchrun ... train.py` pays two interpreter starts and imports before the
+rendezvous: torchrun's own (it imports torch) and then each worker's (torch, its distributed
+and checkpoint packages: ~5 s of CPU per process here). Under recovery control the agent can do
+both ahead of time. `WarmPool` keeps one `collector.warmlaunch` process started (in a session of
+its own, with the training command's scrubbed environment, `collector.childenv`), which keeps
+one `collector.warmchild` interpreter per local rank with `warm_imports` imported. At a `start`,
+`take` hands it the order (the world from the filled torchrun options, the environment, the
+entry point) and returns it as the generation's child process: the `Launcher` pipes, echoes,
+classifies, signals, kills and reports it as it does torchrun (the same `[defaultN]:` prefixes,
+the same failure report), so only the rendezvous, the restore and the first step remain. The
+next generation's pool is started at once: its imports run while this generation starts and
+trains (a few seconds of one core per local rank), so it is warm by the next restart.
+
+`plan` decides what can be warm: `torchrun` or `python -m torch.distributed.run` with a fixed
+node count, an integer `--nproc-per-node`, `--max-restarts 0`, the console tee, and nothing else
+that changes how workers start (`--no-python`, `--redirects`, `--role`, an elastic rendezvous, ...);
+any other command runs cold, as before. All agents of a job must agree (setting `warm_start`):
+warm workers host the TCP store themselves, torchrun's agents expect each other's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vigil.collector.rendezvous import REPLACED
+from vigil.collector.torchrun import parse, scan
+
+log = logging.getLogger(__name__)
+HERE = Path(__file__).resolve().parent
+WARM_OPTIONS = frozenset({"--nnodes", "--node-rank", "--master-addr", "--master-port", "--max-restarts",
+                          "--nproc-per-node", "--tee", "--log-dir", "--monitor-interval", "--start-method",
+                          "--run-path", "-m", "--module"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class WarmPlan:
+    """A torchrun command line as the warm launcher runs it."""
+
+    python: str
+    nproc: int
+    nnodes: int
+    node_rank: int
+    master_addr: str
+    master_port: int
+    script: str | None
+    module: str | None
+    args: list[str]
+    log_dir: str | None
+
+
+def _python(argv: Sequence[str], start: int, env: Mapping[str, str]) -> str | None:
+    path = env.get("PATH", os.defpath)
+    if start == 1:  # torchrun's console script: the interpreter of its shebang
+        script = shutil.which(argv[0], path=path)
+        try:
+            with open(script or "", "rb") as fh:
+                first = fh.readline(4096).decode(errors="replace")
+        except OSError:
+            return None
+        words = first[2:].split() if first.startswith("#!") else []
+        return words[0] if len(words) == 1 and os.path.basename(words[0]).startswith("python") else None
+    return shutil.which(argv[0], path=path) if start == 3 else None
+
+
+def plan(argv: Sequence[str], env: Mapping[str, str]) -> WarmPlan | str:
+    """How `argv` runs warm, or why it cannot (a reason to log)."""
+    opts, args = scan(argv), parse(argv)
+    if opts is None or args is None:
+        return "not a torchrun command"
+    unknown = sorted(set(args.options) - WARM_OPTIONS)
+    if unknown:
+        return f"torchrun options a warm start does not reproduce: {', '.join(unknown)}"
+    o = args.options
+    numbers = [o.get("--nproc-per-node", "1"), o.get("--nnodes", "1"), o.get("--node-rank", "0"),
+               o.get("--master-port", "29500"), o.get("--max-restarts", "0")]
+    if not all(n.isdigit() for n in numbers) or int(numbers[0]) < 1 or int(numbers[4]) != 0:
+        return "--nproc-per-node, --nnodes, --node-rank, --master-port must be plain numbers and --max-restarts 0"
+    if o.get("--tee", "3") != "3" or opts.end >= len(argv):
+        return "--tee other than 3, or no entry point"
+    python = _python(argv, opts.start, env)
+    if python is None:
+        return f"cannot tell which Python runs {argv[0]!r}"
+    entry, rest = argv[opts.end], list(argv[opts.end + 1:])
+    module = "-m" in o or "--module" in o
+    return WarmPlan(python=python, nproc=int(numbers[0]), nnodes=int(numbers[1]), node_rank=int(numbers[2]),
+                    master_addr=o.get("--master-addr", "127.0.0.1"), master_port=int(numbers[3]),
+                    script=None if module else entry, module=entry if module else None, args=rest,
+                    log_dir=o.get("--log-dir") or None)
+
+
+@dataclass(kw_only=True)
+class WarmPool:
+    """The next generation's launcher and interpreters, started ahead (see the module's docstring)."""
+
+    python: str
+    nproc: int
+    env: dict[str, str]  # the training command's environment (scrubbed), without a world
+    imports: list[str]
+    _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _closed: bool = field(default=False, init=False, repr=False)
+
+    @classmethod
+    def for_command(cls, argv: Sequence[str], env: dict[str, str], imports: list[str]) -> WarmPool | None:
+        """The pool for a controlled command (its rendezvous options are the controller's to fill), or None."""
+        opts = scan(argv)
+        kept = [tok for i, tok in enumerate(argv) if opts is None or not any(
+            name in REPLACED and first <= i < end for name, first, end in opts.spans)]
+        how = plan(kept, env)
+        if isinstance(how, str):
+            log.info("warm start: off for this command (%s)", how)
+            return None
+        return cls(python=how.python, nproc=how.nproc, env=env, imports=imports)
+
+    def prepare(self) -> None:
+        """Start the next launcher and interpreters unless they are (never raises)."""
+        with self._lock:
+            if self._closed or (self._proc is not None and self._proc.poll() is None):
+                return
+            argv = [self.python, "-u", str(HERE / "warmlaunch.py"), str(self.nproc), str(HERE / "warmchild.py"),
+                    *self.imports]
+            try:
+                self._proc = subprocess.Popen(argv, env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                              stderr=subprocess.PIPE, start_new_session=True)
+            except OSError as exc:
+                log.warning("warm start: cannot start %s (%s); the next start is cold", argv[0], exc)
+                self._proc = None
+                return
+            log.info("warm start: %d interpreter(s) warming under pid %d", self.nproc, self._proc.pid)
+
+    def take(self, p: WarmPlan, env: Mapping[str, str]) -> subprocess.Popen[bytes] | None:
+        """The warm launcher, ordered to run `p` with `env`; None when none is ready for it (start cold)."""
+        if (p.python, p.nproc) != (self.python, self.nproc):
+            return None
+        with self._lock:
+            proc, self._proc = self._proc, None
+        self.prepare()  # the next generation's, warming while this one starts and trains
+        if proc is None or proc.poll() is not None or proc.stdin is None:
+            return None
+        error_dir = str(Path(p.log_dir) / f"warm_{uuid.uuid4().hex[:8]}" / "attempt_0") if p.log_dir else None
+        order = {"env": dict(env), "cwd": os.getcwd(), "script": p.script, "module": p.module, "args": p.args,
+                 "nnodes": p.nnodes, "node_rank": p.node_rank, "master_addr": p.master_addr,
+                 "master_port": p.master_port, "error_dir": error_dir}
+        try:
+            proc.stdin.write((json.dumps(order) + "\n").encode())
+            proc.stdin.close()
+        except OSError as exc:
+            log.warning("warm start: the launcher refused its order (%s); starting cold", exc)
+            _stop(proc)
+            return None
+        return proc
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            proc, self._proc = self._proc, None
+        if proc is not None:
+            _stop(proc)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """An idle (or refused) warm launcher: EOF and SIGTERM stop it and its interpreters; SIGKILL after 5 s."""
+    try:
+        if proc.stdin is not None and not proc.stdin.closed:
+            proc.stdin.close()
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=5.0)
+    except (OSError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
