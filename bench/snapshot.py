@@ -48,14 +48,17 @@ def leg(mib: int, steps: int, step_ms: float, base: Path, device: str = "cpu") -
     work = Path(tempfile.mkdtemp(prefix=f"snap-{step_ms:g}-", dir=base))
     cfg = CheckpointConfig(directory=work / "ckpt", snapshot_dir=work / "shm", events=False, snapshot_keep=2)
     blocked: list[float] = []
+    taken: list[float] = []  # the calls that took one (the others were skipped: the writer was busy)
     with Checkpointer(cfg) as ckpt:
         for step in range(1, steps + 1):
             time.sleep(step_ms / 1000)
             for t in state.values():
                 t.add_(1e-3)
             t0 = time.perf_counter()
-            ckpt.snapshot(step, state)
+            took = ckpt.snapshot(step, state)
             blocked.append((time.perf_counter() - t0) * 1e3)
+            if took and step > 1:
+                taken.append(blocked[-1])
         ckpt.snapshots.wait(60)
         stats = ckpt.stats()
         write_ms = ckpt.snapshots.write_s * 1e3 / max(1, stats.snapshots_written)
@@ -67,7 +70,8 @@ def leg(mib: int, steps: int, step_ms: float, base: Path, device: str = "cpu") -
     return {"step_ms": step_ms, "first_ms": blocked[0], "median_ms": statistics.median(later),
             "p90_ms": later[int(0.9 * (len(later) - 1))], "max_ms": later[-1], "written": stats.snapshots_written,
             "skipped": stats.snapshots_skipped, "write_ms": write_ms, "restored": restored, "restore_s": restore_s,
-            "overhead": statistics.median(later) / step_ms}  # fmt: skip
+            "overhead": statistics.median(later) / step_ms, "mean_overhead": statistics.mean(later) / step_ms,
+            "taken_ms": statistics.median(taken) if taken else None}  # fmt: skip
 
 
 def peer_leg(mib: int, base: Path) -> dict[str, Any]:
