@@ -13,14 +13,17 @@ records are still unread, and a run stopped then counted them as lost:
 
 * **poison corpus**: the 308 cases of tests/chaos/poison.py, then 20,000 valid step events;
 * **analyzer SIGKILLed mid-batch**: 20,000 valid step events in records of 100; the analyzer is
-  killed (-9) twice while it is storing them, restarted each time.
+  killed (-9) twice while it is storing them, restarted each time;
+* **controller SIGKILLed mid-recovery** and **notifier SIGKILLed mid-batch with its receiver down**:
+  bench/reliability_services.py (`--rows controller,notify`), a table of their own.
 
 Columns: events offered (valid + refused), stored (distinct valid ids), dead-lettered (letters on
 the topic), lost (valid ids not stored: must be 0), duplicated (rows beyond one per id: must be
 0), time to recover (restart -> lag 0; for the corpus, last record offered -> lag 0), the
 analyzer's peak RSS (VmHWM). Rows not measured here are stated with their reason in the output.
 
-    python bench/reliability.py [--events 20000] [--no-append]
+    python bench/reliability.py [--events 20000] [--rows poison,kill,controller,notify] [--receiver-down-s 300]
+                                [--no-append]
 """
 
 from __future__ import annotations
@@ -43,9 +46,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tests" / "chaos"))
+sys.path.insert(0, str(ROOT / "tests" / "recovery"))  # live.py's own imports
 
 from analyzer_common import append_results, machine_info  # noqa: E402
 from poison import corpus  # noqa: E402
+from reliability_services import controller_row, notifier_row  # noqa: E402
 
 from vigil.contract import StepTiming  # noqa: E402
 from vigil.kafka.admin import admin_client, ensure_topics  # noqa: E402
@@ -243,32 +248,63 @@ def kill_row(bootstrap: str, tmp: Path, events: int) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--events", type=int, default=20_000)
-    ap.add_argument("--rows", default="poison,kill", help="which rows: poison, kill")
+    ap.add_argument("--rows", default="poison,kill", help="which rows: poison, kill, controller, notify")
+    ap.add_argument("--receiver-down-s", type=float, default=300.0, help="notify row: how long the receiver is down")
     ap.add_argument("--keep", default="", help="keep the runs' directories (logs, chdb) under this one")
     ap.add_argument("--no-append", dest="append", action="store_false")
     args = ap.parse_args()
-    rows = ["| fault | events offered | stored | dead-lettered | lost | duplicated | time to recover | peak RSS (analyzer) |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    analyzer_rows = [r for r in args.rows.split(",") if r in ("poison", "kill")]
+    service_rows = [r for r in args.rows.split(",") if r in ("controller", "notify")]
     with tempfile.TemporaryDirectory(prefix="vigil-rel-") as scratch:
         tmp = Path(args.keep or scratch)
         broker = EmbeddedBroker(log_path=tmp / "tansu.log")
         broker.start()
         try:
-            if "poison" in args.rows:
-                rows.append(poison_row(broker.bootstrap, tmp / "poison", args.events))
-            if "kill" in args.rows:
-                rows.append(kill_row(broker.bootstrap, tmp / "kill", args.events))
+            if analyzer_rows:
+                analyzer_table(broker.bootstrap, tmp, args, analyzer_rows)
+            if service_rows:
+                services_table(broker.bootstrap, tmp, args, service_rows)
         finally:
             broker.stop()
+
+
+def analyzer_table(bootstrap: str, tmp: Path, args: argparse.Namespace, which: list[str]) -> None:
+    rows = ["| fault | events offered | stored | dead-lettered | lost | duplicated | time to recover | peak RSS (analyzer) |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    if "poison" in which:
+        rows.append(poison_row(bootstrap, tmp / "poison", args.events))
+    if "kill" in which:
+        rows.append(kill_row(bootstrap, tmp / "kill", args.events))
     body = "\n".join(rows) + (
         "\n\nNot measured here (see README, Reliability): the broker down 60 s — the embedded Tansu broker keeps its "
         "log in memory only, so a restart loses the log (a real Kafka keeps it; not faked); the controller and the "
-        "notifier SIGKILLed mid-recovery — covered by tests (tests/recovery/test_recovery_live.py: killed between "
-        "cordon and restart, the host cordoned once, the job restarted once; tests/security), not timed; the receiver "
-        "down 5 min — not run. The 1,000-agent controller rebuild: bench/controller_rebuild.py.\n\n" + machine_info())
+        "notifier: `--rows controller,notify`. The 1,000-agent controller rebuild: bench/controller_rebuild.py.\n\n"
+        + machine_info())
     print(body)
     if args.append:
         append_results("Reliability (bench/reliability.py)", body)
+
+
+def services_table(bootstrap: str, tmp: Path, args: argparse.Namespace, which: list[str]) -> None:
+    rows = ["| fault | offered | stored (recoveries ended / delivered) | dead-lettered | lost | duplicated | time to recover | peak RSS |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    notes = []
+    if "controller" in which:
+        row_, extra = controller_row(bootstrap, tmp / "controller")
+        print(row_, extra, flush=True)
+        rows.append(row_)
+        notes.append(f"controller: {extra['decisions']} distinct decisions recorded, each once")
+    if "notify" in which:
+        row_, extra = notifier_row(bootstrap, tmp / "notify", down_s=args.receiver_down_s)
+        print(row_, extra, flush=True)
+        rows.append(row_)
+        notes.append(f"notifier: {extra['at_kill']} notifications delivered before the SIGKILL, "
+                     f"{extra['requests']} requests in all (refused connections are not requests)")
+    body = "\n".join(rows) + "\n\n" + "; ".join(notes) + ". See bench/reliability_services.py for what each " \
+        "column counts.\n\n" + machine_info()
+    print(body)
+    if args.append:
+        append_results("Reliability: controller and notifier (bench/reliability.py)", body)
 
 
 if __name__ == "__main__":
