@@ -62,7 +62,7 @@ class CollectorSettings(VigilBaseSettings):
     attribute_ranks: bool = Field(default=True, description="`vigil run` of torchrun: add --log-dir and --tee 3 "
                                   "(when not given) so every worker line and error file names its rank")
     drain_timeout_s: float = Field(default=10.0, ge=0, description="at exit, time to deliver what is pending")
-    warm_start: bool = Field(default=False, description="`vigil run --nodes` of torchrun: keep the next generation's "
+    warm_start: bool = Field(default=True, description="`vigil run --nodes` of torchrun: keep the next generation's "
                              "interpreters started with `warm_imports` imported, so a (re)start skips process start "
                              "and imports (collector.warm); every agent of a job must agree")
     warm_imports: list[str] = Field(default_factory=lambda: ["torch", "torch.distributed", "torch.distributed.checkpoint"],
