@@ -95,11 +95,11 @@ def test_a_real_job_finishes_losing_nothing_while_broker_services_and_a_host_fai
                "--stop", str(stop)]
     try:
         analyzer.start()
-        notifier.start()
+        notifier.start()  # both running before the job starts: on 2 busy cores the starts would slow each other
+        wait_until(lambda: analyzer.ready() and notifier.ready(), 300, "the analyzer and the notifier to run")
         for h in HOSTS:
             live.start_agent(h, command, nodes="2:3", job=JOB)
         live.start_controller()
-        wait_until(lambda: analyzer.ready() and notifier.ready(), 180, "the analyzer and the notifier to run")
         live.wait_for(lambda s: (j := s.jobs.get(JOB)) is not None and len(j.world) == 3
                       and all(m.state == "training" for m in j.members.values()), 240, "the job to train on 3 hosts")
 
@@ -116,7 +116,7 @@ def test_a_real_job_finishes_losing_nothing_while_broker_services_and_a_host_fai
         for service in (analyzer, notifier):
             service.kill()
             service.start()
-            wait_until(service.ready, 180, f"the {service.name} to run again")
+            wait_until(service.ready, 300, f"the {service.name} to run again")
         # 3. host h2 dies (its agent and its training) and its agent comes back: the fault to recover from
         kill_tree(live.agents["h2"])
         live.start_agent("h2", command, nodes="2:3", job=JOB)
