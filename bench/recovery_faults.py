@@ -4,19 +4,21 @@
 under a `vigil recovery run` controller, running tests/recovery/snap_worker.py (gloo, CPU, a tiny
 model; an in-memory snapshot every step, replicated to the buddy host; a persisted checkpoint every
 10 steps). Host h1's rank faults three times, each once (the worker writes the onset's Unix time
-into a file): a **crash** (ValueError) at step 15, a **hang** (stops after its backward, its peers
-wait in the all-reduce) at step 40, an **Xid** (Xid 79, CUDA error: the host is cordoned and the
-spare takes its place) at step 65. This script plays the analyzer: it publishes the incident when
-the failing rank's exit (crash) or the Xid line (xid) reaches Kafka, or once no host reported a
-step for `stall_s` (hang), with the worker's onset as the first sign.
+into a file) and each armed only once the previous fault was recovered (the worker fires it at its
+first step from then on, from step 15): a **crash** (ValueError), a **hang** (stops after its
+backward, its peers wait in the all-reduce), an **Xid** (Xid 79, CUDA error: the host is cordoned
+and the spare takes its place). This script plays the analyzer: it publishes the incident when the
+failing rank's exit (crash) or the Xid line (xid) reaches Kafka, or once no host reported a step for
+`stall_s` (hang), with the worker's onset as the first sign.
 
 Per fault a row, onset -> first step after the restart: detect (onset -> the trigger the controller
 acted on), decide, pause, diagnose (the controller's `outcome`), launch (start commands -> the
 slowest rank's `restored` event, less the load: torchrun, imports, process group), restore (the
 load), first step (restored -> the first step), total; steps lost and the restore source. If the
 controller opened its case on the agents' own facts before the incident came, that case is the one
-timed. The hosts' memory is a tmpfs (/dev/shm); `memory` sums what each host holds there (own
-snapshots and buddy copies) once the job stopped.
+timed; a case that failed first (`failed then resumed`) is counted in the total. The hosts' memory
+is a tmpfs (/dev/shm); `memory` sums what each host holds there (own snapshots and buddy copies)
+once the job stopped.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-FAULTS = (("crash", 15), ("hang", 40), ("xid", 65))
+FAULTS = (("crash", 15), ("hang", 16), ("xid", 17))  # each from this step on, once armed
 CLASS = {"crash": ("crash_cascade", "software"), "hang": ("collective_hang", "unknown"),
          "xid": ("host_fault", "hardware")}  # fmt: skip
 
@@ -50,7 +52,7 @@ def run_job(n: int, bootstrap: str, work: Path, stall_s: float, faults: list[str
     job = f"bench-{n}"
     shm = Path(tempfile.mkdtemp(prefix="vigil-bench-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None))
     argv = [PY, "-m", "torch.distributed.run", "--nproc-per-node", "1", str(HERE / "snap_worker.py"),
-            "--steps", "100000", "--ckpt", str(work / "ckpt"), "--out", str(work / "final"), "--once-dir", str(work),
+            "--steps", "100000", "--ckpt", str(work / "ckpt"), "--out", str(work / "final"), "--once-dir", str(work), "--armed",
             *(a for kind, step in FAULTS if kind in faults for a in ("--fault", f"{kind}:h1:{step}"))]  # fmt: skip
     memory = {"VIGIL_SNAPSHOT_ROOT": str(shm)}
     rows: list[dict[str, Any]] = []
@@ -60,9 +62,12 @@ def run_job(n: int, bootstrap: str, work: Path, stall_s: float, faults: list[str
                 live.start_agent(f"h{i}", argv, nodes=f"{n}:{n}", job=job, env=memory)
             live.start_agent(f"h{n}", argv, nodes=f"{n}:{n}", job=job, env=memory, spare=True)
             live.start_controller()
-            live.wait_for(lambda s: s.job(job).generation == 1 and len(s.job(job).world) == n, 600, "the job to start")
+            live.wait_for(lambda s: s.job(job).generation == 1 and len(s.job(job).world) == n
+                          and all(s.job(job).members[h].state == "training" for h in s.job(job).world), 600,
+                          "the job to train")  # fmt: skip
             for kind, step in FAULTS:
                 if kind in faults:
+                    (work / f"{kind}-h1-{step}.arm").touch()  # the previous fault was recovered: this one may fire
                     rows.append({"hosts": n, "fault": kind,
                                  **one_fault(live, job, kind, work / f"{kind}-h1-{step}.once", stall_s)})
                     print(json.dumps(rows[-1]), flush=True)
@@ -97,8 +102,9 @@ def one_fault(live: Any, job: str, kind: str, fired: Path, stall_s: float) -> di
                                     confidence="strong" if kind == "xid" else "weak")  # fmt: skip
                 live.publish([incident])
         if onset is not None:  # the case that resumed the job after the onset: ours, or one the controller opened first
-            done = [e for e in live.events[seen:] if isinstance(e, Outcome) and e.job_id == job
-                    and e.resumed_at is not None and e.resumed_at > onset]  # fmt: skip
+            ended = [e for e in live.events[seen:] if isinstance(e, Outcome) and e.job_id == job and e.ts > onset
+                     and (e.resumed_at is None or e.resumed_at > onset)]  # fmt: skip
+            done = [e for e in ended if e.resumed_at is not None]
             outcome = done[0] if done else None
         time.sleep(0.2)
     assert outcome is not None and onset is not None, f"{kind}: no recovery within 600 s"
@@ -116,7 +122,8 @@ def one_fault(live: Any, job: str, kind: str, fired: Path, stall_s: float) -> di
             "diagnose_s": outcome.diagnose_s, "launch_s": None if launch is None else launch - load, "restore_s": load,
             "first_step_s": secs(restored_at, outcome.resumed_at), "total_s": secs(onset, outcome.resumed_at),
             "steps_lost": outcome.steps_lost, "checkpoint_step": outcome.checkpoint_step,
-            "source": outcome.restore_source, "result": outcome.result, "cordoned": outcome.cordoned,
+            "source": outcome.restore_source, "cordoned": outcome.cordoned,
+            "result": " then ".join(e.result for e in ended[: ended.index(outcome) + 1]),
             "case": outcome.incident_id}  # fmt: skip
 
 

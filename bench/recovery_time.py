@@ -45,11 +45,11 @@ def s(v: Any) -> str:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| hosts | fault | detect s | decide s | pause s | diagnose s | launch s | restore s | first step s "
+    lines = ["| hosts | fault | result | detect s | decide s | pause s | diagnose s | launch s | restore s | first step s "
              "| total s (onset -> first step) | resumed from step (source) | steps lost | cordoned |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|"]  # fmt: skip
+             "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|"]  # fmt: skip
     for r in rows:
-        lines.append(f"| {r['hosts']} | {r['fault']} | {s(r['detect_s'])} | {s(r['decide_s'])} | {s(r['pause_s'])} "
+        lines.append(f"| {r['hosts']} | {r['fault']} | {r['result']} | {s(r['detect_s'])} | {s(r['decide_s'])} | {s(r['pause_s'])} "
                      f"| {s(r['diagnose_s'])} | {s(r['launch_s'])} | {s(r['restore_s'])} | {s(r['first_step_s'])} "
                      f"| **{s(r['total_s'])}** | {r['checkpoint_step']} ({r['source'] or '-'}) | {r['steps_lost']} "
                      f"| {', '.join(r['cordoned']) or '-'} |")  # fmt: skip
@@ -128,7 +128,8 @@ def main() -> int:
         f"`python bench/recovery_time.py --hosts {args.hosts} --faults {args.faults} --stall-s {args.stall_s:g} "
         f"--mib {args.mib} --step-ms {args.step_ms:g}`: per host count one job (`vigil run --nodes N:N` agents + 1 "
         "spare, 1 rank each, snap_worker.py: gloo, a snapshot every step replicated to the buddy, a checkpoint every "
-        "10 steps, 50 ms steps); h1 crashes at step 15, hangs at 40, loses its GPU (Xid 79) at 65. Detection is this "
+        "10 steps, 50 ms steps); h1 crashes, then hangs, then loses its GPU (Xid 79), each fault armed once the previous "
+        "was recovered (the first from step 15). Detection is this "
         f"script's stand-in for the analyzer (exit / Xid line on Kafka; no step for {args.stall_s:g} s), timed from "
         "the worker's onset; launch = start commands -> the slowest rank's restore, less the load.",
         table(rows), "Snapshot memory held per host at the end (tiny model, K=2):", memory_table(jobs),

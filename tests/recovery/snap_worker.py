@@ -6,13 +6,15 @@ reorders its buckets after the first iteration, which changes the order floats a
 dropout uses torch's global generator and the data its own, both saved with `RNGState`, so a
 run resumed from a snapshot is bitwise identical to an uninterrupted one. Per-rank state is
 keyed by rank and every rank restores its own (``dp_group=None``). Persisted checkpoints every
-`--save-every` steps, a snapshot every step. Faults, each once (its file created when it fires, holding
-the onset's Unix time): `--fault KIND:HOST:STEP` (repeatable; files under `--once-dir`) or the older
-`--crash-host H --crash-step S [--xid] --once FILE`. `crash` raises a ValueError at the start of the
-step; `xid` prints an Xid 79 line and dies of a CUDA error (a GPU lost); `hang` stops mid-step for good,
-after its backward and before the gradients' all-reduce, in which its peers then wait. Snapshots go to
-`--snapshots`, else where the agent says (VIGIL_SNAPSHOT_DIR). At the end rank 0 writes the sha256 of
-the parameters and optimizer state to `--out`.
+`--save-every` steps, a snapshot every step. Faults, each once (its file created when it fires,
+holding the onset's Unix time): `--fault KIND:HOST:STEP` (repeatable; files under `--once-dir`) or
+the older `--crash-host H --crash-step S [--xid] --once FILE`; with `--armed` a fault waits, from its
+step on, for its `.arm` file next to the once file (a benchmark fires one only once the previous
+fault was recovered). `crash` raises a ValueError at the start of the step; `xid` prints an Xid 79
+line and dies of a CUDA error (a GPU lost); `hang` stops mid-step for good, after its backward and
+before the gradients' all-reduce, in which its peers then wait. Snapshots go to `--snapshots`, else
+where the agent says (VIGIL_SNAPSHOT_DIR). At the end rank 0 writes the sha256 of the parameters and
+optimizer state to `--out`.
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ def parse() -> argparse.Namespace:
     p.add_argument("--xid", action="store_true", help="the crash is a GPU lost: an Xid line, then a CUDA error")
     p.add_argument("--fault", action="append", default=[], metavar="KIND:HOST:STEP", help="crash, xid or hang")
     p.add_argument("--once-dir", default="", help="where --fault's once files go (default: --ckpt)")
+    p.add_argument("--armed", action="store_true", help="a --fault fires at the first step >= STEP at which its "
+                   "file <once-dir>/KIND-HOST-STEP.arm exists (the caller arms it)")
     args = p.parse_args()
     faults = [(k, h, int(s), Path(args.once_dir or args.ckpt) / f"{k}-{h}-{s}.once")
               for k, h, s in (f.split(":") for f in args.fault)]
@@ -60,7 +64,8 @@ def parse() -> argparse.Namespace:
 def fault(args: argparse.Namespace, step: int, when: str) -> None:
     """Fire the fault due at `step` on this host (`when`: "start" of the step, or "mid" of it: hangs)."""
     for kind, host, at, once in args.faults:
-        if step != at or os.environ.get("VIGIL_HOST") != host or (kind == "hang") != (when == "mid"):
+        due = step >= at and once.with_suffix(".arm").exists() if args.armed else step == at
+        if not due or os.environ.get("VIGIL_HOST") != host or (kind == "hang") != (when == "mid"):
             continue
         if once.exists():
             continue
