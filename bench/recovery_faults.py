@@ -38,7 +38,9 @@ CLASS = {"crash": ("crash_cascade", "software"), "hang": ("collective_hang", "un
          "xid": ("host_fault", "hardware")}  # fmt: skip
 
 
-def run_job(n: int, bootstrap: str, work: Path, stall_s: float, faults: list[str]) -> dict[str, Any]:
+def run_job(n: int, bootstrap: str, work: Path, stall_s: float, faults: list[str],
+            rows: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Fault the job; each fault's row is appended to `rows` as it is measured; the memory each host held."""
     from live import HERE, PY, Live  # tests/recovery/live.py: controller + agents as processes
 
     from vigil.kafka.admin import ensure_topics
@@ -55,7 +57,6 @@ def run_job(n: int, bootstrap: str, work: Path, stall_s: float, faults: list[str
             "--steps", "100000", "--ckpt", str(work / "ckpt"), "--out", str(work / "final"), "--once-dir", str(work), "--armed",
             *(a for kind, step in FAULTS if kind in faults for a in ("--fault", f"{kind}:h1:{step}"))]  # fmt: skip
     memory = {"VIGIL_SNAPSHOT_ROOT": str(shm)}
-    rows: list[dict[str, Any]] = []
     try:
         try:
             for i in range(n):
@@ -73,7 +74,7 @@ def run_job(n: int, bootstrap: str, work: Path, stall_s: float, faults: list[str
                     print(json.dumps(rows[-1]), flush=True)
         finally:
             live.close()
-        return {"rows": rows, "memory": held(shm, job)}
+        return held(shm, job)
     finally:
         shutil.rmtree(shm, ignore_errors=True)
 

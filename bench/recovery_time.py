@@ -58,8 +58,8 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 def memory_table(jobs: dict[int, dict[str, Any]]) -> str:
     lines = ["| hosts | own snapshots KiB per host (max) | buddy copies KiB per host (max) |", "|---:|---:|---:|"]
-    for n, job in jobs.items():
-        mem = job["memory"].values()
+    for n, held in jobs.items():
+        mem = held.values()
         lines.append(f"| {n} | {max((m['own'] for m in mem), default=0) / 1024:.0f} "
                      f"| {max((m['peer'] for m in mem), default=0) / 1024:.0f} |")  # fmt: skip
     return "\n".join(lines)
@@ -96,9 +96,15 @@ def main() -> int:
     from vigil.kafka.broker import EmbeddedBroker
 
     torch.set_num_threads(1)
-    jobs: dict[int, dict[str, Any]] = {}
+    jobs: dict[int, dict[str, Any]] = {}  # host count -> memory held per host
+    rows: list[dict[str, Any]] = []
     failed: list[str] = []
     with tempfile.TemporaryDirectory(prefix="vigil-recovery-bench-") as tmp:
+        shm = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tmp)
+        with tempfile.TemporaryDirectory(prefix="vigil-bench-snap-", dir=shm) as snaps:  # first: it is short
+            mibs = [int(m) for m in args.mib.split(",") if m]
+            overhead = overhead_table(mibs, args.steps, args.step_ms, Path(snaps)) if mibs else ""
+        print(overhead, flush=True)
         broker = EmbeddedBroker(log_path=Path(tmp) / "tansu.log")
         broker.start()
         try:
@@ -106,20 +112,17 @@ def main() -> int:
                 work = Path(tmp) / f"hosts{n}"
                 work.mkdir()
                 try:
-                    jobs[n] = run_job(n, broker.bootstrap, work, args.stall_s, args.faults.split(","))
+                    jobs[n] = run_job(n, broker.bootstrap, work, args.stall_s, args.faults.split(","), rows)
                 except Exception as exc:  # the other host counts still run; the failure is reported
                     failed.append(f"{n} hosts: {type(exc).__name__}: {str(exc)[:300]}")
-                    continue
-                print(table(jobs[n]["rows"]), flush=True)
+                except KeyboardInterrupt:  # out of time: report what was measured
+                    failed.append(f"{n} hosts: interrupted (what it measured is above)")
+                    break
+                print(table([r for r in rows if r["hosts"] == n]), flush=True)
         finally:
             broker.stop()
         with open("/proc/loadavg") as fh:
             load = fh.read().split()[:3]
-        shm = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tmp)
-        with tempfile.TemporaryDirectory(prefix="vigil-bench-snap-", dir=shm) as snaps:
-            mibs = [int(m) for m in args.mib.split(",") if m]
-            overhead = overhead_table(mibs, args.steps, args.step_ms, Path(snaps)) if mibs else ""
-    rows = [r for job in jobs.values() for r in job["rows"]]
     goals = {"crash": 10, "xid": 10, "hang": 20}
     met = [f"{r['fault']} {s(r['total_s'])} s (goal {goals[r['fault']]}: {'met' if (r['total_s'] or 1e9) <= goals[r['fault']] else 'NOT met'}), "
            f"{r['steps_lost']} lost" for r in rows if r["hosts"] == 3]  # fmt: skip
