@@ -88,6 +88,7 @@ class Launcher:
             self.agent.emit([ProcessExit(job_id=s.job_id, host=s.host, pid=0, exit_code=127, summary=message)])
             return 127
         self.agent.tracker.root_pids.append(self.proc.pid)
+        self._watch()  # warm: the rank processes exist already (a rank gone before the first look has no rank)
         if self._terminate:  # stopped before it started
             self.terminate()
         previous = {sig: signal.signal(sig, self._on_signal) for sig in FORWARDED}

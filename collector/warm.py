@@ -140,6 +140,12 @@ class WarmPool:
                 return
             log.info("warm start: %d interpreter(s) warming under pid %d", self.nproc, self._proc.pid)
 
+    @property
+    def pid(self) -> int | None:
+        """The waiting launcher's pid (None: none started)."""
+        proc = self._proc
+        return proc.pid if proc is not None else None
+
     def take(self, p: WarmPlan, env: Mapping[str, str]) -> subprocess.Popen[bytes] | None:
         """The warm launcher, ordered to run `p` with `env`; None when none is ready for it (start cold)."""
         if (p.python, p.nproc) != (self.python, self.nproc):

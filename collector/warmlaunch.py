@@ -9,7 +9,9 @@ rank>]:` as `torchrun --tee 3` does, and waits for one JSON line on stdin, the a
 each interpreter the environment torchrun gives a static rendezvous's workers (`RANK` = node rank x
 NPROC + local rank, `WORLD_SIZE`, `MASTER_ADDR`/`MASTER_PORT`, `TORCHELASTIC_*`, an error file under
 `error_dir`) with `TORCHELASTIC_USE_AGENT_STORE=False` (there is no agent store: rank 0 hosts the
-TCP store on the master port, as `init_process_group("env://")` does by itself).
+TCP store on the master port, as `init_process_group("env://")` does by itself). The other ranks
+get their order once that store listens (`await_store`, polled every 20 ms), not before: a rank
+that finds no store backs off inside c10d for a second or more.
 
 Then, as torchrun with `--max-restarts 0`: every 50 ms it looks at its workers; all exited 0 -> it
 exits 0; one failed -> the others' process groups get SIGTERM (SIGKILL after
@@ -105,6 +107,18 @@ def report(name: str, failed: list[tuple[int, int, int, float, str | None]], npr
                       *entry(0, failed[0]), END])
 
 
+def await_store(host: str, port: int, timeout_s: float = 30.0) -> None:
+    """Until rank 0's TCP store listens (or `timeout_s`): a rank that connects before it does backs off for
+    seconds inside c10d; polling here every 20 ms costs nothing of the sort."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=1.0):
+                return
+        except OSError:
+            time.sleep(0.02)
+
+
 def shutdown(procs: list[subprocess.Popen[bytes]], sig: int) -> None:
     live = [p for p in procs if p.poll() is None]
     for p in live:
@@ -142,7 +156,10 @@ def main() -> int:
             shutdown(procs, signal.SIGTERM)
             return 0
         order = json.loads(line)
+        first = int(order["node_rank"]) * nproc  # the global rank of local rank 0
         for lr, p in enumerate(procs):
+            if first + lr == 1 or (first > 0 and lr == 0):
+                await_store(str(order["master_addr"]), int(order["master_port"]))
             assert p.stdin is not None
             p.stdin.write((json.dumps({**order, "env": worker_env(order, nproc, lr)}) + "\n").encode())
             p.stdin.close()

@@ -10,6 +10,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.waiting import wait_until
@@ -90,6 +91,7 @@ def launch(agent: Agent, tmp_path: Path, mode: str, *, during: object = None) ->
     pool = WarmPool.for_command(argv, env, ["torch", "torch.distributed"])
     assert pool is not None
     pool.prepare()
+    warmed(pool)
     launcher = Launcher(argv=argv, env=env, agent=agent, output_dir=tmp_path / "output", echo=False, warm=pool)
     agent.start()
     try:
@@ -101,6 +103,20 @@ def launch(agent: Agent, tmp_path: Path, mode: str, *, during: object = None) ->
         pool.close()
         agent.stop(drain_timeout_s=5)
     return status, launcher, ordered
+
+
+def warmed(pool: WarmPool) -> None:
+    """Until the pool's 2 interpreters exist and sit idle (imports done: no CPU used for a second)."""
+    assert pool.pid is not None
+    launcher = psutil.Process(pool.pid)
+
+    def idle() -> bool:
+        kids = launcher.children()
+        before = [k.cpu_times() for k in kids]
+        time.sleep(1.0)
+        return len(kids) == 2 and all(sum(k.cpu_times()[:2]) - sum(b[:2]) < 0.01 for k, b in zip(kids, before, strict=True))
+
+    wait_until(idle, 300, "the warm interpreters to finish their imports")
 
 
 def exits(agent: Agent) -> list[ProcessExit]:
