@@ -5,9 +5,10 @@
 1. **Triggers** (`controller.triggers`) of a job with no open case are gathered for
    `policy.settle_s`, then open one case (the strongest class, every culprit; the others are
    recorded as merged into it). A trigger from before the job's current generation started is
-   history (skipped, with the reason) unless it is a stronger verdict on the failure the latest
+   history (skipped, with the reason) unless it is a hardware verdict on the failure the latest
    recovery took as weaker (`_escalates`: a hardware incident arriving after its exit was
-   recovered as software); one for a halted job too. A `prompt` trigger (an exit its agent
+   recovered as software; a late hang or unknown cause is the crash's echo, skipped); one for a
+   halted job too. A `prompt` trigger (an exit its agent
    attested) opens its case at once. While a case is open and has not begun to cordon or
    restart, a trigger on the same failure (current generation, first sign within
    `policy.escalate_window_s`, a culprit in the world) **refines** it (`_refine`): a second `plan`
@@ -172,8 +173,9 @@ class Engine:
         software fault. It is recovered again, as its own class; any other trigger from before the current
         generation is history."""
         latest = self.state.cases.get(job.cases[-1]) if job.cases else None
-        if latest is None or latest.open or latest.cls not in STRENGTH or STRENGTH[t.cls] <= STRENGTH[latest.cls]:
-            return False
+        if t.cls != "hardware" or latest is None or latest.open or latest.cls not in STRENGTH \
+                or STRENGTH[t.cls] <= STRENGTH[latest.cls]:
+            return False  # only a hardware culprit is worth a second restart: a late hang is the crash's echo
         first = latest.details.get("first_sign")
         if not isinstance(first, str):
             return False

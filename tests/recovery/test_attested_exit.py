@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from fleet import Fleet, Harness, incident
 
-from vigil.contract import Command, Event, Member, Outcome
+from vigil.contract import Command, Event, Member, Outcome, RecoveryAction
 from vigil.signing import KeyStore, Role
 from vigil.signing.gate import Gate
 from vigil.signing.policy import Refusals
@@ -106,6 +106,21 @@ def test_a_verdict_after_the_restart_began_is_the_next_case_not_a_refinement(tmp
     assert set(h.fx.backend.cordoned()) == {"h2"}
 
 
+def test_a_late_crash_verdict_of_unknown_cause_is_the_crashs_echo_not_a_second_recovery(tmp_path: Path) -> None:
+    """A host killed outright: its agent's attested exit was recovered as software; the analyzer's
+    `crash_cascade` (no traceback: cause unknown, handled as a hang) lands after the restart began. It is
+    history, not a stronger verdict: one failure, one recovery, nobody cordoned."""
+    fleet, h = running(tmp_path)
+    h.feed(fleet.commit(10, h.now) + attested_crash(fleet, "h2", h.now, agent_key(tmp_path)))
+    h.run(lambda: h.training(2))
+    inc = incident(JOB, "h2", cause="unknown", category="crash_cascade", at=h.now - timedelta(seconds=3))
+    h.feed([inc])
+    h.run(lambda: bool(h.actions(incident_id=inc.incident_id)), turns=10)
+    (skipped,) = h.actions(incident_id=inc.incident_id)
+    assert skipped.action == "plan" and skipped.status == "skipped" and "already recovered" in skipped.reason
+    assert h.fx.backend.cordoned() == {} and h.engine.state.job(JOB).generation == 2
+
+
 def test_the_gate_refuses_a_forged_attestation_and_admits_the_agents(tmp_path: Path) -> None:
     fleet = Fleet(job=JOB, hosts=["h0"])
     (m,) = fleet.crash("h0", datetime.now().astimezone())
@@ -115,7 +130,9 @@ def test_the_gate_refuses_a_forged_attestation_and_admits_the_agents(tmp_path: P
     good = agent_key(tmp_path).seal(m)
     wrong_role = agent_key(tmp_path, Role.ANALYZER).seal(m)
     tampered = good.model_copy(update={"host": "h9"})
-    accepted, alerts = gate.admit([m, good, wrong_role, tampered], good.ts)
-    assert accepted == [m, good]  # unsigned: a plain fact; signed: must verify as the agent's
+    finish = RecoveryAction(job_id=JOB, host="h0", ts=good.ts, action="finish", target="h0", status="succeeded",
+                            command_id=f"{JOB}/g1/finish/h0", actor="agent:h0")  # an agent's ack: a fact
+    accepted, alerts = gate.admit([m, good, wrong_role, tampered, finish], good.ts)
+    assert accepted == [m, good, finish]  # unsigned: a plain fact; signed: must verify as the agent's
     assert [a.evidence["problem"] for a in alerts] == [Problem.WRONG_ROLE.value]  # one alert per kind and job
     assert gate.refused == 2

@@ -74,7 +74,7 @@ def expected_roles(event: Event) -> frozenset[Role]:
         if is_operator_request(event):
             return OPERATOR if event.status == "planned" else CONTROLLER
         if event.actor.startswith("agent:") and event.command_id and event.action in ("start", "stop", "diagnose",
-                                                                                       "dump"):
+                                                                                       "dump", "finish"):
             return NONE
         return OPERATOR if event.actor.startswith("user:") else CONTROLLER
     if isinstance(event, Incident):
