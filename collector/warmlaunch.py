@@ -53,10 +53,16 @@ def pump(src: IO[bytes] | None, dst: IO[bytes], prefix: bytes, lock: threading.L
     assert src is not None
 
     def run() -> None:
+        out: IO[bytes] | None = dst
         for raw in iter(lambda: src.readline(1 << 16), b""):
+            if out is None:
+                continue  # the agent is gone: drain, so the rank never blocks on a full pipe
             with lock:
-                dst.write(prefix + raw)
-                dst.flush()
+                try:
+                    out.write(prefix + raw)
+                    out.flush()
+                except (OSError, ValueError):
+                    out = None
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
