@@ -10,8 +10,9 @@ one `collector.warmchild` interpreter per local rank with `warm_imports` importe
 entry point) and returns it as the generation's child process: the `Launcher` pipes, echoes,
 classifies, signals, kills and reports it as it does torchrun (the same `[defaultN]:` prefixes,
 the same failure report), so only the rendezvous, the restore and the first step remain. The
-next generation's pool is started at once: its imports run while this generation starts and
-trains (a few seconds of one core per local rank), so it is warm by the next restart.
+next generation's pool is started `refill_delay_s` (setting `warm_refill_delay_s`, 5 s) after a
+take, or when the generation ends if sooner: its imports (a few seconds of one core per local
+rank) then do not compete with the restart itself for CPU, and it is warm by the next restart.
 
 `plan` decides what can be warm: `torchrun` or `python -m torch.distributed.run` with a fixed
 node count, an integer `--nproc-per-node`, `--max-restarts 0`, the console tee, and nothing else
@@ -108,12 +109,14 @@ class WarmPool:
     nproc: int
     env: dict[str, str]  # the training command's environment (scrubbed), without a world
     imports: list[str]
+    refill_delay_s: float = 5.0  # after a take: the restart first, then the next pool's imports
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _closed: bool = field(default=False, init=False, repr=False)
 
     @classmethod
-    def for_command(cls, argv: Sequence[str], env: dict[str, str], imports: list[str]) -> WarmPool | None:
+    def for_command(cls, argv: Sequence[str], env: dict[str, str], imports: list[str],
+                    refill_delay_s: float = 5.0) -> WarmPool | None:
         """The pool for a controlled command (its rendezvous options are the controller's to fill), or None."""
         opts = scan(argv)
         kept = [tok for i, tok in enumerate(argv) if opts is None or not any(
@@ -122,7 +125,7 @@ class WarmPool:
         if isinstance(how, str):
             log.info("warm start: off for this command (%s)", how)
             return None
-        return cls(python=how.python, nproc=how.nproc, env=env, imports=imports)
+        return cls(python=how.python, nproc=how.nproc, env=env, imports=imports, refill_delay_s=refill_delay_s)
 
     def prepare(self) -> None:
         """Start the next launcher and interpreters unless they are (never raises)."""
@@ -152,7 +155,9 @@ class WarmPool:
             return None
         with self._lock:
             proc, self._proc = self._proc, None
-        self.prepare()  # the next generation's, warming while this one starts and trains
+        refill = threading.Timer(self.refill_delay_s, self.prepare)  # the next generation's, once this one is up
+        refill.daemon = True
+        refill.start()
         if proc is None or proc.poll() is not None or proc.stdin is None:
             return None
         error_dir = str(Path(p.log_dir) / f"warm_{uuid.uuid4().hex[:8]}" / "attempt_0") if p.log_dir else None

@@ -60,7 +60,7 @@ def run(args: argparse.Namespace, *, agent: Any, paths: Any, argv: list[str], en
                            done_file=paths.state_dir / "commands.json", gate=gate, emit=agent.emit)
 
     replicator = _replicator(s) if s.replicate_snapshots else None
-    pool = WarmPool.for_command(argv, env, list(s.warm_imports)) if s.warm_start else None
+    pool = WarmPool.for_command(argv, env, list(s.warm_imports), s.warm_refill_delay_s) if s.warm_start else None
 
     def make_launcher(a: list[str], e: dict[str, str]) -> Any:
         launcher = launcher_for(a, e)
