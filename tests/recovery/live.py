@@ -23,7 +23,7 @@ from vigil.app.demo.run import kill_tree
 from vigil.contract import Event, Outcome, RecoveryAction
 from vigil.kafka.follow import Follower
 from vigil.kafka.producer import EventProducer
-from vigil.recovery.controller.state import ClusterState
+from vigil.recovery.controller.state import Case, ClusterState
 from vigil.settings import VigilSettings
 from vigil.signing import KeyStore, Role
 from vigil.signing.setup import signer
@@ -116,10 +116,13 @@ class Live:
         return [e for e in self.events if isinstance(e, RecoveryAction)
                 and all(getattr(e, k) == v for k, v in match.items())]
 
+    def case(self, trigger: str) -> Case | None:
+        """The recovery that took `trigger` (an incident may refine, or be merged into, the case an attested
+        exit opened first: which comes first is a race between the agent and the analyzer)."""
+        return self.state.cases.get(self.state.merged.get(trigger, trigger))
+
     def outcome(self, case: str) -> Outcome | None:
-        """The outcome of the recovery that took `case` (a trigger id: an incident may refine, or be merged
-        into, the case an attested exit opened first)."""
-        c = self.state.cases.get(self.state.merged.get(case, case))
+        c = self.case(case)
         return c.outcome if c is not None else None
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:

@@ -65,7 +65,7 @@ def test_an_xid_with_host_loss_resumes_from_the_buddys_copy_and_trains_bitwise_i
                                        first_sign=e.ts, detected=datetime.now(UTC))  # fmt: skip
                         live.publish([inc])
                         reported.append(inc)
-            case = live.state.cases.get(reported[0].incident_id) if reported else None
+            case = live.case(reported[0].incident_id) if reported else None
             restart = case.step("restart", JOB) if case is not None else None
             return restart is not None and restart.planned_at is not None
 
@@ -91,7 +91,8 @@ def test_an_xid_with_host_loss_resumes_from_the_buddys_copy_and_trains_bitwise_i
         # the agents' replication counters reach the log in their member reports (the newest of each host)
         reps = {e.host: e.replication for e in live.events if isinstance(e, Member) and e.replication is not None}
         assert reps["h1"].buddy == "h2" and reps["h1"].last_step == XID - 1 and reps["h1"].pushed >= 2, reps["h1"]
-        assert reps["h1"].pushed_bytes > 0 and reps["h1"].refused == {}
+        # an older snapshot pruned (K=2) while being read is an `io` refusal, retried while still held: never another
+        assert reps["h1"].pushed_bytes > 0 and set(reps["h1"].refused) <= {"io"}, reps["h1"]
         assert reps["h3"].staged >= 1 and reps["h3"].staged_bytes > 0 and reps["h3"].buddy == "h0", reps["h3"]
 
         live.wait_for(lambda s: (tmp / "final.sha256").exists(), 180, "the resumed job to finish")
