@@ -90,3 +90,19 @@ def stored_steps(dsn: str, env: dict[str, str]) -> dict[str, int]:
                          timeout=300)
     counts: dict[str, int] = json.loads(out.stdout.strip().splitlines()[-1])
     return counts
+
+
+LETTERS = """
+import json, sys
+from vigil.clickhouse.client import connect
+rows = connect(sys.argv[1]).query("SELECT partition, offset, count() FROM dead_letters FINAL WHERE topic = {t:String} "
+                                  "GROUP BY partition, offset", parameters={"t": sys.argv[2]}).result_rows
+print(json.dumps([[int(p), int(o), int(n)] for p, o, n in rows]))
+"""
+
+
+def stored_letters(dsn: str, env: dict[str, str], topic: str) -> dict[tuple[int, int], int]:
+    """Dead letters of `topic` in the analyzer's store: (partition, offset) -> letters."""
+    out = subprocess.run([sys.executable, "-c", LETTERS, dsn, topic], env=env, capture_output=True, text=True,
+                         check=True, timeout=300)
+    return {(p, o): n for p, o, n in json.loads(out.stdout.strip().splitlines()[-1])}

@@ -8,19 +8,25 @@ harness, in turn:
 1. makes the broker unavailable until the ranks wrote 30 more step records: SIGSTOP, then SIGCONT.
    The embedded Tansu keeps its log in memory only, so a restart would lose the log (a real Kafka
    keeps it); a stopped broker is what an unreachable one looks like to every client;
-2. SIGKILLs the analyzer and starts it again; then the notifier;
+2. streams the poison corpus (tests/chaos/poison.py, >= 300 records: sizes, encodings, numbers,
+   timestamps, identifiers, kinds, duplicates) into the `steps` topic and at once SIGKILLs the
+   analyzer and starts it again; then the notifier;
 3. SIGKILLs host h2 (its agent and its training) and starts its agent again: the fault;
 4. SIGKILLs the controller once that recovery has started, and starts it again.
 
 Then it lets the job end. Asserted: every host exits 0 and the controller records `finish`; each
 recovery has one outcome and every decision (a step's start and end) is taken once; every step
-record the ranks wrote (their spool, by event id) is stored in ClickHouse exactly once; the
+record the ranks wrote (their spool, by event id) and every valid event of the corpus is stored in
+ClickHouse exactly once; every bad record of the corpus is in `dead_letters` with exactly the
+letters it must give (and on the dead-letter topic, where a letter produced again after the kill
+may repeat: the table's key makes it one); the
 analyzer's and the notifier's consumer groups end with lag 0 (measured against each partition's
 confirmed end), and no notification was delivered under two keys' worth of the same content.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import uuid
@@ -29,7 +35,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from services import Service, spooled_steps, stored_steps
+from poison import corpus, valid_ids
+from services import Service, spooled_steps, stored_letters, stored_steps
+from test_poison import produce
 
 from tests.notify.receiver import Receiver
 from tests.recovery.live import PY, Live
@@ -41,6 +49,7 @@ from vigil.dashboard.notify.service import TOPICS as NOTIFY_TOPICS
 from vigil.kafka.admin import ensure_topics
 from vigil.kafka.broker import EmbeddedBroker
 from vigil.kafka.lag import LagProbe
+from vigil.kafka.reader import read_topics
 from vigil.recovery.controller.state import ClusterState
 from vigil.settings import VigilSettings
 
@@ -112,7 +121,9 @@ def test_a_real_job_finishes_losing_nothing_while_broker_services_and_a_host_fai
                        "training to go on with the broker stopped")
         finally:
             os.kill(broker.pid, signal.SIGCONT)
-        # 2. the analyzer, then the notifier, SIGKILLed and started again
+        # 2. the poison corpus streamed while the analyzer is SIGKILLed and started again; then the notifier
+        cases = corpus()
+        where = produce(settings, cases)
         for service in (analyzer, notifier):
             service.kill()
             service.start()
@@ -132,11 +143,11 @@ def test_a_real_job_finishes_losing_nothing_while_broker_services_and_a_host_fai
         assert {h: p.returncode for h, p in live.agents.items()} == {h: 0 for h in HOSTS}
         live.wait_for(lambda s: s.job(JOB).finished is not None, 60, "the controller to record the job finished")
 
-        cases = {cid: c for cid, c in live.state.cases.items() if c.job_id == JOB and not c.skipped}
+        recoveries = {cid: c for cid, c in live.state.cases.items() if c.job_id == JOB and not c.skipped}
         assert any(c.outcome is not None and c.outcome.result == "resumed" and c.opened_at is not None
-                   and c.outcome.hosts for c in cases.values())
+                   and c.outcome.hosts for c in recoveries.values())
         outcomes = Counter(e.incident_id for e in live.events if isinstance(e, Outcome) and e.job_id == JOB)
-        assert outcomes == Counter(dict.fromkeys(cases, 1)), "one outcome per recovery, every recovery ended"
+        assert outcomes == Counter(dict.fromkeys(recoveries, 1)), "one outcome per recovery, every recovery ended"
         decisions = Counter((a.incident_id, a.action, a.target, a.status) for a in live.events
                             if isinstance(a, RecoveryAction) and a.actor == "controller" and a.job_id == JOB
                             and a.status in ("planned", "started", "succeeded", "failed"))
@@ -152,11 +163,21 @@ def test_a_real_job_finishes_losing_nothing_while_broker_services_and_a_host_fai
         missing = set(written_ids) - stored.keys()
         assert not missing, f"{len(missing)} of {len(written_ids)} step events written and never stored"
         assert [i for i, n in stored.items() if n != 1] == [], "a step event stored twice"
+        assert valid_ids(cases) <= stored.keys(), "a valid event of the poison corpus never stored"
+        due = {at: c.letters for at, c in where.items() if c.letters}
+        letters = stored_letters(dsn, analyzer.env, settings.topic("steps"))
+        assert letters == due, sorted(where[at].name for at in set(letters) ^ set(due))[:10]
+        on_topic = Counter((int(x["partition"]), int(x["offset"])) for r in read_topics(
+            settings, bootstrap, [settings.topic("deadletter")]) if (x := json.loads(r.value or b"{}"))
+            and x.get("topic") == settings.topic("steps"))
+        assert on_topic.keys() == due.keys() and all(on_topic[at] >= n for at, n in due.items())
         bodies: dict[str, set[bytes]] = {}
         for r in receiver.delivered():
             bodies.setdefault(r.key, set()).add(r.body)
         assert all(len(b) == 1 for b in bodies.values()), "a notification re-sent with other content"
-        print(f"\nchaos: {len(written_ids)} step events written and stored once; {len(cases)} recoveries; "
+        print(f"\nchaos: {len(written_ids)} step events written and stored once; {len(recoveries)} recoveries; "
+              f"{len(cases)} poison records, {sum(due.values())} letters stored once "
+              f"({sum(on_topic.values()) - sum(due.values())} produced again on the topic); "
               f"{len(bodies)} notifications delivered ({len(receiver.delivered())} requests); restarted after a slow "
               f"broker at start: analyzer {analyzer.supervised}, notifier {notifier.supervised}")
     finally:
