@@ -27,9 +27,10 @@ import secrets
 import shutil
 import stat
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import BinaryIO
+
+from vigil.contract.control import RefusedCopy
 
 FORMAT = "vigil-snapshot/1"  # the marker format of vigil.recovery.checkpoint.snapshot (training side)
 MARKER, STATE, PEER = "_COMMITTED", "state.pt", "peer"
@@ -38,14 +39,7 @@ _NAME = re.compile(r"^snap-(\d{10,})-([0-9a-f]{8})$")
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 
 
-class Refused(StrEnum):
-    """Why a snapshot copy was not taken."""
-
-    MALFORMED = "malformed"  # no usable marker, or it does not match its directory
-    TOO_LARGE = "too_large"  # state.pt above max_rank_bytes
-    HOST_FULL = "host_full"  # the host's peer copies would exceed max_host_bytes
-    DIGEST = "digest"  # the bytes do not hash to the marker's sha256
-    IO = "io"  # reading or writing failed
+Refused = RefusedCopy  # why a copy was not taken: the contract's reasons, which member reports count
 
 
 @dataclass(frozen=True, kw_only=True)

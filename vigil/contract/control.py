@@ -119,7 +119,14 @@ class Command(Event):
         return self
 
 
-RefusedCopy = Literal["malformed", "too_large", "host_full", "digest", "io"]
+class RefusedCopy(StrEnum):
+    """Why a snapshot copy was not taken (`collector.replicas` refuses, `SnapshotReplication` counts)."""
+
+    MALFORMED = "malformed"  # no usable marker, or it does not match its directory
+    TOO_LARGE = "too_large"  # state.pt above max_rank_bytes
+    HOST_FULL = "host_full"  # the host's peer copies would exceed max_host_bytes
+    DIGEST = "digest"  # the bytes do not hash to the marker's sha256
+    IO = "io"  # reading or writing failed
 
 
 class SnapshotReplication(BaseModel):
