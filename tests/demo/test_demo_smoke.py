@@ -101,8 +101,15 @@ def test_demo_runs_shows_torch_steps_and_stops_clean(tmp_path: Path) -> None:
             committed = _sql(control, "SELECT step FROM checkpoints WHERE job_id = 'demo-torch' AND phase = 'committed'", tmp_path)
             time.sleep(2)
         assert committed, "no committed checkpoint of demo-torch\n" + "".join(out)
-        shown = texts(render_page(dashboard, "/overview", "?job=demo-torch&range=all"))
-        assert any(t.startswith("step ") and t[5:].isdigit() and int(t[5:]) % 20 == 0 for t in shown), shown
+        # the overview's checkpoint panel: its own query, so it may answer a turn later (or fail a turn under load,
+        # shown as a store error in the panel): awaited, and the panel's text is the failure message
+        panel: list[str] = []
+        while time.monotonic() < page_deadline + 60:
+            panel = texts(find(render_page(dashboard, "/overview", "?job=demo-torch&range=all"), "checkpoint-panel"))
+            if any(t.startswith("step ") and t[5:].isdigit() and int(t[5:]) % 20 == 0 for t in panel):
+                break
+            time.sleep(2)
+        assert any(t.startswith("step ") and t[5:].isdigit() and int(t[5:]) % 20 == 0 for t in panel), panel
         # the Xid of demo-host-2: cordoned by the recovery controller, the job trains on on the other two
         recovery_deadline = time.monotonic() + 360  # a scale-up (an agent announced late) and the exit's restart can come first
         restarted: list[list[object]] = []
