@@ -6,7 +6,9 @@ classified error line, each with the time it was printed, and parse torchrun's f
 report: every entry of "Failures:" and the "Root Cause (first observed failure)" (time, rank,
 local rank, exit code, pid, signal, error file, message). Lines inside that report are
 torchrun quoting its workers: `note_line` says so, and the stream does not classify them
-again. `summarize` gives the one-line error of a plain (non-launcher) child. Pure logic.
+again. `summarize` gives the one-line error of a plain (non-launcher) child. The latest line of
+each hardware category (`HARDWARE_FAULTS`) is kept too: a failed command's agent names it in its
+report (`fault_since`). Pure logic.
 
 Bounded whatever the output: a report starts only where torchrun starts one (its
 "Failures:" or "Root Cause" line right after a `----` rule, so a user's own
@@ -99,6 +101,7 @@ def last_line(text: str) -> str:
 class ErrorMemory:
     tracebacks: dict[Key, OwnError] = field(default_factory=dict)
     errors: dict[Key, OwnError] = field(default_factory=dict)
+    faults: dict[str, OwnError] = field(default_factory=dict)  # hardware category -> its latest line (a closed set)
     failures: list[Failure] = field(default_factory=list)
     _entry: Failure | None = None
     _in_report: bool = False
@@ -117,6 +120,15 @@ class ErrorMemory:
 
     def note_error(self, key: Key, line: str, at: datetime) -> None:
         _remember(self.errors, key, OwnError(text=line, at=at, is_traceback=False))
+
+    def note_fault(self, category: str, line: str, at: datetime) -> None:
+        """A classified line of a hardware category (`HARDWARE_FAULTS`: Xid, ECC, NVLink, GPU lost)."""
+        self.faults[category] = OwnError(text=line, at=at, is_traceback=False)
+
+    def fault_since(self, since: datetime | None) -> tuple[str, OwnError] | None:
+        """The first hardware error printed at or after `since` (its category and line): what the failure began with."""
+        hits = [(c, e) for c, e in self.faults.items() if since is None or e.at >= since]
+        return min(hits, key=lambda ce: ce[1].at) if hits else None
 
     def note_line(self, line: str) -> bool:
         """Every unprefixed line: True while it belongs to torchrun's failure report (not to classify)."""

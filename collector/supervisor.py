@@ -42,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psutil
 
@@ -54,7 +54,7 @@ from vigil.collector.progress import Progress
 from vigil.collector.rendezvous import NodeRange, fill, free_ports, rendezvous_env
 from vigil.collector.replication import Replicator
 from vigil.collector.stopping import ProcessGroups
-from vigil.contract import Command, Member, MemberState, World, utcnow
+from vigil.contract import Command, HardwareFault, Member, MemberState, World, utcnow
 from vigil.cordons import CordonRegistry, RegistryError
 
 log = logging.getLogger(__name__)
@@ -94,6 +94,7 @@ class Supervisor:
     _ports: list[int] = field(default_factory=list, init=False, repr=False)
     _started_at: datetime | None = field(default=None, init=False, repr=False)
     _exit_code: int | None = field(default=None, init=False, repr=False)
+    _fault: tuple[HardwareFault, str] | None = field(default=None, init=False, repr=False)  # (category, its line)
     _signal: str | None = field(default=None, init=False, repr=False)
     _last_announce: float = field(default=0.0, init=False, repr=False)
     _since: datetime | None = field(default=None, init=False, repr=False)
@@ -137,7 +138,7 @@ class Supervisor:
         with self._lock:
             self._launcher, self._start_cmd, self.world = launcher, command, world
             self.generation, self._started_at = world.generation, utcnow()
-            self._exit_code = self._signal = None
+            self._exit_code = self._signal = self._fault = None
             self._announced_first = False
             self.progress.reset(self._started_at)
         self._announce("starting", command_id=command.command_id, reason=command.reason)
@@ -161,7 +162,7 @@ class Supervisor:
         if stops or self._cordoned:
             self._announce("cordoned" if self._cordoned else "waiting", reason="stopped", fresh_ports=True)
         else:
-            self._announce("exited", reason=f"the command exited with status {status}", fresh_ports=True)
+            self._announce("exited", reason=self._exit_reason(status), fresh_ports=True)
         return status
 
     # ---- control thread ------------------------------------------------------------------------
@@ -286,7 +287,15 @@ class Supervisor:
             if ordered or status == 0 or code is None or self._start_cmd is not None:
                 return
             self._exit_code, self._signal, _ = exit_status(code)
-        self._announce("exited", reason=f"the command exited with status {status}")
+            # its ranks' output is classified by now (the launcher drained it): a hardware line printed in this
+            # generation names the cause, and with this agent's attestation the controller cordons at once
+            fault = self.agent.memory.fault_since(self._started_at)
+            self._fault = (cast(HardwareFault, fault[0]), fault[1].text) if fault is not None else None
+        self._announce("exited", reason=self._exit_reason(status))
+
+    def _exit_reason(self, status: int) -> str:
+        why = f"the command exited with status {status}"
+        return f"{why} after a {self._fault[0]} error: {self._fault[1]}" if self._fault is not None else why
 
     def _settle(self) -> None:
         """Wait until the spool was scanned after the command ended and everything in it was shipped."""
@@ -361,6 +370,7 @@ class Supervisor:
                 first_step_at=snap.first_step_at, last_step=snap.last_step, last_step_at=snap.last_step_at,
                 steps=snap.steps, step_ms=snap.step_ms, command_id=command_id, reason=reason[:2048],
                 replication=self.replicator.report() if self.replicator is not None else None,
+                fault=self._fault[0] if self._fault is not None and state == "exited" else None,
             )
             self._last_announce = utcnow().timestamp()
         self.agent.emit([self.seal(member) if self.seal is not None else member])

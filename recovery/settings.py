@@ -35,6 +35,10 @@ class PolicySettings(_Section):
     """What each kind of fault gets (see recovery/README.md, "Policy")."""
 
     diagnose_hardware: bool = Field(default=True, description="hardware incidents: run diagnostics before cordoning")
+    diagnose_explicit: bool = Field(default=False, description="hardware incidents with a strong culprit (an "
+                                    "explicit hardware error naming its host: Xid, ECC, NVLink): diagnose anyway "
+                                    "before cordoning (off: that host is cordoned at once; diagnostics run where the "
+                                    "culprit is weak or unknown, which is when they decide who goes)")
     diagnose_hang: bool = Field(default=True, description="hangs and traffic stops: run diagnostics")
     cordon_slow: bool = Field(default=True, description="cordon hosts the diagnostics find slow (not only faulty)")
     crash_loops: int = Field(default=3, ge=1, description="software faults: after this many restarts without "

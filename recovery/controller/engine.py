@@ -51,7 +51,13 @@ from vigil.recovery.controller.cite import citation, phrase
 from vigil.recovery.controller.diagnose import diagnose
 from vigil.recovery.controller.effects import Effects
 from vigil.recovery.controller.goodput import outcome
-from vigil.recovery.controller.plan import node_range, plan_world, restarts_without_progress, steps_for
+from vigil.recovery.controller.plan import (
+    explicit_culprit,
+    node_range,
+    plan_world,
+    restarts_without_progress,
+    steps_for,
+)
 from vigil.recovery.controller.state import Case, ClusterState, Job
 from vigil.recovery.controller.triggers import STRENGTH, Trigger, since, strongest, triggers
 from vigil.recovery.settings import RecoverySettings
@@ -154,7 +160,9 @@ class Engine:
         plan = case.plan
         if stronger:
             paused = (p := st.umbrella(case, "pause")) is not None and p.started_at is not None
-            plan = [s for s in steps_for(top.cls, self.settings.mode, self.settings.policy)
+            diagnosing = (d := st.umbrella(case, "diagnose")) is not None and d.started_at is not None
+            explicit = explicit_culprit(top.cls, culprits.values()) and not diagnosing  # a started round ends
+            plan = [s for s in steps_for(top.cls, self.settings.mode, self.settings.policy, explicit=explicit)
                     if not (s == "dump" and paused)]  # a dump after the pause finds nothing to dump
         ids = [t.trigger_id for t in near]
         details = {**case.details, "steps": plan, "culprits": list(culprits.values()),
@@ -193,7 +201,9 @@ class Engine:
         cls = cls or t.cls
         loops = restarts_without_progress(self.state, job) if cls == "software" else 0
         crash_loop = loops >= policy.crash_loops
-        plan = steps_for(cls, "auto" if cls in ("start", "resume") else mode, policy, crash_loop=crash_loop)
+        explicit = explicit_culprit(cls, [{"strong": c.strong} for c in t.culprits])
+        plan = steps_for(cls, "auto" if cls in ("start", "resume") else mode, policy, crash_loop=crash_loop,
+                         explicit=explicit)
         if cls == "resume":
             plan = ["restart"]
         dry = mode == "dry-run" and cls not in ("start", "resume")

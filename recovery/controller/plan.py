@@ -1,6 +1,8 @@
 """Decisions as pure functions: the steps of a recovery, the next world, the safety limits.
 
-* `steps_for`: hardware -> pause, diagnose, cordon, restart; software -> pause, restart, or
+* `steps_for`: hardware -> pause, diagnose, cordon, restart, or pause, cordon, restart when a
+  culprit is strong (an explicit hardware error names its host: it goes whatever a test says,
+  and the restart does not wait ~10 s of self-checks; `policy.diagnose_explicit`); software -> pause, restart, or
   pause, halt once the job restarted `policy.crash_loops` times without a new checkpoint;
   hang -> dump, pause, diagnose, cordon, restart (the cordon takes strong hardware culprits and
   what the diagnostics found); manual mode puts `approve` first. A job's first start is
@@ -17,9 +19,10 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from vigil.contract import Member
 from vigil.recovery.controller.state import ClusterState, Job
@@ -28,18 +31,27 @@ from vigil.recovery.settings import BreakerSettings, Mode, PolicySettings
 ELIGIBLE = ("waiting", "exited")
 
 
-def steps_for(cls: str, mode: Mode, policy: PolicySettings, *, crash_loop: bool = False) -> list[str]:
+def steps_for(cls: str, mode: Mode, policy: PolicySettings, *, crash_loop: bool = False,
+              explicit: bool = False) -> list[str]:
+    """The steps of a recovery of class `cls`; `explicit`: a hardware culprit is strong (`explicit_culprit`)."""
     if cls == "start":
         return ["start"]
     if cls == "scale":
         steps = ["pause", "restart"]
     elif cls == "hardware":
-        steps = ["pause", *(["diagnose"] if policy.diagnose_hardware else []), "cordon", "restart"]
+        diagnose = policy.diagnose_hardware and (policy.diagnose_explicit or not explicit)
+        steps = ["pause", *(["diagnose"] if diagnose else []), "cordon", "restart"]
     elif cls == "hang":
         steps = ["dump", "pause", *(["diagnose"] if policy.diagnose_hang else []), "cordon", "restart"]
     else:
         steps = ["pause", "halt"] if crash_loop else ["pause", "restart"]
     return ["approve", *steps] if mode == "manual" else steps
+
+
+def explicit_culprit(cls: str, culprits: Iterable[Mapping[str, Any]]) -> bool:
+    """A hardware failure that names its host by an explicit error (a strong culprit: an Xid, ECC or NVLink line,
+    an incident of strong confidence): that host goes without diagnostics (`policy.diagnose_explicit`)."""
+    return cls == "hardware" and any(bool(c.get("strong")) for c in culprits)
 
 
 def restarts_without_progress(state: ClusterState, job: Job) -> int:

@@ -152,12 +152,14 @@ def pause(ctx: Ctx, case: Case) -> bool:
 
 # ---- cordon --------------------------------------------------------------------------------------
 def condemned(ctx: Ctx, case: Case) -> list[str]:
-    """Hosts this case takes out: strong hardware culprits (every hardware culprit when it ran no
-    diagnostics), then the diagnostics' faulty hosts, then slow ones (`policy.cordon_slow`)."""
+    """Hosts this case takes out: strong hardware culprits (without diagnostics and none strong: every
+    hardware culprit), then the diagnostics' faulty hosts, then slow ones (`policy.cordon_slow`). A weak
+    culprit beside a strong one is its victim (a peer that exited because the culprit's GPU fell off)."""
     out: list[str] = []
-    diagnosed = "diagnose" in case.plan
     if case.cls == "hardware":
-        out += [str(c["host"]) for c in case.details.get("culprits", []) if c.get("strong") or not diagnosed]
+        culprits = case.details.get("culprits", [])
+        strong = [c for c in culprits if c.get("strong")]
+        out += [str(c["host"]) for c in (strong if strong or "diagnose" in case.plan else culprits)]
     verdicts = verdicts_of(case)
     out += sorted(h for h, v in verdicts.items() if v == "faulty")
     if ctx.settings.policy.cordon_slow:

@@ -11,7 +11,11 @@
   exited is the culprit (MegaScale's driver watching its executors' processes). An exit its
   agent attested (a signed member report, verified by the controller's gate) waits only
   `policy.attested_exit_grace_s` (0) and is `prompt`: its case opens without the settle window,
-  and the analyzer's verdict refines it while the pause runs (`engine`).
+  and the analyzer's verdict refines it while the pause runs (`engine`);
+* a failed member whose agent attested a hardware error of its ranks (`Member.fault`, an Xid /
+  ECC / NVLink line it classified in this generation): hardware, prompt, its host the strong
+  culprit — the Xid decided at the agent's speed, one recovery that cordons (a victim's exit
+  that opened a software case first is refined by it while the pause runs).
 
 Triggers older than `policy.max_trigger_age_s` are history and never returned; neither is a
 trigger some case already took (`ClusterState.merged`). `strongest` merges a job's triggers
@@ -24,12 +28,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from vigil.contract import Incident, IncidentCategory, Member
+from vigil.contract import HARDWARE_FAULTS, Incident, IncidentCategory, Member
 from vigil.recovery.controller.state import ClusterState
 from vigil.recovery.settings import PolicyClass, PolicySettings
 
 STRENGTH: dict[str, int] = {"software": 0, "hang": 1, "hardware": 2}
-HARDWARE_LOGS = frozenset({"xid", "ecc", "nvlink", "gpu_lost"})
+HARDWARE_LOGS = HARDWARE_FAULTS
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,12 +117,11 @@ def triggers(state: ClusterState, policy: PolicySettings, now: datetime) -> list
         if job.generation == 0 or job.world_started_at is None:
             continue
         tid = f"{job.job_id}/exit/g{job.generation}"
-        if tid in state.merged:
-            continue
         failed = sorted((m for h, m in job.members.items() if h in job.world and m.state == "exited"
                          and m.generation == job.generation and (m.exit_code or m.signal)
                          and since(m) >= job.world_started_at), key=since)
-        if not failed:
+        out += [t for m in failed if (t := _fault(state, m, oldest)) is not None]
+        if not failed or tid in state.merged:
             continue
         first = failed[0]
         wait = timedelta(seconds=policy.attested_exit_grace_s) if first.signature else grace
@@ -133,6 +136,21 @@ def triggers(state: ClusterState, policy: PolicySettings, now: datetime) -> list
                     f"{len(failed)} of {len(job.world)} hosts exited"
                     + (" (attested by its agent)" if first.signature else "")))
     return sorted(out, key=lambda t: t.detected)
+
+
+def _fault(state: ClusterState, m: Member, oldest: datetime) -> Trigger | None:
+    """A failed member whose agent attested a hardware error of its ranks (`Member.fault`: an Xid line it classified
+    in this generation): a hardware trigger at once, its host the strong culprit. An unattested claim is a plain
+    fact and never takes a host out."""
+    tid = f"{m.job_id}/fault/g{m.generation}/{m.host}"
+    if not m.signature or m.fault not in HARDWARE_FAULTS or tid in state.merged or since(m) < oldest:
+        return None
+    how = f"signal {m.signal}" if m.signal else f"exit code {m.exit_code}"
+    return Trigger(
+        trigger_id=tid, job_id=m.job_id, cls="hardware", source="exit", category=str(m.fault), cause="hardware",
+        culprits=(Culprit(host=m.host, strong=True, message=m.reason[:500]),), first_sign=since(m),
+        detected=since(m), prompt=True,
+        summary=f"{m.host} exited with {how} after a {m.fault} error (attested by its agent): {m.reason[:300]}")
 
 
 def strongest(group: Sequence[Trigger]) -> Trigger:

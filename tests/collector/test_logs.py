@@ -199,3 +199,22 @@ def test_classification_falls_behind_without_blocking_the_reader() -> None:
     release.set()
     c.close()
     assert len(emitted) == 50 - c.dropped
+
+
+def test_the_memory_keeps_the_first_hardware_error_of_a_generation() -> None:
+    """What a failed command's agent names in its attested report (`Member.fault`): the first hardware line printed
+    since the generation started; a CUDA error is a symptom, never a hardware fault by itself."""
+    from datetime import UTC, datetime, timedelta
+
+    memory = ErrorMemory()
+    s = stream(memory=memory)
+    t0 = datetime(2026, 11, 27, tzinfo=UTC)
+    s.feed(b"[rank4]: NVRM: Xid (PCI:0000:3b:00): 48, An uncorrectable double bit error", at=t0)  # an older generation
+    start = t0 + timedelta(seconds=10)
+    assert memory.fault_since(start) is None
+    s.feed(b"[rank4]: RuntimeError: CUDA error: an illegal memory access was encountered", at=start)
+    assert memory.fault_since(start) is None
+    s.feed(b"[rank4]: NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.", at=start + timedelta(seconds=1))
+    s.feed(b"[rank4]: NVLink: fatal error detected on link 2", at=start + timedelta(seconds=2))
+    got = memory.fault_since(start)
+    assert got is not None and got[0] == "xid" and "fallen off the bus" in got[1].text

@@ -31,7 +31,7 @@ class Story:
 
 def story(tmp: Path) -> Story:
     fleet = Fleet(job=JOB, hosts=["h0", "h1", CULPRIT])
-    h = Harness.build(fleet, tmp)
+    h = Harness.build(fleet, tmp, policy_diagnose_explicit=True)  # every step a hardware recovery can take, shown
     h.run(lambda: h.training(1))
     for _ in range(15):
         h.turn()

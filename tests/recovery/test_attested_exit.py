@@ -69,7 +69,7 @@ def test_an_unattested_exit_still_waits_for_the_analyzer(tmp_path: Path) -> None
 
 def test_a_hardware_verdict_during_the_pause_refines_the_case_to_a_cordon(tmp_path: Path) -> None:
     """The crash is reported first (software: pause, restart); the Xid incident lands while the pause runs:
-    the same case goes on as hardware (diagnose, cordon h2, restart on two), one recovery, one outcome."""
+    the same case goes on as hardware (cordon h2 on the Xid's say-so, restart on two), one recovery, one outcome."""
     fleet, h = running(tmp_path)
     h.feed(fleet.commit(10, h.now) + attested_crash(fleet, "h2", h.now, agent_key(tmp_path)))
     h.turn()
@@ -81,7 +81,7 @@ def test_a_hardware_verdict_during_the_pause_refines_the_case_to_a_cordon(tmp_pa
     h.turn()
     plans = h.actions(action="plan", incident_id=case)
     assert [p.details["class"] for p in plans] == ["software", "hardware"]
-    assert plans[1].details["steps"] == ["pause", "diagnose", "cordon", "restart"]
+    assert plans[1].details["steps"] == ["pause", "cordon", "restart"]  # an explicit culprit: no diagnostics
     assert plans[1].details["refined_by"] == [inc.incident_id]
     assert plans[1].details["culprits"] == [{"host": "h2", "strong": True, "rank": 0, "message": "Xid 79"}]
     assert set(h.fx.backend.cordoned()) == {"h2"}
@@ -136,3 +136,61 @@ def test_the_gate_refuses_a_forged_attestation_and_admits_the_agents(tmp_path: P
     assert accepted == [m, good, finish]  # unsigned: a plain fact; signed: must verify as the agent's
     assert [a.evidence["problem"] for a in alerts] == [Problem.WRONG_ROLE.value]  # one alert per kind and job
     assert gate.refused == 2
+
+
+def xid_exit(fleet: Fleet, host: str, now: datetime) -> Member:
+    return fleet.member(host, "exited", now, exit_code=1, fault="xid",
+                        reason="the command exited with status 1 after a xid error: NVRM: Xid (PCI:0000:3b:00): 79, "
+                               "GPU has fallen off the bus")
+
+
+def test_an_attested_xid_exit_is_one_recovery_that_cordons_its_host_at_once(tmp_path: Path) -> None:
+    """A peer's exit reaches the controller first (software: the pause starts); the Xid host's agent then reports
+    its exit with the Xid line it classified: the same case goes on as hardware, cordons that host without
+    diagnostics and restarts on the other two. The analyzer's host_fault incident, later, is the same failure."""
+    fleet, h = running(tmp_path)
+    key = agent_key(tmp_path)
+    h.feed(fleet.commit(10, h.now) + attested_crash(fleet, "h0", h.now, key))
+    h.turn()
+    case = f"{JOB}/exit/g1"
+    assert h.actions(action="pause", status="started", incident_id=case)
+    xid_at = h.now
+    h.feed([key.seal(xid_exit(fleet, "h2", xid_at))])
+    h.turn()
+    plans = h.actions(action="plan", incident_id=case)
+    assert [p.details["class"] for p in plans] == ["software", "hardware"]
+    assert plans[1].details["steps"] == ["pause", "cordon", "restart"]
+    assert plans[1].details["refined_by"] == [f"{JOB}/fault/g1/h2"]
+    h.run(lambda: any(isinstance(e, Outcome) and e.incident_id == case for e in h.fx.events), turns=60)
+    assert set(h.fx.backend.cordoned()) == {"h2"}  # the victim h0 stays
+    assert sorted(c.host for c in h.fx.events if isinstance(c, Command) and c.action == "start"
+                  and c.generation == 2) == ["h0", "h1"]
+    assert not [c for c in h.fx.events if isinstance(c, Command) and c.action == "diagnose"]
+    outcomes = [e for e in h.fx.events if isinstance(e, Outcome) and e.incident_id != f"{JOB}/start/g1"]
+    assert [(o.incident_id, o.result, o.cordoned) for o in outcomes] == [(case, "resumed", ["h2"])]
+    late = incident(JOB, "h2", at=xid_at)  # its first sign: the Xid line, printed before the exit
+    h.feed([late])
+    h.run(lambda: bool(h.actions(incident_id=late.incident_id)), turns=10)
+    assert [a.status for a in h.actions(incident_id=late.incident_id)] == ["skipped"]  # not a second restart
+    assert h.engine.state.job(JOB).generation == 2
+
+
+def test_an_attested_xid_exit_alone_opens_a_hardware_recovery(tmp_path: Path) -> None:
+    fleet, h = running(tmp_path)
+    h.feed([*fleet.commit(10, h.now), agent_key(tmp_path).seal(xid_exit(fleet, "h1", h.now))])
+    h.turn()
+    plans = h.actions(action="plan", incident_id=f"{JOB}/fault/g1/h1")
+    assert [(p.details["class"], p.details["steps"]) for p in plans] == [("hardware", ["pause", "cordon", "restart"])]
+    assert plans[0].details["culprits"][0]["host"] == "h1" and plans[0].details["culprits"][0]["strong"]
+    h.run(lambda: h.training(2))
+    assert set(h.fx.backend.cordoned()) == {"h1"}
+
+
+def test_an_unattested_fault_claim_takes_no_host_out(tmp_path: Path) -> None:
+    """Anyone can write an unsigned member to the topic: its `fault` is a plain fact, the exit the slow path's."""
+    fleet, h = running(tmp_path, policy_exit_grace_s=5)
+    h.feed([*fleet.commit(10, h.now), xid_exit(fleet, "h1", h.now)])
+    h.run(lambda: h.training(2), turns=60)
+    assert not h.actions(incident_id=f"{JOB}/fault/g1/h1")
+    assert h.actions(action="plan", incident_id=f"{JOB}/exit/g1")[0].details["class"] == "software"
+    assert h.fx.backend.cordoned() == {}

@@ -55,9 +55,50 @@ def test_an_elastic_job_waits_for_nodes_max_until_the_form_wait(tmp_path: Path) 
     assert full.engine.state.job(JOB).world == ["h0", "h1", "h2"]
 
 
-def test_hardware_fault_pauses_diagnoses_cordons_and_restarts_without_the_host(tmp_path: Path) -> None:
+def test_an_explicit_hardware_fault_cordons_its_host_without_diagnostics(tmp_path: Path) -> None:
+    """A strong culprit (an Xid line names its host) goes whatever a self-check says: the restart does not wait for
+    a diagnostics round (policy.diagnose_explicit off, the default)."""
     fleet = Fleet(job=JOB, hosts=["h0", "h1", "h2"])
     h = started(Harness.build(fleet, tmp_path))
+    h.feed(fleet.commit(10, h.now) + fleet.crash("h2", h.now))
+    inc = incident(JOB, "h2", at=h.now)
+    h.feed([inc])
+    h.run(lambda: h.training(2))
+    h.turn()
+    case = inc.incident_id
+    plan = h.actions(action="plan", incident_id=case)[0]
+    assert plan.details["steps"] == ["pause", "cordon", "restart"]
+    assert not [e for e in h.fx.events if isinstance(e, Diagnostic)]
+    assert not [e for e in h.fx.events if isinstance(e, Command) and e.action == "diagnose"]
+    assert set(h.fx.backend.cordoned()) == {"h2"}
+    restart = [c for c in h.fx.events if isinstance(c, Command) and c.action == "start" and c.generation == 2]
+    assert sorted(c.host for c in restart) == ["h0", "h1"]
+    o = outcome(h, case)
+    assert o.result == "resumed" and o.cordoned == ["h2"] and o.diagnose_s is None
+
+
+def test_a_weak_hardware_culprit_is_diagnosed_and_kept_when_it_passes(tmp_path: Path) -> None:
+    """A weak culprit (a suspicion, not an explicit error) is what the diagnostics decide: they pass, nobody goes."""
+    fleet = Fleet(job=JOB, hosts=["h0", "h1", "h2"])
+    h = started(Harness.build(fleet, tmp_path))
+    h.feed(fleet.commit(10, h.now) + fleet.crash("h2", h.now))
+    inc = incident(JOB, "h2", at=h.now, strong=False)
+    h.feed([inc])
+    h.run(lambda: h.training(2))
+    h.turn()
+    plan = h.actions(action="plan", incident_id=inc.incident_id)[0]
+    assert plan.details["steps"] == ["pause", "diagnose", "cordon", "restart"]
+    verdicts = {e.host: e.verdict for e in h.fx.events if isinstance(e, Diagnostic) and e.test == "verdict"}
+    assert verdicts == {"h0": "healthy", "h1": "healthy", "h2": "healthy"}
+    assert h.fx.backend.cordoned() == {}
+    restart = [c for c in h.fx.events if isinstance(c, Command) and c.action == "start" and c.generation == 2]
+    assert sorted(c.host for c in restart) == ["h0", "h1", "h2"]
+
+
+def test_hardware_fault_pauses_diagnoses_cordons_and_restarts_without_the_host(tmp_path: Path) -> None:
+    """policy.diagnose_explicit on: every host self-checks first, and the strong culprit goes whatever it says."""
+    fleet = Fleet(job=JOB, hosts=["h0", "h1", "h2"])
+    h = started(Harness.build(fleet, tmp_path, policy_diagnose_explicit=True))
     h.feed(fleet.commit(10, h.now) + fleet.crash("h2", h.now))
     inc = incident(JOB, "h2", at=h.now)
     h.feed([inc])
@@ -228,7 +269,7 @@ def test_dry_run_decides_and_publishes_but_does_nothing(tmp_path: Path) -> None:
         h.turn()
     assert len([e for e in h.fx.events if isinstance(e, Command)]) == before
     planned = h.actions(incident_id=inc.incident_id)
-    assert [a.action for a in planned] == ["plan", "pause", "diagnose", "cordon", "restart"]
+    assert [a.action for a in planned] == ["plan", "pause", "cordon", "restart"]
     assert all(a.status == "planned" for a in planned) and all(a.dry_run for a in planned)
     assert outcome(h, inc.incident_id).result == "dry_run" and h.fx.backend.cordoned() == {}
 

@@ -3,10 +3,12 @@
 from vigil.contract.advice import Advice, AdvicePoint, AdviceScore
 from vigil.contract.base import Event, RankScoped, new_event_id, utcnow
 from vigil.contract.control import (
+    HARDWARE_FAULTS,
     Check,
     Command,
     DiagnoseParams,
     Diagnostic,
+    HardwareFault,
     Member,
     MemberState,
     Outcome,
@@ -55,6 +57,7 @@ from vigil.contract.wire import Decoded, Rejected, decode_batch, encode_batch, v
 
 __all__ = [
     "DEAD_LETTER_TOPIC",
+    "HARDWARE_FAULTS",
     "PHASE_KINDS",
     "SPECS",
     "TELEMETRY_TOPICS",
@@ -76,6 +79,7 @@ __all__ = [
     "Event",
     "EventSpec",
     "GpuState",
+    "HardwareFault",
     "Heartbeat",
     "Incident",
     "IncidentCategory",

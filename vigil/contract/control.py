@@ -12,7 +12,7 @@ controller decides is rebuilt from these events after a crash.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
@@ -20,6 +20,9 @@ from vigil.contract.base import I32, MODEL_CONFIG, U32, U64, Event, Name, NonNeg
 
 MemberState = Literal["waiting", "starting", "training", "stopping", "exited", "diagnosing", "cordoned", "left"]
 Verdict = Literal["healthy", "slow", "faulty"]
+HardwareFault = Literal["xid", "ecc", "nvlink", "gpu_lost"]
+"""The log categories that are a hardware fault of the host that printed them (an explicit error, not a symptom)."""
+HARDWARE_FAULTS: frozenset[str] = frozenset(get_args(HardwareFault))
 
 
 class World(BaseModel):
@@ -177,6 +180,9 @@ class Member(Event):
     command_id: str = Field(default="", max_length=256, description="the command that caused this state")
     reason: str = Field(default="", max_length=2048)
     replication: SnapshotReplication | None = Field(default=None, description="its snapshot replication, when it replicates")
+    fault: HardwareFault | None = Field(default=None, description="exited: the hardware error its ranks printed in "
+                                        "this generation (a line the agent classified), what `reason` quotes; "
+                                        "attested, its host is the failure's strong culprit")
     signature: str = Field(default="", max_length=512, description="<role>/<key id>/<base64 Ed25519>: the "
                            "agent's attestation (vigil.signing); empty: an unattested fact")
 

@@ -6,8 +6,9 @@ notifier), then side by side:
    --nodes 2:3 -- torchrun ...` agent under recovery control (the controller starts it, node
    count elastic 2..3, a checkpoint every `CKPT_EVERY` steps); one rank is slowed part-way, and
    at step `XID_AT` a rank of `demo-host-2` prints an Xid 79 and dies: the controller pauses the
-   job, runs diagnostics, cordons that host and restarts the job on the other two from its latest
-   checkpoint (the demo prints each step as it happens);
+   job, cordons that host (the Xid names it: no diagnostics to wait for) and restarts the job on the
+   other two from the freshest state (the ranks' in-memory snapshots, the lost host's from its buddy's
+   copy; the demo prints each step as it happens);
    later, at step `HANG_AT`, the slowed rank hangs once (a stuck GPU): the ranks' Flight Recorder
    traces (the step timer's hang watchdog) name it the culprit of a `collective_hang` incident,
    and the controller dumps, diagnoses and restarts the job from its checkpoint;
@@ -219,8 +220,8 @@ What to look at (give it a minute or two to develop):
   Overview  two jobs: {TORCH_JOB} (real PyTorch, 6 ranks on 3 hosts, then 4 on 2) and {SIM_JOB}
             ({sim_hosts} simulated hosts).
   Recovery  at step {XID_AT} a rank on {HOSTS[2]} prints an Xid 79 and dies: the recovery controller
-            pauses the job, diagnoses the hosts, cordons {HOSTS[2]} and restarts the job on {HOSTS[0]} and
-            {HOSTS[1]} from its latest checkpoint (every {CKPT_EVERY} steps); the lines below tell it as it
+            pauses the job, cordons {HOSTS[2]} and restarts the job on {HOSTS[0]} and {HOSTS[1]} from the
+            ranks' in-memory snapshots ({HOSTS[2]}'s from its buddy's copy); the lines below tell it as it
             happens; the Recovery page ({dash.rstrip("/")}/recovery?job={TORCH_JOB}) shows each step's
             timing, the cordon and the goodput it cost (read-only unless VIGIL_DASHBOARD_ACTION_TOKEN is
             set); so do `vigil recovery history` and `vigil recovery status`.
