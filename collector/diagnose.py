@@ -5,7 +5,8 @@ never a program: the agent builds the argv of its installed `python -m vigil.rec
 with this interpreter (`diagnostics_argv`), runs it in a session of its own with its own
 environment plus the job's identity, kills the whole session at the time limit, and ships every
 line of its stdout that is a valid `diagnostic` event of this job and host. Other lines are
-kept as the run's output tail.
+kept as the run's output tail. With a warm child waiting (`collector.warmdiag`), the same
+arguments and identity go to it instead of a new interpreter.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from vigil.collector.warmdiag import SERVE, WarmDiagnostics
 from vigil.contract import Command, DiagnoseParams, Diagnostic, Event, validate_event
 
 TAIL_CHARS = 2000
@@ -31,6 +33,7 @@ class DiagnosticRun:
     seconds: float = 0.0
     rejected: int = 0
     tail: str = ""
+    warm: bool = False  # it ran in the agent's warm child (collector.warmdiag)
 
     @property
     def ok(self) -> bool:
@@ -55,16 +58,21 @@ def diagnostics_argv(p: DiagnoseParams) -> list[str]:
             "--allreduce-iters", str(p.allreduce_iters)]
 
 
-def run_diagnostics(command: Command, *, job_id: str, host: str, base_env: dict[str, str]) -> DiagnosticRun:
+def run_diagnostics(command: Command, *, job_id: str, host: str, base_env: dict[str, str],
+                    warm: WarmDiagnostics | None = None) -> DiagnosticRun:
+    """Run the diagnostics `command` orders, in `warm`'s waiting child when it has one, else a new one."""
     assert command.diagnose is not None  # the contract requires it of a diagnose command
     argv = diagnostics_argv(command.diagnose)
-    env = {**base_env, "VIGIL_JOB_ID": job_id, "VIGIL_HOST": host,
-           "VIGIL_COMMAND_ID": command.command_id, "VIGIL_INCIDENT_ID": command.incident_id}
+    identity = {"VIGIL_JOB_ID": job_id, "VIGIL_HOST": host, "VIGIL_COMMAND_ID": command.command_id,
+                "VIGIL_INCIDENT_ID": command.incident_id}
     run = DiagnosticRun()
     started = time.monotonic()
+    proc = warm.take(argv[len(SERVE) - 1:], identity) if warm is not None else None
+    run.warm = proc is not None
     try:
-        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        if proc is None:
+            proc = subprocess.Popen(argv, env={**base_env, **identity}, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     except OSError as exc:
         run.returncode, run.tail = 127, f"cannot start {argv[0]!r}: {exc.strerror or exc}"
         return run

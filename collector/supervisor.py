@@ -54,6 +54,7 @@ from vigil.collector.progress import Progress
 from vigil.collector.rendezvous import NodeRange, fill, free_ports, rendezvous_env
 from vigil.collector.replication import Replicator
 from vigil.collector.stopping import ProcessGroups
+from vigil.collector.warmdiag import WarmDiagnostics
 from vigil.contract import Command, HardwareFault, Member, MemberState, World, utcnow
 from vigil.cordons import CordonRegistry, RegistryError
 
@@ -79,6 +80,7 @@ class Supervisor:
     replicator: Replicator | None = None  # buddy replication of the ranks' in-memory snapshots
     nproc: int = 1  # training processes per host (torchrun's --nproc-per-node): which ranks run here
     seal: Callable[[Member], Member] | None = None  # attests member events (the agent role's signer)
+    warm_diag: WarmDiagnostics | None = None  # the next diagnostics child, started ahead (collector.warmdiag)
     state: MemberState = field(default="waiting", init=False)
     generation: int = field(default=0, init=False)
     world: World | None = field(default=None, init=False)
@@ -325,9 +327,10 @@ class Supervisor:
         self.agent.emit([ack(command, "started", started=started)])
         self._announce("diagnosing", command_id=command.command_id, reason=command.reason)
         s = self.agent.settings
-        result = run_diagnostics(command, job_id=s.job_id, host=s.host, base_env=self.env)
+        result = run_diagnostics(command, job_id=s.job_id, host=s.host, base_env=self.env, warm=self.warm_diag)
         self.agent.emit(result.events)
-        details = {"seconds": round(result.seconds, 3), "events": len(result.events), "tail": result.tail[-500:]}
+        details = {"seconds": round(result.seconds, 3), "events": len(result.events), "tail": result.tail[-500:],
+                   "warm": result.warm}
         self.agent.emit([ack(command, "succeeded" if result.ok else "failed", reason=result.error(),
                              started=started, details=details)])
         self._announce("cordoned" if self._cordoned else before, reason="diagnosis done")

@@ -169,7 +169,7 @@ class WarmPool:
             proc.stdin.close()
         except OSError as exc:
             log.warning("warm start: the launcher refused its order (%s); starting cold", exc)
-            _stop(proc)
+            stop_idle(proc)
             return None
         return proc
 
@@ -178,11 +178,11 @@ class WarmPool:
             self._closed = True
             proc, self._proc = self._proc, None
         if proc is not None:
-            _stop(proc)
+            stop_idle(proc)
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """An idle (or refused) warm launcher: EOF and SIGTERM stop it and its interpreters; SIGKILL after 5 s."""
+def stop_idle(proc: subprocess.Popen[bytes]) -> None:
+    """An idle (or refused) warm process (a launcher, a diagnostics child): EOF and SIGTERM stop it and its interpreters; SIGKILL after 5 s."""
     try:
         if proc.stdin is not None and not proc.stdin.closed:
             proc.stdin.close()

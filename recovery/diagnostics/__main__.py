@@ -5,7 +5,8 @@ GEMM, intra-node all-to-all, then the all-reduce with the other hosts of its gro
 hosts the group's store). Prints one `diagnostic` event per test and one `check` event for
 the round (ok, elapsed: this host's own time) as JSON lines on stdout, which the agent
 ships; exits 0 when every test passed, 1 otherwise. Identity from `VIGIL_JOB_ID`,
-`VIGIL_HOST`, `VIGIL_COMMAND_ID`, `VIGIL_INCIDENT_ID` (set by the agent).
+`VIGIL_HOST`, `VIGIL_COMMAND_ID`, `VIGIL_INCIDENT_ID` (set by the agent). `--serve` alone: a warm
+child that imports first and takes its arguments and identity from one line of stdin (`serve`).
 """
 
 from __future__ import annotations
@@ -75,5 +76,22 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if ok else 1
 
 
+def serve() -> int:
+    """`--serve`: import torch and the checks now, then run the one order the agent writes on stdin (a JSON line:
+    `argv`, the arguments above, and `env`, the run's identity). A warm child of the agent (collector.warmdiag)."""
+    import json
+
+    import torch  # noqa: F401  the import a cold run pays when its command comes
+
+    from vigil.recovery.diagnostics import checks  # noqa: F401
+
+    line = sys.stdin.readline()
+    if not line:
+        return 0  # the agent let it go unused
+    order = json.loads(line)
+    os.environ.update({str(k): str(v) for k, v in dict(order["env"]).items()})
+    return main([str(a) for a in order["argv"]])
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(serve() if sys.argv[1:] == ["--serve"] else main())

@@ -37,6 +37,7 @@ def run(args: argparse.Namespace, *, agent: Any, paths: Any, argv: list[str], en
     from vigil.collector.supervisor import Supervisor
     from vigil.collector.torchrun import nproc_per_node
     from vigil.collector.warm import WarmPool
+    from vigil.collector.warmdiag import WarmDiagnostics
     from vigil.cordons import CordonRegistry, registry_path
     from vigil.kafka.admin import ensure_topics
     from vigil.kafka.follow import Follower
@@ -61,6 +62,7 @@ def run(args: argparse.Namespace, *, agent: Any, paths: Any, argv: list[str], en
 
     replicator = _replicator(s) if s.replicate_snapshots else None
     pool = WarmPool.for_command(argv, env, list(s.warm_imports), s.warm_refill_delay_s) if s.warm_start else None
+    diag = WarmDiagnostics(env=env, refill_delay_s=s.warm_refill_delay_s) if s.warm_diagnostics else None
 
     def make_launcher(a: list[str], e: dict[str, str]) -> Any:
         launcher = launcher_for(a, e)
@@ -70,7 +72,8 @@ def run(args: argparse.Namespace, *, agent: Any, paths: Any, argv: list[str], en
     supervisor = Supervisor(agent=agent, argv=argv, env=env, nodes=nodes, make_launcher=make_launcher, feed=feed,
                             registry=CordonRegistry(registry_path(core.home)),
                             address=args.rdzv_addr or local_ip(), spare=args.spare, keepalive_s=args.keepalive,
-                            replicator=replicator, nproc=nproc_per_node(argv), seal=_sealer(signer(Role.AGENT, core.home)))
+                            replicator=replicator, nproc=nproc_per_node(argv), seal=_sealer(signer(Role.AGENT, core.home)),
+                            warm_diag=diag)
     agent.sink = ObservedSink(inner=agent.sink, observe=supervisor.progress.observe)
     agent.shipper.sink = agent.sink
     agent.start()
@@ -78,9 +81,13 @@ def run(args: argparse.Namespace, *, agent: Any, paths: Any, argv: list[str], en
         replicator.start()
     if pool is not None:
         pool.prepare()
+    if diag is not None:
+        diag.prepare()
     try:
         return supervisor.run()
     finally:
+        if diag is not None:
+            diag.close()
         if pool is not None:
             pool.close()
         if replicator is not None:
