@@ -297,7 +297,7 @@ class Supervisor:
 
     def _exit_reason(self, status: int) -> str:
         why = f"the command exited with status {status}"
-        return f"{why} after a {self._fault[0]} error: {self._fault[1]}" if self._fault is not None else why
+        return f"{self._fault[0]} error: {self._fault[1]}; then {why}" if self._fault is not None else why
 
     def _settle(self) -> None:
         """Wait until the spool was scanned after the command ended and everything in it was shipped."""

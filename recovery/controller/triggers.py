@@ -150,7 +150,7 @@ def _fault(state: ClusterState, m: Member, oldest: datetime) -> Trigger | None:
         trigger_id=tid, job_id=m.job_id, cls="hardware", source="exit", category=str(m.fault), cause="hardware",
         culprits=(Culprit(host=m.host, strong=True, message=m.reason[:500]),), first_sign=since(m),
         detected=since(m), prompt=True,
-        summary=f"{m.host} exited with {how} after a {m.fault} error (attested by its agent): {m.reason[:300]}")
+        summary=f"{m.host} exited with {how} (attested by its agent): {m.reason[:500]}")
 
 
 def strongest(group: Sequence[Trigger]) -> Trigger:

@@ -140,8 +140,8 @@ def test_the_gate_refuses_a_forged_attestation_and_admits_the_agents(tmp_path: P
 
 def xid_exit(fleet: Fleet, host: str, now: datetime) -> Member:
     return fleet.member(host, "exited", now, exit_code=1, fault="xid",
-                        reason="the command exited with status 1 after a xid error: NVRM: Xid (PCI:0000:3b:00): 79, "
-                               "GPU has fallen off the bus")
+                        reason="xid error: NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus; then the "
+                               "command exited with status 1")
 
 
 def test_an_attested_xid_exit_is_one_recovery_that_cordons_its_host_at_once(tmp_path: Path) -> None:
@@ -182,6 +182,8 @@ def test_an_attested_xid_exit_alone_opens_a_hardware_recovery(tmp_path: Path) ->
     plans = h.actions(action="plan", incident_id=f"{JOB}/fault/g1/h1")
     assert [(p.details["class"], p.details["steps"]) for p in plans] == [("hardware", ["pause", "cordon", "restart"])]
     assert plans[0].details["culprits"][0]["host"] == "h1" and plans[0].details["culprits"][0]["strong"]
+    assert plans[0].details["summary"].startswith("h1 exited with exit code 1 (attested by its agent): xid error: "
+                                                  "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus")
     h.run(lambda: h.training(2))
     assert set(h.fx.backend.cordoned()) == {"h1"}
 
