@@ -164,7 +164,7 @@ def narrate(event: Event) -> str | None:
     if isinstance(event, RecoveryAction) and event.actor == "controller" and event.status in ("planned", "succeeded",
                                                                                               "failed"):
         if event.action == "plan" and event.status == "planned":
-            return f"Recovery  {event.reason[:150]} -> plan: {' -> '.join(event.details.get('steps', []))}"
+            return f"Recovery  {event.reason[:220]} -> plan: {' -> '.join(event.details.get('steps', []))}"
         if event.action != "plan" and event.status != "planned" and event.target in (TORCH_JOB, *HOSTS):
             took = f" ({event.duration_ms / 1000:.1f} s)" if event.duration_ms is not None else ""
             return f"Recovery    {event.action} {event.target}: {event.status}{took} {event.reason[:120]}".rstrip()
