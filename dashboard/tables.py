@@ -56,7 +56,8 @@ RECOVERY_ACTIONS = _t("recovery_actions", "ts job_id action target status reason
 RECOVERY_OUTCOMES = _t("recovery_outcomes", "ts job_id incident_id result detect_s decide_s pause_s diagnose_s "
                                             "restart_s checkpoint_load_s total_s checkpoint_step last_step "
                                             "steps_lost first_step cordoned hosts reason")
-RECOVERY_MEMBERS = _t("recovery_members", "ts job_id host state generation last_step step_ms last_step_at")
+RECOVERY_MEMBERS = _t("recovery_members", "ts job_id host state generation last_step step_ms last_step_at repl_buddy "
+                      "repl_pushed repl_pushed_bytes repl_staged repl_refused repl_last_step")
 
 # the notifier's own tables (dashboard/notify/migrations)
 NOTIFY_DELIVERIES = _t("notify_deliveries", "key receiver receiver_kind group_key seq job_id status reason severity "

@@ -206,11 +206,17 @@ def _advice(e: Advice) -> list[TableRow]:
 
 
 def _member(e: Member) -> list[TableRow]:
+    r = e.replication
     return [("recovery_members", {
         "event_id": e.event_id, "ts": e.ts, "job_id": e.job_id, "host": e.host, "state": e.state, "since": e.since,
         "generation": e.generation, "node_rank": e.node_rank, "spare": int(e.spare), "started_at": e.started_at,
         "first_step": e.first_step, "first_step_at": e.first_step_at, "last_step": e.last_step,
-        "last_step_at": e.last_step_at, "steps": e.steps, "step_ms": e.step_ms, "reason": e.reason})]
+        "last_step_at": e.last_step_at, "steps": e.steps, "step_ms": e.step_ms, "reason": e.reason,
+        "fault": e.fault or "", "repl_buddy": (r.buddy or "") if r else "", "repl_pushed": r.pushed if r else 0,
+        "repl_staged": r.staged if r else 0, "repl_pushed_bytes": r.pushed_bytes if r else 0,
+        "repl_staged_bytes": r.staged_bytes if r else 0,
+        "repl_refused": {str(k): v for k, v in r.refused.items()} if r else {},
+        "repl_last_step": r.last_step if r else None})]
 
 
 KINDS: dict[str, Callable[[Any], list[TableRow]]] = {

@@ -12,6 +12,7 @@ dashboard/actions.py, which checks again on the server), and every click asks fo
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -103,12 +104,26 @@ def _recoveries(v: PageView, job: str, recs: list[q.Recovery]) -> Component:
     return html.Div([_recovery(v, job, r, r is halted) for r in recs], id="recoveries")
 
 
+def _copies(m: Mapping[str, Any]) -> str:
+    """Its ranks' snapshot copies: pushed to the buddy (and the newest step it holds), staged from peers, refused."""
+    if not m["buddy"] and not m["pushed"] and not m["staged"]:
+        return "-"
+    out = f"{m['pushed']} to {m['buddy'] or '-'} ({m['pushed_bytes'] / 2**20:,.0f} MiB"
+    out += f", step {m['buddy_step']})" if m["buddy_step"] is not None else ")"
+    if m["staged"]:
+        out += f"; {m['staged']} staged"
+    refused = {k: n for k, n in dict(m["refused"] or {}).items() if n}
+    if refused:
+        out += "; refused " + ", ".join(f"{k} {n}" for k, n in sorted(refused.items()))
+    return out
+
+
 def _hosts(v: PageView, job: str) -> Component:
-    rows = [[m["host"], m["agent_state"], m["gen"], "-" if m["step"] is None else m["step"], _t(m["seen"]),
+    rows = [[m["host"], m["agent_state"], m["gen"], "-" if m["step"] is None else m["step"], _copies(m), _t(m["seen"]),
              html.Span([button(v, "cordon", str(m["host"]), job), button(v, "evict", str(m["host"]), job)])]
             for m in q.members(v.store, job)]
-    return table(["host", "agent", "generation", "last step", "last report (UTC)", ""], rows, id="rec-hosts",
-                 empty="no agents of this job reported (vigil run --nodes MIN:MAX ...)")
+    return table(["host", "agent", "generation", "last step", "snapshot copies", "last report (UTC)", ""], rows,
+                 id="rec-hosts", empty="no agents of this job reported (vigil run --nodes MIN:MAX ...)")
 
 
 def _cordons(v: PageView, job: str) -> Component:

@@ -75,7 +75,9 @@ GROUP BY command_id ORDER BY asked DESC LIMIT {{limit:UInt32}}
 
 _MEMBERS_SQL = f"""
 SELECT host, argMax(state, ts) AS agent_state, argMax(generation, ts) AS gen, argMax(last_step, ts) AS step,
-       max(ts) AS seen
+       max(ts) AS seen, argMax(repl_buddy, ts) AS buddy, argMax(repl_pushed, ts) AS pushed,
+       argMax(repl_pushed_bytes, ts) AS pushed_bytes, argMax(repl_staged, ts) AS staged,
+       argMax(repl_refused, ts) AS refused, argMax(repl_last_step, ts) AS buddy_step
 FROM {RECOVERY_MEMBERS} WHERE job_id = {{job:String}}
 GROUP BY host ORDER BY host
 """
@@ -169,7 +171,7 @@ def requests(store: Store, job: str, limit: int = 20) -> list[Row]:
 
 
 def members(store: Store, job: str) -> list[Row]:
-    """The job's node agents as they last reported: state, generation, last step, when."""
+    """The job's node agents as they last reported: state, generation, last step, when, snapshot replication."""
     return store.rows("the job's agents", _MEMBERS_SQL, {"job": job})
 
 

@@ -77,3 +77,6 @@ def test_rows_match_the_migrated_schema_and_insert(clickhouse_dsn: str, database
         assert int(client.query(f"SELECT count() FROM {table}").result_rows[0][0]) >= 1, table
     tx, rx = client.query("SELECT tx_bytes, rx_bytes FROM nic_counters").result_rows[0]
     assert (tx, rx) == (9_800_000_000, 9_700_000_000)
+    repl = client.query("SELECT repl_buddy, repl_pushed, repl_pushed_bytes, repl_refused, repl_last_step "
+                        "FROM recovery_members").result_rows[0]
+    assert repl == ("node-0001", 20, 20 << 30, {"host_full": 1}, 1210)  # an agent's replication counters

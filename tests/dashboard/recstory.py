@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.recovery.fleet import Fleet, Harness, incident
-from vigil.contract import Event
+from vigil.contract import Event, SnapshotReplication
+from vigil.contract.control import RefusedCopy
 
 JOB = "rec-job"
 CULPRIT = "h2"
@@ -40,6 +41,9 @@ def story(tmp: Path) -> Story:
     h.run(lambda: h.training(2))
     for _ in range(10):
         h.turn()
+    held = fleet.members["h0"]  # its latest report carries its snapshot replication (collector.replication)
+    fleet.member("h0", held.state, h.now, replication=SnapshotReplication(
+        buddy="h1", pushed=12, pushed_bytes=3 << 20, last_step=12, refused={RefusedCopy.IO: 1}))
     events = [*h.fx.events, *fleet.members.values()]
     return Story(events=events, state=h.engine.state, incident_id=inc.incident_id, now=h.now)
 

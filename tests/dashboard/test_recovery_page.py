@@ -64,6 +64,8 @@ def test_current_cordons_and_goodput_agree_with_the_controller(store: Store, tol
     states = {m["host"]: m["agent_state"] for m in q.members(store, JOB)}
     assert states == {h: m.state for h, m in told.state.job(JOB).members.items()}
     assert states["h0"] == states["h1"] == "training" and states[CULPRIT] != "training"
+    copies = {m["host"]: (m["buddy"], m["pushed"], m["buddy_step"], m["refused"]) for m in q.members(store, JOB)}
+    assert copies["h0"] == ("h1", 12, 12, {"io": 1}) and copies["h1"] == ("", 0, None, {})
 
 
 def test_the_page_tells_the_story_read_only(store: Store, told: Story) -> None:
@@ -78,6 +80,7 @@ def test_the_page_tells_the_story_read_only(store: Store, told: Story) -> None:
     finally:
         svc.stop()
     shown = " ".join(texts(page))
+    assert "12 to h1 (3 MiB, step 12); refused io 1" in shown  # the agents table: h0's snapshot copies
     assert told.incident_id in shown and "resumed" in shown and f"cordoned {CULPRIT}" in shown
     assert "from checkpoint step 10 (first step 11)" in shown
     g = q.goodput(store, JOB, q.recoveries(store, JOB))
