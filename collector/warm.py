@@ -34,6 +34,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from vigil.collector.rendezvous import REPLACED
 from vigil.collector.torchrun import parse, scan
@@ -102,17 +103,58 @@ def plan(argv: Sequence[str], env: Mapping[str, str]) -> WarmPlan | str:
 
 
 @dataclass(kw_only=True)
-class WarmPool:
+class IdleProcess:
+    """One process started ahead that waits for one order (a JSON line on its stdin), handed over once."""
+
+    refill_delay_s: float = 5.0  # after a take: the work it was taken for first, then the next one's imports
+    _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _closed: bool = field(default=False, init=False, repr=False)
+
+    def prepare(self) -> None:
+        raise NotImplementedError
+
+    def _pop(self) -> subprocess.Popen[bytes] | None:
+        """The waiting process, if alive (the next one starts `refill_delay_s` later, unless closed)."""
+        with self._lock:
+            proc, self._proc = self._proc, None
+            closed = self._closed
+        if not closed:
+            refill = threading.Timer(self.refill_delay_s, self.prepare)
+            refill.daemon = True
+            refill.start()
+        return None if proc is None or proc.poll() is not None or proc.stdin is None else proc
+
+    @staticmethod
+    def _order(proc: subprocess.Popen[bytes], order: Mapping[str, Any], what: str) -> subprocess.Popen[bytes] | None:
+        """`proc` after its order was written and its stdin closed; None (and `proc` stopped) when it refused it."""
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write((json.dumps(order) + "\n").encode())
+            proc.stdin.close()
+            proc.stdin = None  # the order is all it reads (and `communicate` must not flush a closed pipe)
+        except OSError as exc:
+            log.warning("%s: the process refused its order (%s); starting cold", what, exc)
+            stop_idle(proc)
+            return None
+        return proc
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            proc, self._proc = self._proc, None
+        if proc is not None:
+            stop_idle(proc)
+
+
+@dataclass(kw_only=True)
+class WarmPool(IdleProcess):
     """The next generation's launcher and interpreters, started ahead (see the module's docstring)."""
 
     python: str
     nproc: int
     env: dict[str, str]  # the training command's environment (scrubbed), without a world
     imports: list[str]
-    refill_delay_s: float = 5.0  # after a take: the restart first, then the next pool's imports
-    _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
-    _closed: bool = field(default=False, init=False, repr=False)
 
     @classmethod
     def for_command(cls, argv: Sequence[str], env: dict[str, str], imports: list[str],
@@ -153,32 +195,14 @@ class WarmPool:
         """The warm launcher, ordered to run `p` with `env`; None when none is ready for it (start cold)."""
         if (p.python, p.nproc) != (self.python, self.nproc):
             return None
-        with self._lock:
-            proc, self._proc = self._proc, None
-        refill = threading.Timer(self.refill_delay_s, self.prepare)  # the next generation's, once this one is up
-        refill.daemon = True
-        refill.start()
-        if proc is None or proc.poll() is not None or proc.stdin is None:
+        proc = self._pop()  # the next generation's starts once this one is up
+        if proc is None:
             return None
         error_dir = str(Path(p.log_dir) / f"warm_{uuid.uuid4().hex[:8]}" / "attempt_0") if p.log_dir else None
         order = {"env": dict(env), "cwd": os.getcwd(), "script": p.script, "module": p.module, "args": p.args,
                  "nnodes": p.nnodes, "node_rank": p.node_rank, "master_addr": p.master_addr,
                  "master_port": p.master_port, "error_dir": error_dir}
-        try:
-            proc.stdin.write((json.dumps(order) + "\n").encode())
-            proc.stdin.close()
-        except OSError as exc:
-            log.warning("warm start: the launcher refused its order (%s); starting cold", exc)
-            stop_idle(proc)
-            return None
-        return proc
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            proc, self._proc = self._proc, None
-        if proc is not None:
-            stop_idle(proc)
+        return self._order(proc, order, "warm start")
 
 
 def stop_idle(proc: subprocess.Popen[bytes]) -> None:

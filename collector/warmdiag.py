@@ -14,28 +14,22 @@ restart that follows the round). Memory: one idle interpreter with torch per age
 
 from __future__ import annotations
 
-import json
 import logging
 import subprocess
 import sys
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from vigil.collector.warm import stop_idle
+from vigil.collector.warm import IdleProcess
 
 log = logging.getLogger(__name__)
 SERVE = [sys.executable, "-m", "vigil.recovery.diagnostics", "--serve"]
 
 
 @dataclass(kw_only=True)
-class WarmDiagnostics:
+class WarmDiagnostics(IdleProcess):
     env: dict[str, str]  # the environment diagnostics run with (the agent's for commands)
-    refill_delay_s: float = 5.0
     argv: list[str] = field(default_factory=lambda: list(SERVE))
-    _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
-    _closed: bool = field(default=False, init=False, repr=False)
 
     def prepare(self) -> None:
         """Start the next diagnostics child unless one waits (never raises)."""
@@ -51,28 +45,6 @@ class WarmDiagnostics:
 
     def take(self, args: Sequence[str], identity: Mapping[str, str]) -> subprocess.Popen[bytes] | None:
         """The waiting child, ordered to run the diagnostics with `args` as `identity`; None: start cold."""
-        with self._lock:
-            proc, self._proc = self._proc, None
-            closed = self._closed
-        if not closed:
-            refill = threading.Timer(self.refill_delay_s, self.prepare)
-            refill.daemon = True
-            refill.start()
-        if proc is None or proc.poll() is not None or proc.stdin is None:
-            return None
-        try:
-            proc.stdin.write((json.dumps({"argv": list(args), "env": dict(identity)}) + "\n").encode())
-            proc.stdin.close()
-            proc.stdin = None  # its order is all it reads (and `communicate` must not flush a closed pipe)
-        except OSError as exc:
-            log.warning("warm diagnostics: the child refused its order (%s); starting cold", exc)
-            stop_idle(proc)
-            return None
-        return proc
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            proc, self._proc = self._proc, None
-        if proc is not None:
-            stop_idle(proc)
+        proc = self._pop()
+        return None if proc is None else self._order(proc, {"argv": list(args), "env": dict(identity)},
+                                                      "warm diagnostics")

@@ -55,17 +55,22 @@ def test_an_elastic_job_waits_for_nodes_max_until_the_form_wait(tmp_path: Path) 
     assert full.engine.state.job(JOB).world == ["h0", "h1", "h2"]
 
 
-def test_an_explicit_hardware_fault_cordons_its_host_without_diagnostics(tmp_path: Path) -> None:
-    """A strong culprit (an Xid line names its host) goes whatever a self-check says: the restart does not wait for
-    a diagnostics round (policy.diagnose_explicit off, the default)."""
+def recovered(tmp_path: Path, *, strong: bool, **settings: object) -> tuple[Harness, str]:
+    """Three hosts train; h2 crashes and a hardware incident (its culprit strong or weak) names it; trained again."""
     fleet = Fleet(job=JOB, hosts=["h0", "h1", "h2"])
-    h = started(Harness.build(fleet, tmp_path))
+    h = started(Harness.build(fleet, tmp_path, **settings))
     h.feed(fleet.commit(10, h.now) + fleet.crash("h2", h.now))
-    inc = incident(JOB, "h2", at=h.now)
+    inc = incident(JOB, "h2", at=h.now, strong=strong)
     h.feed([inc])
     h.run(lambda: h.training(2))
     h.turn()
-    case = inc.incident_id
+    return h, inc.incident_id
+
+
+def test_an_explicit_hardware_fault_cordons_its_host_without_diagnostics(tmp_path: Path) -> None:
+    """A strong culprit (an Xid line names its host) goes whatever a self-check says: the restart does not wait for
+    a diagnostics round (policy.diagnose_explicit off, the default)."""
+    h, case = recovered(tmp_path, strong=True)
     plan = h.actions(action="plan", incident_id=case)[0]
     assert plan.details["steps"] == ["pause", "cordon", "restart"]
     assert not [e for e in h.fx.events if isinstance(e, Diagnostic)]
@@ -79,14 +84,8 @@ def test_an_explicit_hardware_fault_cordons_its_host_without_diagnostics(tmp_pat
 
 def test_a_weak_hardware_culprit_is_diagnosed_and_kept_when_it_passes(tmp_path: Path) -> None:
     """A weak culprit (a suspicion, not an explicit error) is what the diagnostics decide: they pass, nobody goes."""
-    fleet = Fleet(job=JOB, hosts=["h0", "h1", "h2"])
-    h = started(Harness.build(fleet, tmp_path))
-    h.feed(fleet.commit(10, h.now) + fleet.crash("h2", h.now))
-    inc = incident(JOB, "h2", at=h.now, strong=False)
-    h.feed([inc])
-    h.run(lambda: h.training(2))
-    h.turn()
-    plan = h.actions(action="plan", incident_id=inc.incident_id)[0]
+    h, case = recovered(tmp_path, strong=False)
+    plan = h.actions(action="plan", incident_id=case)[0]
     assert plan.details["steps"] == ["pause", "diagnose", "cordon", "restart"]
     verdicts = {e.host: e.verdict for e in h.fx.events if isinstance(e, Diagnostic) and e.test == "verdict"}
     assert verdicts == {"h0": "healthy", "h1": "healthy", "h2": "healthy"}
@@ -97,14 +96,7 @@ def test_a_weak_hardware_culprit_is_diagnosed_and_kept_when_it_passes(tmp_path: 
 
 def test_hardware_fault_pauses_diagnoses_cordons_and_restarts_without_the_host(tmp_path: Path) -> None:
     """policy.diagnose_explicit on: every host self-checks first, and the strong culprit goes whatever it says."""
-    fleet = Fleet(job=JOB, hosts=["h0", "h1", "h2"])
-    h = started(Harness.build(fleet, tmp_path, policy_diagnose_explicit=True))
-    h.feed(fleet.commit(10, h.now) + fleet.crash("h2", h.now))
-    inc = incident(JOB, "h2", at=h.now)
-    h.feed([inc])
-    h.run(lambda: h.training(2))
-    h.turn()
-    case = inc.incident_id
+    h, case = recovered(tmp_path, strong=True, policy_diagnose_explicit=True)
     plan = h.actions(action="plan", incident_id=case)[0]
     assert plan.details["steps"] == ["pause", "diagnose", "cordon", "restart"]
     assert [a.target for a in h.actions(action="cordon", status="succeeded", incident_id=case)] == ["h2", JOB]
