@@ -62,7 +62,7 @@ def run(args: argparse.Namespace, *, agent: Any, paths: Any, argv: list[str], en
 
     replicator = _replicator(s) if s.replicate_snapshots else None
     pool = WarmPool.for_command(argv, env, list(s.warm_imports), s.warm_refill_delay_s) if s.warm_start else None
-    diag = WarmDiagnostics(env=env, refill_delay_s=s.warm_refill_delay_s) if s.warm_diagnostics else None
+    diag = WarmDiagnostics(env=env) if s.warm_diagnostics else None
 
     def make_launcher(a: list[str], e: dict[str, str]) -> Any:
         launcher = launcher_for(a, e)
