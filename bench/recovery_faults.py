@@ -39,8 +39,12 @@ CLASS = {"crash": ("crash_cascade", "software"), "hang": ("collective_hang", "un
 
 
 def run_job(n: int, bootstrap: str, work: Path, stall_s: float, faults: list[str],
-            rows: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
-    """Fault the job; each fault's row is appended to `rows` as it is measured; the memory each host held."""
+            rows: list[dict[str, Any]], gap_s: float = 20.0) -> dict[str, dict[str, int]]:
+    """Fault the job; each fault's row is appended to `rows` as it is measured; the memory each host held.
+
+    A fault is armed `gap_s` after the previous one was recovered (faults minutes apart are the common case;
+    one within seconds of a restart finds the next generation's warm interpreters still importing: the agents
+    start them `warm_refill_delay_s` after a start, so as not to slow it)."""
     from live import HERE, PY, Live  # tests/recovery/live.py: controller + agents as processes
 
     from vigil.kafka.admin import ensure_topics
@@ -66,12 +70,13 @@ def run_job(n: int, bootstrap: str, work: Path, stall_s: float, faults: list[str
             live.wait_for(lambda s: s.job(job).generation == 1 and len(s.job(job).world) == n
                           and all(s.job(job).members[h].state == "training" for h in s.job(job).world), 600,
                           "the job to train")  # fmt: skip
-            for kind, step in FAULTS:
-                if kind in faults:
-                    (work / f"{kind}-h1-{step}.arm").touch()  # the previous fault was recovered: this one may fire
-                    rows.append({"hosts": n, "fault": kind,
-                                 **one_fault(live, job, kind, work / f"{kind}-h1-{step}.once", stall_s)})
-                    print(json.dumps(rows[-1]), flush=True)
+            for i, (kind, step) in enumerate((k, at) for k, at in FAULTS if k in faults):
+                if i:
+                    time.sleep(gap_s)  # the workload's spacing of faults, not a wait for a condition
+                (work / f"{kind}-h1-{step}.arm").touch()  # the previous fault was recovered: this one may fire
+                rows.append({"hosts": n, "fault": kind,
+                             **one_fault(live, job, kind, work / f"{kind}-h1-{step}.once", stall_s)})
+                print(json.dumps(rows[-1]), flush=True)
         finally:
             live.close()
         return held(shm, job)

@@ -86,6 +86,8 @@ def main() -> int:
     ap.add_argument("--hosts", default="2,3,6")
     ap.add_argument("--faults", default="crash,hang,xid")
     ap.add_argument("--stall-s", type=float, default=5.0, help="hang: no step for this long is the trigger")
+    ap.add_argument("--gap-s", type=float, default=20.0, help="a fault is armed this long after the previous "
+                    "one was recovered (back to back, the agents' warm interpreters are still importing)")
     ap.add_argument("--mib", default="50,500", help="snapshot cost legs: state per rank (empty: none)")
     ap.add_argument("--step-ms", type=float, default=1000.0, help="snapshot cost legs: the step time")
     ap.add_argument("--steps", type=int, default=12, help="snapshot cost legs: steps per leg")
@@ -112,7 +114,8 @@ def main() -> int:
                 work = Path(tmp) / f"hosts{n}"
                 work.mkdir()
                 try:
-                    jobs[n] = run_job(n, broker.bootstrap, work, args.stall_s, args.faults.split(","), rows)
+                    jobs[n] = run_job(n, broker.bootstrap, work, args.stall_s, args.faults.split(","), rows,
+                                      gap_s=args.gap_s)
                 except Exception as exc:  # the other host counts still run; the failure is reported
                     failed.append(f"{n} hosts: {type(exc).__name__}: {str(exc)[:300]}")
                 except KeyboardInterrupt:  # out of time: report what was measured
@@ -129,10 +132,10 @@ def main() -> int:
     body = "\n\n".join(x for x in [
         machine_info() + f"; load average after the live jobs {', '.join(load)}",
         f"`python bench/recovery_time.py --hosts {args.hosts} --faults {args.faults} --stall-s {args.stall_s:g} "
-        f"--mib {args.mib} --step-ms {args.step_ms:g}`: per host count one job (`vigil run --nodes N:N` agents + 1 "
-        "spare, 1 rank each, snap_worker.py: gloo, a snapshot every step replicated to the buddy, a checkpoint every "
-        "10 steps, 50 ms steps); h1 crashes, then hangs, then loses its GPU (Xid 79), each fault armed once the previous "
-        "was recovered (the first from step 15). Detection is this "
+        f"--gap-s {args.gap_s:g} --mib '{args.mib}' --step-ms {args.step_ms:g}`: per host count one job (`vigil run "
+        "--nodes N:N` agents + 1 spare, 1 rank each, snap_worker.py: gloo, a snapshot every step replicated to the "
+        "buddy, a checkpoint every 10 steps, 50 ms steps); h1 crashes, then hangs, then loses its GPU (Xid 79), each "
+        f"fault armed {args.gap_s:g} s after the previous was recovered (the first from step 15). Detection is this "
         f"script's stand-in for the analyzer (exit / Xid line on Kafka; no step for {args.stall_s:g} s), timed from "
         "the worker's onset; launch = start commands -> the slowest rank's restore, less the load.",
         table(rows), "Snapshot memory held per host at the end (tiny model, K=2):", memory_table(jobs),
