@@ -66,18 +66,27 @@ def run_diagnostics(command: Command, *, job_id: str, host: str, base_env: dict[
     identity = {"VIGIL_JOB_ID": job_id, "VIGIL_HOST": host, "VIGIL_COMMAND_ID": command.command_id,
                 "VIGIL_INCIDENT_ID": command.incident_id}
     run = DiagnosticRun()
-    started = time.monotonic()
     proc = warm.take(argv[len(SERVE) - 1:], identity) if warm is not None else None
     run.warm = proc is not None
     try:
+        return _run(proc, argv, {**base_env, **identity}, command.timeout_s, run, job_id=job_id, host=host)
+    finally:
+        if warm is not None:
+            warm.refill()  # the next child, once this round is over
+
+
+def _run(proc: subprocess.Popen[bytes] | None, argv: list[str], env: dict[str, str], timeout_s: float,
+         run: DiagnosticRun, *, job_id: str, host: str) -> DiagnosticRun:
+    started = time.monotonic()
+    try:
         if proc is None:
-            proc = subprocess.Popen(argv, env={**base_env, **identity}, stdout=subprocess.PIPE,
+            proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     except OSError as exc:
         run.returncode, run.tail = 127, f"cannot start {argv[0]!r}: {exc.strerror or exc}"
         return run
     try:
-        out, _ = proc.communicate(timeout=command.timeout_s)
+        out, _ = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         run.timed_out = True
         try:

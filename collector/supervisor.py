@@ -40,7 +40,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 
@@ -60,6 +60,7 @@ from vigil.cordons import CordonRegistry, RegistryError
 
 log = logging.getLogger(__name__)
 PORTS = 4  # free ports announced: the training master's, and the diagnostics rounds'
+FAULT_WINDOW_S = 60.0  # a hardware line this long before a failed exit names its cause; an older one does not
 
 
 @dataclass(kw_only=True)
@@ -291,7 +292,8 @@ class Supervisor:
             self._exit_code, self._signal, _ = exit_status(code)
             # its ranks' output is classified by now (the launcher drained it): a hardware line printed in this
             # generation names the cause, and with this agent's attestation the controller cordons at once
-            fault = self.agent.memory.fault_since(self._started_at)
+            recent = utcnow() - timedelta(seconds=FAULT_WINDOW_S)
+            fault = self.agent.memory.fault_since(max(self._started_at, recent) if self._started_at else recent)
             self._fault = (cast(HardwareFault, fault[0]), fault[1].text) if fault is not None else None
         self._announce("exited", reason=self._exit_reason(status))
 

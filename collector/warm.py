@@ -114,16 +114,23 @@ class IdleProcess:
     def prepare(self) -> None:
         raise NotImplementedError
 
-    def _pop(self) -> subprocess.Popen[bytes] | None:
-        """The waiting process, if alive (the next one starts `refill_delay_s` later, unless closed)."""
+    def _pop(self, refill: bool = True) -> subprocess.Popen[bytes] | None:
+        """The waiting process, if alive (with `refill`, the next one starts `refill_delay_s` later)."""
         with self._lock:
             proc, self._proc = self._proc, None
-            closed = self._closed
-        if not closed:
-            refill = threading.Timer(self.refill_delay_s, self.prepare)
-            refill.daemon = True
-            refill.start()
-        return None if proc is None or proc.poll() is not None or proc.stdin is None else proc
+        if refill:
+            self.refill()
+        if proc is not None and (proc.poll() is not None or proc.stdin is None):
+            stop_idle(proc)  # died waiting: its pipes closed, nothing left of it
+            proc = None
+        return proc
+
+    def refill(self) -> None:
+        """Start the next one `refill_delay_s` from now (nothing once closed)."""
+        if not self._closed:
+            timer = threading.Timer(self.refill_delay_s, self.prepare)
+            timer.daemon = True
+            timer.start()
 
     @staticmethod
     def _order(proc: subprocess.Popen[bytes], order: Mapping[str, Any], what: str) -> subprocess.Popen[bytes] | None:

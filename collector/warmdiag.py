@@ -8,7 +8,8 @@ imports torch and the checks, then waits for one line on its stdin. `take` hands
 arguments (this installation's, `diagnose.diagnostics_argv`, typed by the contract) and the run's
 identity as that line and returns it as the run's process: the agent reads, times and kills it as it
 does a cold one. None ready, or one that died waiting: the run starts cold. The next child is started
-`refill_delay_s` (30 s) after a take, so its import does not compete with the rest of the recovery
+`refill_delay_s` (30 s) after the round ends, so its import neither disturbs the round's measurements
+nor competes with the rest of the recovery
 (the restart that follows the round: a 5 s delay put 3 hosts' imports into it and stretched the
 launch; a second round right after the first, for suspects, runs cold). Memory: one idle interpreter with torch per agent under `--nodes`.
 """
@@ -30,7 +31,7 @@ SERVE = [sys.executable, "-m", "vigil.recovery.diagnostics", "--serve"]
 @dataclass(kw_only=True)
 class WarmDiagnostics(IdleProcess):
     env: dict[str, str]  # the environment diagnostics run with (the agent's for commands)
-    refill_delay_s: float = 30.0  # a round is followed by the restart: the next child imports once that trains
+    refill_delay_s: float = 30.0  # after a round (`refill`) comes the restart: the next child imports once that trains
     argv: list[str] = field(default_factory=lambda: list(SERVE))
 
     def prepare(self) -> None:
@@ -47,6 +48,6 @@ class WarmDiagnostics(IdleProcess):
 
     def take(self, args: Sequence[str], identity: Mapping[str, str]) -> subprocess.Popen[bytes] | None:
         """The waiting child, ordered to run the diagnostics with `args` as `identity`; None: start cold."""
-        proc = self._pop()
+        proc = self._pop(refill=False)  # the next one after the round (`refill`): not beside its measurements
         return None if proc is None else self._order(proc, {"argv": list(args), "env": dict(identity)},
                                                       "warm diagnostics")

@@ -154,9 +154,12 @@ class Engine:
         for t in sorted(near, key=lambda t: -STRENGTH[t.cls]):
             for c in t.culprits:
                 held = culprits.get(c.host)
+                exit_only = c.from_exit and (held is None or bool(held.get("from_exit")))
                 if held is None or (c.strong and not held.get("strong")) or (held.get("rank") is None and c.rank is not None):
                     culprits[c.host] = {"host": c.host, "strong": c.strong or bool(held and held.get("strong")),
-                                        "rank": c.rank, "message": c.message}
+                                        "rank": c.rank, "message": c.message, "from_exit": exit_only}
+                else:
+                    held["from_exit"] = exit_only
         plan = case.plan
         if stronger:
             paused = (p := st.umbrella(case, "pause")) is not None and p.started_at is not None
@@ -201,7 +204,7 @@ class Engine:
         cls = cls or t.cls
         loops = restarts_without_progress(self.state, job) if cls == "software" else 0
         crash_loop = loops >= policy.crash_loops
-        explicit = explicit_culprit(cls, [{"strong": c.strong} for c in t.culprits])
+        explicit = explicit_culprit(cls, [{"strong": c.strong, "from_exit": c.from_exit} for c in t.culprits])
         plan = steps_for(cls, "auto" if cls in ("start", "resume") else mode, policy, crash_loop=crash_loop,
                          explicit=explicit)
         if cls == "resume":
@@ -211,8 +214,8 @@ class Engine:
             "class": cls, "steps": plan, "mode": mode, "dry_run": dry, "source": t.source, "category": t.category,
             "cause": t.cause, "summary": t.summary[:1000], "first_sign": t.first_sign.isoformat(),
             "detected": t.detected.isoformat(), "generation": job.generation, "merged": merged or [],
-            "culprits": [{"host": c.host, "strong": c.strong, "rank": c.rank, "message": c.message}
-                         for c in t.culprits]}
+            "culprits": [{"host": c.host, "strong": c.strong, "rank": c.rank, "message": c.message,
+                          "from_exit": c.from_exit} for c in t.culprits]}
         cited = citation(job.advice, hosts)
         reason = f"{cls}: {t.summary[:500]}"
         if cited is not None:  # the advisor's latest word on the node count, cited (not obeyed)

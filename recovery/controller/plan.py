@@ -50,8 +50,12 @@ def steps_for(cls: str, mode: Mode, policy: PolicySettings, *, crash_loop: bool 
 
 def explicit_culprit(cls: str, culprits: Iterable[Mapping[str, Any]]) -> bool:
     """A hardware failure that names its host by an explicit error (a strong culprit: an Xid, ECC or NVLink line,
-    an incident of strong confidence): that host goes without diagnostics (`policy.diagnose_explicit`)."""
-    return cls == "hardware" and any(bool(c.get("strong")) for c in culprits)
+    an incident of strong confidence) and no other suspect: that host goes without diagnostics
+    (`policy.diagnose_explicit`). A weak culprit beside it that only an exit named is its victim; any other
+    (a lost heartbeat, a weak incident) is a suspect the diagnostics must judge."""
+    cs = list(culprits)
+    return (cls == "hardware" and any(bool(c.get("strong")) for c in cs)
+            and all(bool(c.get("strong")) or bool(c.get("from_exit")) for c in cs))
 
 
 def restarts_without_progress(state: ClusterState, job: Job) -> int:

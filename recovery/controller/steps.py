@@ -152,14 +152,16 @@ def pause(ctx: Ctx, case: Case) -> bool:
 
 # ---- cordon --------------------------------------------------------------------------------------
 def condemned(ctx: Ctx, case: Case) -> list[str]:
-    """Hosts this case takes out: strong hardware culprits (without diagnostics and none strong: every
-    hardware culprit), then the diagnostics' faulty hosts, then slow ones (`policy.cordon_slow`). A weak
-    culprit beside a strong one is its victim (a peer that exited because the culprit's GPU fell off)."""
+    """Hosts this case takes out: strong hardware culprits (without diagnostics, every hardware culprit but
+    the victims: weak ones only an exit named, beside a strong one — a peer that exited because the
+    culprit's GPU fell off), then the diagnostics' faulty hosts, then slow ones (`policy.cordon_slow`)."""
     out: list[str] = []
     if case.cls == "hardware":
         culprits = case.details.get("culprits", [])
-        strong = [c for c in culprits if c.get("strong")]
-        out += [str(c["host"]) for c in (strong if strong or "diagnose" in case.plan else culprits)]
+        strong = any(c.get("strong") for c in culprits)
+        diagnosed = "diagnose" in case.plan
+        out += [str(c["host"]) for c in culprits
+                if c.get("strong") or not (diagnosed or (strong and c.get("from_exit")))]
     verdicts = verdicts_of(case)
     out += sorted(h for h, v in verdicts.items() if v == "faulty")
     if ctx.settings.policy.cordon_slow:

@@ -25,7 +25,7 @@ that arrive within the settle window into one: the strongest class, every culpri
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from vigil.contract import HARDWARE_FAULTS, Incident, IncidentCategory, Member
@@ -40,6 +40,7 @@ HARDWARE_LOGS = HARDWARE_FAULTS
 class Culprit:
     host: str
     strong: bool
+    from_exit: bool = False  # named only because its rank exited first: beside a strong culprit, its victim
     rank: int | None = None
     message: str = ""
 
@@ -120,7 +121,7 @@ def triggers(state: ClusterState, policy: PolicySettings, now: datetime) -> list
         failed = sorted((m for h, m in job.members.items() if h in job.world and m.state == "exited"
                          and m.generation == job.generation and (m.exit_code or m.signal)
                          and since(m) >= job.world_started_at), key=since)
-        out += [t for m in failed if (t := _fault(state, m, oldest)) is not None]
+        out += [t for m in failed if (t := _fault(state, m, oldest, policy)) is not None]
         if not failed or tid in state.merged:
             continue
         first = failed[0]
@@ -130,7 +131,8 @@ def triggers(state: ClusterState, policy: PolicySettings, now: datetime) -> list
         how = f"signal {first.signal}" if first.signal else f"exit code {first.exit_code}"
         out.append(Trigger(
             trigger_id=tid, job_id=job.job_id, cls=policy.exit_as, source="exit", category="process_exit",
-            cause="unknown", culprits=(Culprit(host=first.host, strong=False, message=f"exited with {how}"),),
+            cause="unknown", culprits=(Culprit(host=first.host, strong=False, from_exit=True,
+                                              message=f"exited with {how}"),),
             first_sign=since(first), detected=since(first) + wait, prompt=bool(first.signature),
             summary=f"{first.host} exited with {how} in generation {job.generation}; "
                     f"{len(failed)} of {len(job.world)} hosts exited"
@@ -138,12 +140,14 @@ def triggers(state: ClusterState, policy: PolicySettings, now: datetime) -> list
     return sorted(out, key=lambda t: t.detected)
 
 
-def _fault(state: ClusterState, m: Member, oldest: datetime) -> Trigger | None:
+def _fault(state: ClusterState, m: Member, oldest: datetime, policy: PolicySettings) -> Trigger | None:
     """A failed member whose agent attested a hardware error of its ranks (`Member.fault`: an Xid line it classified
-    in this generation): a hardware trigger at once, its host the strong culprit. An unattested claim is a plain
-    fact and never takes a host out."""
+    in this generation): a hardware trigger at once, its host the strong culprit, when the same line as an alert
+    would be one (`policy.alert_triggers`, `error_log:<category>`). An unattested claim is a plain fact and never
+    takes a host out."""
     tid = f"{m.job_id}/fault/g{m.generation}/{m.host}"
-    if not m.signature or m.fault not in HARDWARE_FAULTS or tid in state.merged or since(m) < oldest:
+    if not m.signature or m.fault not in HARDWARE_FAULTS or tid in state.merged or since(m) < oldest \
+            or policy.alert_triggers.get(f"error_log:{m.fault}") != "hardware":
         return None
     how = f"signal {m.signal}" if m.signal else f"exit code {m.exit_code}"
     return Trigger(
@@ -162,8 +166,11 @@ def strongest(group: Sequence[Trigger]) -> Trigger:
     for t in sorted(group, key=lambda t: -STRENGTH[t.cls]):
         for c in t.culprits:
             held = culprits.get(c.host)
-            if held is None or (c.strong and not held.strong):
+            if held is None:
                 culprits[c.host] = c
+            else:  # the stronger word on the host; named by an exit only if every trigger named it so
+                best = c if c.strong and not held.strong else held
+                culprits[c.host] = replace(best, from_exit=held.from_exit and c.from_exit)
     return Trigger(trigger_id=first.trigger_id, job_id=first.job_id, cls=top.cls, source=top.source,
                    category=top.category, cause=top.cause, culprits=tuple(culprits.values()),
                    first_sign=min(t.first_sign for t in group), detected=first.detected, summary=top.summary,

@@ -76,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if ok else 1
 
 
+IDENTITY = ("VIGIL_JOB_ID", "VIGIL_HOST", "VIGIL_COMMAND_ID", "VIGIL_INCIDENT_ID")
+
+
 def serve() -> int:
     """`--serve`: import torch and the checks now, then run the one order the agent writes on stdin (a JSON line:
     `argv`, the arguments above, and `env`, the run's identity). A warm child of the agent (collector.warmdiag)."""
@@ -89,7 +92,7 @@ def serve() -> int:
     if not line:
         return 0  # the agent let it go unused
     order = json.loads(line)
-    os.environ.update({str(k): str(v) for k, v in dict(order["env"]).items()})
+    os.environ.update({k: str(v) for k, v in dict(order["env"]).items() if k in IDENTITY})  # nothing else
     return main([str(a) for a in order["argv"]])
 
 

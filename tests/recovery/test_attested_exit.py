@@ -83,7 +83,8 @@ def test_a_hardware_verdict_during_the_pause_refines_the_case_to_a_cordon(tmp_pa
     assert [p.details["class"] for p in plans] == ["software", "hardware"]
     assert plans[1].details["steps"] == ["pause", "cordon", "restart"]  # an explicit culprit: no diagnostics
     assert plans[1].details["refined_by"] == [inc.incident_id]
-    assert plans[1].details["culprits"] == [{"host": "h2", "strong": True, "rank": 0, "message": "Xid 79"}]
+    assert plans[1].details["culprits"] == [{"host": "h2", "strong": True, "rank": 0, "message": "Xid 79",
+                                             "from_exit": False}]  # the exit named it too: not only the exit
     assert set(h.fx.backend.cordoned()) == {"h2"}
     assert sorted(c.host for c in h.fx.events if isinstance(c, Command) and c.action == "start"
                   and c.generation == 2) == ["h0", "h1"]
@@ -192,6 +193,35 @@ def test_an_unattested_fault_claim_takes_no_host_out(tmp_path: Path) -> None:
     """Anyone can write an unsigned member to the topic: its `fault` is a plain fact, the exit the slow path's."""
     fleet, h = running(tmp_path, policy_exit_grace_s=5)
     h.feed([*fleet.commit(10, h.now), xid_exit(fleet, "h1", h.now)])
+    h.run(lambda: h.training(2), turns=60)
+    assert not h.actions(incident_id=f"{JOB}/fault/g1/h1")
+    assert h.actions(action="plan", incident_id=f"{JOB}/exit/g1")[0].details["class"] == "software"
+    assert h.fx.backend.cordoned() == {}
+
+
+def test_a_suspect_beside_the_xid_host_is_diagnosed_not_spared(tmp_path: Path) -> None:
+    """A weak culprit that no exit named (a lost heartbeat's host) beside the Xid host is a suspect, not a victim:
+    the recovery runs the diagnostics, which judge it (here: its agent answers, healthy), and the Xid host goes."""
+    fleet, h = running(tmp_path)
+    h.feed(fleet.commit(10, h.now))
+    t = h.now
+    h.feed([agent_key(tmp_path).seal(xid_exit(fleet, "h1", t)),
+            incident(JOB, "h2", at=t, strong=False, category="host_fault")])
+    h.run(lambda: bool(h.actions(action="diagnose", status="succeeded")), turns=60)
+    plans = h.actions(action="plan")
+    hardware = [p for p in plans if p.details.get("class") == "hardware"]
+    assert hardware and hardware[-1].details["steps"] == ["pause", "diagnose", "cordon", "restart"], \
+        [(p.incident_id, p.details.get("steps")) for p in plans]
+    h.run(lambda: h.training(2), turns=60)
+    assert set(h.fx.backend.cordoned()) == {"h1"}
+
+
+def test_an_attested_fault_the_policy_does_not_take_as_hardware_is_an_exit(tmp_path: Path) -> None:
+    """An operator who took `error_log:xid` out of `policy.alert_triggers` (users print such lines) gets no cordon
+    from the agent's report of one either: the exit is recovered as software."""
+    triggers = {"error_log:ecc": "hardware", "heartbeat_loss": "hardware"}
+    fleet, h = running(tmp_path, policy_alert_triggers=triggers)
+    h.feed([*fleet.commit(10, h.now), agent_key(tmp_path).seal(xid_exit(fleet, "h1", h.now))])
     h.run(lambda: h.training(2), turns=60)
     assert not h.actions(incident_id=f"{JOB}/fault/g1/h1")
     assert h.actions(action="plan", incident_id=f"{JOB}/exit/g1")[0].details["class"] == "software"

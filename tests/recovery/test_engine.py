@@ -136,7 +136,8 @@ def test_unexplained_exit_is_a_software_fault_after_the_grace(tmp_path: Path) ->
     plan = h.actions(action="plan")[-1]
     assert plan.incident_id == f"{JOB}/exit/g1" and plan.details["class"] == "software"
     assert plan.ts - exited >= timedelta(seconds=5)
-    assert plan.details["culprits"] == [{"host": "h1", "strong": False, "rank": None, "message": "exited with exit code 1"}]
+    assert plan.details["culprits"] == [{"host": "h1", "strong": False, "rank": None, "message": "exited with exit code 1",
+                                         "from_exit": True}]
 
 
 def test_crash_loops_without_checkpoint_progress_stop_the_job_and_page_once(tmp_path: Path) -> None:
@@ -427,3 +428,20 @@ def test_keep_alives_do_not_accumulate_in_the_controller_state(tmp_path: Path) -
         h.now += timedelta(seconds=10)
     assert len(h.engine.state._seen) == held
     assert h.engine.state.job(JOB).members["h0"].ts == fleet.members["h0"].ts  # still folded: the latest
+
+
+def test_without_diagnostics_every_hardware_culprit_but_an_exits_victim_goes(tmp_path: Path) -> None:
+    """policy.diagnose_hardware off: a strong culprit and a weak suspect no exit named both go; a weak culprit only
+    an exit named, beside the strong one, is its victim and stays."""
+    from types import SimpleNamespace
+
+    from vigil.recovery.controller.state import Case
+    from vigil.recovery.controller.steps import condemned
+
+    h, case = recovered(tmp_path, strong=True, policy_diagnose_hardware=False)
+    plan = h.engine.state.cases[case].details["steps"]
+    assert "diagnose" not in plan
+    culprits = [{"host": "h2", "strong": True}, {"host": "h1", "strong": False},
+                {"host": "h0", "strong": False, "from_exit": True}]
+    mixed = Case(case_id="mixed", job_id=JOB, details={"class": "hardware", "steps": plan, "culprits": culprits})
+    assert condemned(SimpleNamespace(settings=h.engine.settings), mixed) == ["h2", "h1"]  # type: ignore[arg-type]
