@@ -168,9 +168,14 @@ def test_demo_runs_shows_torch_steps_and_stops_clean(tmp_path: Path) -> None:
         descendants = psutil.Process(proc.pid).children(recursive=True)
         assert len(descendants) >= 6  # broker, 3 agents, 2 torchrun, 4 ranks, simulator
 
-        # the Xid is one incident naming its culprit (the analyzer's, which the controller acted on)
-        xid = _sql(control, "SELECT category, culprit_host, culprit_rank FROM incidents_current "
-                            "WHERE job_id = 'demo-torch' AND category = 'host_fault' ORDER BY first_sign", tmp_path)
+        # the Xid is one incident naming its culprit: the analyzer's verdict, which holds a crash's hardware lines
+        # ~20 s; the controller acted on the agent's attested Xid before it, so it is awaited
+        xid: list[list[object]] = []
+        incident_deadline = time.monotonic() + 120
+        while time.monotonic() < incident_deadline and not xid:
+            xid = _sql(control, "SELECT category, culprit_host, culprit_rank FROM incidents_current WHERE job_id = "
+                                "'demo-torch' AND category = 'host_fault' ORDER BY first_sign", tmp_path)
+            time.sleep(2)
         assert xid[:1] == [["host_fault", XID_HOST, 4]], "".join(out[-50:])
         assert {row[1] for row in xid} == {XID_HOST}, xid  # no other host blamed
         # after the restart on 2 hosts, the slowed rank (demo-host-1's local rank 1: global rank 3 now) hangs once at
