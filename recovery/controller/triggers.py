@@ -33,7 +33,6 @@ from vigil.recovery.controller.state import ClusterState
 from vigil.recovery.settings import PolicyClass, PolicySettings
 
 STRENGTH: dict[str, int] = {"software": 0, "hang": 1, "hardware": 2}
-HARDWARE_LOGS = HARDWARE_FAULTS
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,7 +107,7 @@ def triggers(state: ClusterState, policy: PolicySettings, now: datetime) -> list
             continue
         host = str(alert.evidence.get("host") or alert.host)
         culprits = () if host in ("*", "") else (
-            Culprit(host=host, strong=category in HARDWARE_LOGS, message=alert.summary[:500]),)
+            Culprit(host=host, strong=category in HARDWARE_FAULTS, message=alert.summary[:500]),)
         out.append(Trigger(
             trigger_id=tid, job_id=alert.job_id, cls=cls, source="alert", category=alert.alert,
             cause="hardware" if cls == "hardware" else "unknown", culprits=culprits, first_sign=alert.first_seen,

@@ -39,6 +39,17 @@ def _sql(control_url: str, sql: str, home: Path) -> list[list[object]]:
     return rows
 
 
+def _awaited(control_url: str, sql: str, home: Path, timeout_s: float) -> list[list[object]]:
+    """The rows of `sql` once there are any (polled every 2 s), or none after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    rows: list[list[object]] = []
+    while time.monotonic() < deadline and not rows:
+        rows = _sql(control_url, sql, home)
+        if not rows:
+            time.sleep(2)
+    return rows
+
+
 def test_demo_runs_shows_torch_steps_and_stops_clean(tmp_path: Path) -> None:
     oncall = Receiver()
     oncall.up()
@@ -170,22 +181,14 @@ def test_demo_runs_shows_torch_steps_and_stops_clean(tmp_path: Path) -> None:
 
         # the Xid is one incident naming its culprit: the analyzer's verdict, which holds a crash's hardware lines
         # ~20 s; the controller acted on the agent's attested Xid before it, so it is awaited
-        xid: list[list[object]] = []
-        incident_deadline = time.monotonic() + 120
-        while time.monotonic() < incident_deadline and not xid:
-            xid = _sql(control, "SELECT category, culprit_host, culprit_rank FROM incidents_current WHERE job_id = "
-                                "'demo-torch' AND category = 'host_fault' ORDER BY first_sign", tmp_path)
-            time.sleep(2)
+        xid = _awaited(control, "SELECT category, culprit_host, culprit_rank FROM incidents_current WHERE job_id = "
+                                "'demo-torch' AND category = 'host_fault' ORDER BY first_sign", tmp_path, 120)
         assert xid[:1] == [["host_fault", XID_HOST, 4]], "".join(out[-50:])
         assert {row[1] for row in xid} == {XID_HOST}, xid  # no other host blamed
         # after the restart on 2 hosts, the slowed rank (demo-host-1's local rank 1: global rank 3 now) hangs once at
         # step 155: one incident names it (Flight Recorder, the checkpointer's collectives in every dump), on the alerts page
-        incident: list[list[object]] = []
-        hang_deadline = time.monotonic() + 300
-        while time.monotonic() < hang_deadline and not incident:
-            incident = _sql(control, "SELECT category, culprit_host, culprit_rank FROM incidents_current "
-                                     "WHERE job_id = 'demo-torch' AND category = 'collective_hang'", tmp_path)
-            time.sleep(3)
+        incident = _awaited(control, "SELECT category, culprit_host, culprit_rank FROM incidents_current "
+                                     "WHERE job_id = 'demo-torch' AND category = 'collective_hang'", tmp_path, 300)
         assert incident == [["collective_hang", "demo-host-1", 3]], "".join(out[-50:])
         alerts_page = " ".join(texts(render_page(dashboard, "/alerts", "?job=demo-torch&range=all")))
         assert "collective_hang" in alerts_page and "demo-host-1" in alerts_page
