@@ -190,3 +190,39 @@ def _alive(pids: list[int]) -> bool:
         except ProcessLookupError:
             continue
     return False
+
+
+ENDING = """
+import atexit, sys, threading, time
+out, how = sys.argv[1], sys.argv[2]
+atexit.register(lambda: open(out + "/atexit", "w").write("ran"))
+def late() -> None:
+    time.sleep(0.3)
+    open(out + "/thread", "w").write("joined")
+threading.Thread(target=late).start()
+print("last words", end="")  # no newline, no flush: the exit must flush it
+if how == "exit":
+    sys.exit(3)
+if how == "raise":
+    raise RuntimeError("the entry point failed")
+"""
+
+
+@pytest.mark.pure
+@pytest.mark.parametrize(("how", "status"), [("exit", 3), ("raise", 1), ("return", 0)])
+def test_a_warm_child_ends_as_the_interpreter_would_threads_joined_atexit_run_output_flushed(
+        tmp_path: Path, how: str, status: int) -> None:
+    import subprocess
+
+    import vigil.collector.warmchild as warmchild
+
+    script = tmp_path / "ending.py"
+    script.write_text(ENDING)
+    order = {"env": {"PATH": os.environ.get("PATH", "")}, "cwd": str(tmp_path), "script": str(script),
+             "module": None, "args": [str(tmp_path), how]}
+    done = subprocess.run([sys.executable, "-u", warmchild.__file__, "json"], input=json.dumps(order) + "\n",
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == status, done.stderr
+    assert done.stdout == "last words"
+    assert (tmp_path / "atexit").read_text() == "ran" and (tmp_path / "thread").read_text() == "joined"
+    assert ("RuntimeError: the entry point failed" in done.stderr) == (how == "raise"), done.stderr
