@@ -12,7 +12,8 @@ rank 0 adds the newest committed checkpoint's step): the newest step that every 
 obtain, when it is at least as new as the persisted checkpoint (a memory restore is faster);
 otherwise the persisted checkpoint. A minimum over ranks alone would not do: snapshots can be
 skipped, so a rank may lack the minimum step while holding newer ones. A rank loads its own
-snapshot of that step when it has one (source ``memory``), else the peer copy (``peer``).
+snapshot of that step when it has one (source ``memory``), else the peer copy of its rank (``peer``);
+with replicated state, then another replica's (see `Snapshots.sources`).
 """
 
 from __future__ import annotations
@@ -116,21 +117,23 @@ class Snapshots:
         """Where this rank may restore from, in order of preference, and the source each one is.
 
         Its own directory (``memory``), then the peer copies of its rank (``peer``). With replicated
-        state (every rank holds the same: ``dp_group="world"``) also every other rank's directory on
-        this host, then every other rank's peer copies, whatever world wrote them: a restart on fewer
-        hosts (a DDP job that shrank) resumes from memory too."""
+        state (every rank holds the same: ``dp_group="world"``) these two, whatever world wrote them,
+        then every other rank's directory on this host, then every other rank's peer copies: a restart
+        on fewer hosts (a DDP job that shrank) resumes from memory too. This rank's own state comes
+        first wherever it is held: its RNG and data-loader position are its own, not a replica's (a
+        rank that took over a lost host's rank number restores that rank's copy from the buddy)."""
         own: list[tuple[SnapshotDir, str]] = [(self.dir, "memory")]
         if self.peer is not None:
             own.append((self.peer, "peer"))
         if not self.replicated:
             return own
-        out = []
+        readers = [(SnapshotDir(d.root, rank=d.rank, world_size=self._world, keep=self.keep, any_replica=True),
+                    source) for d, source in own]  # fmt: skip
         for d, source in own:
-            reader = SnapshotDir(d.root, rank=d.rank, world_size=self._world, keep=self.keep, any_replica=True)
-            others = [SnapshotDir(d.root.parent / r, rank=d.rank, world_size=self._world, keep=self.keep,
-                                  any_replica=True) for r in _rank_dirs(d.root.parent) if r != d.root.name]  # fmt: skip
-            out += [(reader, source), *((o, source) for o in others)]
-        return out
+            readers += [(SnapshotDir(d.root.parent / r, rank=d.rank, world_size=self._world, keep=self.keep,
+                                     any_replica=True), source)
+                        for r in _rank_dirs(d.root.parent) if r != d.root.name]  # fmt: skip
+        return readers
 
     def row(self, persisted: int | None) -> list[int]:
         """This rank's row for `choose`: the persisted step, then the newest snapshot steps it can load (own

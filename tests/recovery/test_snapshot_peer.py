@@ -151,3 +151,9 @@ def test_replicated_state_restores_from_any_replica_after_the_world_shrank(tmp_p
     blob = found[0].path / "state.pt"
     blob.write_bytes(blob.read_bytes()[:-8] + b"tampered")
     assert r1.find(31) is None  # hashed when chosen: an altered replica is never loaded
+    # rank 1's own state held for it by a buddy (a lost host's rank 1, now run here): it, not a replica's
+    SnapshotDir(base / "peer" / "1", rank=1, world_size=6, keep=2).write(30, {"w": torch.full((2,), 30)})
+    found = r1.find(30)
+    assert found is not None and found[0].path.parent.name == "1" and found[2] == "peer"
+    found = r2.find(30)
+    assert found is not None and found[0].path.parent.name == "2" and found[2] == "memory"  # its own still first

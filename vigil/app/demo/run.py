@@ -5,10 +5,12 @@ notifier), then side by side:
 1. a real PyTorch job: `train.py`, data-parallel on gloo, 6 ranks as 3 hosts, each host a `vigil run
    --nodes 2:3 -- torchrun ...` agent under recovery control (the controller starts it, node
    count elastic 2..3, a checkpoint every `CKPT_EVERY` steps); one rank is slowed part-way, and
-   at step `XID_AT` a rank of `demo-host-2` prints an Xid 79 and dies: the controller pauses the
+   at step `XID_AT` rank 0, on `demo-host-0`, prints an Xid 79 and dies: the controller pauses the
    job, cordons that host (the Xid names it: no diagnostics to wait for) and restarts the job on the
-   other two from the freshest state (the ranks' in-memory snapshots, the lost host's from its buddy's
-   copy; the demo prints each step as it happens);
+   other two from the freshest state: the ranks renumber (`demo-host-1` now runs ranks 0 and 1, whose
+   state died with `demo-host-0`), so each restores its rank's snapshot of the step before from the
+   copy its host held as the buddy of the host that ran that rank (the demo prints each step as it
+   happens);
    later, at step `HANG_AT`, the slowed rank hangs once (a stuck GPU): the ranks' Flight Recorder
    traces (the step timer's hang watchdog) name it the culprit of a `collective_hang` incident,
    and the controller dumps, diagnoses and restarts the job from its checkpoint;
@@ -42,7 +44,7 @@ TORCH_JOB, SIM_JOB = "demo-torch", "demo-sim"
 HOSTS = ("demo-host-0", "demo-host-1", "demo-host-2")
 NODES, PROCS = "2:3", 2  # the job runs on 2 or 3 hosts, 2 ranks each
 # by host and local rank: a restart on fewer hosts renumbers the global ranks
-SLOW, XID = "demo-host-1:1", "demo-host-2:0"
+SLOW, XID = "demo-host-1:1", "demo-host-0:0"
 XID_AT, CKPT_EVERY = 30, 10
 # The demo's 2 CPUs are shared by ~15 processes, so diagnostics' timings are noisy: cordon only
 # what fails (and the Xid host itself), never a host that merely looked slow.
@@ -159,7 +161,7 @@ def narrate(event: Event) -> str | None:
             return f"Recovery  {event.incident_id}: {event.result}: {event.reason}"
         return (f"Recovery  resumed on {', '.join(event.hosts)} at step {event.first_step} from "
                 f"{RESTORED.get(event.restore_source, 'the checkpoint of step')} {event.checkpoint_step}"
-                f" ({event.steps_lost} steps lost), {event.total_s} s after the first "
+                f" ({event.steps_lost} step{'' if event.steps_lost == 1 else 's'} lost), {event.total_s} s after the first "
                 f"sign{'; cordoned ' + ', '.join(event.cordoned) if event.cordoned else ''}")
     if isinstance(event, RecoveryAction) and event.actor == "controller" and event.status in ("planned", "succeeded",
                                                                                               "failed"):
@@ -219,10 +221,11 @@ vigil demo is running.  Open {dash}
 What to look at (give it a minute or two to develop):
   Overview  two jobs: {TORCH_JOB} (real PyTorch, 6 ranks on 3 hosts, then 4 on 2) and {SIM_JOB}
             ({sim_hosts} simulated hosts).
-  Recovery  at step {XID_AT} a rank on {HOSTS[2]} prints an Xid 79 and dies: the recovery controller
-            pauses the job, cordons {HOSTS[2]} and restarts the job on {HOSTS[0]} and {HOSTS[1]} from the
-            ranks' in-memory snapshots ({HOSTS[2]}'s from its buddy's copy); the lines below tell it as it
-            happens; the Recovery page ({dash.rstrip("/")}/recovery?job={TORCH_JOB}) shows each step's
+  Recovery  at step {XID_AT} rank 0, on {HOSTS[0]}, prints an Xid 79 and dies: the recovery controller
+            pauses the job, cordons {HOSTS[0]} and restarts the job on {HOSTS[1]} and {HOSTS[2]} from the
+            snapshots of the step before that each host's buddy held in memory (the ranks renumber:
+            {HOSTS[1]} takes over ranks 0 and 1, whose copies it held for {HOSTS[0]}); the lines below tell
+            it as it happens; the Recovery page ({dash.rstrip("/")}/recovery?job={TORCH_JOB}) shows each step's
             timing, the cordon and the goodput it cost (read-only unless VIGIL_DASHBOARD_ACTION_TOKEN is
             set); so do `vigil recovery history` and `vigil recovery status`.
   Heatmap   {TORCH_JOB}: {HOSTS[1]} turns red in 'forward' once its rank is slowed (step 60)
@@ -232,7 +235,7 @@ What to look at (give it a minute or two to develop):
             a traffic stop on {stop}, MFU drift on {TORCH_JOB} (its slowed rank drags every step);
             MFU drift on {SIM_JOB} follows after a few minutes (its decay ramps over 100 steps).
   Network   the stall of {stop} and the drop of {nic}.
-  Incident  at step {HANG_AT} (a few minutes in) the slowed rank ({HOSTS[1]}'s local rank 1, global rank 3 on two
+  Incident  at step {HANG_AT} (a few minutes in) the slowed rank ({HOSTS[1]}'s local rank 1, global rank 1 on two
             hosts) hangs once: the Alerts page shows one collective_hang incident naming it (from the
             Flight Recorder traces every rank dumps), the other ranks its victims (linked, not paged);
             the 3D view marks the culprit and dims the victims; `vigil incidents --job {TORCH_JOB}`
