@@ -11,7 +11,8 @@ takes that environment (the whole of it: what it was started with is dropped), d
 `sys.path[0]` as `python -u SCRIPT ARGS` / `python -u -m MODULE ARGS` would have them, closes its
 stdin and runs the entry point as `__main__` (`runpy`). From there it is the training process:
 its exit status, signals, tracebacks and output are the entry point's. When the entry point is done it
-ends as the interpreter would (non-daemon threads joined, atexit handlers run, stdio flushed), then
+ends as the interpreter would (non-daemon threads joined, atexit handlers run, files left open and
+stdio flushed), then
 leaves with `os._exit`: the C++ static destructors of torch, imported before the order, are skipped
 (a torch thread still joinable then aborts the process, "terminate called without an active
 exception", turning a rank that succeeded into a failure). EOF instead of an order
@@ -28,7 +29,9 @@ if sys.path and os.path.realpath(sys.path[0] or ".") == os.path.dirname(os.path.
     del sys.path[0]  # the collector's folder: its modules must not shadow the job's
 
 import atexit
+import gc
 import importlib
+import io
 import json
 import runpy
 import signal
@@ -83,6 +86,15 @@ def finish(status: int, *, interrupted: bool = False) -> NoReturn:
         if t is not main_thread and not t.daemon:
             t.join()
     atexit._run_exitfuncs()
+    # what the interpreter's teardown would write: files the entry point left open (their buffers are
+    # flushed when collected at a normal exit), then stdout and stderr
+    for obj in gc.get_objects():
+        if isinstance(obj, io.IOBase) and obj not in (sys.stdout, sys.stderr):
+            try:
+                if not obj.closed and obj.writable():
+                    obj.flush()
+            except Exception:
+                pass
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

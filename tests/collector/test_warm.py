@@ -201,6 +201,8 @@ def late() -> None:
     open(out + "/thread", "w").write("joined")
 threading.Thread(target=late).start()
 print("last words", end="")  # no newline, no flush: the exit must flush it
+left_open = open(out + "/left-open", "w")  # written, never flushed nor closed
+left_open.write("kept")
 if how == "exit":
     sys.exit(3)
 if how == "raise":
@@ -225,4 +227,5 @@ def test_a_warm_child_ends_as_the_interpreter_would_threads_joined_atexit_run_ou
     assert done.returncode == status, done.stderr
     assert done.stdout == "last words"
     assert (tmp_path / "atexit").read_text() == "ran" and (tmp_path / "thread").read_text() == "joined"
+    assert (tmp_path / "left-open").read_text() == "kept"
     assert ("RuntimeError: the entry point failed" in done.stderr) == (how == "raise"), done.stderr
