@@ -257,12 +257,20 @@ def restart(ctx: Ctx, case: Case, name: str = "restart") -> bool:
     members = [job.members.get(h) for h in hosts]
     running = [m for m in members if m is not None and m.generation == gen and m.state == "training"
                and m.first_step is not None]
-    if len(running) == len(hosts):
-        first = min(running, key=lambda m: (m.first_step or 0))
+    # a short remainder can train to the end before the controller reads a step: a command of this
+    # generation that exited 0 came up (the job's finish is recorded after the case, `Engine._finish`)
+    done = [m for m in members if m is not None and m.generation == gen and m.state == "exited"
+            and m.exit_code == 0 and not m.signal]
+    if len(running) + len(done) == len(hosts):
+        up = [m for m in (*running, *done) if m.first_step is not None]
+        first = min(up, key=lambda m: m.first_step or 0) if up else None
+        at = [m.first_step_at for m in up if m.first_step_at]
         return _end(ctx, case, name, "succeeded", generation=gen, details={
-            "hosts": hosts, "first_step": first.first_step,
-            "first_step_at": min(m.first_step_at for m in running if m.first_step_at).isoformat()})
-    gone = [m.host for m in members if m is not None and m.generation == gen and m.state in ("exited", "left")]
+            "hosts": hosts, "first_step": first.first_step if first else None,
+            "first_step_at": (min(at) if at else ctx.now).isoformat(), "finished": sorted(m.host for m in done)})
+    finished = {m.host for m in done}
+    gone = [m.host for m in members if m is not None and m.generation == gen and m.state in ("exited", "left")
+            and m.host not in finished]
     refused = [h for h in hosts if (a := ctx.state.acks.get(start_id(job.job_id, gen, h))) is not None
                and a.status in ("failed", "skipped")]
     if gone or refused:

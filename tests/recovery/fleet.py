@@ -33,6 +33,7 @@ class Fleet:
     broken: set[str] = field(default_factory=set)  # hosts whose diagnostics fail
     checkpoint: int | None = None  # latest committed step
     steps_per_turn: int = 5
+    finish_on_start: bool = False  # a started generation trains to the end before its first member report
     members: dict[str, Member] = field(default_factory=dict)
     _pending: list[Event] = field(default_factory=list)
 
@@ -75,8 +76,10 @@ class Fleet:
                 out += [RecoveryAction(status="succeeded", **ack),
                         self.member(c.host, "starting", now, generation=c.generation, node_rank=c.world.node_rank,
                                     started_at=now, first_step=None, first_step_at=None, last_step=None, steps=0)]
-                self._pending.append(self.member(c.host, "training", now + timedelta(seconds=1), first_step=first,
-                                                 first_step_at=now + timedelta(seconds=1), last_step=first))
+                self._pending.append(self.member(
+                    c.host, "exited" if self.finish_on_start else "training", now + timedelta(seconds=1),
+                    first_step=first, first_step_at=now + timedelta(seconds=1), last_step=first,
+                    **({"exit_code": 0} if self.finish_on_start else {})))
             elif c.action == "diagnose":
                 ok = c.host not in self.broken
                 elapsed = 0.2 * self.slow.get(c.host, 1.0)

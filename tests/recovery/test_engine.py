@@ -419,6 +419,38 @@ def test_a_host_that_exits_0_while_others_fail_is_not_a_finished_job(tmp_path: P
     assert h.actions(action="finish") == []
 
 
+def test_a_restart_whose_generation_trains_to_the_end_before_a_step_is_read_resumed_and_the_job_finishes(
+        tmp_path: Path) -> None:
+    fleet = Fleet(job=JOB, hosts=["h0", "h1", "h2"])
+    h = started(Harness.build(fleet, tmp_path))
+    fleet.commit(20, h.now)
+    fleet.finish_on_start = True  # the few steps left run before any member report says "training"
+    h.feed([*fleet.crash("h1", h.now), incident(JOB, "h1", cause="software", category="crash_cascade", at=h.now)])
+    for _ in range(20):
+        h.turn()
+    [restart] = h.actions(action="restart", status="succeeded")
+    assert restart.details["finished"] == ["h0", "h1", "h2"] and restart.details["first_step"] == 21
+    assert not h.actions(action="restart", status="failed")
+    [o] = [e for e in h.fx.events if isinstance(e, Outcome) and e.category != "start"]
+    assert o.result == "resumed" and o.first_step == 21
+    [done] = h.actions(action="finish", actor="controller")
+    assert done.generation == 2
+
+
+def test_a_restart_where_one_host_exits_0_and_another_fails_did_not_come_up(tmp_path: Path) -> None:
+    fleet = Fleet(job=JOB, hosts=["h0", "h1", "h2"])
+    h = started(Harness.build(fleet, tmp_path))
+    fleet.finish_on_start = True
+    h.feed([*fleet.crash("h1", h.now), incident(JOB, "h1", cause="software", category="crash_cascade", at=h.now)])
+    h.run(lambda: any(m.generation == 2 and m.state == "exited" for m in fleet.members.values()))
+    h.feed(fleet.crash("h2", h.now))  # its command of generation 2 failed
+    for _ in range(5):
+        h.turn()
+    assert not h.actions(action="restart", status="succeeded")
+    failed = h.actions(action="restart", status="failed")
+    assert failed and "h2 exited" in failed[0].reason and "h0 exited" not in failed[0].reason
+
+
 def test_keep_alives_do_not_accumulate_in_the_controller_state(tmp_path: Path) -> None:
     fleet = Fleet(job=JOB, hosts=["h0", "h1", "h2"])
     h = started(Harness.build(fleet, tmp_path))
