@@ -78,6 +78,7 @@ class Stats:
     snapshots_written: int = 0
     snapshots_skipped: int = 0  # the previous snapshot was still being written
     snapshots_failed: int = 0
+    snapshot_every: int = 1  # the interval in use (chosen at the last save under snapshot_budget)
 
 
 class Checkpointer:
@@ -118,7 +119,8 @@ class Checkpointer:
 
     # ---- saving ------------------------------------------------------------------------------
     def snapshot(self, step: int, state: Mapping[str, Any]) -> bool:
-        """An in-memory snapshot of `state` at `step` when it is due (every `snapshot_every` steps).
+        """An in-memory snapshot of `state` at `step` when it is due: every `snapshot_every` steps, or
+        the interval the ranks chose at the last `save` under `snapshot_budget` (see the config).
 
         Rank-local, no collective: call it every step on every rank. Blocks for the copy into
         host buffers (while the previous snapshot is still being written it waits up to
@@ -163,9 +165,10 @@ class Checkpointer:
             except Exception as exc:
                 stage_error, status = StagingFailed(describe(exc)), NOT_STAGED
         try:
-            agreement = self.topology.agree(step, status)
+            agreement = self.topology.agree(step, status, self.snapshots.proposal(self.config.snapshot_budget))
         except Exception as exc:
             return self._refuse("failed", step, t0, CoordinationFailed(f"save agreement: {describe(exc)}"))
+        self._set_snapshot_every(agreement.snapshot_every)
         if not agreement.go or staged is None:
             return self._refuse_agreement(max(step, 0), t0, agreement, stage_error)
         name = dir_name(step, agreement.token)
@@ -178,6 +181,14 @@ class Checkpointer:
         self._last_copy_s = staged.seconds
         self._emit_staged(job, staged, t0)
         return True
+
+    def _set_snapshot_every(self, every: int) -> None:
+        """Every rank got the same `every` from the agreement: snapshots stay on common steps."""
+        every = max(self.snapshots.floor, every)
+        if every != self.snapshots.every:
+            log.info("snapshots every %d step(s) from now (was %d): the measured copy, write and step times "
+                     "under snapshot_budget %s", every, self.snapshots.every, self.config.snapshot_budget)
+            self.snapshots.every = every
 
     def _emit_staged(self, job: Job, staged: Staged, t0: float) -> None:
         blocked_ms = (time.monotonic() - t0) * 1e3
@@ -329,7 +340,7 @@ class Checkpointer:
             persisted=p.persisted, committed=p.committed, events_dropped=self.events.dropped,
             last_blocked_s=self._last_blocked_s, last_copy_s=self._last_copy_s, snapshots=self.snapshots.taken,
             snapshots_written=self.snapshots.written, snapshots_skipped=self.snapshots.skipped,
-            snapshots_failed=self.snapshots.failed,
+            snapshots_failed=self.snapshots.failed, snapshot_every=self.snapshots.every,
         )  # fmt: skip
 
     def close(self, timeout: float | None = None) -> bool:

@@ -63,6 +63,11 @@ class CheckpointConfig:
         ``dp_group="world"`` a snapshot of any rank (any world size) serves every rank.
     snapshot_wait_s: how long `snapshot()` waits for the previous snapshot's write before it
         skips this one (counted); 0: never wait (training is not held up by a slow tmpfs).
+    snapshot_budget: the share of step time a snapshot may block training (default 0.03). Each
+        rank measures its snapshots' copy and write time and its step time; at every `save` the
+        ranks take the largest interval any of them needs (one every N steps, N >= `snapshot_every`,
+        so the copy costs at most this share and the writer keeps up) and use it until the next
+        save. None: a snapshot every `snapshot_every` steps, whatever it costs.
     """
 
     directory: str | os.PathLike[str]
@@ -88,6 +93,7 @@ class CheckpointConfig:
     snapshot_every: int = 1
     snapshot_keep: int = 2
     snapshot_wait_s: float = 0.0
+    snapshot_budget: float | None = 0.03
 
     def __post_init__(self) -> None:
         if not str(os.fspath(self.directory)).strip():
@@ -110,6 +116,8 @@ class CheckpointConfig:
             raise ConfigError(f"snapshot_keep must be an integer >= 1, got {self.snapshot_keep!r}")
         if self.snapshot_wait_s < 0:
             raise ConfigError(f"snapshot_wait_s must be >= 0, got {self.snapshot_wait_s}")
+        if self.snapshot_budget is not None and not 0 < self.snapshot_budget <= 1:
+            raise ConfigError(f"snapshot_budget must be None or in (0, 1], got {self.snapshot_budget}")
         if isinstance(self.dp_group, str) and self.dp_group != "world":
             raise ConfigError(f"dp_group: the only string accepted is 'world', got {self.dp_group!r}")
         if isinstance(self.dp_group, Sequence) and not isinstance(self.dp_group, str):

@@ -8,7 +8,8 @@ build it at the same point, like any `new_group` call):
   training's own groups are never touched from the background.
 * ``control``: a gloo group over the world, used only from the calling (training)
   thread: one small all-gather per save decides together whether to save (all ranks
-  idle and staged, same step) and carries rank 0's directory token; restore agrees
+  idle and staged, same step), carries rank 0's directory token and sets the snapshot
+  interval every rank uses until the next save (the largest proposed); restore agrees
   on the candidate list and on success through it.
 * ``dp``: this rank's data-parallel replicas (ranks holding identical state), from the
   configured `dp_group`. Restore reads once per such group and broadcasts over it.
@@ -42,6 +43,7 @@ class Agreement:
     statuses: tuple[int, ...]
     steps: tuple[int, ...]
     token: int
+    snapshot_every: int = 1  # the largest interval any rank proposed (`memory.Snapshots.proposal`)
 
     @property
     def go(self) -> bool:
@@ -71,16 +73,17 @@ class Topology:
         return self.reader == self.rank
 
     # ---- agreement, on the calling thread (control group) -------------------------------
-    def agree(self, step: int, status: int) -> Agreement:
-        """All-gather (status, step, token): one small collective per save."""
+    def agree(self, step: int, status: int, snapshot_every: int = 1) -> Agreement:
+        """All-gather (status, step, token, proposed snapshot interval): one small collective per save."""
         token = secrets.randbits(32) if self.rank == 0 else 0
         if not self.distributed:
-            return Agreement(statuses=(status,), steps=(step,), token=token)
-        mine = torch.tensor([status, step, token], dtype=torch.int64)
-        out = [torch.zeros(3, dtype=torch.int64) for _ in range(self.world_size)]
+            return Agreement(statuses=(status,), steps=(step,), token=token, snapshot_every=snapshot_every)
+        mine = torch.tensor([status, step, token, snapshot_every], dtype=torch.int64)
+        out = [torch.zeros(4, dtype=torch.int64) for _ in range(self.world_size)]
         dist.all_gather(out, mine, group=self.control_pg)
         return Agreement(
-            statuses=tuple(int(t[0]) for t in out), steps=tuple(int(t[1]) for t in out), token=int(out[0][2])
+            statuses=tuple(int(t[0]) for t in out), steps=tuple(int(t[1]) for t in out), token=int(out[0][2]),
+            snapshot_every=max(int(t[3]) for t in out),
         )
 
     def all_true(self, flag: bool) -> bool:

@@ -4,6 +4,9 @@
 with its own `Stager` on the calling thread, then the `SnapshotWriter` thread writes it to the
 rank's snapshot directory. While the previous snapshot is still being written it waits up to
 `wait_s` (the staging buffers are reused; default 0), then skips (counted). It never raises.
+A snapshot is due every `every` steps: `proposal` is the interval this rank's measured copy, write
+and step times need under the checkpointer's `snapshot_budget`; the ranks take the largest at each
+save (`coordination.Topology.agree`), so they snapshot the same steps.
 
 On restore, `choose` decides for all ranks from one all-gather of what each holds (its verified
 snapshot steps: its own and the copies of its rank the node agent put in the host's peer
@@ -18,9 +21,13 @@ with replicated state, then another replica's (see `Snapshots.sources`).
 
 from __future__ import annotations
 
+import itertools
 import logging
+import math
 import os
+import statistics
 import time
+from collections import deque
 from collections.abc import Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,6 +40,8 @@ from vigil.recovery.checkpoint.staging import Stager
 
 log = logging.getLogger("vigil.recovery.checkpoint")
 NONE = -1
+STEP_WINDOW = 16  # step times measured over the last this many snapshot() calls
+MAX_EVERY = 10_000  # the chosen interval's ceiling
 
 
 def choose(rows: Sequence[Sequence[int]]) -> int | None:
@@ -69,6 +78,9 @@ class Snapshots:
             peer_root is not None) else None
         self.replicated, self._world = replicated, topology.world_size
         self.every, self.keep, self.wait_s, self._pin = every, keep, wait_s, pin_memory
+        self.floor = every  # the configured interval: the chosen one never goes below it
+        self._calls: deque[float] = deque(maxlen=STEP_WINDOW + 1)  # when take() was called (one per step)
+        self._stage_s: deque[float] = deque(maxlen=STEP_WINDOW)  # copy seconds, but the first (it allocates)
         self._stager: Stager | None = None
         self._writer: SnapshotWriter | None = None
         self.taken = self.skipped = 0
@@ -77,6 +89,7 @@ class Snapshots:
 
     def take(self, step: int, state: Mapping[str, Any]) -> bool:
         """Stage and hand over a snapshot of `step` when it is due; True when handed over."""
+        self._calls.append(time.perf_counter())
         if isinstance(step, bool) or not isinstance(step, int) or step < 0 or step % self.every:
             return False
         if self._writer is None:
@@ -94,9 +107,25 @@ class Snapshots:
                 log.warning("snapshot of step %d: staging failed: %s: %s", step, type(exc).__name__, exc)
             return False
         self.last_stage_s = time.perf_counter() - t0
+        if self.taken:
+            self._stage_s.append(self.last_stage_s)
         self._writer.submit(step, staged)
         self.taken += 1
         return True
+
+    def proposal(self, budget: float | None) -> int:
+        """The interval this rank needs: its slowest recent copy within `budget` of a step (a bound, not an
+        average), its last write done within
+        the interval (a skipped snapshot could leave the ranks without a common step); `floor` until
+        it has measured a copy (the first one, which allocates the buffers, does not count) and a step."""
+        if budget is None or not self._stage_s or len(self._calls) < 2:
+            return self.floor
+        step_s = statistics.median(b - a for a, b in itertools.pairwise(self._calls))
+        if step_s <= 0:
+            return MAX_EVERY
+        write_s = self._writer.last_write_s if self._writer is not None else 0.0
+        need = max(math.ceil(max(self._stage_s) / (budget * step_s)), math.ceil(write_s / step_s))
+        return min(MAX_EVERY, max(self.floor, need))
 
     @property
     def written(self) -> int:

@@ -166,6 +166,7 @@ class SnapshotWriter:
         self._idle.set()
         self.written = self.failed = 0
         self.write_s = 0.0  # total seconds spent writing (save, hash, marker, prune)
+        self.last_write_s = 0.0  # the last snapshot's
         self.last_error = ""
         self.last_step: int | None = None
         self._thread = threading.Thread(target=self._run, name="vigil-ckpt-snapshot", daemon=True)
@@ -195,7 +196,8 @@ class SnapshotWriter:
             t0 = time.perf_counter()
             try:
                 self.directory.write(step, staged.state_dict)
-                self.write_s += time.perf_counter() - t0
+                self.last_write_s = time.perf_counter() - t0
+                self.write_s += self.last_write_s
                 self.written += 1
                 self.last_step = step
             except BaseException as exc:  # a full tmpfs or a bug: count, never kill the thread

@@ -16,6 +16,8 @@ Scenarios (results go to WORKDIR as JSON / torch files the test reads):
   DP groups given as rank lists.
 * ``disk_full``: the disk fills up under rank 1 while saving step 2; training goes on and
   step 4 is saved.
+* ``snapshot_interval``: rank 0 holds a tiny state, rank 1 32 MiB, 20 ms steps, a snapshot call
+  every step under `snapshot_budget` 0.03; a save at step 6 sets the interval both then use.
 """
 
 from __future__ import annotations
@@ -204,6 +206,24 @@ def disk_full(rank: int, work: Path) -> None:
            latest=latest.step if latest else None, stats=dataclasses.asdict(ckpt.stats()))  # fmt: skip
 
 
+def snapshot_interval(rank: int, work: Path) -> None:
+    import time
+
+    numel = (32 << 20) // 4 if rank == 1 else 16
+    state = {"w": torch.randn(numel)}
+    with Checkpointer(config(work, snapshot_dir=work / "shm", snapshot_budget=0.03)) as ckpt:
+        before: list[int] = []
+        for step in range(1, 7):
+            time.sleep(0.02)
+            before.append(ckpt.stats().snapshot_every)
+            ckpt.snapshot(step, state)
+        assert ckpt.snapshots.wait(30)
+        saved = ckpt.save(6, state)
+        taken = [step for step in range(7, 7 + 4 * ckpt.stats().snapshot_every)
+                 if (time.sleep(0.02), ckpt.snapshot(step, state), ckpt.snapshots.wait(30))[1]]
+        report(work, rank, before=before, saved=saved, every=ckpt.stats().snapshot_every, taken=taken)
+
+
 def report(work: Path, rank: int, **values: Any) -> None:
     (work / f"result-rank{rank}.json").write_text(json.dumps(values, default=str))
 
@@ -235,6 +255,8 @@ def main() -> None:
         reads(rank, w, sys.argv[6])
     elif scenario == "disk_full":
         disk_full(rank, w)
+    elif scenario == "snapshot_interval":
+        snapshot_interval(rank, w)
     else:
         raise SystemExit(f"unknown scenario {scenario}")
     dist.destroy_process_group()

@@ -120,3 +120,14 @@ def test_disk_full_under_one_rank_fails_the_save_everywhere_and_training_goes_on
     assert sorted((e["rank"], e["step"]) for e in failed) == [(0, 2), (1, 2)]
     assert all(e["error"].startswith("StorageFailed: rank 1: OSError: [Errno 28]") for e in failed)
     assert [p.name[:15] for p in (tmp_path / "ckpt").iterdir()] == ["step-0000000004"]
+
+
+def test_the_snapshot_interval_is_the_largest_any_rank_needs_under_the_budget_and_shared(tmp_path: Path) -> None:
+    """Rank 1's 32 MiB copy does not fit 3 % of a 20 ms step, rank 0's 64 bytes do: at the save both take rank 1's
+    interval, so they snapshot the same steps (a restore needs a step every rank holds)."""
+    r0, r1 = run("snapshot_interval", 2, tmp_path)
+    assert r0["before"] == r1["before"] == [1] * 6, (r0, r1)  # snapshot_every until the first save
+    assert r0["saved"] and r1["saved"], (r0, r1)
+    assert r0["every"] == r1["every"] > 1, (r0, r1)
+    every = r0["every"]
+    assert r0["taken"] == r1["taken"] == [s for s in range(7, 7 + 4 * every) if s % every == 0], (r0, r1)
