@@ -114,17 +114,17 @@ class Snapshots:
         return True
 
     def proposal(self, budget: float | None) -> int:
-        """The interval this rank needs: its slowest recent copy within `budget` of a step (a bound, not an
-        average), its last write done within
-        the interval (a skipped snapshot could leave the ranks without a common step); `floor` until
-        it has measured a copy (the first one, which allocates the buffers, does not count) and a step."""
+        """The interval this rank needs: its recent copies' mean within `budget` of a step (the budget is
+        a share of the run's time, so the mean is what it bounds), its last write done within the
+        interval (a skipped snapshot could leave the ranks without a common step); `floor` until it
+        has measured a copy (the first one, which allocates the buffers, does not count) and a step."""
         if budget is None or not self._stage_s or len(self._calls) < 2:
             return self.floor
         step_s = statistics.median(b - a for a, b in itertools.pairwise(self._calls))
         if step_s <= 0:
             return MAX_EVERY
         write_s = self._writer.last_write_s if self._writer is not None else 0.0
-        need = max(math.ceil(max(self._stage_s) / (budget * step_s)), math.ceil(write_s / step_s))
+        need = max(math.ceil(statistics.fmean(self._stage_s) / (budget * step_s)), math.ceil(write_s / step_s))
         return min(MAX_EVERY, max(self.floor, need))
 
     @property

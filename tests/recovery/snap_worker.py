@@ -116,7 +116,8 @@ def main() -> int:
     data = torch.Generator().manual_seed(rank)
     state: dict[str, Any] = {"train": TrainState(model, opt), f"rng{rank}": RNGState(data)}
     ckpt = Checkpointer(CheckpointConfig(directory=args.ckpt, snapshot_dir=args.snapshots, keep=2, dp_group=None,
-                                         collective_timeout_s=30, busy_timeout_s=5, snapshot_wait_s=5))
+                                         collective_timeout_s=30, busy_timeout_s=5, snapshot_wait_s=5,
+                                         snapshot_budget=None))  # a snapshot every step: the tests' steps lost <= 1
     restored = ckpt.load_latest(state)
     start = 1 if restored is None else restored + 1
     source = ckpt.last_restore.source if ckpt.last_restore is not None else "-"
