@@ -114,8 +114,9 @@ class Snapshots:
         return True
 
     def proposal(self, budget: float | None) -> int:
-        """The interval this rank needs: its recent copies' mean within `budget` of a step (the budget is
-        a share of the run's time, so the mean is what it bounds), its last write done within the
+        """The interval this rank needs: its recent copies' 90th percentile within `budget` of a step (the
+        budget is a bound: the mean landed on it, copies at the chosen interval run a little slower;
+        one spike on shared cores does not move it), its last write done within the
         interval (a skipped snapshot could leave the ranks without a common step); `floor` until it
         has measured a copy (the first one, which allocates the buffers, does not count) and a step."""
         if budget is None or not self._stage_s or len(self._calls) < 2:
@@ -124,7 +125,9 @@ class Snapshots:
         if step_s <= 0:
             return MAX_EVERY
         write_s = self._writer.last_write_s if self._writer is not None else 0.0
-        need = max(math.ceil(statistics.fmean(self._stage_s) / (budget * step_s)), math.ceil(write_s / step_s))
+        copy_s = statistics.quantiles(self._stage_s, n=10, method="inclusive")[-1] if len(self._stage_s) > 1 else (
+            self._stage_s[0])
+        need = max(math.ceil(copy_s / (budget * step_s)), math.ceil(write_s / step_s))
         return min(MAX_EVERY, max(self.floor, need))
 
     @property
