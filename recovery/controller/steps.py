@@ -254,23 +254,21 @@ def restart(ctx: Ctx, case: Case, name: str = "restart") -> bool:
     hosts = list(step.started_details.get("hosts", []))
     if step.started_at is not None and ctx.state.commands.get(start_id(job.job_id, gen, hosts[0])) is None:
         _resend_starts(ctx, case, step, gen, hosts)  # started, then the controller died before sending
-    members = [job.members.get(h) for h in hosts]
-    running = [m for m in members if m is not None and m.generation == gen and m.state == "training"
-               and m.first_step is not None]
-    # a short remainder can train to the end before the controller reads a step: a command of this
-    # generation that exited 0 came up (the job's finish is recorded after the case, `Engine._finish`)
-    done = [m for m in members if m is not None and m.generation == gen and m.state == "exited"
-            and m.exit_code == 0 and not m.signal]
-    if len(running) + len(done) == len(hosts):
-        up = [m for m in (*running, *done) if m.first_step is not None]
+    ours = [m for m in (job.members.get(h) for h in hosts) if m is not None and m.generation == gen]
+    # came up: trained a step in this generation, even if it has ended since (steps can outrun the
+    # controller's turn: a crash right after is a failure of its own, a short remainder a finish,
+    # `Engine._finish`), or exited 0 without a step read
+    up = [m for m in ours if m.first_step is not None and m.state in ("training", "exited")]
+    done = [m for m in ours if m.first_step is None and m.state == "exited" and m.exit_code == 0 and not m.signal]
+    if len(up) + len(done) == len(hosts):
         first = min(up, key=lambda m: m.first_step or 0) if up else None
         at = [m.first_step_at for m in up if m.first_step_at]
         return _end(ctx, case, name, "succeeded", generation=gen, details={
             "hosts": hosts, "first_step": first.first_step if first else None,
-            "first_step_at": (min(at) if at else ctx.now).isoformat(), "finished": sorted(m.host for m in done)})
-    finished = {m.host for m in done}
-    gone = [m.host for m in members if m is not None and m.generation == gen and m.state in ("exited", "left")
-            and m.host not in finished]
+            "first_step_at": (min(at) if at else ctx.now).isoformat(),
+            "ended": sorted(m.host for m in (*up, *done) if m.state == "exited")})
+    came = {m.host for m in (*up, *done)}
+    gone = [m.host for m in ours if m.state in ("exited", "left") and m.host not in came]
     refused = [h for h in hosts if (a := ctx.state.acks.get(start_id(job.job_id, gen, h))) is not None
                and a.status in ("failed", "skipped")]
     if gone or refused:
@@ -278,7 +276,7 @@ def restart(ctx: Ctx, case: Case, name: str = "restart") -> bool:
                     reason=f"generation {gen} did not come up: " + ", ".join(
                         [f"{h} exited" for h in gone] + [f"{h} refused" for h in refused]))
     if ctx.since(step.started_at) >= ctx.settings.restart_timeout_s:
-        waiting = [h for h, m in zip(hosts, members, strict=True) if m not in running]
+        waiting = [h for h in hosts if h not in came]
         return _end(ctx, case, name, "failed", generation=gen,
                     reason=f"no first step from {', '.join(waiting)} within {ctx.settings.restart_timeout_s:g} s")
     return False

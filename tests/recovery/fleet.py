@@ -34,6 +34,7 @@ class Fleet:
     checkpoint: int | None = None  # latest committed step
     steps_per_turn: int = 5
     finish_on_start: bool = False  # a started generation trains to the end before its first member report
+    start_exit: dict[str, int] = field(default_factory=dict)  # host -> its start's exit status, before a step
     members: dict[str, Member] = field(default_factory=dict)
     _pending: list[Event] = field(default_factory=list)
 
@@ -76,6 +77,10 @@ class Fleet:
                 out += [RecoveryAction(status="succeeded", **ack),
                         self.member(c.host, "starting", now, generation=c.generation, node_rank=c.world.node_rank,
                                     started_at=now, first_step=None, first_step_at=None, last_step=None, steps=0)]
+                if c.host in self.start_exit:
+                    self._pending.append(self.member(c.host, "exited", now + timedelta(seconds=1),
+                                                     exit_code=self.start_exit[c.host]))
+                    continue
                 self._pending.append(self.member(
                     c.host, "exited" if self.finish_on_start else "training", now + timedelta(seconds=1),
                     first_step=first, first_step_at=now + timedelta(seconds=1), last_step=first,

@@ -429,7 +429,7 @@ def test_a_restart_whose_generation_trains_to_the_end_before_a_step_is_read_resu
     for _ in range(20):
         h.turn()
     [restart] = h.actions(action="restart", status="succeeded")
-    assert restart.details["finished"] == ["h0", "h1", "h2"] and restart.details["first_step"] == 21
+    assert restart.details["ended"] == ["h0", "h1", "h2"] and restart.details["first_step"] == 21
     assert not h.actions(action="restart", status="failed")
     [o] = [e for e in h.fx.events if isinstance(e, Outcome) and e.category != "start"]
     assert o.result == "resumed" and o.first_step == 21
@@ -437,18 +437,31 @@ def test_a_restart_whose_generation_trains_to_the_end_before_a_step_is_read_resu
     assert done.generation == 2
 
 
-def test_a_restart_where_one_host_exits_0_and_another_fails_did_not_come_up(tmp_path: Path) -> None:
+def test_a_restart_where_hosts_finish_but_one_exits_before_a_step_did_not_come_up(tmp_path: Path) -> None:
     fleet = Fleet(job=JOB, hosts=["h0", "h1", "h2"])
     h = started(Harness.build(fleet, tmp_path))
-    fleet.finish_on_start = True
+    fleet.finish_on_start, fleet.start_exit = True, {"h2": 1}  # h0, h1 train to the end; h2's command fails at once
     h.feed([*fleet.crash("h1", h.now), incident(JOB, "h1", cause="software", category="crash_cascade", at=h.now)])
-    h.run(lambda: any(m.generation == 2 and m.state == "exited" for m in fleet.members.values()))
-    h.feed(fleet.crash("h2", h.now))  # its command of generation 2 failed
-    for _ in range(5):
-        h.turn()
+    h.run(lambda: bool(h.actions(action="restart", status="failed")))
     assert not h.actions(action="restart", status="succeeded")
-    failed = h.actions(action="restart", status="failed")
-    assert failed and "h2 exited" in failed[0].reason and "h0 exited" not in failed[0].reason
+    [failed] = h.actions(action="restart", status="failed")[:1]
+    assert failed.reason == "generation 2 did not come up: h2 exited", failed.reason
+
+
+def test_a_restart_whose_hosts_trained_then_crashed_came_up_and_the_crash_is_a_case_of_its_own(
+        tmp_path: Path) -> None:
+    fleet = Fleet(job=JOB, hosts=["h0", "h1"], nodes=(2, 2, 1))
+    h = started(Harness.build(fleet, tmp_path), hosts=2)
+    h.feed([*fleet.crash("h1", h.now), incident(JOB, "h1", cause="software", category="crash_cascade", at=h.now)])
+    h.run(lambda: any(m.generation == 2 for m in fleet.members.values()))  # started; first steps queued
+    h.feed(fleet.react([], h.now))  # the hosts report their first step, and before the controller's turn
+    h.feed(fleet.crash("h1", h.now))  # h1 crashes again
+    assert h.engine.state.job(JOB).members["h1"].state == "exited"
+    h.run(lambda: bool(h.actions(action="restart", status="succeeded")))
+    [restart] = h.actions(action="restart", status="succeeded")[:1]
+    assert restart.generation == 2 and restart.details["ended"] == ["h1"]
+    h.feed([incident(JOB, "h1", cause="software", category="crash_cascade", at=h.now)])
+    h.run(lambda: h.engine.state.job(JOB).generation == 3)  # the second crash: recovered again
 
 
 def test_keep_alives_do_not_accumulate_in_the_controller_state(tmp_path: Path) -> None:
