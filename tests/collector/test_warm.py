@@ -203,6 +203,11 @@ threading.Thread(target=late).start()
 print("last words", end="")  # no newline, no flush: the exit must flush it
 left_open = open(out + "/left-open", "w")  # written, never flushed nor closed
 left_open.write("kept")
+import concurrent.futures, gzip
+pool = concurrent.futures.ThreadPoolExecutor(1)  # never shut down: its worker must not hold the exit
+pool.submit(time.sleep, 0.1)
+packed = gzip.open(out + "/packed.gz", "wt")  # its trailer is written on close only
+packed.write("whole")
 if how == "exit":
     sys.exit(3)
 if how == "raise":
@@ -223,9 +228,33 @@ def test_a_warm_child_ends_as_the_interpreter_would_threads_joined_atexit_run_ou
     order = {"env": {"PATH": os.environ.get("PATH", "")}, "cwd": str(tmp_path), "script": str(script),
              "module": None, "args": [str(tmp_path), how]}
     done = subprocess.run([sys.executable, "-u", warmchild.__file__, "json"], input=json.dumps(order) + "\n",
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60)  # a hang fails
     assert done.returncode == status, done.stderr
     assert done.stdout == "last words"
     assert (tmp_path / "atexit").read_text() == "ran" and (tmp_path / "thread").read_text() == "joined"
     assert (tmp_path / "left-open").read_text() == "kept"
+    import gzip
+
+    assert gzip.decompress((tmp_path / "packed.gz").read_bytes()) == b"whole"
     assert ("RuntimeError: the entry point failed" in done.stderr) == (how == "raise"), done.stderr
+
+
+@pytest.mark.pure
+def test_a_warm_child_runs_a_module_entry_point_as_python_dash_m_would(tmp_path: Path) -> None:
+    import subprocess
+
+    import vigil.collector.warmchild as warmchild
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "train.py").write_text(
+        "import gzip, sys\nout = gzip.open(sys.argv[1] + '/m.gz', 'wt')\nout.write(__name__ + ' ' + sys.argv[0])\n"
+        "sys.exit(4)\n")
+    order = {"env": {"PATH": os.environ.get("PATH", "")}, "cwd": str(tmp_path), "script": None, "module": "pkg.train",
+             "args": [str(tmp_path)]}
+    done = subprocess.run([sys.executable, "-u", warmchild.__file__, "json"], input=json.dumps(order) + "\n",
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 4, done.stderr
+    import gzip
+
+    assert gzip.decompress((tmp_path / "m.gz").read_bytes()).decode() == f"__main__ {tmp_path / 'pkg' / 'train.py'}"
