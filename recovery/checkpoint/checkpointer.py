@@ -165,7 +165,12 @@ class Checkpointer:
             except Exception as exc:
                 stage_error, status = StagingFailed(describe(exc)), NOT_STAGED
         try:
-            agreement = self.topology.agree(step, status, self.snapshots.proposal(self.config.snapshot_budget))
+            every = self.snapshots.proposal(self.config.snapshot_budget)
+        except Exception as exc:  # a bug must not keep this rank out of the all-gather the others are in
+            log.warning("snapshot interval: %s", describe(exc))
+            every = self.snapshots.every
+        try:
+            agreement = self.topology.agree(step, status, every)
         except Exception as exc:
             return self._refuse("failed", step, t0, CoordinationFailed(f"save agreement: {describe(exc)}"))
         self._set_snapshot_every(agreement.snapshot_every)

@@ -110,8 +110,8 @@ class CheckpointConfig:
             raise ConfigError("collective_timeout_s must be > 0 and exit_timeout_s >= 0")
         if self.writer_threads < 1 or self.event_file_bytes < 1 or self.event_files < 1:
             raise ConfigError("writer_threads, event_file_bytes and event_files must be >= 1")
-        if not isinstance(self.snapshot_every, int) or self.snapshot_every < 1:
-            raise ConfigError(f"snapshot_every must be an integer >= 1, got {self.snapshot_every!r}")
+        if not isinstance(self.snapshot_every, int) or not 1 <= self.snapshot_every <= 1_000_000:
+            raise ConfigError(f"snapshot_every must be an integer in 1..1000000, got {self.snapshot_every!r}")
         if not isinstance(self.snapshot_keep, int) or self.snapshot_keep < 1:
             raise ConfigError(f"snapshot_keep must be an integer >= 1, got {self.snapshot_keep!r}")
         if self.snapshot_wait_s < 0:

@@ -42,6 +42,7 @@ log = logging.getLogger("vigil.recovery.checkpoint")
 NONE = -1
 STEP_WINDOW = 16  # step times measured over the last this many snapshot() calls
 MAX_EVERY = 10_000  # the chosen interval's ceiling
+WRITE_MARGIN = 1.25  # the interval leaves the writer this much more than its median write
 
 
 def choose(rows: Sequence[Sequence[int]]) -> int | None:
@@ -81,6 +82,8 @@ class Snapshots:
         self.floor = every  # the configured interval: the chosen one never goes below it
         self._calls: deque[float] = deque(maxlen=STEP_WINDOW + 1)  # when take() was called (one per step)
         self._stage_s: deque[float] = deque(maxlen=STEP_WINDOW)  # copy seconds, but the first (it allocates)
+        self._write_s: deque[float] = deque(maxlen=STEP_WINDOW)  # the writer's seconds per snapshot
+        self._seen_writes = 0
         self._stager: Stager | None = None
         self._writer: SnapshotWriter | None = None
         self.taken = self.skipped = 0
@@ -109,6 +112,9 @@ class Snapshots:
         self.last_stage_s = time.perf_counter() - t0
         if self.taken:
             self._stage_s.append(self.last_stage_s)
+        if self._writer.written != self._seen_writes:  # a write finished since: its time
+            self._seen_writes = self._writer.written
+            self._write_s.append(self._writer.last_write_s)
         self._writer.submit(step, staged)
         self.taken += 1
         return True
@@ -117,14 +123,16 @@ class Snapshots:
         """The interval this rank needs: its recent copies' 90th percentile within `budget` of a step (the
         budget is a bound: the mean landed on it, copies at the chosen interval run a little slower;
         one spike on shared cores does not move it), its last write done within the
-        interval (a skipped snapshot could leave the ranks without a common step); `floor` until it
-        has measured a copy (the first one, which allocates the buffers, does not count) and a step."""
+        interval with room (its median write x `WRITE_MARGIN`: a skipped snapshot could leave the ranks
+        without a common step); `floor` until it has measured a copy (the first one, which allocates
+        the buffers, does not count) and a step. Steps are counted in `take` calls: call it once a step."""
         if budget is None or not self._stage_s or len(self._calls) < 2:
             return self.floor
         step_s = statistics.median(b - a for a, b in itertools.pairwise(self._calls))
         if step_s <= 0:
-            return MAX_EVERY
-        write_s = self._writer.last_write_s if self._writer is not None else 0.0
+            return self.floor
+        # the writes' median, with room: a writer done just at the due step would skip snapshots at random
+        write_s = WRITE_MARGIN * statistics.median(self._write_s) if self._write_s else 0.0
         copy_s = statistics.quantiles(self._stage_s, n=10, method="inclusive")[-1] if len(self._stage_s) > 1 else (
             self._stage_s[0])
         need = max(math.ceil(copy_s / (budget * step_s)), math.ceil(write_s / step_s))

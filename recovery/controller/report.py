@@ -104,6 +104,10 @@ def _s(value: Any) -> str:
     return "-" if value is None else f"{float(value):.1f}s"
 
 
+def _v(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
 def _replication(r: dict[str, Any]) -> str:
     refused = ", ".join(f"{k} {v}" for k, v in sorted(r["refused"].items())) or "none"
     upto = f" up to step {r['last_step']}" if r["last_step"] is not None else ""
@@ -141,9 +145,9 @@ def format_history(doc: dict[str, Any]) -> str:
             lines.append(f"    detect {_s(o.get('detect_s'))}  decide {_s(o.get('decide_s'))}  pause {_s(o.get('pause_s'))}"
                          f"  diagnose {_s(o.get('diagnose_s'))}  restart {_s(o.get('restart_s'))}"
                          f" (checkpoint load {_s(o.get('checkpoint_load_s'))})  total {_s(o.get('total_s'))}"
-                         f"  resumed at step {o.get('first_step', '-')} from checkpoint {o.get('checkpoint_step', '-')}"
+                         f"  resumed at step {_v(o.get('first_step'))} from checkpoint {_v(o.get('checkpoint_step'))}"
                          f"{' (' + o['restore_source'] + ')' if o.get('restore_source') else ''}"
-                         f"  steps lost {o.get('steps_lost', '-')}"
+                         f"  steps lost {_v(o.get('steps_lost'))}"
                          f"{'  cordoned ' + ', '.join(o['cordoned']) if o.get('cordoned') else ''}")
         for s in r["steps"]:
             lines.append(f"    {_t(s['started_at'] or s['ended_at'])} {s['action']:<9} {s['target']:<24} {s['status']:<9} "

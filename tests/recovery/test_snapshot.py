@@ -20,6 +20,7 @@ pytestmark = pytest.mark.pure
 
 def cfg(tmp_path: Path, **kw: Any) -> CheckpointConfig:
     kw.setdefault("snapshot_wait_s", 30)  # every snapshot taken: the tests count them
+    kw.setdefault("snapshot_budget", None)  # every snapshot_every steps: the tests name the steps
     return CheckpointConfig(directory=tmp_path / "ckpt", spool_dir=tmp_path / "spool", job_id="job", host="h",
                             snapshot_dir=tmp_path / "shm", **kw)
 

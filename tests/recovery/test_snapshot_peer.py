@@ -25,7 +25,7 @@ pytestmark = pytest.mark.pure
 
 def cfg(tmp_path: Path, **kw: Any) -> CheckpointConfig:
     return CheckpointConfig(directory=tmp_path / "ckpt", spool_dir=tmp_path / "spool", job_id="job", host="h",
-                            snapshot_wait_s=30, **kw)  # fmt: skip
+                            snapshot_wait_s=30, snapshot_budget=None, **kw)  # fmt: skip
 
 
 def job(seed: int = 0) -> tuple[torch.nn.Module, torch.optim.Optimizer, dict[str, Any]]:
