@@ -93,6 +93,7 @@ class Snapshots:
     def take(self, step: int, state: Mapping[str, Any]) -> bool:
         """Stage and hand over a snapshot of `step` when it is due; True when handed over."""
         self._calls.append(time.perf_counter())
+        self._note_write()
         if isinstance(step, bool) or not isinstance(step, int) or step < 0 or step % self.every:
             return False
         if self._writer is None:
@@ -112,9 +113,6 @@ class Snapshots:
         self.last_stage_s = time.perf_counter() - t0
         if self.taken:
             self._stage_s.append(self.last_stage_s)
-        if self._writer.written != self._seen_writes:  # a write finished since: its time
-            self._seen_writes = self._writer.written
-            self._write_s.append(self._writer.last_write_s)
         self._writer.submit(step, staged)
         self.taken += 1
         return True
@@ -125,18 +123,26 @@ class Snapshots:
         one spike on shared cores does not move it), its last write done within the
         interval with room (its median write x `WRITE_MARGIN`: a skipped snapshot could leave the ranks
         without a common step); `floor` until it has measured a copy (the first one, which allocates
-        the buffers, does not count) and a step. Steps are counted in `take` calls: call it once a step."""
-        if budget is None or not self._stage_s or len(self._calls) < 2:
+        the buffers, does not count) or a write, and a step. Steps are counted in `take` calls: call it
+        once a step. A writer that outlasts the steps is measured even while its snapshots are skipped."""
+        self._note_write()
+        if budget is None or not (self._stage_s or self._write_s) or len(self._calls) < 2:
             return self.floor
         step_s = statistics.median(b - a for a, b in itertools.pairwise(self._calls))
         if step_s <= 0:
             return self.floor
         # the writes' median, with room: a writer done just at the due step would skip snapshots at random
         write_s = WRITE_MARGIN * statistics.median(self._write_s) if self._write_s else 0.0
-        copy_s = statistics.quantiles(self._stage_s, n=10, method="inclusive")[-1] if len(self._stage_s) > 1 else (
-            self._stage_s[0])
+        copies = list(self._stage_s)
+        copy_s = statistics.quantiles(copies, n=10, method="inclusive")[-1] if len(copies) > 1 else sum(copies)
         need = max(math.ceil(copy_s / (budget * step_s)), math.ceil(write_s / step_s))
         return min(MAX_EVERY, max(self.floor, need))
+
+    def _note_write(self) -> None:
+        """Keep the time of a write finished since the last look (the writer thread counts them)."""
+        if self._writer is not None and self._writer.written != self._seen_writes:
+            self._seen_writes = self._writer.written
+            self._write_s.append(self._writer.last_write_s)
 
     @property
     def written(self) -> int:
