@@ -9,13 +9,13 @@ Then it blocks on one JSON line on stdin, the order of `collector.warmlaunch`:
 `{"env": {...}, "cwd": "...", "script": PATH | null, "module": NAME | null, "args": [...]}`. It
 takes that environment (the whole of it: what it was started with is dropped), directory, argv and
 `sys.path[0]` as `python -u SCRIPT ARGS` / `python -u -m MODULE ARGS` would have them, closes its
-stdin and runs the entry point in a new `__main__` module (`-m`: runpy's own path for it). From there it is the training process:
-its exit status, signals, tracebacks and output are the entry point's. When the entry point is done it
-ends as the interpreter would (threads joined, exit hooks and atexit handlers run, files left open
-closed, stdio flushed: `finish`), then
-leaves with `os._exit`: the C++ static destructors of torch, imported before the order, are skipped
-(a torch thread still joinable then aborts the process, "terminate called without an active
-exception", turning a rank that succeeded into a failure). EOF instead of an order
+stdin and runs the entry point in a new `__main__` module (`-m`: runpy's own path for it). From
+there it is the training process: its exit status, signals, tracebacks and output are the entry
+point's. When the entry point is done it ends as the interpreter would (threads joined, exit hooks
+and atexit handlers run, files left open closed, stdio flushed: `finish`), then leaves with
+`os._exit`: the C++ static destructors of torch, imported before the order, are skipped (a torch
+thread still joinable then aborts the process, "terminate called without an active exception",
+turning a rank that succeeded into a failure). EOF instead of an order
 (its launcher gone) ends it with status 0, having run nothing. Standard library (+ the named
 imports) only: it holds no credential and imports no platform module.
 """
@@ -110,13 +110,7 @@ def finish(status: int, *, interrupted: bool = False) -> NoReturn:
     non-daemon threads joined and the threading exit hooks run (`concurrent.futures` wakes its workers
     there), the atexit handlers, what became unreachable finalised, the files still open closed (a gzip
     or zip writer ends its stream on close), stdout and stderr flushed (a failed flush: status 120)."""
-    shutdown = getattr(threading, "_shutdown", None)  # what the interpreter calls first at exit
-    if callable(shutdown):
-        shutdown()
-    else:
-        for t in threading.enumerate():
-            if t is not threading.main_thread() and not t.daemon:
-                t.join()
+    threading._shutdown()  # type: ignore[attr-defined]  # what the interpreter calls first at exit
     atexit._run_exitfuncs()
     clear_main()
     gc.collect()
