@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from tests.waiting import wait_until
 from vigil.analyzer.alerts.view import current, read_alert_events
 from vigil.analyzer.service import AnalyzerService
 from vigil.analyzer.settings import AnalyzerSettings
@@ -46,13 +46,12 @@ def test_every_fault_kind_raises_exactly_its_alert(topics: VigilSettings, clickh
         producer.flush()
         truth = ground_truth(sim, 230, events)
         expected = {f["expected"]["fingerprint"] for f in truth["faults"]}
-        deadline = time.monotonic() + 240  # an upper bound for loaded machines: the condition ends the wait
-        while time.monotonic() < deadline:
-            if service.health()["lag"].get(topics.topic("steps"), 1) == 0 and service.cursor.positions.get("scn") \
-                    and service.cursor.positions["scn"] >= sim.now.replace(microsecond=0):
-                break
-            time.sleep(0.5)
-        time.sleep(2)
+        end = sim.now.replace(microsecond=0)
+        wait_until(lambda: service.health()["lag"].get(topics.topic("steps"), 1) == 0
+                   and (service.cursor.positions.get("scn") or end - timedelta(days=1)) >= end, 240,
+                   "the live analyzer judging the job to its end")
+        turns = service.detect_turns  # the turn that judged the last instant has published its alerts
+        wait_until(lambda: service.detect_turns > turns, 60, "one more detector turn")
         health = service.health()
     finally:
         service.stop()
