@@ -39,7 +39,7 @@ from vigil.kafka.broker import EmbeddedBroker
 from vigil.kafka.producer import EventProducer
 from vigil.settings import VigilSettings
 
-T0 = datetime(2026, 11, 1, tzinfo=UTC)
+T0 = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)  # inside the wire's 30 days, whenever it runs
 
 
 def make_steps(n: int, hosts: int = 64, gpus: int = 8, first_step: int = 0) -> list[StepTiming]:

@@ -22,6 +22,9 @@ CONTAINERS = os.environ.get("VIGIL_TEST_CONTAINERS") == "1"
 # Fixtures carry fixed dates (2026-11-01 ...): the wire's freshness window must not age them out.
 # The window itself is tested with its default (tests/backbone/test_contract.py sets it back).
 os.environ.setdefault("VIGIL_CONTRACT_MAX_AGE_DAYS", "36500")
+# ... nor the tables' TTL delete them (ClickHouse drops rows past it on its next merge, within a second):
+# test databases keep ten years. (Not 36500: the TTL date would wrap past DateTime's 2106.)
+FIXTURE_TTL_DAYS = 3650
 
 
 @pytest.fixture(scope="session")
@@ -81,5 +84,5 @@ def database(clickhouse_dsn: str) -> str:
     from vigil.clickhouse.client import connect
 
     name = f"t_{uuid.uuid4().hex[:10]}"
-    migrate_all(connect(clickhouse_dsn, database=name), 30)
+    migrate_all(connect(clickhouse_dsn, database=name), FIXTURE_TTL_DAYS)
     return name

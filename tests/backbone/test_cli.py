@@ -7,12 +7,13 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from tests.signed import sealed
-from vigil.contract import SPECS
+from vigil.contract import SPECS, Event, EventSpec
 from vigil.kafka.producer import EventProducer
 from vigil.settings import VigilSettings
 
@@ -43,12 +44,17 @@ def test_status_reports_every_part_healthy(stack: dict[str, str]) -> None:
     assert all(part["ok"] for part in doc["parts"].values())
 
 
+def fresh(spec: EventSpec) -> Event:
+    """The contract's example, dated now: its fixed date would age past the wire's 30 days (the stack's default)."""
+    return spec.model.model_validate({**spec.example, "ts": datetime.now(UTC)})
+
+
 def test_tail_prints_what_was_produced(stack: dict[str, str]) -> None:
     settings = VigilSettings(home=Path(stack["VIGIL_HOME"]))
     state = json.loads((settings.home / "stack.json").read_text())
     producer = EventProducer(settings=settings, bootstrap=state["bootstrap"])
     # decisions signed with the stack's keys, as their real producers would: nothing here is refused
-    producer.send(sealed(settings.home, [s.model.model_validate(s.example) for s in SPECS]))
+    producer.send(sealed(settings.home, [fresh(s) for s in SPECS]))
     producer.flush()
     res = vigil(stack, "tail", "--from-beginning", "--kind", "alert", "--kind", "step", "--json")
     assert res.returncode == 0, res.stderr
@@ -76,7 +82,7 @@ def test_status_against_an_external_cluster_shows_the_analyzer_group(stack: dict
     """Production mode (no stack under VIGIL_HOME): lag and commit rate of the analyzer group from the broker."""
     bootstrap = json.loads((Path(stack["VIGIL_HOME"]) / "stack.json").read_text())["bootstrap"]
     producer = EventProducer(settings=VigilSettings(home=tmp_path), bootstrap=bootstrap)
-    producer.send([s.model.model_validate(s.example) for s in SPECS if s.kind == "step"])
+    producer.send([fresh(s) for s in SPECS if s.kind == "step"])
     producer.flush()
     env = {**stack, "VIGIL_HOME": str(tmp_path / "elsewhere"), "VIGIL_KAFKA_BOOTSTRAP": bootstrap,
            "VIGIL_CLICKHOUSE_DSN": f"chdb://{tmp_path / 'ch'}"}

@@ -85,7 +85,7 @@ def client(clickhouse_dsn: str) -> Any:
     from vigil.clickhouse.client import connect
 
     c = connect(clickhouse_dsn, database=f"t_inc_{uuid.uuid4().hex[:8]}")
-    migrate_all(c, 30)
+    migrate_all(c, 3650)  # fixed dates (T0): kept past the 30-day TTL (tests/conftest.py)
     ClickHouseWriter(client=c).write(events())
     return c
 

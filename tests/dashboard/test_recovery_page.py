@@ -27,7 +27,7 @@ def store(clickhouse_dsn: str, told: Story) -> Store:
     from vigil.clickhouse.client import connect
 
     client: Any = connect(clickhouse_dsn, database=f"t_rec_{uuid.uuid4().hex[:8]}")
-    migrate_all(client, 30)
+    migrate_all(client, 3650)  # the fleet's fixed dates: kept past the 30-day TTL (tests/conftest.py)
     load(client, told.events)
     load(client, told.events)  # delivered twice: the page must not count anything twice
     return Store(client=client)
