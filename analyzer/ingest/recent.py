@@ -25,7 +25,11 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from operator import attrgetter
 from typing import Any
+
+_JOB, _HOST, _TS, _EVENT_ID = (attrgetter(n) for n in ("job_id", "host", "ts", "event_id"))
+_TIMESTAMP = datetime.timestamp
 
 
 def _insert(buckets: deque[tuple[int, list[int]]], sec: int, hashes: list[int]) -> None:
@@ -81,15 +85,13 @@ class RecentIds:
         unknown: list[Any] = []
         stored = 0
         ids, jobs, window = self._ids, self._jobs, self.window_s
-        last_key: tuple[str, str] | None = None
+        last_job = last_host = None
         since = lo = float("-inf")
-        for e in events:
-            key = (e.job_id, e.host)
-            if key != last_key:
-                last_key = key
-                j = jobs.get(key)
+        for e, t in zip(events, map(_TIMESTAMP, map(_TS, events)), strict=True):
+            if e.host != last_host or e.job_id != last_job:
+                last_job, last_host = e.job_id, e.host
+                j = jobs.get((last_job, last_host))
                 since, lo = (float("-inf"), float("-inf")) if j is None else (j.since, j.newest - window)
-            t = e.ts.timestamp()
             if t > since and t >= lo:
                 if hash(e.event_id) in ids:
                     stored += 1
@@ -123,32 +125,40 @@ class RecentIds:
             j.newest = t
 
     def add_all(self, events: Sequence[Any]) -> None:
-        """`add` for many events (with `job_id`, `host`, `ts`, `event_id`): grouped by host and second first, so
-        the window's buckets are touched once per host and second, not per event."""
-        groups: dict[tuple[str, str], dict[int, list[tuple[float, int]]]] = {}
-        for e in events:
-            t = e.ts.timestamp()
-            groups.setdefault((e.job_id, e.host), {}).setdefault(int(t), []).append((t, hash(e.event_id)))
-        ids, window = self._ids, self.window_s
-        for key, seconds in groups.items():
-            j = self._jobs.get(key)
+        """`add` for many events (with `job_id`, `host`, `ts`, `event_id`): each host's newest of the batch first,
+        then one pass that appends to the newest bucket while the seconds run in order (the common case)."""
+        keys = list(zip(map(_JOB, events), map(_HOST, events), strict=True))
+        times = list(map(_TIMESTAMP, map(_TS, events)))
+        top: dict[tuple[str, str], float] = {}
+        for key, t in zip(keys, times, strict=True):
+            if t > top.get(key, float("-inf")):
+                top[key] = t
+        jobs, window = self._jobs, self.window_s
+        limits: dict[tuple[str, str], float] = {}
+        for key, t in top.items():
+            j = jobs.get(key)
             if j is None:
-                j = self._jobs[key] = _Job()
-            newest = max(j.newest, max(t for t, _ in seconds[max(seconds)]))
-            limit = newest - window  # older ones would never be covered, nor kept by `evict`
-            for sec in sorted(seconds):
-                if sec + 1 < limit:
-                    continue
-                hashes = [h for t, h in seconds[sec] if t >= limit]
-                ids.update(hashes)
-                buckets = j.buckets
-                if buckets and buckets[-1][0] == sec:
-                    buckets[-1][1].extend(hashes)
-                elif not buckets or buckets[-1][0] < sec:
-                    buckets.append((sec, hashes))
-                else:  # out of order within the window (rare)
-                    _insert(buckets, sec, hashes)
-            j.newest = newest
+                j = jobs[key] = _Job()
+            j.newest = max(j.newest, t)
+            limits[key] = j.newest - window  # older ones would never be covered, nor kept by `evict`
+        kept: list[int] = []
+        last: tuple[str, str] | None = None
+        buckets: deque[tuple[int, list[int]]] = deque()
+        limit = float("inf")
+        for key, t, h in zip(keys, times, map(hash, map(_EVENT_ID, events)), strict=True):
+            if key != last:
+                last, buckets, limit = key, jobs[key].buckets, limits[key]
+            if t < limit:
+                continue
+            kept.append(h)
+            sec = int(t)
+            if buckets and buckets[-1][0] == sec:
+                buckets[-1][1].append(h)
+            elif not buckets or buckets[-1][0] < sec:
+                buckets.append((sec, [h]))
+            else:  # out of order within the window (rare)
+                _insert(buckets, sec, [h])
+        self._ids.update(kept)
 
     def evict(self) -> None:
         """Forget ids older than each job's window."""
