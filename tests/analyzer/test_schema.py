@@ -10,7 +10,7 @@ import pytest
 from vigil.analyzer.ingest.processors import process
 from vigil.analyzer.ingest.writer import ClickHouseWriter
 from vigil.clickhouse.client import connect
-from vigil.contract import Event, validate_event
+from vigil.contract import Event, StepTiming, validate_event
 from vigil.contract.registry import SPECS
 
 EXAMPLES: list[Event] = [validate_event(s.kind, {**s.example, "event_id": f"example-{s.kind}-v{s.version}"}, s.version)
@@ -75,6 +75,10 @@ def test_rows_match_the_migrated_schema_and_insert(clickhouse_dsn: str, database
     for table in ("step_timings", "nic_counters", "gpu_stats", "job_ranks", "alert_events", "recovery_actions",
                   "recovery_outcomes", "recovery_members", "advice_events"):
         assert int(client.query(f"SELECT count() FROM {table}").result_rows[0][0]) >= 1, table
+    step = next(e for e in EXAMPLES if isinstance(e, StepTiming))
+    stored = client.query("SELECT phases, phase_kinds FROM step_timings").result_rows[0]
+    assert stored == (step.phases, step.phase_kinds) and step.phases and step.phase_kinds  # through their inputs (0195)
+    assert client.query("SELECT sum(n) FROM phase_host_windows").result_rows[0][0] == len(step.phases)
     tx, rx = client.query("SELECT tx_bytes, rx_bytes FROM nic_counters").result_rows[0]
     assert (tx, rx) == (9_800_000_000, 9_700_000_000)
     repl = client.query("SELECT repl_buddy, repl_pushed, repl_pushed_bytes, repl_refused, repl_last_step "
