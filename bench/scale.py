@@ -102,10 +102,10 @@ def main() -> None:
     turns: list[tuple[float, float]] = []  # (end time, seconds)
     real_turn = service.cursor.turn
 
-    def timed_turn(client: Any) -> Any:
+    def timed_turn(client: Any, **kwargs: Any) -> Any:
         t = time.perf_counter()
         try:
-            return real_turn(client)
+            return real_turn(client, **kwargs)
         finally:
             turns.append((time.monotonic(), time.perf_counter() - t))
 
