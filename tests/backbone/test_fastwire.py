@@ -83,6 +83,9 @@ def records(kind: str) -> list[bytes]:
     out.append(b'{"kind":"' + kind.encode() + b'","schema_version":1,"events":[' + raw.encode() + b']}')
     c1 = json.dumps({**base, "event_id": f"{kind}-c1", "host": "h\x85"}, separators=(",", ":"), ensure_ascii=False)
     out.append(b'{"kind":"' + kind.encode() + b'","schema_version":1,"events":[' + c1.encode() + b']}')
+    ok_one = json.dumps({**base, "event_id": f"{kind}-poison"}, separators=(",", ":")).encode()
+    for tail in (b"[" * 5000 + b"]" * 5000, b"1" * 5000):  # nested past the recursion limit; digits past int's
+        out.append(b'{"kind":"' + kind.encode() + b'","schema_version":1,"events":[' + ok_one + b'],"x":' + tail + b"}")
     dup = json.dumps({**base, "event_id": f"{kind}-dupkey"}, separators=(",", ":"))
     out.append(b'{"kind":"' + kind.encode() + b'","schema_version":1,"events":[' + dup[:-1].encode() +
                b',"job_id":"other-job"}]}')  # a key twice: the last one wins, as with json.loads

@@ -167,7 +167,8 @@ class FastDecoded:
 
 def _record(kind: str, model: type[Any]) -> tuple[bytes, msgspec.json.Decoder[Any]]:
     record = msgspec.defstruct(f"{kind}_record", [("kind", Literal[kind]), ("schema_version", Literal[1]),
-                                                  ("events", list[model])], frozen=True)  # type: ignore[valid-type]
+                                                  ("events", list[model])], frozen=True,  # type: ignore[valid-type]
+                              forbid_unknown_fields=True)  # an unknown key is pydantic's to judge, not skipped
     return f'{{"kind":"{kind}","schema_version":1,'.encode(), msgspec.json.Decoder(record)
 
 
@@ -202,7 +203,7 @@ def decode_fast(value: bytes | None) -> FastDecoded:
             if value.startswith(prefix):
                 try:
                     events = list(decoder.decode(value).events)
-                except (msgspec.ValidationError, msgspec.DecodeError, ValueError):
+                except (msgspec.ValidationError, msgspec.DecodeError, ValueError, RecursionError):
                     break
                 now = datetime.now(UTC)
                 lo, hi = max(EARLIEST, now - max_age()), now + max_ahead()
