@@ -198,9 +198,11 @@ def _plain(value: bytes) -> bool:
 
 def decode_fast(value: bytes | None) -> FastDecoded:
     """`decode_batch(value)`, with hot kinds as structs when every event of the record passes the fast path."""
-    if value is not None and _plain(value):
+    if value is not None:
         for prefix, decoder in _HOT:
             if value.startswith(prefix):
+                if not _plain(value):  # scanned only for a hot kind: other records go to pydantic unscanned
+                    break
                 try:
                     events = list(decoder.decode(value).events)
                 except (msgspec.ValidationError, msgspec.DecodeError, ValueError, RecursionError):
