@@ -5,8 +5,10 @@
 An epoch is a seeded, shuffled list of shards (`plan`); its progress — the shards done and
 the position inside each in-flight shard — is a small world-size-free dict (`state`) that
 is checkpointed with the model. A restart on another world size re-splits the remaining
-work over the new ranks, statically (`split`: the same deal computed on every rank) or
-dynamically (`dynamic`: pieces claimed on demand from the job store's atomic counter).
+work over the new ranks, statically (`split`: the same deal computed on every rank),
+dynamically (`dynamic`: pieces claimed on demand from the job store's atomic counter) or
+balanced (`balanced`: a step's samples claimed a micro-batch at a time, so a slow rank
+reads fewer without a restart).
 `stream` holds the segment logic shared by the map-style `sampler` and the streaming
 `reader`. Training side: imports only the standard library and torch. See data/README.md.
 """

@@ -21,7 +21,7 @@ from itertools import islice
 from typing import Any, Generic, TypeVar
 
 from vigil.data.dynamic import Store
-from vigil.data.plan import EpochPlan
+from vigil.data.plan import EpochPlan, Piece
 from vigil.data.stream import ElasticStream, Mode, Segment
 
 T = TypeVar("T")
@@ -40,11 +40,13 @@ class ShardReader(Generic[T]):
         world_size: int | None = None,
         store: Store | None = None,
         name: str = "data",
+        micro_batch: int | None = None,
     ) -> None:
         self.open_shard = open_shard
+        self._current: tuple[int, int, Iterator[T]] | None = None  # (shard, next position, its open iterator)
         self.plan = EpochPlan(tuple(sizes), seed, shuffle_within=False)
         self.stream = ElasticStream(self.plan, batch_size, mode=Mode(mode), rank=rank, world_size=world_size,
-                                    store=store, name=name)  # fmt: skip
+                                    store=store, name=name, micro_batch=micro_batch)  # fmt: skip
 
     @property
     def epoch(self) -> int:
@@ -59,22 +61,32 @@ class ShardReader(Generic[T]):
 
     def batches(self) -> Iterator[list[T]]:
         """This rank's batches of samples for the rest of the epoch."""
-        current: tuple[int, int, Iterator[T]] | None = None  # (shard, next position, iterator)
-        for pieces in self.stream.piece_batches():
-            batch: list[T] = []
-            for p in pieces:
-                if current is None or current[:2] != (p.shard, p.start):
-                    current = (p.shard, p.start, iter(self.open_shard(p.shard, p.start)))
-                got = list(islice(current[2], len(p)))
-                if len(got) != len(p):
-                    raise ValueError(f"shard {p.shard} ended at {p.start + len(got)}, declared size {self.plan.size(p.shard)}")
-                batch.extend(got)
-                current = (p.shard, p.stop, current[2])
-            yield batch
+        self._current = None
+        yield from map(self._read, self.stream.piece_batches())
+
+    def steps(self) -> Iterator[Iterator[list[T]]]:
+        """This rank's steps, each an iterator of micro-batches (balanced mode reopens a shard at each claim's
+        position when it does not continue the last one)."""
+        self._current = None
+        for step in self.stream.piece_steps():
+            yield map(self._read, step)
 
     def __iter__(self) -> Iterator[T]:
-        for batch in self.batches():
-            yield from batch
+        for step in self.steps():
+            for batch in step:
+                yield from batch
+
+    def _read(self, pieces: list[Piece]) -> list[T]:
+        batch: list[T] = []
+        for p in pieces:
+            if self._current is None or self._current[:2] != (p.shard, p.start):
+                self._current = (p.shard, p.start, iter(self.open_shard(p.shard, p.start)))
+            got = list(islice(self._current[2], len(p)))
+            if len(got) != len(p):
+                raise ValueError(f"shard {p.shard} ended at {p.start + len(got)}, declared size {self.plan.size(p.shard)}")
+            batch.extend(got)
+            self._current = (p.shard, p.stop, self._current[2])
+        return batch
 
     def state_dict(self) -> dict[str, Any]:
         return self.stream.state_dict()

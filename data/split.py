@@ -11,7 +11,9 @@ that into per-piece counts for `DataState.after`, with no message between ranks.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_right
 from collections.abc import Sequence
+from itertools import accumulate
 
 from vigil.data.plan import Piece
 
@@ -48,6 +50,17 @@ def take(stream: Sequence[Piece], skip: int, n: int) -> list[Piece]:
         n -= stop - start
         skip = 0
     return out
+
+
+def starts(stream: Sequence[Piece]) -> list[int]:
+    """Where each piece of `stream` starts, in samples from the stream's start (and where the stream ends)."""
+    return [0, *accumulate(len(p) for p in stream)]
+
+
+def take_at(stream: Sequence[Piece], at: Sequence[int], skip: int, n: int) -> list[Piece]:
+    """`take(stream, skip, n)` found by bisection in `at = starts(stream)`: no walk from the stream's front."""
+    first = max(0, bisect_right(at, skip) - 1)
+    return take(stream[first:first + n], skip - at[first], n) if first < len(stream) else []
 
 
 def consumed(stream: Sequence[Piece], count: int) -> list[tuple[Piece, int]]:

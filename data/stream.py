@@ -9,7 +9,10 @@ deals the remaining pieces of the epoch over the ranks of this world —
   no message is sent and every rank knows what every rank has consumed;
 * dynamic: each rank claims the next piece from the job store's counter when its batch
   needs more (`dynamic.Claims`); the segment ends when no rank got a sample in a step
-  (one all-reduce per batch); `state_dict()` reads every rank's claims from the store.
+  (one all-reduce per batch); `state_dict()` reads every rank's claims from the store;
+* balanced: a step is world x batch_size samples of the remaining work, in order, read as
+  micro-batches claimed from the job store's counter by whichever rank is free
+  (`balanced.BalancedSteps`): a slow rank takes fewer. Read it with `piece_steps()`.
 
 The state counts a batch as consumed once it has been handed out: checkpoint after the
 step that used it and before taking the next, as the loop `for batch in ...: step(); save()`
@@ -29,7 +32,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from vigil.data import dynamic, split
+from vigil.data import balanced, dynamic, split
 from vigil.data.plan import EpochPlan, Piece
 from vigil.data.state import DataState
 
@@ -37,6 +40,7 @@ from vigil.data.state import DataState
 class Mode(enum.Enum):
     STATIC = "static"
     DYNAMIC = "dynamic"
+    BALANCED = "balanced"
 
 
 @dataclass(frozen=True)
@@ -62,18 +66,21 @@ class ElasticStream:
         world_size: int | None = None,
         store: dynamic.Store | None = None,
         name: str = "data",
+        micro_batch: int | None = None,
     ) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch_size {batch_size}")
+        if batch_size < 1 or (micro_batch is not None and micro_batch < 1):
+            raise ValueError(f"batch_size {batch_size}, micro_batch {micro_batch}")
         distributed = dist.is_available() and dist.is_initialized()
         self.plan, self.batch_size, self.mode, self.name = plan, batch_size, mode, name
         self.rank = rank if rank is not None else (dist.get_rank() if distributed else 0)
         self.world_size = world_size if world_size is not None else (dist.get_world_size() if distributed else 1)
         if not 0 <= self.rank < self.world_size:
             raise ValueError(f"rank {self.rank} outside a world of {self.world_size}")
+        self.micro_batch = micro_batch or max(1, batch_size // 8)  # balanced: samples per claim
         self._store = store
         self._base = DataState()
-        self._streams: list[list[Piece]] | None = None  # static: every rank's share of the segment
+        self._streams: list[list[Piece]] | None = None  # static: every rank's share; balanced: all in order
+        self._per_step = batch_size  # samples of each stream per batch (balanced: the whole step's)
         self._claims: dynamic.Claims | None = None  # dynamic: this rank's claims in the segment
         self._batches = 0
         self.segment: Segment | None = None
@@ -90,7 +97,7 @@ class ElasticStream:
     def state(self) -> DataState:
         """The epoch's progress after the batches handed out so far (never a collective)."""
         if self._streams is not None:
-            counts = [split.consumed(s, self._batches * self.batch_size) for s in self._streams]
+            counts = [split.consumed(s, self._batches * self._per_step) for s in self._streams]
             return self._base.after(self.plan, [c for share in counts for c in share])
         if self._claims is not None:
             everyone = self._claims.everyone(self.world_size)
@@ -105,6 +112,31 @@ class ElasticStream:
 
     def piece_batches(self) -> Iterator[list[Piece]]:
         """This rank's batches for the rest of the epoch, each a list of shard pieces (at most batch_size)."""
+        if self.mode is Mode.BALANCED:
+            raise ValueError("a balanced step is read as micro-batches: iterate piece_steps() (steps())")
+        pieces, shares = self._begin()
+        if self.mode is Mode.STATIC:
+            yield from self._static(shares)
+        else:
+            yield from self._dynamic(pieces)
+
+    def piece_steps(self) -> Iterator[Iterator[list[Piece]]]:
+        """This rank's steps for the rest of the epoch, each an iterator of micro-batches (lists of pieces):
+        one batch per step in static and dynamic mode, micro-batches claimed on demand in balanced mode."""
+        if self.mode is not Mode.BALANCED:
+            yield from (iter([batch]) for batch in self.piece_batches())
+            return
+        pieces, _ = self._begin()
+        store = self._store if self._store is not None else dynamic.default_store()
+        steps = balanced.BalancedSteps(store, dynamic.segment_key(self.name), pieces, world_size=self.world_size,
+                                       step_samples=self.world_size * self.batch_size, micro=self.micro_batch)
+        self._streams, self._per_step = [pieces], steps.step_samples
+        for k, step in enumerate(steps):
+            self._batches = k + 1
+            yield step
+
+    def _begin(self) -> tuple[list[Piece], list[list[Piece]]]:
+        """Start a segment from the current state: the remaining pieces and how they are dealt."""
         self._reset(self.state())
         pieces = self._base.remaining(self.plan)
         shares = split.assign(pieces, self.world_size) if self.mode is Mode.STATIC else [pieces]
@@ -112,16 +144,14 @@ class ElasticStream:
         read = [(s, 0, sizes[s]) for s in base.done] + [(s, 0, o) for s, o in base.offsets.items()]
         self.segment = Segment(self.world_size, len(pieces), sum(len(p) for p in pieces), len(base.offsets),
                                done=sum(b - a for _, a, b in read), exact=split.tiles(sizes, read, shares))
-        if self.mode is Mode.STATIC:
-            yield from self._static(shares)
-        else:
-            yield from self._dynamic(pieces)
+        return pieces, shares
 
     def _static(self, shares: list[list[Piece]]) -> Iterator[list[Piece]]:
         self._streams = shares
         mine = self._streams[self.rank]
+        at = split.starts(mine)
         for k in range(split.steps(self._streams, self.batch_size)):
-            batch = split.take(mine, k * self.batch_size, self.batch_size)
+            batch = split.take_at(mine, at, k * self.batch_size, self.batch_size)
             self._batches = k + 1
             yield batch
 
@@ -145,6 +175,7 @@ class ElasticStream:
 
     def _reset(self, base: DataState) -> None:
         self._base, self._streams, self._claims, self._batches = base, None, None, 0
+        self._per_step = self.batch_size
 
 
 def _collective_device() -> torch.device:

@@ -7,6 +7,7 @@ divided by the step's global sample count (a rank may get a short or empty batch
 sampler is checkpointed with the model every `EVERY` steps; a started job resumes from the
 latest checkpoint. Each rank logs `{"step", "ids", "loss"}` per step to
 WORKDIR/ids-TAG-rankR.jsonl and rank 0 what it resumed from to WORKDIR/resume-TAG.json. With
+balanced mode a step's micro-batches (of 2) are claimed by whichever rank is free. With
 CRASH_AFTER every rank dies (exit 3, nothing saved) after that step, once the last
 checkpoint is committed.
 """
@@ -44,26 +45,29 @@ def main() -> int:
     torch.manual_seed(0)
     model = torch.nn.Linear(8, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    sampler = ElasticSampler(N, BATCH, shard_size=SHARD, seed=7, mode=mode)
+    sampler = ElasticSampler(N, BATCH, shard_size=SHARD, seed=7, mode=mode, micro_batch=2)
     ckpt = Checkpointer(CheckpointConfig(directory=str(work / "ckpt"), dp_group="world"))
     state = {"train": TrainState(model, opt), "data": sampler}
     resumed = ckpt.load_latest(state)
     step = 0 if resumed is None else resumed + 1
     log = (work / f"ids-{tag}-rank{rank}.jsonl").open("a")
-    batches = sampler.batches()
-    for ids in batches:
-        x, y = features(ids)
-        loss = ((model(x).squeeze(1) - y) ** 2).sum()
+    for micro_batches in sampler.steps():  # static, dynamic: one batch a step; balanced: micro-batches claimed
         opt.zero_grad()
-        loss.backward()  # type: ignore[no-untyped-call]
-        flat = torch.cat([p.grad.reshape(-1) for p in model.parameters() if p.grad is not None] + [
-            torch.tensor([float(len(ids)), loss.item()])])
+        ids: list[int] = []
+        loss_sum = 0.0
+        for micro in micro_batches:
+            x, y = features(micro)
+            loss = ((model(x).squeeze(1) - y) ** 2).sum()
+            loss.backward()  # type: ignore[no-untyped-call]  # gradients accumulate over the micro-batches
+            ids += micro
+            loss_sum += loss.item()
+        flat = torch.cat([p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel())  # none read
+                          for p in model.parameters()] + [torch.tensor([float(len(ids)), loss_sum])])
         dist.all_reduce(flat)
         count, total = flat[-2].item(), flat[-1].item()
         offset = 0
         for p in model.parameters():
-            assert p.grad is not None
-            p.grad.copy_(flat[offset:offset + p.numel()].view_as(p) / count)
+            p.grad = flat[offset:offset + p.numel()].view_as(p) / count
             offset += p.numel()
         opt.step()
         if rank == 0 and (seg := sampler.segment) is not None and not (work / f"resume-{tag}.json").exists():

@@ -179,3 +179,73 @@ def test_tiles_finds_a_lost_or_a_repeated_sample() -> None:
     assert not tiles(sizes, done, [[Piece(1, 1, 4)], [Piece(1, 3, 4)]])  # sample 3 dealt twice
     assert not tiles(sizes, done, [[Piece(1, 0, 4)]])  # re-reads what was done
     assert not tiles(sizes, done, [[Piece(1, 1, 4), Piece(2, 0, 1)]])  # a shard the plan does not have
+
+
+def balanced_world(size: int, state: dict[str, object] | None = None, micro: int = 2) -> list[ElasticSampler]:
+    store = DictStore()  # a new job (and store) per world, as after a restart
+    ranks = [ElasticSampler(N, BATCH, shard_size=SHARD, mode="balanced", rank=r, world_size=size, store=store,
+                            micro_batch=micro) for r in range(size)]  # fmt: skip
+    for s in ranks:
+        if state is not None:
+            s.load_state_dict(state)
+    return ranks
+
+
+def balanced_run(ranks: list[ElasticSampler], steps: int | None, cost: list[float]) -> tuple[
+        list[list[int]], list[int], dict[str, object]]:
+    """Lockstep steps; inside a step the rank free earliest (virtual time, `cost` per sample) claims next.
+    Each step's ids, the samples each rank read, and the checkpoint."""
+    read, per_rank = [], [0] * len(ranks)
+    for step in islice(zip(*[s.steps() for s in ranks], strict=True), steps):
+        clock, ids, open_ = [0.0] * len(ranks), [], set(range(len(ranks)))
+        while open_:
+            r = min(open_, key=lambda r: (clock[r], r))
+            got = next(step[r], None)
+            if got is None:
+                open_.discard(r)
+                continue
+            ids.extend(got)
+            per_rank[r] += len(got)
+            clock[r] += cost[r] * len(got)
+        read.append(ids)
+    states = [s.state_dict() for s in ranks]
+    assert all(st == states[0] for st in states)
+    return read, per_rank, states[0]
+
+
+@pytest.fixture
+def one_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("vigil.data.dynamic.segment_key", lambda name: f"vigil.data/{name}/test")  # no collective
+
+
+@pytest.mark.usefixtures("one_key")
+def test_balanced_steps_give_a_slow_rank_fewer_samples_and_keep_each_steps_samples() -> None:
+    even, even_counts, _ = balanced_run(balanced_world(3), None, [1.0, 1.0, 1.0])
+    slowed, counts, state = balanced_run(balanced_world(3), None, [1.0, 1.0, 1.3])
+    assert [sorted(s) for s in slowed] == [sorted(s) for s in even]  # which samples make a step: not speed
+    assert all(len(s) == 3 * BATCH for s in slowed[:-1]) and len(slowed) == -(-N // (3 * BATCH))
+    assert Counter(i for s in slowed for i in s) == Counter(range(N))
+    assert counts[2] < min(counts[:2]) and max(even_counts) - min(even_counts) <= len(slowed) * 2
+    assert DataState.from_dict(state, EpochPlan.even(N, SHARD)).finished(EpochPlan.even(N, SHARD))
+
+
+@pytest.mark.usefixtures("one_key")
+def test_balanced_resize_3_2_3_with_a_crash_reads_every_sample_exactly_once() -> None:
+    first, _, saved = balanced_run(balanced_world(3), 5, [1.0, 2.0, 1.0])
+    lost, _, _ = balanced_run(balanced_world(3, saved), 3, [1.0, 1.0, 1.0])  # never checkpointed: dies
+    second, _, saved = balanced_run(balanced_world(2, json.loads(json.dumps(saved)), micro=3), 11, [1.0, 1.5])
+    third, _, state = balanced_run(balanced_world(3, saved), None, [3.0, 1.0, 1.0])
+    assert Counter(i for s in first + second + third for i in s) == Counter(range(N))
+    assert set(i for s in lost for i in s) <= set(i for s in second for i in s)  # the lost steps are read again
+    assert DataState.from_dict(state, EpochPlan.even(N, SHARD)).finished(EpochPlan.even(N, SHARD))
+
+
+@pytest.mark.usefixtures("one_key")
+def test_a_balanced_step_must_be_read_to_its_end() -> None:
+    rank = balanced_world(1)[0]
+    steps = rank.steps()
+    next(next(steps))  # one micro-batch of the first step, the rest left unread
+    with pytest.raises(RuntimeError, match="unread"):
+        next(steps)
+    with pytest.raises(ValueError, match="micro-batches"):
+        next(balanced_world(1)[0].batches())
