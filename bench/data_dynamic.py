@@ -2,23 +2,25 @@
 
 A torchrun job of `--ranks` processes (gloo, CPU) trains a tiny linear model; a sample costs
 `--sample-ms` of sleep (standing for the accelerator's work: on 2 shared cores a CPU-bound
-stand-in would measure contention, not the data path). From step `--slow-from` on, the last rank
+stand-in would measure contention, not the data path), one sleep per micro-batch of `--micro`
+samples in every mode (gradient accumulation). From step `--slow-from` on, the last rank
 takes 1.3x as long per sample. Gradients are summed over ranks with one all-reduce per step and
 divided by the step's global sample count. Three ways to feed it:
 
 * `static`: `ElasticSampler(mode="static")`, every rank its own batch of `--batch` samples per step;
 * `dynamic`: `ElasticSampler(mode="dynamic")` (vigil.data as shipped): pieces are claimed from the
   rendezvous store's counter, but every rank still fills a batch of `--batch` per step;
-* `consume`: the step is defined by shard consumption: a step is a fixed global number of samples
-  (ranks x batch), claimed `--micro` at a time from the same kind of store counter until the step's
-  quota is handed out, so a slow rank simply takes fewer (what DLRover's dynamic sharding buys).
+* `balanced`: `ElasticSampler(mode="balanced")`: a step is a fixed global number of samples
+  (ranks x batch), read as micro-batches of `--micro` claimed from the store's counter by whichever
+  rank is free, so a slow rank simply takes fewer (what DLRover's dynamic sharding buys).
 
 Measured on rank 0, in the same run (the machine's load drifts between runs): samples/s and steps/s
 before the slowdown (healthy) and after it settled (slowed), and their ratio; the modes' runs are
 interleaved. Bounds: 1/1.3 (a step waits for the slowest rank) and the job's capacity with one
-rank at 1/1.3 speed.
+rank at 1/1.3 speed. Balanced's slowed rate is also given against static's healthy rate of the
+same repeat (what the claims cost when nobody is slow).
 
-    python bench/data_dynamic.py [--ranks 4] [--steps 60] [--slow-from 25] [--repeats 2] [--no-append]
+    python bench/data_dynamic.py [--ranks 4] [--steps 60] [--slow-from 25] [--repeats 3] [--no-append]
 """
 
 from __future__ import annotations
@@ -33,12 +35,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
-MODES = ("static", "dynamic", "consume")
+MODES = ("static", "dynamic", "balanced")
 WARMUP, SETTLE = 5, 5  # steps skipped at the start and after the slowdown begins
 
 
@@ -73,30 +74,15 @@ def worker(a: argparse.Namespace) -> None:
 
     ends: list[float] = []
     got: list[int] = []
-    if a.mode in ("static", "dynamic"):
-        batches = ElasticSampler(samples, a.batch, shard_size=a.micro * 4, seed=0, mode=a.mode).batches()
-        for step in range(a.steps):
-            ids = next(batches)
-            work(len(ids), step)
-            got.append(sync(len(ids)))
-            ends.append(time.perf_counter())
-    else:
-        store = dist.distributed_c10d._get_default_store()
-        box: list[Any] = [f"bench/{os.getpid()}/{time.time_ns()}" if rank == 0 else None]
-        dist.broadcast_object_list(box, src=0)
-        key, quota, held = str(box[0]), world * a.batch // a.micro, None
-        for step in range(a.steps):
-            n = 0
-            while True:
-                i = held if held is not None else store.add(key, 1) - 1
-                held = None
-                if i >= (step + 1) * quota:  # the next step's: keep it for then
-                    held = i
-                    break
-                work(a.micro, step)
-                n += a.micro
-            got.append(sync(n))
-            ends.append(time.perf_counter())
+    sampler = ElasticSampler(samples, a.batch, shard_size=a.micro * 4, seed=0, mode=a.mode, micro_batch=a.micro)
+    for step, micro_batches in zip(range(a.steps), sampler.steps(), strict=False):
+        n = 0
+        for ids in micro_batches:  # static, dynamic: one batch of --batch; balanced: claimed while any is left
+            for at in range(0, len(ids), a.micro):  # every mode computes in micro-batches (gradient accumulation)
+                work(min(a.micro, len(ids) - at), step)
+            n += len(ids)
+        got.append(sync(n))
+        ends.append(time.perf_counter())
     if rank == 0:
         Path(a.out).write_text(json.dumps({"ends": ends, "samples": got}))
     dist.barrier()
@@ -134,19 +120,21 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--slow-from", type=int, default=25)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--batch", type=int, default=16, help="samples per rank per step (static, dynamic)")
-    p.add_argument("--micro", type=int, default=2, help="samples per claim (consume)")
+    p.add_argument("--batch", type=int, default=16, help="samples per rank per step (balanced: on average)")
+    p.add_argument("--micro", type=int, default=2, help="samples per claim (balanced)")
     p.add_argument("--sample-ms", type=float, default=10.0)
+    p.add_argument("--modes", default=",".join(MODES), help="which modes to run (static first: the others' yardstick)")
     p.add_argument("--no-append", action="store_true")
     a = p.parse_args()
     if a.worker:
         worker(a)
         return
+    modes = [m for m in MODES if m in a.modes.split(",")]
     load = os.getloadavg()
     rows: list[tuple[str, dict[str, float]]] = []
     with tempfile.TemporaryDirectory(prefix="data-dynamic-") as tmp:
         for rep in range(a.repeats):
-            for mode in MODES:  # interleaved, so the machine's load drifts over every mode alike
+            for mode in modes:  # interleaved, so the machine's load drifts over every mode alike
                 got = run(mode, a, Path(tmp), rep)
                 rows.append((mode, got))
                 print(mode, rep, got, flush=True)
@@ -155,14 +143,15 @@ def main() -> None:
         f"## data_dynamic.py — {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC", "",
         f"Machine: `{platform.node()}`, {os.cpu_count()} CPUs; load average at start {load[0]:.1f}, {load[1]:.1f}, "
         f"{load[2]:.1f}. torchrun, gloo, {a.ranks} ranks, {a.batch} samples per rank per step ({a.ranks * a.batch} "
-        f"per step; `consume` claims {a.micro} at a time); a sample costs {a.sample_ms:g} ms of sleep; from step "
+        f"per step; `balanced` claims {a.micro} at a time); a sample costs {a.sample_ms:g} ms of sleep; from step "
         f"{a.slow_from} the last rank takes {a.slow:g}x as long, no restart. Healthy = steps {WARMUP}..{a.slow_from - 1}, "
         f"slowed = steps {a.slow_from + SETTLE}..{a.steps - 1} of the same run; {a.repeats} runs per mode.", "",
-        "| mode | run | healthy steps/s | slowed steps/s | healthy samples/s | slowed samples/s | slowed / healthy |",
-        "|---|---:|---:|---:|---:|---:|---:|"]
+        "| mode | run | healthy steps/s | slowed steps/s | healthy samples/s | slowed samples/s | slowed / healthy "
+        "| slowed / static's healthy |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for i, (mode, g) in enumerate(rows):
-        lines.append(f"| {mode} | {i // len(MODES) + 1} | {g['h_steps']:.2f} | {g['s_steps']:.2f} | {g['h_samples']:.0f} | "
-                     f"{g['s_samples']:.0f} | {g['ratio']:.1%} |")
+        static = rows[i - i % len(modes)][1]  # the same repeat's first (static) run
+        lines.append(f"| {mode} | {i // len(modes) + 1} | {g['h_steps']:.2f} | {g['s_steps']:.2f} | {g['h_samples']:.0f} | "
+                     f"{g['s_samples']:.0f} | {g['ratio']:.1%} | {g['s_samples'] / static['h_samples']:.1%} |")
     lines += ["", f"Bounds: a step that waits for the slowest rank runs at 1/{a.slow:g} = {1 / a.slow:.1%} of healthy; "
               f"with one of {a.ranks} ranks at 1/{a.slow:g} speed the job's capacity is {bound:.1%}.", ""]
     text = "\n".join(lines)
