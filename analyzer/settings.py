@@ -142,7 +142,7 @@ class AnalyzerSettings(VigilBaseSettings):
 
     # ingest
     group_id: str = Field(default="vigil-analyzer", min_length=1)
-    batch_events: int = Field(default=20_000, ge=1, description="flush a batch at this many events")
+    batch_events: int = Field(default=100_000, ge=1, description="flush a batch at this many events (so large only while ingest is behind: fewer, larger inserts catch up faster)")
     batch_s: float = Field(default=1.0, gt=0, description="... or when it is this old (wall clock)")
     write_thread: bool = Field(default=True, description="write each batch on a thread of its own while the next "
                                "one is read and decoded")

@@ -1,4 +1,4 @@
-"""Ingest throughput in one run: broker raw consume vs the analyzer ingest, with 200k and 2M events stored.
+"""Ingest throughput in one run: broker raw consume vs the analyzer ingest, at 0 and 2M events stored.
 
 Every leg reads step-timing events, 500 per record, as `vigil simulate` and the node agent
 produce them, from the embedded broker (Tansu):
@@ -6,13 +6,13 @@ produce them, from the embedded broker (Tansu):
 * raw consume: a plain confluent-kafka consumer counting records (no decoding);
 * analyzer ingest: BatchingConsumer -> fast decode -> ClickHouseWriter (intent, recent-id
   window, one token-deduplicated block per table) -> raw table + materialised rollups, commit
-  after write; first into an empty store (200k stored at the end), then the same number of
+  after write; first into an empty store (600k stored at the end), then the same number of
   new events after the store was grown to 2M rows (history loaded in-engine, rollups and all):
   the cost per batch must not grow with what is stored;
 * ClickHouse Kafka table engine (inside chdb): records as RawBLOB -> materialised view that
   counts events with JSONExtractArrayRaw (no validation, no dedup, no rollups).
 
-    python bench/ingest_throughput.py [--events 200000] [--stored 2000000] [--no-append]
+    python bench/ingest_throughput.py [--events 600000] [--stored 2000000] [--no-append]
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def kafka_engine(dsn: str, bootstrap: str, topic: str, records: int, wait_s: flo
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--events", type=int, default=200_000)
+    ap.add_argument("--events", type=int, default=600_000)
     ap.add_argument("--stored", type=int, default=2_000_000, help="rows stored before the second ingest leg")
     ap.add_argument("--no-write-thread", dest="write_thread", action="store_false",
                     help="write batches on the consumer's thread (no decode/insert overlap)")
@@ -186,7 +186,7 @@ def main() -> None:
         broker.stop()
     load1 = os.getloadavg()
     lines = [f"{n:,} step events per leg in {records:,} records of <= 500 events (~{n / records:.0f} per record), "
-             f"4 partitions, batches of <= 20,000 events. Load average (1/5/15 min) at start "
+             f"4 partitions, batches of <= {AnalyzerSettings().batch_events:,} events. Load average (1/5/15 min) at start "
              f"{load0[0]:.1f}/{load0[1]:.1f}/{load0[2]:.1f}, at end {load1[0]:.1f}/{load1[1]:.1f}/{load1[2]:.1f} "
              "(2 cores shared with other sessions' test runs).",
              "", "| path | stored before -> after | seconds (incl. group join) | events/s | steady events/s | "
