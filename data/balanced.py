@@ -19,7 +19,9 @@ first min(k*S, total) samples of the remaining work: the same on every rank with
 message and no claim record, and the steps' sample sets are reproducible (the losses up to
 the order of a float sum). Every rank takes the same number of steps, ceil(total / S); a
 rank may get none of a step's micro-batches (weight the gradients by the step's global
-sample count). A step's micro-batches must all be read before the next step is taken: a
+sample count). The counter's key must be new for every segment (`dynamic.segment_key`
+draws one): a counter used before hands out later steps' claims, and only a claim of an
+earlier step can be told apart and raises. A step's micro-batches must all be read before the next step is taken: a
 claim left unread would be a sample lost, so taking the next step earlier raises.
 """
 
@@ -73,7 +75,7 @@ class BalancedSteps:
             i = self._held[0]
             step, slot = divmod(i, self.per_step)
             if step < k:
-                raise RuntimeError(f"claim {i} of step {step} drawn at step {k}: the counter {self.key} is shared")
+                raise RuntimeError(f"claim {i} of step {step} drawn at step {k}: counter {self.key} was used before")
             if i >= end:  # a later step's, or past the epoch's work (the counter only grows): keep it for then
                 self._ended = k
                 return

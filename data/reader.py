@@ -10,12 +10,13 @@
 The shard sizes must be known (a shard's position is a sample count). Samples come in
 each shard's storage order (`open_shard(shard, start)` must yield the shard from sample
 `start`); the shard order is shuffled per epoch. A shard piece continued by the next batch
-keeps its open iterator; a piece the rank did not finish is reopened at its position after
-a restart. State, modes and guarantee as `ElasticSampler` (`vigil.data.stream`).
+keeps its open iterator (in balanced mode, a later piece of the same shard skips forward
+on it); a piece the rank did not finish is reopened at its position after a restart. State, modes and guarantee as `ElasticSampler` (`vigil.data.stream`).
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import islice
 from typing import Any, Generic, TypeVar
@@ -65,8 +66,9 @@ class ShardReader(Generic[T]):
         yield from map(self._read, self.stream.piece_batches())
 
     def steps(self) -> Iterator[Iterator[list[T]]]:
-        """This rank's steps, each an iterator of micro-batches (balanced mode reopens a shard at each claim's
-        position when it does not continue the last one)."""
+        """This rank's steps, each an iterator of micro-batches. In balanced mode a rank's micro-batches of a
+        shard come at growing positions: it reads on through the shard, skipping the other ranks' records,
+        so each rank reads every shard it takes a micro-batch of once (up to world x the data)."""
         self._current = None
         for step in self.stream.piece_steps():
             yield map(self._read, step)
@@ -79,7 +81,11 @@ class ShardReader(Generic[T]):
     def _read(self, pieces: list[Piece]) -> list[T]:
         batch: list[T] = []
         for p in pieces:
-            if self._current is None or self._current[:2] != (p.shard, p.start):
+            current = self._current
+            if current is not None and current[0] == p.shard and current[1] < p.start:
+                deque(islice(current[2], p.start - current[1]), maxlen=0)  # skip the other ranks' micro-batches
+                current = self._current = (p.shard, p.start, current[2])
+            if current is None or current[:2] != (p.shard, p.start):
                 self._current = (p.shard, p.start, iter(self.open_shard(p.shard, p.start)))
             got = list(islice(self._current[2], len(p)))
             if len(got) != len(p):

@@ -58,7 +58,8 @@ def starts(stream: Sequence[Piece]) -> list[int]:
 
 
 def take_at(stream: Sequence[Piece], at: Sequence[int], skip: int, n: int) -> list[Piece]:
-    """`take(stream, skip, n)` found by bisection in `at = starts(stream)`: no walk from the stream's front."""
+    """`take(stream, skip, n)` found by bisection in `at = starts(stream)`: no walk from the stream's front.
+    Pieces are never empty (a shard has a sample), so `n` samples lie within the `n` pieces from the first."""
     first = max(0, bisect_right(at, skip) - 1)
     return take(stream[first:first + n], skip - at[first], n) if first < len(stream) else []
 

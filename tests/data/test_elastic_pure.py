@@ -215,7 +215,8 @@ def balanced_run(ranks: list[ElasticSampler], steps: int | None, cost: list[floa
 
 @pytest.fixture
 def one_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("vigil.data.dynamic.segment_key", lambda name: f"vigil.data/{name}/test")  # no collective
+    # no collective; the key is fresh because every world (segment) gets a new store
+    monkeypatch.setattr("vigil.data.dynamic.segment_key", lambda name: f"vigil.data/{name}/test")
 
 
 @pytest.mark.usefixtures("one_key")
@@ -249,3 +250,30 @@ def test_a_balanced_step_must_be_read_to_its_end() -> None:
         next(steps)
     with pytest.raises(ValueError, match="micro-batches"):
         next(balanced_world(1)[0].batches())
+
+
+@pytest.mark.usefixtures("one_key")
+def test_a_balanced_shard_reader_reads_each_shard_once_per_rank_at_most() -> None:
+    sizes, reads = [50, 7, 64, 1, 33], Counter[int]()
+
+    def open_shard(shard: int, start: int) -> Iterator[tuple[int, int]]:  # not seekable: reads from the front
+        for i in range(sizes[shard]):
+            reads[shard] += 1
+            if i >= start:
+                yield shard, i
+
+    store = DictStore()
+    ranks = [ShardReader(open_shard, sizes, 4, mode="balanced", rank=r, world_size=3, store=store, micro_batch=1)
+             for r in range(3)]  # fmt: skip
+    got: list[tuple[int, int]] = []
+    for step in zip(*[r.steps() for r in ranks], strict=True):
+        open_ = list(range(3))
+        while open_:  # round robin: every rank's micro-batches of a shard are far apart
+            for r in list(open_):
+                batch = next(step[r], None)
+                if batch is None:
+                    open_.remove(r)
+                else:
+                    got.extend(batch)
+    assert Counter(got) == Counter((s, i) for s, n in enumerate(sizes) for i in range(n))
+    assert all(reads[s] <= 3 * n for s, n in enumerate(sizes))  # skipped forward, not reopened per micro-batch
