@@ -84,14 +84,14 @@ class ShardReader(Generic[T]):
             current = self._current
             if current is not None and current[0] == p.shard and current[1] < p.start:
                 deque(islice(current[2], p.start - current[1]), maxlen=0)  # skip the other ranks' micro-batches
-                current = self._current = (p.shard, p.start, current[2])
+                current = (p.shard, p.start, current[2])
             if current is None or current[:2] != (p.shard, p.start):
-                self._current = (p.shard, p.start, iter(self.open_shard(p.shard, p.start)))
-            got = list(islice(self._current[2], len(p)))
+                current = (p.shard, p.start, iter(self.open_shard(p.shard, p.start)))
+            got = list(islice(current[2], len(p)))
             if len(got) != len(p):
                 raise ValueError(f"shard {p.shard} ended at {p.start + len(got)}, declared size {self.plan.size(p.shard)}")
             batch.extend(got)
-            self._current = (p.shard, p.stop, self._current[2])
+            self._current = (p.shard, p.stop, current[2])
         return batch
 
     def state_dict(self) -> dict[str, Any]:
