@@ -80,7 +80,6 @@ class ElasticStream:
         self._store = store
         self._base = DataState()
         self._streams: list[list[Piece]] | None = None  # static: every rank's share; balanced: all in order
-        self._per_step = batch_size  # samples of each stream per batch (balanced: the whole step's)
         self._claims: dynamic.Claims | None = None  # dynamic: this rank's claims in the segment
         self._batches = 0
         self.segment: Segment | None = None
@@ -129,8 +128,8 @@ class ElasticStream:
         pieces, _ = self._begin()
         store = self._store if self._store is not None else dynamic.default_store()
         steps = balanced.BalancedSteps(store, dynamic.segment_key(self.name), pieces, world_size=self.world_size,
-                                       step_samples=self.world_size * self.batch_size, micro=self.micro_batch)
-        self._streams, self._per_step = [pieces], steps.step_samples
+                                       step_samples=self._per_step, micro=self.micro_batch)
+        self._streams = [pieces]
         for k, step in enumerate(steps):
             self._batches = k + 1
             yield step
@@ -175,7 +174,11 @@ class ElasticStream:
 
     def _reset(self, base: DataState) -> None:
         self._base, self._streams, self._claims, self._batches = base, None, None, 0
-        self._per_step = self.batch_size
+
+    @property
+    def _per_step(self) -> int:
+        """Samples of each stream per batch: a rank's batch (static), the whole step's (balanced)."""
+        return self.world_size * self.batch_size if self.mode is Mode.BALANCED else self.batch_size
 
 
 def _collective_device() -> torch.device:
