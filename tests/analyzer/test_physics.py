@@ -185,6 +185,26 @@ def test_a_flapping_nic_is_one_alert_with_its_count_and_period(clickhouse_dsn: s
     assert (first.ts - (T0 + timedelta(seconds=100))).total_seconds() <= 60
 
 
+def test_a_checkpoint_edge_is_no_flap_and_a_healed_drop_resolves(clickhouse_dsn: str, database: str) -> None:
+    """Each host samples at its own phase of the second; a 1.3 s checkpoint (every NIC quiet) ends 0.1 s into a
+    2 s bucket, so two samples of that bucket are quiet: too few to mark it, and h0001's lone quiet sample looked
+    like a flap. One flap keeps a firing NIC alert, so h0001's drop (40-100 s) fired on for 180 s after the
+    checkpoint. The buckets either side of a quiet one are not judged for flaps: the drop resolves."""
+    hosts, seconds = 16, 200
+    quiet_from, quiet_to = T0 + timedelta(seconds=90.8), T0 + timedelta(seconds=92.1)
+    out: list[Event] = []
+    for e in nic("edge", hosts, seconds):
+        h = int(e.host[1:])
+        ts = e.ts + timedelta(seconds=h / hosts)  # h0000 at .0000, h0001 at .0625, ...
+        f = 0.005 if quiet_from <= ts < quiet_to else 0.3 if h == 1 and 40 <= (ts - T0).total_seconds() < 100 else 1.0
+        out.append(e.model_copy(update={"ts": ts, "tx_bps": e.tx_bps * f, "rx_bps": e.rx_bps * f}))
+    alerts = run(clickhouse_dsn, database, "edge", [*out, *heartbeats("edge", hosts, seconds)])
+    mine = [(a.status, a.evidence.get("pattern")) for a in alerts if a.subject == "h0001/mlx5_0"]
+    assert mine and mine[0] == ("firing", None) and mine[-1][0] == "resolved", mine
+    assert severe(alerts) == {"edge/traffic_stall/h0001/mlx5_0"}
+    assert not [a for a in alerts if a.evidence.get("pattern") == "flap"]
+
+
 def _beating(job: str, hosts: int, seconds: int, level: Any) -> list[Event]:
     """1 Hz NIC samples of a job whose traffic peaks once per ~0.51 s step, each host's agent sampling at its own
     phase of the step: a host's samples sweep slowly through the step, a 20 s beat of +-45 %, every host at its
