@@ -8,10 +8,10 @@ NIC sample is *down* when it carries less than `flap.down_frac` of the job's med
 at that moment (2 s buckets) while the job is busy and fewer than a tenth of its NICs
 (at most one in a small job) are that low: a whole job pausing or resuming is no flap; nor is
 a bucket where the job's median NIC is below `flap.down_frac` of its busy level (a pause),
-nor one next to a bucket not judged: a pause that starts or ends within a bucket leaves a
-sliver of quiet samples in its neighbour, too few to mark it, and each NIC that sampled in
-that sliver would show one flap (enough to keep a firing NIC alert firing for the whole
-window). A flap is a run of down samples of at most `flap.max_down_s` followed by
+nor a low sample in a bucket next to one not judged: a pause that starts or ends within a
+bucket leaves a sliver of quiet samples in its neighbour, too few to mark it, and each NIC
+that sampled in that sliver would show one flap (enough to keep a firing NIC alert firing
+for the whole window). A sample back up there still ends a flap. A flap is a run of down samples of at most `flap.max_down_s` followed by
 recovery (a longer one is a stop: traffic_stall's). `flap.min_flaps` flaps within
 `flap.window_s` raise the NIC's traffic alert (`traffic_stall`, subject `host/nic`, warning,
 evidence `pattern: flap`: one alert per NIC whatever its traffic does — drop, flap or stop —
@@ -38,8 +38,9 @@ _BUCKET = f"intDiv(toUnixTimestamp64Milli(ts), {BUCKET_MS})"
 # Per 2 s bucket the level below which a NIC is down (-1: the bucket is not judged: the job is
 # not busy or paused — its median NIC below `frac` of its busy level, the 90th percentile of the
 # window's bucket medians — or the samples just above the lowest tenth of NICs' (one NIC's, in a
-# small job) are low too), looked up per sample with `transform`; a bucket next to one not judged
-# is not judged either (a pause's edge); only NICs with a down sample ship their samples.
+# small job) are low too), looked up per sample with `transform`; a low sample in a bucket next to
+# one not judged is not judged either (a pause's edge), an up one is; only NICs with a down sample
+# ship their samples.
 _SQL = f"""
 WITH (SELECT (groupArray(bucket), groupArray(threshold)) FROM (
         SELECT bucket,
@@ -52,9 +53,9 @@ WITH (SELECT (groupArray(bucket), groupArray(threshold)) FROM (
               FROM nic_counters WHERE {_WINDOW} GROUP BY bucket))) AS levels
 SELECT host, device, arraySort(x -> x.1, groupArray((ts, state))) AS seq
 FROM (SELECT host, device, ts, transform({_BUCKET}, levels.1, levels.2, -1.0) AS threshold,
-             multiIf(threshold < 0 OR transform({_BUCKET} - 1, levels.1, levels.2, 0.0) < 0
-                     OR transform({_BUCKET} + 1, levels.1, levels.2, 0.0) < 0, 2,
-                     tx_bps + rx_bps < threshold, 1, 0) AS state
+             multiIf(threshold < 0, 2, tx_bps + rx_bps >= threshold, 0,
+                     transform({_BUCKET} - 1, levels.1, levels.2, 0.0) < 0
+                     OR transform({_BUCKET} + 1, levels.1, levels.2, 0.0) < 0, 2, 1) AS state
       FROM nic_counters WHERE {_WINDOW})
 GROUP BY host, device
 HAVING countIf(state = 1) > 0
