@@ -6,12 +6,14 @@ No single window looks like a stall — the NIC's median rate is fine, and the j
 collectives just stall for those seconds — so the per-NIC detector never fires. Here a
 NIC sample is *down* when it carries less than `flap.down_frac` of the job's median NIC
 at that moment (2 s buckets) while the job is busy and fewer than a tenth of its NICs
-(at most one in a small job) are that low: a whole job pausing or resuming is no flap; nor is
-a bucket where the job's median NIC is below `flap.down_frac` of its busy level (a pause),
-nor a low sample in a bucket next to one not judged: a pause that starts or ends within a
-bucket leaves a sliver of quiet samples in its neighbour, too few to mark it, and each NIC
-that sampled in that sliver would show one flap (enough to keep a firing NIC alert firing
-for the whole window). A sample back up there still ends a flap. A flap is a run of down samples of at most `flap.max_down_s` followed by
+(at most one in a small job) are that low: a whole job pausing or resuming is no flap. Nor
+is a low sample in a bucket next to one where more than a tenth of the NICs were below this
+bucket's down level: a pause that starts or ends within a bucket leaves
+a sliver of quiet samples in its neighbour, too few to mark it, and each NIC that sampled in
+that sliver would show one flap (enough to keep a firing NIC alert firing for the whole
+window). A sample back up there still ends a flap, and a quiet bucket is still judged against
+its own median: a link that drops while the job's other NICs stall (or idle between bursts)
+is down against them. A flap is a run of down samples of at most `flap.max_down_s` followed by
 recovery (a longer one is a stop: traffic_stall's). `flap.min_flaps` flaps within
 `flap.window_s` raise the NIC's traffic alert (`traffic_stall`, subject `host/nic`, warning,
 evidence `pattern: flap`: one alert per NIC whatever its traffic does — drop, flap or stop —
@@ -36,26 +38,24 @@ ALERT = "traffic_stall"
 _WINDOW = f"job_id = {{job:String}} AND ts > {{lo:DateTime64(3, 'UTC')}} AND ts <= {AT}"
 _BUCKET = f"intDiv(toUnixTimestamp64Milli(ts), {BUCKET_MS})"
 # Per 2 s bucket the level below which a NIC is down (-1: the bucket is not judged: the job is
-# not busy or paused — its median NIC below `frac` of its busy level, the 90th percentile of the
-# window's bucket medians — or the samples just above the lowest tenth of NICs' (one NIC's, in a
-# small job) are low too), looked up per sample with `transform`; a low sample in a bucket next to
-# one not judged is not judged either (a pause's edge), an up one is; only NICs with a down sample
-# ship their samples.
+# not busy, or the samples just above the lowest tenth of NICs' (one NIC's, in a small job) are
+# low too) and that lowest-tenth sample (`kth_bps`), looked up per sample with `transform`. A low
+# sample in a bucket next to one whose lowest tenth is below this bucket's level (many NICs far
+# quieter there: a pause's edge) is not judged; an up one is. Only NICs with a down sample ship
+# their samples.
 _SQL = f"""
-WITH (SELECT (groupArray(bucket), groupArray(threshold)) FROM (
-        SELECT bucket,
-               if(median_bps < {{busy:Float64}} OR kth_bps < {{frac:Float64}} * median_bps
-                  OR median_bps < {{frac:Float64}} * quantile(0.9)(median_bps) OVER (), -1.0,
+WITH (SELECT (groupArray(bucket), groupArray(threshold), groupArray(kth_bps)) FROM (
+        SELECT {_BUCKET} AS bucket, quantile(0.5)(tx_bps + rx_bps) AS median_bps,
+               arraySort(groupArray(tx_bps + rx_bps)) AS sorted, uniqExact(host, device) AS nics,
+               sorted[toUInt32(greatest(1, floor(0.1 * nics)) * ceil(length(sorted) / nics)) + 1] AS kth_bps,
+               if(median_bps < {{busy:Float64}} OR kth_bps < {{frac:Float64}} * median_bps, -1.0,
                   {{frac:Float64}} * median_bps) AS threshold
-        FROM (SELECT {_BUCKET} AS bucket, quantile(0.5)(tx_bps + rx_bps) AS median_bps,
-                     arraySort(groupArray(tx_bps + rx_bps)) AS sorted, uniqExact(host, device) AS nics,
-                     sorted[toUInt32(greatest(1, floor(0.1 * nics)) * ceil(length(sorted) / nics)) + 1] AS kth_bps
-              FROM nic_counters WHERE {_WINDOW} GROUP BY bucket))) AS levels
+        FROM nic_counters WHERE {_WINDOW} GROUP BY bucket)) AS levels
 SELECT host, device, arraySort(x -> x.1, groupArray((ts, state))) AS seq
-FROM (SELECT host, device, ts, transform({_BUCKET}, levels.1, levels.2, -1.0) AS threshold,
+FROM (SELECT host, device, ts, {_BUCKET} AS b, transform(b, levels.1, levels.2, -1.0) AS threshold,
              multiIf(threshold < 0, 2, tx_bps + rx_bps >= threshold, 0,
-                     transform({_BUCKET} - 1, levels.1, levels.2, 0.0) < 0
-                     OR transform({_BUCKET} + 1, levels.1, levels.2, 0.0) < 0, 2, 1) AS state
+                     transform(b - 1, levels.1, levels.3, 1e300) < threshold
+                     OR transform(b + 1, levels.1, levels.3, 1e300) < threshold, 2, 1) AS state
       FROM nic_counters WHERE {_WINDOW})
 GROUP BY host, device
 HAVING countIf(state = 1) > 0
