@@ -8,12 +8,12 @@ NIC sample is *down* when it carries less than `flap.down_frac` of the job's med
 at that moment (2 s buckets) while the job is busy and fewer than a tenth of its NICs
 (at most one in a small job) are that low: a whole job pausing or resuming is no flap. Nor
 is a low sample in a bucket next to one where more than a tenth of the NICs were below this
-bucket's down level: a pause that starts or ends within a bucket leaves
-a sliver of quiet samples in its neighbour, too few to mark it, and each NIC that sampled in
-that sliver would show one flap (enough to keep a firing NIC alert firing for the whole
-window). A sample back up there still ends a flap, and a quiet bucket is still judged against
-its own median: a link that drops while the job's other NICs stall (or idle between bursts)
-is down against them. A flap is a run of down samples of at most `flap.max_down_s` followed by
+bucket's down level: a pause that starts or ends within a bucket leaves a sliver of quiet
+samples in its neighbour, too few to mark it, and each NIC that sampled in that sliver would
+show one flap (enough to keep a firing NIC alert firing for the whole window). A sample back
+up there still ends a flap, and a quiet bucket is still judged against its own median: a
+link that drops while the job's other NICs stall (or idle between bursts) is down against
+them. A flap is a run of down samples of at most `flap.max_down_s` followed by
 recovery (a longer one is a stop: traffic_stall's). `flap.min_flaps` flaps within
 `flap.window_s` raise the NIC's traffic alert (`traffic_stall`, subject `host/nic`, warning,
 evidence `pattern: flap`: one alert per NIC whatever its traffic does — drop, flap or stop —

@@ -196,7 +196,8 @@ def test_a_checkpoint_edge_is_no_flap_and_a_healed_drop_resolves(clickhouse_dsn:
     """Each host samples at its own phase of the second; a 1.3 s checkpoint (every NIC quiet) ends 0.1 s into a
     2 s bucket, so two samples of that bucket are quiet: too few to mark it, and h0001's lone quiet sample looked
     like a flap. One flap keeps a firing NIC alert, so h0001's drop (40-100 s) fired on for 180 s after the
-    checkpoint. The buckets either side of a quiet one are not judged for flaps: the drop resolves."""
+    checkpoint. A low sample next to a bucket where more than a tenth of the NICs were far quieter is not counted
+    down (a pause's edge): no flap, and the drop resolves."""
     hosts, seconds = 16, 200
     quiet_from, quiet_to = T0 + timedelta(seconds=90.8), T0 + timedelta(seconds=92.1)
     out: list[Event] = []
