@@ -6,9 +6,15 @@ records (one host's events per record, keyed by host). The analyzer runs in this
 `vigil up` hosts it (ingest + detectors on the embedded ClickHouse engine). Every 10 s the run
 samples the ingest rate, the consumer lag (records and seconds of event time behind), the
 detector turns (wall time of each `LiveCursor.turn`, which must stay under `detect_interval_s`),
-the ClickHouse size and the process's CPU and RSS.
+the ClickHouse size and the CPU of the analyzer and of the broker, and the analyzer's RSS.
 
-    python bench/scale.py [--minutes 10] [--hosts 1250] [--partitions 8] [--no-append]
+A hard fault: at `--fault-at-s` (minute 8 of a 10-minute run; 80 % of a shorter one) one host
+(`node-00100`) falls silent, steps, NICs and heartbeats at once, as a host that lost power does.
+The run reports when the detectors first returned its `heartbeat_loss` alert, in wall seconds
+after the fault (the goal: within 15 s, detection physics included: silence is a loss after
+`heartbeat.miss_intervals` x its 2 s interval).
+
+    python bench/scale.py [--minutes 10] [--hosts 1250] [--partitions 8] [--fault-at-s S] [--no-append]
 """
 
 from __future__ import annotations
@@ -31,8 +37,12 @@ from analyzer_common import append_results, machine_info
 PHASES = ("forward", "backward", "optimizer", "comm")
 
 
-def produce(bootstrap: str, prefix: str, hosts: int, gpus: int, nics: int, seconds: int) -> None:
-    """The producer process: paced at one simulated step per wall second."""
+FAULT_HOST = 100
+FAULT_LINE = "fault: node-{:05d} silent from "
+
+
+def produce(bootstrap: str, prefix: str, hosts: int, gpus: int, nics: int, seconds: int, fault_at: int) -> None:
+    """The producer process: paced at one simulated step per wall second; host FAULT_HOST silent from `fault_at`."""
     from confluent_kafka import Producer
 
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "compression.type": "lz4",
@@ -45,7 +55,11 @@ def produce(bootstrap: str, prefix: str, hosts: int, gpus: int, nics: int, secon
         if (delay := target - time.time()) > 0:
             time.sleep(delay)
         ts = datetime.fromtimestamp(target, UTC).isoformat().replace("+00:00", "Z")
+        if step == fault_at:
+            print(FAULT_LINE.format(FAULT_HOST) + f"{target:.3f}", flush=True)
         for h in range(hosts):
+            if h == FAULT_HOST and step >= fault_at:
+                continue
             host = f"node-{h:05d}"
             key = host.encode()
             slow = 1.08 if h == 7 and step > 120 else 1.0  # one straggler for the detectors to find
@@ -77,12 +91,15 @@ def main() -> None:
     ap.add_argument("--nics", type=int, default=4)
     ap.add_argument("--partitions", type=int, default=8)
     ap.add_argument("--drain-s", type=float, default=180.0, help="after the producer ends, wait this long for lag 0")
+    ap.add_argument("--fault-at-s", type=int, default=None, help="when host node-00100 falls silent (default: "
+                    "minute 8, or 80 %% of a run shorter than 10 minutes)")
     ap.add_argument("--produce", nargs=2, metavar=("BOOTSTRAP", "PREFIX"), help=argparse.SUPPRESS)
     ap.add_argument("--no-append", dest="append", action="store_false")
     args = ap.parse_args()
     seconds = int(args.minutes * 60)
+    fault_at = args.fault_at_s if args.fault_at_s is not None else min(480, int(seconds * 0.8))
     if args.produce:
-        produce(args.produce[0], args.produce[1], args.hosts, args.gpus, args.nics, seconds)
+        produce(args.produce[0], args.produce[1], args.hosts, args.gpus, args.nics, seconds, fault_at)
         return
 
     from vigil.analyzer.service import AnalyzerService
@@ -100,24 +117,34 @@ def main() -> None:
     ctx = prepare(settings, bootstrap)
     service = AnalyzerService(ctx, AnalyzerSettings())
     turns: list[tuple[float, float]] = []  # (end time, seconds)
+    fired: dict[str, float] = {}  # "alert:subject" -> wall time a turn first returned it firing
     real_turn = service.cursor.turn
 
-    def timed_turn(client: Any, **kwargs: Any) -> Any:
+    def timed_turn(client: Any, frontier: datetime | None = None) -> list[Any]:
         t = time.perf_counter()
         try:
-            return real_turn(client, **kwargs)
+            out = list(real_turn(client, frontier))
+            for e in out:
+                if getattr(e, "kind", "") == "alert" and e.status == "firing":
+                    fired.setdefault(f"{e.alert}:{e.subject}", time.time())
+            return out
         finally:
             turns.append((time.monotonic(), time.perf_counter() - t))
 
     service.cursor.turn = timed_turn  # type: ignore[method-assign]
     service.start()
     producer = subprocess.Popen([sys.executable, __file__, "--produce", bootstrap, "scale.", "--minutes", str(args.minutes),
-                                 "--hosts", str(args.hosts), "--gpus", str(args.gpus), "--nics", str(args.nics)],
+                                 "--hosts", str(args.hosts), "--gpus", str(args.gpus), "--nics", str(args.nics),
+                                 "--fault-at-s", str(fault_at)],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     produced: list[str] = []
     threading.Thread(target=lambda: produced.extend(producer.stdout or []), daemon=True).start()
     proc = psutil.Process()
     proc.cpu_percent()
+    broker_proc = psutil.Process(broker.pid) if broker.pid else None
+    if broker_proc is not None:
+        broker_proc.cpu_percent()
+    cpu_s0 = sum(proc.cpu_times()[:2]) + (sum(broker_proc.cpu_times()[:2]) if broker_proc else 0.0)
     rows: list[list[Any]] = []
     t0 = time.monotonic()
     last_n, last_t = 0, t0
@@ -135,7 +162,8 @@ def main() -> None:
             behind = (datetime.now(UTC) - newest.replace(tzinfo=UTC)).total_seconds() if newest else float("nan")
             rows.append([round(now - t0), n, round((n - last_n) / (now - last_t)), lag, round(behind, 1), len(recent),
                          round(max(recent), 2) if recent else None, round(statistics.median(recent), 2) if recent else None,
-                         round(proc.cpu_percent(), 0), round(proc.memory_info().rss / 2**20), h["ingest"]])
+                         round(proc.cpu_percent(), 0), round(broker_proc.cpu_percent(), 0) if broker_proc else None,
+                         round(proc.memory_info().rss / 2**20), h["ingest"]])
             print(rows[-1], h["last_error"][:120], flush=True)
             last_n, last_t = n, now
             if service.failed or (producer.poll() is not None and lag == 0):
@@ -146,12 +174,20 @@ def main() -> None:
                                     "WHERE active AND database = currentDatabase()").result_rows[0]
         stored = ctx.clickhouse.query("SELECT count() FROM step_timings").result_rows[0][0]
         alerts = service.alerts_published
+        cpu_s = sum(proc.cpu_times()[:2]) + (sum(broker_proc.cpu_times()[:2]) if broker_proc else 0.0) - cpu_s0
+        wall_s = time.monotonic() - t0
     finally:
         producer.kill()
         service.stop()
         broker.stop()
     load1 = os.getloadavg()
     every = [d for _, d in turns]
+    fault_wall = next((float(line.rsplit(" ", 1)[1]) for line in produced if line.startswith("fault: ")), None)
+    key = f"heartbeat_loss:node-{FAULT_HOST:05d}"
+    fault = ("not injected (the run ended first)" if fault_wall is None else
+             f"alerted {fired[key] - fault_wall:.1f} s after it (heartbeat_loss, critical)" if key in fired else
+             "NOT alerted before the run ended")
+    gpus = args.hosts * args.gpus
     lines = [
         f"{args.hosts:,} hosts x {args.gpus} GPUs ({args.hosts * args.gpus:,} ranks), 1 step/s, {args.nics} NICs/host at 1 Hz, "
         f"heartbeats every 2 s: ~{args.hosts * (args.gpus + args.nics + 0.5):,.0f} events/s for {args.minutes:g} min, "
@@ -159,16 +195,20 @@ def main() -> None:
         f"Load average (1/5/15 min) at start {load0[0]:.1f}/{load0[1]:.1f}/{load0[2]:.1f}, at end "
         f"{load1[0]:.1f}/{load1[1]:.1f}/{load1[2]:.1f} (2 cores shared with other sessions' test runs).",
         "", "| t s | events stored | events/s | lag records | event time behind s | detector turns | max turn s | "
-        "median turn s | CPU % | RSS MiB | ingest |", "| " + " | ".join(["---"] * 11) + " |",
+        "median turn s | analyzer CPU % | broker CPU % | RSS MiB | ingest |", "| " + " | ".join(["---"] * 12) + " |",
         *("| " + " | ".join("-" if v is None else f"{v:,}" if isinstance(v, int) else str(v) for v in r) + " |" for r in rows),
         "", f"Stored: {stored:,} step rows; ClickHouse {size[0]} on disk ({size[1]:,} rows in all tables); "
         f"{alerts} alert events published; detector turns: {len(every)}, median {statistics.median(every) if every else 0:.2f} s, "
         f"max {max(every) if every else 0:.2f} s.",
+        f"Hard fault: node-{FAULT_HOST:05d} silent from t = {fault_at} s: {fault}. Event time behind: max "
+        f"{max((r[4] for r in rows if r[0] <= seconds and r[4] == r[4]), default=float('nan')):.1f} s while producing.",
+        f"Cost: {gpus / 1000:g} k GPUs, {cpu_s / wall_s:.2f} cores (analyzer + broker) over {wall_s:.0f} s, "
+        f"{cpu_s / wall_s / (gpus / 1000):.3f} cores per 1,000 GPUs.",
     ]
     text = "\n".join(lines)
     print(text)
     if args.append:
-        append_results("Scale: a 10,000-GPU job through broker + analyzer (bench/scale.py)",
+        append_results(f"Scale: a {gpus:,}-GPU job through broker + analyzer (bench/scale.py)",
                        machine_info() + "\n\n" + text + "\n\nCommand: `python bench/scale.py " + " ".join(sys.argv[1:]) + "`.")
 
 
