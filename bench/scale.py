@@ -124,8 +124,8 @@ def main() -> None:
         t = time.perf_counter()
         try:
             out = list(real_turn(client, frontier))
-            for e in out:
-                if getattr(e, "kind", "") == "alert" and e.status == "firing":
+            for e in out:  # alert events
+                if e.status == "firing":
                     fired.setdefault(f"{e.alert}:{e.subject}", time.time())
             return out
         finally:
@@ -144,7 +144,11 @@ def main() -> None:
     broker_proc = psutil.Process(broker.pid) if broker.pid else None
     if broker_proc is not None:
         broker_proc.cpu_percent()
-    cpu_s0 = sum(proc.cpu_times()[:2]) + (sum(broker_proc.cpu_times()[:2]) if broker_proc else 0.0)
+
+    def cpu_seconds() -> float:  # user + system of the analyzer and the broker
+        return sum(sum(p.cpu_times()[:2]) for p in (proc, broker_proc) if p is not None)
+
+    cpu_s0 = cpu_seconds()
     rows: list[list[Any]] = []
     t0 = time.monotonic()
     last_n, last_t = 0, t0
@@ -174,7 +178,7 @@ def main() -> None:
                                     "WHERE active AND database = currentDatabase()").result_rows[0]
         stored = ctx.clickhouse.query("SELECT count() FROM step_timings").result_rows[0][0]
         alerts = service.alerts_published
-        cpu_s = sum(proc.cpu_times()[:2]) + (sum(broker_proc.cpu_times()[:2]) if broker_proc else 0.0) - cpu_s0
+        cpu_s = cpu_seconds() - cpu_s0
         wall_s = time.monotonic() - t0
     finally:
         producer.kill()
@@ -189,7 +193,7 @@ def main() -> None:
              "NOT alerted before the run ended")
     gpus = args.hosts * args.gpus
     lines = [
-        f"{args.hosts:,} hosts x {args.gpus} GPUs ({args.hosts * args.gpus:,} ranks), 1 step/s, {args.nics} NICs/host at 1 Hz, "
+        f"{args.hosts:,} hosts x {args.gpus} GPUs ({gpus:,} ranks), 1 step/s, {args.nics} NICs/host at 1 Hz, "
         f"heartbeats every 2 s: ~{args.hosts * (args.gpus + args.nics + 0.5):,.0f} events/s for {args.minutes:g} min, "
         f"{args.partitions} partitions per topic; analyzer (ingest + detectors, detect_interval_s=2) in one process.",
         f"Load average (1/5/15 min) at start {load0[0]:.1f}/{load0[1]:.1f}/{load0[2]:.1f}, at end "
