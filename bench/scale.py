@@ -39,6 +39,33 @@ PHASES = ("forward", "backward", "optimizer", "comm")
 
 FAULT_HOST = 100
 FAULT_LINE = "fault: node-{:05d} silent from "
+THREADS = {"python": "Python (ingest, detectors)", "MergeMutate": "engine merges"}
+"""The analyzer's threads by what they run: Python's keep the interpreter's name; the engine's (chdb) are named by
+their pool, and the query and insert pools rename their threads as they go (counted as 'engine queries, inserts')."""
+
+
+def thread_cpu(pid: int) -> dict[int, tuple[str, float]]:
+    """CPU seconds (user + system) of each thread of `pid`, with the thread's name now."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[int, tuple[str, float]] = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:  # the thread ended
+            continue
+        name, fields = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+        out[int(tid)] = (name, (int(fields[11]) + int(fields[12])) / tick)
+    return out
+
+
+def by_class(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]) -> dict[str, float]:
+    """CPU seconds between two `thread_cpu` samples per class of thread (a thread counts as its name at `after`)."""
+    out = dict.fromkeys([*THREADS.values(), "engine queries, inserts"], 0.0)
+    for tid, (name, secs) in after.items():
+        cls = next((c for prefix, c in THREADS.items() if name.startswith(prefix)), "engine queries, inserts")
+        out[cls] += secs - before.get(tid, (name, 0.0))[1]
+    return out
 
 
 def produce(bootstrap: str, prefix: str, hosts: int, gpus: int, nics: int, seconds: int, fault_at: int) -> None:
@@ -102,6 +129,8 @@ def main() -> None:
         produce(args.produce[0], args.produce[1], args.hosts, args.gpus, args.nics, seconds, fault_at)
         return
 
+    from vigil.analyzer import engine
+    from vigil.analyzer.clock import job_clocks as real_clocks
     from vigil.analyzer.service import AnalyzerService
     from vigil.analyzer.settings import AnalyzerSettings
     from vigil.app.stack.runner import prepare
@@ -132,6 +161,22 @@ def main() -> None:
             turns.append((time.monotonic(), time.perf_counter() - t))
 
     service.cursor.turn = timed_turn  # type: ignore[method-assign]
+    fault_clock: dict[str, float] = {}  # when the fault host's sources were let go, and the job's watermark passed
+
+    def watched_clocks(*a: Any, **kw: Any) -> list[Any]:
+        clocks = real_clocks(*a, **kw)
+        now = time.time()
+        for c in clocks:
+            mine = [sc for (h, _s), sc in c.sources.items() if h == f"node-{FAULT_HOST:05d}"]
+            if mine and "last" not in fault_clock:
+                fault_clock["last"] = max(sc.last_ts for sc in mine).timestamp()
+            if mine and not any(sc.alive for sc in mine):
+                fault_clock.setdefault("let go", now)
+            if "let go" in fault_clock and c.watermark.timestamp() > fault_clock.get("last", now):
+                fault_clock.setdefault("watermark past", now)
+        return clocks
+
+    setattr(engine, "job_clocks", watched_clocks)  # noqa: B010 (the turn reads it from the engine's module)
     service.start()
     producer = subprocess.Popen([sys.executable, __file__, "--produce", bootstrap, "scale.", "--minutes", str(args.minutes),
                                  "--hosts", str(args.hosts), "--gpus", str(args.gpus), "--nics", str(args.nics),
@@ -149,6 +194,7 @@ def main() -> None:
         return sum(sum(p.cpu_times()[:2]) for p in (proc, broker_proc) if p is not None)
 
     cpu_s0 = cpu_seconds()
+    threads0 = thread_cpu(os.getpid())
     rows: list[list[Any]] = []
     t0 = time.monotonic()
     last_n, last_t = 0, t0
@@ -179,6 +225,7 @@ def main() -> None:
         stored = ctx.clickhouse.query("SELECT count() FROM step_timings").result_rows[0][0]
         alerts = service.alerts_published
         cpu_s = cpu_seconds() - cpu_s0
+        threads = by_class(threads0, thread_cpu(os.getpid()))
         wall_s = time.monotonic() - t0
     finally:
         producer.kill()
@@ -191,6 +238,9 @@ def main() -> None:
     fault = ("not injected (the run ended first)" if fault_wall is None else
              f"alerted {fired[key] - fault_wall:.1f} s after it (heartbeat_loss, critical)" if key in fired else
              "NOT alerted before the run ended")
+    if fault_wall is not None and "let go" in fault_clock:  # the alert's path: the idle rules, then the turns
+        fault += (f"; its sources let go by the watermark after {fault_clock['let go'] - fault_wall:.1f} s, the "
+                  f"watermark past its last event after {fault_clock.get('watermark past', float('nan')) - fault_wall:.1f} s")
     gpus = args.hosts * args.gpus
     lines = [
         f"{args.hosts:,} hosts x {args.gpus} GPUs ({gpus:,} ranks), 1 step/s, {args.nics} NICs/host at 1 Hz, "
@@ -207,7 +257,8 @@ def main() -> None:
         f"Hard fault: node-{FAULT_HOST:05d} silent from t = {fault_at} s: {fault}. Event time behind: max "
         f"{max((r[4] for r in rows if r[0] <= seconds and r[4] == r[4]), default=float('nan')):.1f} s while producing.",
         f"Cost: {gpus / 1000:g} k GPUs, {cpu_s / wall_s:.2f} cores (analyzer + broker) over {wall_s:.0f} s, "
-        f"{cpu_s / wall_s / (gpus / 1000):.3f} cores per 1,000 GPUs.",
+        f"{cpu_s / wall_s / (gpus / 1000):.3f} cores per 1,000 GPUs. The analyzer's threads: "
+        + ", ".join(f"{name} {secs / wall_s:.2f}" for name, secs in threads.items()) + " cores.",
     ]
     text = "\n".join(lines)
     print(text)
