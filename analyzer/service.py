@@ -7,7 +7,8 @@ and incident events to their topics, which the ingest stores back into `alert_ev
 `incident_events`, then save the positions reached). Between the detectors and the alert
 book, the incident stage groups findings under incidents and demotes victims'
 (`analyzer.incidents`). A turn is bounded (`turn_budget_s`); while instants wait (a burst,
-a catch-up) the next turn starts at once, otherwise after `detect_interval_s`. The
+a catch-up) the next turn starts at once, otherwise `detect_interval_s` after the last one
+started (a period, not a pause after each turn: a long turn does not delay the next). The
 cursor's idle rule uses the ingest's frontier (ingest/lag.py), so a saturated ingest
 delays judgement instead of making hosts look silent. `health()` is cheap: figures
 sampled by the threads, never a query.
@@ -61,6 +62,7 @@ class AnalyzerService:
         self.ingest: IngestLoop | None = None
         self.alerts_published = 0
         self._unpublished: list[Event] = []
+        self._turn_failed = False
         self.detect_turns = 0
         self.last_error = ""
 
@@ -86,11 +88,17 @@ class AnalyzerService:
             t.start()
 
     def _detect_loop(self) -> None:
-        while not self._stop.wait(0 if self.cursor.backlog else self.settings.detect_interval_s):
+        wait = self.settings.detect_interval_s
+        while not self._stop.wait(wait):
+            started = time.monotonic()
             self.detect_once()
+            took = time.monotonic() - started
+            period = self.settings.detect_interval_s
+            wait = period if self._turn_failed else 0.0 if self.cursor.backlog else max(0.0, period - took)
 
     def detect_once(self) -> int:
         """One turn of the detector loop; the number of alert and incident events published."""
+        self._turn_failed = False
         try:
             frontier = self.ingest.frontier if self.ingest is not None else None
             if self.ingest is not None and frontier is None and not self._unpublished:
@@ -109,7 +117,8 @@ class AnalyzerService:
         except Exception as exc:
             self.last_error = f"detect: {one_line(exc)}"
             log.exception("detector turn failed")
-            self.cursor.backlog = 0  # wait for the next interval before trying again
+            self.cursor.backlog = 0
+            self._turn_failed = True  # wait a whole interval before trying again
             return 0
 
     def stop(self) -> None:
