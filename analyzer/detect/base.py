@@ -135,6 +135,14 @@ class EvalContext:
         names = list(result.column_names)
         return [dict(zip(names, r, strict=True)) for r in result.result_rows]
 
+    def columns(self, sql: str, **params: Any) -> dict[str, Sequence[Any]]:
+        """Like `rows`, a column per name: for results of many rows (no dict per row)."""
+        params = {"job": self.job, "at": ch_time(self.at), **params}
+        result = self.client.query(sql, parameters=params)
+        names = list(result.column_names)
+        cols = list(zip(*result.result_rows, strict=True)) or [() for _ in names]
+        return dict(zip(names, cols, strict=True))
+
     def ago(self, seconds: float) -> str:
         return ch_time(self.at - timedelta(seconds=seconds))
 

@@ -1,7 +1,7 @@
 """Flagged windows -> straggler findings: the k-of-n rules shared by host, GPU and rank stragglers.
 
-`judge` flags hosts (or any units) against their peer groups in Python, from every cell;
-the straggler detector does the same in SQL for large groups. A unit (a host, a GPU, a rank
+`judge` flags hosts (or any units) against their peer groups, from every cell of a run;
+for large groups the straggler detector does the same per window as it reads it (hostcells.py). A unit (a host, a GPU, a rank
 of a small job) is *flagged* in a 5-step window of a compute
 phase when it is slower than its peers' reference by the thresholds of `StragglerSettings`
 (each caller decides how). `findings` turns the flags of windows up to `hi` into at most one

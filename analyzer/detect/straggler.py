@@ -17,14 +17,15 @@ median (itself left out). A host is flagged in a window when it is at least
 slower in absolute terms (a tiny phase's jitter is large in % and costs the step nothing)
 AND its robust z ((x - median) / (1.4826 * MAD)) is at least `straggler.z`. A phase slow
 for everyone (a checkpoint step) moves the median with it and flags nobody. When every
-stage group is large enough the medians are taken in ClickHouse and only flagged cells
-come back (a 1024-host job costs a few rows); otherwise `judge` does it in Python.
+stage group is large enough (hostcells.py) each window's cells are read once and judged as
+they are read, and kept for the walk (kept.py: a run reads only the windows new to it, and
+a window again when its rows changed); otherwise `judge` takes the run's cells each time.
 
 A host is also held to **its own usual level**: hosts differ by a percent or two for good
 (a speed lottery of silicon and clocks), so a peer group's spread hides a host that turns
 4-6 % slower. Each window's time relative to its stage group's median is compared with the
 median of that ratio over the `straggler.self_windows` windows before the judged ones (at
-least `self_min_windows`), its noise their MAD: a host that *became* slow is flagged by the
+least `self_min_windows`; the same peer groups as the judged windows'), its noise their MAD: a host that *became* slow is flagged by the
 same thresholds (slowdown %, excess ms, robust z), at once. A host slow since before its
 baseline is still the peer comparison's. The
 k-of-n rules (slowness.py): it fires when
@@ -48,13 +49,15 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Mapping
-from datetime import datetime
+from typing import Any
 
-from vigil.analyzer.detect.base import EPOCH, EvalContext, Finding, as_utc, last_complete_step
+from vigil.analyzer.detect import hostcells
+from vigil.analyzer.detect.base import EvalContext, Finding, last_complete_step
 from vigil.analyzer.detect.gpus import gpu_readings, judge_gpu_ranks, name_gpus, one_per_host, rank_candidates
+from vigil.analyzer.detect.kept import kept_windows
 from vigil.analyzer.detect.phases import JobPhases, cells_sql, job_phases
 from vigil.analyzer.detect.ranks import judge_ranks
-from vigil.analyzer.detect.slowness import Flags, Hit, W, findings, judge
+from vigil.analyzer.detect.slowness import W, findings, judge
 
 __all__ = ["StragglerDetector", "judge"]
 
@@ -67,45 +70,6 @@ SELECT host, arrayStringConcat(arraySort(groupUniqArray(toString(pp))), ',') AS 
 FROM phase_rank_windows
 WHERE job_id = {job:String} AND window >= {lo:UInt64} AND window <= {hi:UInt64}
 GROUP BY host
-"""
-
-# Every stage group large enough: medians and MADs in ClickHouse, only flagged cells come back.
-_FLAGGED_SQL = """
-SELECT phase, window, x.1 AS host, x.2 AS mean_ms, x.3 AS window_end, med, mad
-FROM (
-  SELECT phase, window, grp, quantileExact(0.5)(mean_ms) AS med, count() AS size,
-         groupArray((host, mean_ms, window_end)) AS xs,
-         arrayReduce('quantileExact(0.5)', arrayMap(x -> abs(x.2 - med), xs)) * 1.4826 AS mad
-  FROM (SELECT c.*, p.stages AS grp FROM ($cells) AS c INNER JOIN ($peers) AS p ON c.host = p.host)
-  GROUP BY phase, window, grp)
-ARRAY JOIN xs AS x
-WHERE size >= {min_hosts:UInt32} AND med > 0 AND x.2 - med >= {excess:Float64} AND (x.2 - med) / med * 100 >= {slow:Float64}
-  AND (mad = 0 OR (x.2 - med) / mad >= {z:Float64})
-"""
-
-# A host against its own level: each window's time relative to its stage group's median (the host's usual
-# ratio holds its speed lottery and its stage's structure), its baseline the median ratio over the windows
-# before the judged ones, its noise their MAD. Only shifted cells (judged windows) come back. The ratios are
-# computed once and kept per (phase, host) as an array (a CTE referenced three times is computed three times).
-_SHIFTED_SQL = """
-SELECT phase, host, x.1 AS window, x.3 AS mean_ms, x.4 AS window_end, x.5 * base AS usual_ms,
-       x.2 / base - 1 AS shift, if(mad > 0, (x.2 - base) / mad, 1e9) AS z
-FROM (
-  SELECT phase, host, xs, arrayMap(x -> x.2, arrayFilter(x -> x.1 < {from_w:UInt64}, xs)) AS before,
-         arrayReduce('quantileExact(0.5)', before) AS base,
-         arrayReduce('quantileExact(0.5)', arrayMap(v -> abs(v - base), before)) * 1.4826 AS mad
-  FROM (
-    SELECT phase, host, groupArray((window, ratio, mean_ms, window_end, med)) AS xs FROM (
-      SELECT phase, window, host, mean_ms, window_end, med, mean_ms / med AS ratio FROM (
-        SELECT c.*, quantileExact(0.5)(c.mean_ms) OVER (PARTITION BY c.phase, c.window, p.stages) AS med,
-               count() OVER (PARTITION BY c.phase, c.window, p.stages) AS size
-        FROM ($cells) AS c INNER JOIN ($peers) AS p ON c.host = p.host)
-      WHERE size >= {min_hosts:UInt32} AND med > 0)
-    GROUP BY phase, host)
-  WHERE length(before) >= {min_base:UInt32})
-ARRAY JOIN xs AS x
-WHERE x.1 >= {from_w:UInt64} AND (x.2 / base - 1) * 100 >= {slow:Float64} AND x.3 - x.5 * base >= {excess:Float64}
-  AND (mad = 0 OR (x.2 - base) / mad >= {z:Float64})
 """
 
 _CAUSED_SQL = """
@@ -157,7 +121,7 @@ class StragglerDetector:
         else:
             sql, params = cells_sql("phase_host_windows", "host", phases, waiting=True)
             hosts = judge(ctx.rows(sql, **params, lo=lo, hi=hi), peers, s, firing, phases=phases, hi=hi)
-        ranks = judge_gpu_ranks(rank_candidates(ctx, phases, max(lo, hi - s.n + 1), hi, s), s, firing, hi)
+        ranks = judge_gpu_ranks(self._rank_candidates(ctx, phases, max(lo, hi - s.n + 1), hi), s, firing, hi)
         held = {f.host for f in hosts if f.subject in firing}  # a host already paged as slow stays the host
         ranks = [f for f in ranks if f.host not in held]
         named = {f.host for f in ranks}
@@ -165,40 +129,34 @@ class StragglerDetector:
         gpus = gpu_readings(ctx, sorted({f.host for f in hosts + ranks}), s)
         return name_gpus(hosts, gpus, s, firing) + one_per_host(ranks, gpus, s, firing)
 
-    def _shifted(self, ctx: EvalContext, cells: str, params: Mapping[str, object], lo: int, hi: int, flags: Flags,
-                 ends: dict[int, datetime]) -> None:
-        """Add the windows lo..hi where a host is slower than its own usual level against its stage (a host
-        that became slow: its speed lottery no longer hides a few %); a window flagged both ways counts once."""
+    @staticmethod
+    def _rank_candidates(ctx: EvalContext, phases: JobPhases, lo: int, hi: int) -> list[dict[str, Any]]:
+        """`rank_candidates` of windows lo..hi, each window's read once (kept.py: a window's flagged ranks are a
+        function of its own rows)."""
         s = ctx.settings.straggler
-        first = ctx.epoch.first_step if ctx.epoch is not None else 0
-        base_lo = max(lo - s.self_windows, -(-(first + s.warmup_steps) // W))
-        if lo - base_lo < s.self_min_windows:
-            return
-        sql = _SHIFTED_SQL.replace("$cells", cells).replace("$peers", _PEERS_SQL)
-        rows = ctx.rows(sql, **params, lo=base_lo, hi=hi, from_w=lo, min_hosts=s.min_hosts,
-                        min_base=s.self_min_windows, excess=s.min_excess_ms, slow=s.min_slowdown_pct, z=s.z)
-        for r in rows:
-            w, key = int(r["window"]), (str(r["phase"]), str(r["host"]))
-            if any(h.window == w for h in flags.get(key, ())):
-                continue
-            flags[key].append(Hit(w, float(r["shift"]) * 100, float(r["z"]), float(r["usual_ms"]), float(r["mean_ms"])))
-            ends[w] = max(ends.get(w, EPOCH), as_utc(r["window_end"]))
+
+        def read(a: int, b: int) -> dict[int, list[dict[str, Any]]]:
+            out: dict[int, list[dict[str, Any]]] = defaultdict(list)
+            for r in rank_candidates(ctx, phases, a, b, s):
+                out[int(r["window"])].append(r)
+            return out
+
+        run = (ctx.epoch.index if ctx.epoch is not None else -1, repr(phases), repr(s))
+        none: list[dict[str, Any]] = []
+        kept = kept_windows(ctx, "straggler.ranks", run, lo, hi, read, none)
+        return [r for w in range(lo, hi + 1) for r in kept[w]]
 
     def _large_groups(self, ctx: EvalContext, phases: JobPhases, peers: Mapping[str, str], lo: int, hi: int,
                       firing: set[str]) -> list[Finding]:
         s = ctx.settings.straggler
         cells, params = cells_sql("phase_host_windows", "host", phases)
-        sql = _FLAGGED_SQL.replace("$cells", cells).replace("$peers", _PEERS_SQL)
-        rows = ctx.rows(sql, **params, lo=lo, hi=hi, min_hosts=s.min_hosts, excess=s.min_excess_ms,
-                        slow=s.min_slowdown_pct, z=s.z)
-        flags: Flags = defaultdict(list)
-        ends = {w: EPOCH for w in range(lo, hi + 1)}
-        for r in rows:
-            w, m, mad, v = int(r["window"]), float(r["med"]), float(r["mad"]), float(r["mean_ms"])
-            flags[(str(r["phase"]), str(r["host"]))].append(
-                Hit(w, (v - m) / m * 100, (v - m) / mad if mad > 0 else float("inf"), m, v))
-            ends[w] = max(ends[w], as_utc(r["window_end"]))
-        self._shifted(ctx, cells, params, lo, hi, flags, ends)
+        first = ctx.epoch.first_step if ctx.epoch is not None else 0
+        base_lo = min(lo, max(lo - s.self_windows, -(-(first + s.warmup_steps) // W)))
+        run = (ctx.epoch.index if ctx.epoch is not None else -1, cells, repr(sorted(params.items())))
+        ws = hostcells.windows(ctx, run, cells, params, peers, base_lo, hi, s)
+        flags, ends = hostcells.flagged(ws, lo, hi)
+        if lo - base_lo >= s.self_min_windows:
+            hostcells.shifted(ws, base_lo, lo, hi, s, flags, ends)
         found = findings(flags, ends, hi, s, firing, peers)
         if not found or not phases.waiting:
             return found

@@ -1,0 +1,142 @@
+"""A large job's host cells judged against their stage group and against the host's own level.
+
+The straggler's path for jobs whose every stage group has at least `min_hosts` hosts (straggler.py
+explains both rules). A window's cells (each host's mean ms per compute phase, `cells_sql`) are
+read once and kept (kept.py): what a window says of its hosts — its stage groups' median and
+spread, which hosts are flagged against them, each host's ratio to its group's median — is worked
+out when it is read and kept with it, so a run reads the windows new to it and judges the rest
+from memory. Medians are ClickHouse's `quantileExact(0.5)` (the upper middle of an even count),
+as the SQL this replaces took them, so a window is flagged exactly as before.
+
+Kept per window: the flagged cells, and each judged cell's ratio and (ms, end, group median): one
+entry per (compute phase, host) of the window's judged stage groups.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from vigil.analyzer.detect.base import EPOCH, EvalContext, as_utc
+from vigil.analyzer.detect.kept import kept_windows
+from vigil.analyzer.detect.slowness import Flags, Hit
+from vigil.analyzer.settings import StragglerSettings
+
+MAD_SCALE = 1.4826
+"""MAD -> standard deviation of a normal distribution: the robust z's denominator."""
+
+
+def upper_median(values: Sequence[float]) -> float:
+    """ClickHouse's `quantileExact(0.5)`: the middle value, the upper one of an even count."""
+    return sorted(values)[len(values) // 2]
+
+
+@dataclass
+class Window:
+    flagged: list[tuple[str, str, Hit, datetime]] = field(default_factory=list)  # phase, host, hit, window end
+    ratios: dict[tuple[str, str], float] = field(default_factory=dict)  # (phase, host) -> ms / its group's median
+    cells: dict[tuple[str, str], tuple[float, datetime, float]] = field(default_factory=dict)  # ms, end, median
+
+
+def _window(cols: Mapping[str, Sequence[Any]], idx: Sequence[int], w: int, peers: Mapping[str, str],
+            s: StragglerSettings) -> Window:
+    phase, host, mean, end = cols["phase"], cols["host"], cols["mean_ms"], cols["window_end"]
+    groups: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for i in idx:
+        grp = peers.get(host[i])
+        if grp is not None:  # the SQL joined the cells with the peer groups: a host without a stage is not judged
+            groups[(phase[i], grp)].append(i)
+    out = Window()
+    for (ph, _grp), xs in groups.items():
+        med = upper_median([mean[i] for i in xs])
+        if len(xs) < s.min_hosts or med <= 0:
+            continue
+        mad = upper_median([abs(mean[i] - med) for i in xs]) * MAD_SCALE
+        for i in xs:
+            v, h = mean[i], host[i]
+            out.ratios[(ph, h)] = v / med
+            out.cells[(ph, h)] = (v, end[i], med)
+            if v - med >= s.min_excess_ms and (v - med) / med * 100 >= s.min_slowdown_pct \
+                    and (mad == 0 or (v - med) / mad >= s.z):
+                out.flagged.append((ph, h, Hit(w, (v - med) / med * 100,
+                                               (v - med) / mad if mad > 0 else float("inf"), med, v), end[i]))
+    return out
+
+
+def windows(ctx: EvalContext, key: object, cells_sql: str, params: Mapping[str, object], peers: Mapping[str, str],
+            lo: int, hi: int, s: StragglerSettings, *, clock: Callable[[], float] = time.monotonic) -> dict[int, Window]:
+    """Windows lo..hi, each judged against its stage groups (kept across the walk under `key`)."""
+    def read(a: int, b: int) -> dict[int, Window]:
+        cols = ctx.columns(cells_sql, **params, lo=a, hi=b)
+        by_window: dict[int, list[int]] = defaultdict(list)
+        for i, w in enumerate(cols["window"]):
+            by_window[int(w)].append(i)
+        return {w: _window(cols, idx, w, peers, s) for w, idx in by_window.items()}
+
+    full_key = (key, tuple(sorted(peers.items())), s.min_hosts, s.min_excess_ms, s.min_slowdown_pct, s.z)
+    return kept_windows(ctx, "straggler.hosts", full_key, lo, hi, read, Window(), clock)
+
+
+def flagged(ws: Mapping[int, Window], lo: int, hi: int) -> tuple[Flags, dict[int, datetime]]:
+    """Hosts slower than their stage group in windows lo..hi, and each window's end (as far as its flags tell)."""
+    flags: Flags = defaultdict(list)
+    ends = {w: EPOCH for w in range(lo, hi + 1)}
+    for w in range(lo, hi + 1):
+        for phase, host, hit, end in ws[w].flagged:
+            flags[(phase, host)].append(hit)
+            ends[w] = max(ends[w], as_utc(end))
+    return flags, ends
+
+
+def shifted(ws: Mapping[int, Window], base_lo: int, lo: int, hi: int, s: StragglerSettings, flags: Flags,
+            ends: dict[int, datetime]) -> None:
+    """Add the windows lo..hi where a host is slower than its own usual level (its ratio to its stage group's
+    median over base_lo..lo-1, at least `self_min_windows` of them); a window flagged both ways counts once.
+
+    A host's usual level is worked out only when one of its judged windows is a candidate (`shift` at least
+    `min_slowdown_pct` and its excess at least `min_excess_ms` over the usual level): the baseline is every
+    judged window's, the spread only a candidate's."""
+    before = [ws[w].ratios for w in range(base_lo, lo)]
+    levels: dict[tuple[str, str], tuple[float, float] | None] = {}
+    for w in range(lo, hi + 1):
+        window = ws[w]
+        for key, ratio in window.ratios.items():
+            if key not in levels:
+                levels[key] = _usual(key, before, s)
+            level = levels[key]
+            if level is None:
+                continue
+            base, mad_of = level
+            mean_ms, end, med = window.cells[key]
+            if (ratio / base - 1) * 100 < s.min_slowdown_pct or mean_ms - med * base < s.min_excess_ms:
+                continue
+            mad = mad_of if mad_of >= 0 else _mad(key, before, base, levels)
+            if mad != 0 and (ratio - base) / mad < s.z:
+                continue
+            if any(h.window == w for h in flags.get(key, ())):
+                continue
+            z = (ratio - base) / mad if mad > 0 else 1e9
+            flags[key].append(Hit(w, (ratio / base - 1) * 100, z, med * base, mean_ms))
+            ends[w] = max(ends.get(w, EPOCH), as_utc(end))
+
+
+def _usual(key: tuple[str, str], before: Sequence[Mapping[tuple[str, str], float]],
+           s: StragglerSettings) -> tuple[float, float] | None:
+    """(the host's usual ratio, -1: its spread not yet worked out), or None: too few windows, or no level."""
+    xs = [r for r in (d.get(key) for d in before) if r is not None]
+    if len(xs) < s.self_min_windows:
+        return None
+    base = upper_median(xs)
+    return (base, -1.0) if base > 0 else None  # a usual level of 0: nothing to be slower than
+
+
+def _mad(key: tuple[str, str], before: Sequence[Mapping[tuple[str, str], float]], base: float,
+         levels: dict[tuple[str, str], tuple[float, float] | None]) -> float:
+    xs = [r for r in (d.get(key) for d in before) if r is not None]
+    mad = upper_median([abs(v - base) for v in xs]) * MAD_SCALE
+    levels[key] = (base, mad)
+    return mad

@@ -1,0 +1,107 @@
+"""Windows kept across a walk (analyzer/detect/kept.py): read once, read again when they change, judged as a fresh read."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from crafted import T0, steps
+
+from vigil.analyzer.alerts.book import AlertBook
+from vigil.analyzer.detect import kept
+from vigil.analyzer.detect.base import EvalContext, Walk
+from vigil.analyzer.engine import DETECTORS, evaluate
+from vigil.analyzer.ingest.writer import ClickHouseWriter
+from vigil.analyzer.settings import AnalyzerSettings
+from vigil.clickhouse.client import connect
+
+
+class _Ctx:
+    """What kept_windows uses of an EvalContext: the step counts per window, the instant's memo, the walk's state."""
+
+    def __init__(self, state: dict[str, Any], counts: dict[int, int]) -> None:
+        self.state, self.memo, self.counts = state, {}, counts
+
+    def rows(self, sql: str, **params: Any) -> list[dict[str, Any]]:
+        lo, hi = params["s0"] // 5, params["s1"] // 5
+        return [{"window": w, "n": n} for w, n in self.counts.items() if lo <= w <= hi]
+
+
+def test_a_window_is_read_once_again_when_its_count_changes_and_once_more_after_it_settles() -> None:
+    state: dict[str, Any] = {}
+    counts = {w: 100 for w in range(20)}
+    reads: list[tuple[int, int]] = []
+    now = [0.0]
+
+    def call(lo: int, hi: int, key: str = "k") -> dict[int, str]:
+        def read(a: int, b: int) -> dict[int, str]:
+            reads.append((a, b))
+            return {w: f"{w}@{counts[w]}" for w in range(a, b + 1) if w % 7}  # every 7th window: nothing
+        return kept.kept_windows(_Ctx(state, counts), "t", key, lo, hi, read, "-", clock=lambda: now[0])  # type: ignore[arg-type]
+
+    assert call(0, 9) == {w: (f"{w}@100" if w % 7 else "-") for w in range(10)} and reads == [(0, 9)]
+    now[0] += 1
+    assert call(2, 11)[11] == "11@100" and reads[-1] == (10, 11)  # only the windows new to the range
+    assert set(state["t"][1]) == set(range(2, 12))  # windows left behind are dropped
+    counts[5] = 101  # a late host's rows landed in window 5
+    now[0] += 1
+    assert call(2, 11)[5] == "5@101" and reads[-1] == (5, 5)
+    now[0] += kept.SETTLE_S  # unchanged that long: each window is read a last time, then kept as it is
+    call(2, 11)
+    assert reads[-1] == (2, 11)
+    n = len(reads)
+    now[0] += 10 * kept.SETTLE_S
+    call(2, 11)
+    assert len(reads) == n
+    call(2, 11, key="other run")  # another run (epoch, phases, peers, settings): everything again
+    assert reads[-1] == (2, 11)
+
+
+def _walk(client: Any, job: str, instants: list[Any], walk: Walk | None) -> list[list[tuple[str, str, str]]]:
+    straggler = [d for d in DETECTORS if d.name == "straggler"]
+    out = []
+    for at in instants:
+        alerts = evaluate(client, AnalyzerSettings(), AlertBook(), job, at, detectors=straggler, walk=walk)
+        out.append(sorted((a.fingerprint, a.status, repr(sorted(a.evidence.items()))) for a in alerts))
+    return out
+
+
+@pytest.mark.clickhouse
+def test_a_walk_reads_each_window_once_and_judges_as_every_window_read_afresh(
+        clickhouse_dsn: str, database: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # 64 hosts with a speed lottery and jitter; h0005 turns 6 % slower at step 70 (its own level: the self rule),
+    # h0009 is 12 % slower from step 40 (against its peers). h0020's steps 80-99 arrive late (after the walk
+    # judged them once), so the windows they land in are read again.
+    evs = steps("keep", 64, 130, jitter=0.02, host_bias=0.01, seed=11, slow={"h0005": 1.06}, slow_from=70)
+    slow9 = steps("keep", 64, 130, jitter=0.02, host_bias=0.01, seed=12, slow={"h0009": 1.12}, slow_from=40)
+    evs = [e for e in evs if e.host != "h0009"] + [e for e in slow9 if e.host == "h0009"]
+    late = [e for e in evs if e.host == "h0020" and 80 <= e.step < 100]
+    late_ids = {e.event_id for e in late}
+    w = ClickHouseWriter(client=connect(clickhouse_dsn, database=database))
+    w.write([e for e in evs if e.event_id not in late_ids])
+    client = connect(clickhouse_dsn, database=database)
+    monkeypatch.setattr(kept, "SETTLE_S", 1e9)  # no wall-clock re-read within the test
+    cells: list[tuple[int, int]] = []
+    real = EvalContext.columns
+
+    def columns(self: EvalContext, sql: str, **params: Any) -> dict[str, Any]:
+        cells.append((params["lo"], params["hi"]))
+        return real(self, sql, **params)
+
+    monkeypatch.setattr(EvalContext, "columns", columns)
+    early = [T0 + timedelta(seconds=s) for s in range(60, 131, 10)]
+    walk = Walk()
+    kept_early = _walk(client, "keep", early, walk)
+    read_once = sorted(w for lo, hi in cells for w in range(lo, hi + 1))
+    assert len(read_once) == len(set(read_once))  # no window read twice
+    assert _walk(client, "keep", early, None) == kept_early  # each instant read afresh: the same judgement
+    w.write(late)
+    cells.clear()
+    later = [T0 + timedelta(seconds=s) for s in (140, 150)]
+    kept_later = _walk(client, "keep", later, walk)
+    reread = {w for lo, hi in cells for w in range(lo, hi + 1)}
+    assert set(range(80 // 5, 100 // 5)) <= reread  # the windows the late rows landed in
+    assert _walk(client, "keep", later, None) == kept_later
+    fired = {fp for instant in kept_early + kept_later for fp, status, _ev in instant if status == "firing"}
+    assert {"keep/straggler/h0005/forward", "keep/straggler/h0009/forward"} <= fired
