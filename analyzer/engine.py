@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
@@ -169,8 +169,14 @@ class LiveCursor:
     _unfinished: set[str] = field(default_factory=set)
     _loaded: bool = False
 
-    def turn(self, client: QueryClient, frontier: datetime | None = None) -> list[Alert]:
-        """Judge the pending instants of every active job; the alert events raised (publish, then `commit`)."""
+    def turn(self, client: QueryClient, frontier: datetime | None = None,
+             publish: Callable[[list[Alert]], None] | None = None) -> list[Alert]:
+        """Judge the pending instants of every active job; the alert events raised (publish, then `commit`).
+
+        `publish`: called with the alerts raised so far after each round that raised any while instants still
+        wait (a catch-up: a lost host found at its first instants pages then, not at the end of the turn); what
+        it is given is not returned. Positions are saved by `commit` only, after the turn's last alerts are out.
+        """
         s = self.settings
         if not self._loaded and self.store is not None:
             self.positions.update(self.store.load())
@@ -209,6 +215,9 @@ class LiveCursor:
                     queues[job].clear()
                 if not queues[job]:
                     del queues[job]
+            if publish is not None and out and queues:
+                publish(out)
+                out = []
         self.backlog += sum(len(q) for q in queues.values())
         self.behind_s = max((max(0.0, (c.until(s.eval_step_s) - self.positions[c.job]).total_seconds())
                              for c in clocks if c.job in self.positions), default=0.0)

@@ -4,7 +4,9 @@
 two threads: ingest (Kafka -> ClickHouse, committing after each write) and detect (turns of
 the live cursor: judge active jobs on their event-time clocks, publish the resulting alert
 and incident events to their topics, which the ingest stores back into `alert_events` /
-`incident_events`, then save the positions reached). Between the detectors and the alert
+`incident_events`, then save the positions reached). A turn that catches up publishes what
+it raised after each round of instants, not only at its end: a host lost during a stall of
+the watermark pages at the first instants judged after it, however many wait behind them. Between the detectors and the alert
 book, the incident stage groups findings under incidents and demotes victims'
 (`analyzer.incidents`). A turn is bounded (`turn_budget_s`); while instants wait (a burst,
 a catch-up) the next turn starts at once, otherwise `detect_interval_s` after the last one
@@ -23,6 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from vigil.analyzer.alerts.book import AlertBook
@@ -103,23 +106,28 @@ class AnalyzerService:
             frontier = self.ingest.frontier if self.ingest is not None else None
             if self.ingest is not None and frontier is None and not self._unpublished:
                 return 0  # no lag sample yet: nothing tells a silent source from a queued one
-            turned: list[Event] = list(self.cursor.turn(self.ctx.clickhouse, frontier=frontier))
-            events = self._unpublished + turned + list(self.incidents.drain())
-            self._unpublished = events  # kept until the broker has them; ingest dedups a resend
-            if events:
-                self.producer.send(events)
-                self.producer.flush()
-            self._unpublished = []
+            before = self.alerts_published
+            turned = self.cursor.turn(self.ctx.clickhouse, frontier=frontier, publish=self._publish)
+            self._publish(turned)
             self.cursor.commit()
-            self.alerts_published += len(events)
             self.detect_turns += 1
-            return len(events)
+            return self.alerts_published - before
         except Exception as exc:
             self.last_error = f"detect: {one_line(exc)}"
             log.exception("detector turn failed")
             self.cursor.backlog = 0
             self._turn_failed = True  # wait a whole interval before trying again
             return 0
+
+    def _publish(self, alerts: Sequence[Event]) -> None:
+        """Send `alerts` and the incident events raised with them, after any a failed send left."""
+        events = self._unpublished + list(alerts) + list(self.incidents.drain())
+        self._unpublished = events  # kept until the broker has them; ingest dedups a resend
+        if events:
+            self.producer.send(events)
+            self.producer.flush()
+        self._unpublished = []
+        self.alerts_published += len(events)
 
     def stop(self) -> None:
         self._stop.set()

@@ -109,3 +109,20 @@ def test_an_xid_pages_within_seconds_though_the_job_hangs_right_after(clickhouse
     assert paged_with is not None and (paged_with - onset).total_seconds() <= 15, (paged_with, onset, key(live))
     (xid,) = [a for a in live if a.fingerprint == "xh/error_log/sim-host-0005/xid" and a.status == "firing"][:1]
     assert xid.severity == "critical"
+
+
+def test_a_catch_up_turn_publishes_what_it_raised_before_its_last_instants(clickhouse_dsn: str, database: str) -> None:
+    """A turn with many instants waiting (the watermark held by a stalled host, then let go) hands the alerts of
+    its first instants to `publish` while it judges the rest: a lost host pages at once, not at the turn's end.
+    What was published and what the turn returned are, together and in order, what replay raises."""
+    load(clickhouse_dsn, database, [e for b in simulated("early", 110) for e in b])
+    client = connect(clickhouse_dsn, database=database)
+    settings = AnalyzerSettings(max_catchup=1000, turn_budget_s=600)
+    cursor = LiveCursor(settings=settings, book=AlertBook(refresh_s=settings.refresh_s))
+    published: list[tuple[list[Alert], datetime]] = []
+    returned = cursor.turn(client, datetime.now(UTC) + timedelta(minutes=1),
+                           publish=lambda alerts: published.append((list(alerts), cursor.positions["early"])))
+    end = cursor.positions["early"]
+    lost = [at for alerts, at in published if any(a.alert == "heartbeat_loss" and a.status == "firing" for a in alerts)]
+    assert lost and lost[0] < end - timedelta(seconds=30)  # paged with more than 30 s of instants still to judge
+    assert key([a for alerts, _at in published for a in alerts] + returned) == key(replay(client, settings, "early"))
