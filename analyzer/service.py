@@ -102,11 +102,11 @@ class AnalyzerService:
     def detect_once(self) -> int:
         """One turn of the detector loop; the number of alert and incident events published."""
         self._turn_failed = False
+        before = self.alerts_published
         try:
             frontier = self.ingest.frontier if self.ingest is not None else None
             if self.ingest is not None and frontier is None and not self._unpublished:
                 return 0  # no lag sample yet: nothing tells a silent source from a queued one
-            before = self.alerts_published
             turned = self.cursor.turn(self.ctx.clickhouse, frontier=frontier, publish=self._publish)
             self._publish(turned)
             self.cursor.commit()
@@ -117,7 +117,7 @@ class AnalyzerService:
             log.exception("detector turn failed")
             self.cursor.backlog = 0
             self._turn_failed = True  # wait a whole interval before trying again
-            return 0
+            return self.alerts_published - before  # a catch-up may have published its first rounds
 
     def _publish(self, alerts: Sequence[Event]) -> None:
         """Send `alerts` and the incident events raised with them, after any a failed send left."""

@@ -6,7 +6,9 @@ read once and kept (kept.py): what a window says of its hosts — its stage grou
 spread, which hosts are flagged against them, each host's ratio to its group's median — is worked
 out when it is read and kept with it, so a run reads the windows new to it and judges the rest
 from memory. Medians are ClickHouse's `quantileExact(0.5)` (the upper middle of an even count),
-as the SQL this replaces took them, so a window is flagged exactly as before.
+as the SQL this replaces took them, so a window is flagged exactly as before. Two deliberate
+differences: a non-finite cell is left out (quantileExact skipped NaN; a NaN must not pass a
+threshold), and a host whose usual level is 0 ms or less is not held to it (the SQL divided by it).
 
 Kept per window: the flagged cells, and each judged cell's ratio and (ms, end, group median): one
 entry per (compute phase, host) of the window's judged stage groups.
@@ -14,6 +16,7 @@ entry per (compute phase, host) of the window's judged stage groups.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -48,7 +51,8 @@ def _window(cols: Mapping[str, Sequence[Any]], idx: Sequence[int], w: int, peers
     groups: dict[tuple[str, str], list[int]] = defaultdict(list)
     for i in idx:
         grp = peers.get(host[i])
-        if grp is not None:  # the SQL joined the cells with the peer groups: a host without a stage is not judged
+        # the SQL joined the cells with the peer groups: a host without a stage is not judged; quantileExact skipped NaN
+        if grp is not None and math.isfinite(mean[i]):
             groups[(phase[i], grp)].append(i)
     out = Window()
     for (ph, _grp), xs in groups.items():

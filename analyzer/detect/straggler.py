@@ -141,7 +141,7 @@ class StragglerDetector:
                 out[int(r["window"])].append(r)
             return out
 
-        run = (ctx.epoch.index if ctx.epoch is not None else -1, repr(phases), repr(s))
+        run = (ctx.epoch.index if ctx.epoch is not None else -1, sorted(phases.kinds.items()), repr(s))
         none: list[dict[str, Any]] = []
         kept = kept_windows(ctx, "straggler.ranks", run, lo, hi, read, none)
         return [r for w in range(lo, hi + 1) for r in kept[w]]
