@@ -21,7 +21,7 @@ from functools import cached_property
 from typing import Any, Literal, Protocol
 
 from vigil.analyzer.settings import AnalyzerSettings
-from vigil.clickhouse.query import QueryClient
+from vigil.clickhouse.query import QueryClient, QueryResult
 
 Severity = Literal["info", "warning", "error", "critical"]
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -130,18 +130,19 @@ class EvalContext:
         return {"b0": ch_time(start), "b1": ch_time(bucket_of(self.at))}
 
     def rows(self, sql: str, **params: Any) -> list[dict[str, Any]]:
-        params = {"job": self.job, "at": ch_time(self.at), **params}
-        result = self.client.query(sql, parameters=params)
+        result = self._query(sql, params)
         names = list(result.column_names)
         return [dict(zip(names, r, strict=True)) for r in result.result_rows]
 
     def columns(self, sql: str, **params: Any) -> dict[str, Sequence[Any]]:
         """Like `rows`, a column per name: for results of many rows (no dict per row)."""
-        params = {"job": self.job, "at": ch_time(self.at), **params}
-        result = self.client.query(sql, parameters=params)
+        result = self._query(sql, params)
         names = list(result.column_names)
         cols = list(zip(*result.result_rows, strict=True)) or [() for _ in names]
         return dict(zip(names, cols, strict=True))
+
+    def _query(self, sql: str, params: Mapping[str, Any]) -> QueryResult:
+        return self.client.query(sql, parameters={"job": self.job, "at": ch_time(self.at), **params})
 
     def ago(self, seconds: float) -> str:
         return ch_time(self.at - timedelta(seconds=seconds))

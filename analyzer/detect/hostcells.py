@@ -17,9 +17,8 @@ entry per (compute phase, host) of the window's judged stage groups.
 from __future__ import annotations
 
 import math
-import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -72,7 +71,7 @@ def _window(cols: Mapping[str, Sequence[Any]], idx: Sequence[int], w: int, peers
 
 
 def windows(ctx: EvalContext, key: object, cells_sql: str, params: Mapping[str, object], peers: Mapping[str, str],
-            lo: int, hi: int, s: StragglerSettings, *, clock: Callable[[], float] = time.monotonic) -> dict[int, Window]:
+            lo: int, hi: int, s: StragglerSettings) -> dict[int, Window]:
     """Windows lo..hi, each judged against its stage groups (kept across the walk under `key`)."""
     def read(a: int, b: int) -> dict[int, Window]:
         cols = ctx.columns(cells_sql, **params, lo=a, hi=b)
@@ -82,7 +81,7 @@ def windows(ctx: EvalContext, key: object, cells_sql: str, params: Mapping[str, 
         return {w: _window(cols, idx, w, peers, s) for w, idx in by_window.items()}
 
     full_key = (key, tuple(sorted(peers.items())), s.min_hosts, s.min_excess_ms, s.min_slowdown_pct, s.z)
-    return kept_windows(ctx, "straggler.hosts", full_key, lo, hi, read, Window(), clock)
+    return kept_windows(ctx, "straggler.hosts", full_key, lo, hi, read, Window())
 
 
 def flagged(ws: Mapping[int, Window], lo: int, hi: int) -> tuple[Flags, dict[int, datetime]]:
@@ -101,24 +100,26 @@ def shifted(ws: Mapping[int, Window], base_lo: int, lo: int, hi: int, s: Straggl
     """Add the windows lo..hi where a host is slower than its own usual level (its ratio to its stage group's
     median over base_lo..lo-1, at least `self_min_windows` of them); a window flagged both ways counts once.
 
-    A host's usual level is worked out only when one of its judged windows is a candidate (`shift` at least
-    `min_slowdown_pct` and its excess at least `min_excess_ms` over the usual level): the baseline is every
-    judged window's, the spread only a candidate's."""
+    Each host's usual level is worked out once per run; its spread (a second sort) only for a host with a
+    candidate window (`shift` at least `min_slowdown_pct` and at least `min_excess_ms` over the usual level)."""
     before = [ws[w].ratios for w in range(base_lo, lo)]
-    levels: dict[tuple[str, str], tuple[float, float] | None] = {}
+    usual: dict[tuple[str, str], tuple[float, list[float]] | None] = {}  # (phase, host) -> (level, its ratios)
+    spread: dict[tuple[str, str], float] = {}
     for w in range(lo, hi + 1):
         window = ws[w]
         for key, ratio in window.ratios.items():
-            if key not in levels:
-                levels[key] = _usual(key, before, s)
-            level = levels[key]
+            if key not in usual:
+                usual[key] = _usual(key, before, s)
+            level = usual[key]
             if level is None:
                 continue
-            base, mad_of = level
+            base, xs = level
             mean_ms, end, med = window.cells[key]
             if (ratio / base - 1) * 100 < s.min_slowdown_pct or mean_ms - med * base < s.min_excess_ms:
                 continue
-            mad = mad_of if mad_of >= 0 else _mad(key, before, base, levels)
+            if key not in spread:
+                spread[key] = upper_median([abs(v - base) for v in xs]) * MAD_SCALE
+            mad = spread[key]
             if mad != 0 and (ratio - base) / mad < s.z:
                 continue
             if any(h.window == w for h in flags.get(key, ())):
@@ -129,18 +130,10 @@ def shifted(ws: Mapping[int, Window], base_lo: int, lo: int, hi: int, s: Straggl
 
 
 def _usual(key: tuple[str, str], before: Sequence[Mapping[tuple[str, str], float]],
-           s: StragglerSettings) -> tuple[float, float] | None:
-    """(the host's usual ratio, -1: its spread not yet worked out), or None: too few windows, or no level."""
+           s: StragglerSettings) -> tuple[float, list[float]] | None:
+    """(the host's usual ratio, its baseline ratios), or None: too few windows, or no level to be slower than."""
     xs = [r for r in (d.get(key) for d in before) if r is not None]
     if len(xs) < s.self_min_windows:
         return None
     base = upper_median(xs)
-    return (base, -1.0) if base > 0 else None  # a usual level of 0: nothing to be slower than
-
-
-def _mad(key: tuple[str, str], before: Sequence[Mapping[tuple[str, str], float]], base: float,
-         levels: dict[tuple[str, str], tuple[float, float] | None]) -> float:
-    xs = [r for r in (d.get(key) for d in before) if r is not None]
-    mad = upper_median([abs(v - base) for v in xs]) * MAD_SCALE
-    levels[key] = (base, mad)
-    return mad
+    return (base, xs) if base > 0 else None  # a usual level of 0: nothing to be slower than
