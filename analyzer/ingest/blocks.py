@@ -20,6 +20,14 @@ beyond it fails the insert with a ValueError naming the column (the data's fault
 A column the engine parses faster through an input of another type (`INPUTS`: step_timings'
 maps arrive as Map(String, ...) and are stored with LowCardinality keys) is sent under the
 input's name once its migration has made it.
+
+The hot raw tables (`UNMERGED`) are written without the engine's merge of the block on insert
+(`optimize_on_insert = 0`): a ReplacingMergeTree insert otherwise collapses rows of the block that
+share a sorting key, a pass over every row that cost ~2 us per step row (~30 % of the insert with
+its rollups, bench/RESULTS.md). It can collapse nothing there: those tables get one row per event,
+their sorting key ends with `event_id`, and the writer drops an event repeated in its batch
+(tests/analyzer/test_blocks.py checks the three facts). Their rollups are GROUP BY views whose
+rows of one block already differ by the target's key; merges still collapse across parts.
 """
 
 from __future__ import annotations
@@ -35,7 +43,10 @@ Columns = dict[str, list[Any]]
 DEDUP = {"insert_deduplicate": 1, "deduplicate_blocks_in_dependent_materialized_views": 1}
 INPUTS = {"step_timings": {"phases": "phases_in", "phase_kinds": "phase_kinds_in"}}
 """Columns a table reads through an input of a faster-to-parse type (migration 0195): row column -> input."""
+UNMERGED = frozenset({"step_timings", "heartbeats", "nic_counters"})
+"""Tables whose rows of one insert block never share a sorting key (see the module docstring)."""
 _READ = {"date_time_input_format": "best_effort"}
+_UNMERGED = {"optimize_on_insert": 0}
 _encode = msgspec.json.Encoder().encode
 _RANGE = {f"{s}Int{b}": ((-(2 ** (b - 1)), 2 ** (b - 1) - 1) if s == "" else (0, 2**b - 1))
           for s in ("", "U") for b in (8, 16, 32, 64)}
@@ -94,4 +105,6 @@ class BlockInserter:
         if inputs:
             cols = {inputs.get(n, n): v for n, v in cols.items()}
         settings: dict[str, Any] = {**_READ, **DEDUP, "insert_deduplication_token": token} if token else dict(_READ)
+        if table in UNMERGED:
+            settings.update(_UNMERGED)
         self._client.raw_insert(table, list(cols), _encode(cols), settings=settings, fmt="JSONColumns")
