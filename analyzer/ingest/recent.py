@@ -25,11 +25,54 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from operator import attrgetter
+from itertools import compress, pairwise
+from operator import attrgetter, ne, not_, or_
 from typing import Any
 
 _JOB, _HOST, _TS, _EVENT_ID = (attrgetter(n) for n in ("job_id", "host", "ts", "event_id"))
 _TIMESTAMP = datetime.timestamp
+_INF = float("inf")
+
+
+@dataclass(frozen=True)
+class Marks:
+    """What the window reads of a batch's events, one list per field, made a column at a time in C: each event's
+    job, host, event time (epoch seconds) and id hash, and where each run of consecutive events of one host
+    and second starts (then the end). A host's events come in runs (its ranks' steps, its NICs), so the
+    window's work is per run. The writer makes them once for `split` and `add_all`."""
+
+    jobs: list[str]
+    hosts: list[str]
+    times: list[float]
+    hashes: list[int]
+    runs: list[int]
+
+    @classmethod
+    def of(cls, events: Sequence[Any]) -> Marks:
+        """Events need `job_id`, `host`, `ts`, `event_id`."""
+        return cls.made(list(map(_JOB, events)), list(map(_HOST, events)), list(map(_TIMESTAMP, map(_TS, events))),
+                        list(map(hash, map(_EVENT_ID, events))))
+
+    @classmethod
+    def made(cls, jobs: list[str], hosts: list[str], times: list[float], hashes: list[int]) -> Marks:
+        secs = list(map(int, times))
+        cuts = map(or_, map(or_, map(ne, hosts[1:], hosts), map(ne, secs[1:], secs)), map(ne, jobs[1:], jobs))
+        return cls(jobs, hosts, times, hashes, [0, *compress(range(1, len(times)), cuts), len(times)])
+
+    def __add__(self, other: Marks) -> Marks:
+        """These events then `other`'s (a run may end where the other's first starts: runs need not be longest)."""
+        n = len(self.times)
+        return Marks(self.jobs + other.jobs, self.hosts + other.hosts, self.times + other.times,
+                     self.hashes + other.hashes, self.runs[:-1] + [n + i for i in other.runs] if n else other.runs)
+
+    def where(self, keep: Sequence[bool]) -> Marks:
+        """The marks of the events whose `keep` is true."""
+        return Marks.made(list(compress(self.jobs, keep)), list(compress(self.hosts, keep)),
+                          list(compress(self.times, keep)), list(compress(self.hashes, keep)))
+
+
+def _inside(t: float, bounds: tuple[float, float]) -> bool:
+    return t > bounds[0] and t >= bounds[1]
 
 
 def _insert(buckets: deque[tuple[int, list[int]]], sec: int, hashes: list[int]) -> None:
@@ -77,29 +120,37 @@ class RecentIds:
         t = ts.timestamp()
         return t > j.since and t >= j.newest - self.window_s
 
-    def split(self, events: Sequence[Any]) -> tuple[list[Any], list[Any], int]:
+    def split(self, events: Sequence[Any], marks: Marks | None = None) -> tuple[list[Any], list[Any], int]:
         """A batch's events judged at once, as `covered` and `seen` judge each: (those the window knows are not
-        stored, those it cannot judge (look them up), how many it knows are stored). One window look-up per
-        run of a host's events; events need `job_id`, `host`, `ts`, `event_id`."""
-        fresh: list[Any] = []
-        unknown: list[Any] = []
-        stored = 0
-        ids, jobs, window = self._ids, self._jobs, self.window_s
-        last_job = last_host = None
-        since = lo = float("-inf")
-        for e, t in zip(events, map(_TIMESTAMP, map(_TS, events)), strict=True):
-            if e.host != last_host or e.job_id != last_job:
-                last_job, last_host = e.job_id, e.host
-                j = jobs.get((last_job, last_host))
-                since, lo = (float("-inf"), float("-inf")) if j is None else (j.since, j.newest - window)
-            if t > since and t >= lo:
-                if hash(e.event_id) in ids:
-                    stored += 1
-                else:
-                    fresh.append(e)
-            else:
-                unknown.append(e)
-        return fresh, unknown, stored
+        stored, those it cannot judge (look them up), how many it knows are stored). Events need `job_id`,
+        `host`, `ts`, `event_id`. Per batch, not per event, where it can be: a host whose oldest event of the
+        batch is covered has all of them covered, and the ids are matched against the window in one set
+        operation; only a host straddling its bounds is judged event by event."""
+        m = marks or Marks.of(events)
+        jobs, hosts, times, hashes = m.jobs, m.hosts, m.times, m.hashes
+        oldest: dict[tuple[str, str], float] = {}
+        for a, b in pairwise(m.runs):
+            key, t = (jobs[a], hosts[a]), min(times[a:b])
+            if t < oldest.get(key, _INF):
+                oldest[key] = t
+        straddling = {key: bd for key, t in oldest.items() if not _inside(t, bd := self._bounds(key))}
+        if straddling:
+            inside = [(key := (j, h)) not in straddling or _inside(t, straddling[key])
+                      for j, h, t in zip(jobs, hosts, times, strict=True)]
+            unknown = [e for e, ok in zip(events, inside, strict=True) if not ok]
+            events, hashes = list(compress(events, inside)), list(compress(hashes, inside))
+        else:
+            unknown = []
+        seen = self._ids.intersection(hashes)
+        if not seen:
+            return list(events), unknown, 0
+        fresh = list(compress(events, map(not_, map(seen.__contains__, hashes))))
+        return fresh, unknown, len(events) - len(fresh)
+
+    def _bounds(self, key: tuple[str, str]) -> tuple[float, float]:
+        """(since, lowest covered time) of a host: an event at t is covered when t > since and t >= lowest."""
+        j = self._jobs.get(key)
+        return (-_INF, -_INF) if j is None else (j.since, j.newest - self.window_s)
 
     def seen(self, event_id: str) -> bool:
         return hash(event_id) in self._ids
@@ -124,14 +175,17 @@ class RecentIds:
         if t > j.newest:
             j.newest = t
 
-    def add_all(self, events: Sequence[Any]) -> None:
+    def add_all(self, events: Sequence[Any], marks: Marks | None = None) -> None:
         """`add` for many events (with `job_id`, `host`, `ts`, `event_id`): each host's newest of the batch first,
-        then one pass that appends to the newest bucket while the seconds run in order (the common case)."""
-        keys = list(zip(map(_JOB, events), map(_HOST, events), strict=True))
-        times = list(map(_TIMESTAMP, map(_TS, events)))
+        then one pass over the runs of events of one host and second (a host's events come in runs), each
+        appended to its bucket at once."""
+        m = marks or Marks.of(events)
+        times, hashes = m.times, m.hashes
+        runs = [((m.jobs[a], m.hosts[a]), a, b) for a, b in pairwise(m.runs)]
         top: dict[tuple[str, str], float] = {}
-        for key, t in zip(keys, times, strict=True):
-            if t > top.get(key, float("-inf")):
+        for key, a, b in runs:
+            t = max(times[a:b])
+            if t > top.get(key, -_INF):
                 top[key] = t
         jobs, window = self._jobs, self.window_s
         limits: dict[tuple[str, str], float] = {}
@@ -142,22 +196,25 @@ class RecentIds:
             j.newest = max(j.newest, t)
             limits[key] = j.newest - window  # older ones would never be covered, nor kept by `evict`
         kept: list[int] = []
-        last: tuple[str, str] | None = None
-        buckets: deque[tuple[int, list[int]]] = deque()
-        limit = float("inf")
-        for key, t, h in zip(keys, times, map(hash, map(_EVENT_ID, events)), strict=True):
-            if key != last:
-                last, buckets, limit = key, jobs[key].buckets, limits[key]
-            if t < limit:
+        for key, a, b in runs:
+            sec = int(times[a])
+            limit = limits[key]
+            if sec >= limit:
+                ids = hashes[a:b]
+            elif sec + 1 <= limit:
                 continue
-            kept.append(h)
-            sec = int(t)
+            else:  # the limit falls inside this second
+                ids = [h for h, t in zip(hashes[a:b], times[a:b], strict=True) if t >= limit]
+                if not ids:
+                    continue
+            kept += ids
+            buckets = jobs[key].buckets
             if buckets and buckets[-1][0] == sec:
-                buckets[-1][1].append(h)
+                buckets[-1][1].extend(ids)
             elif not buckets or buckets[-1][0] < sec:
-                buckets.append((sec, [h]))
+                buckets.append((sec, ids))
             else:  # out of order within the window (rare)
-                _insert(buckets, sec, [h])
+                _insert(buckets, sec, ids)
         self._ids.update(kept)
 
     def evict(self) -> None:

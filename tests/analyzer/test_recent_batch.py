@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from vigil.analyzer.ingest.recent import RecentIds
+from vigil.analyzer.ingest.recent import Marks, RecentIds, _Job
 
 pytestmark = [pytest.mark.pure]
 T0 = datetime(2026, 11, 1, 12, tzinfo=UTC)
@@ -46,14 +46,37 @@ def test_batch_methods_agree_with_per_event_ones(seed: int) -> None:
     for b in range(6):
         batch = stream(rng, 2_000, start=b * 100)
         probes = batch[::3] + stream(rng, 300, start=b * 100 + 90) + batch[:50]
+        for e in batch:  # add_all keeps what is inside the window of each host's newest of the batch
+            j = one._jobs.setdefault((e.job_id, e.host), _Job())
+            j.newest = max(j.newest, e.ts.timestamp())
         for e in batch:
             one.add(e.job_id, e.host, e.ts, e.event_id)
         bulk.add_all(batch)
         one.evict()
         bulk.evict()
+        assert bulk._jobs == one._jobs and bulk._ids == one._ids, "the same buckets, in the same order"
         want = [answer(one, e) for e in probes]
         assert [answer(bulk, e) for e in probes] == want
         fresh, unknown, stored = bulk.split(probes)
         assert [e for e, a in zip(probes, want, strict=True) if a == "new"] == fresh
         assert [e for e, a in zip(probes, want, strict=True) if a == "look up"] == unknown
         assert stored == want.count("stored") > 0 and unknown and fresh
+
+
+def test_marks_joined_or_filtered_judge_as_made_afresh() -> None:
+    """The writer joins each hot kind's marks and filters out refused events: the window reads them the same."""
+    rng = random.Random(7)
+    batch = stream(rng, 3_000, start=0)
+    keep = [rng.random() < 0.9 for _ in batch]
+    kept = [e for e, k in zip(batch, keep, strict=True) if k]
+    assert Marks.of(batch).where(keep) == Marks.of(kept)
+    cut = 1_234
+    joined = Marks.of(batch[:cut]) + Marks.of(batch[cut:])
+    assert (joined.jobs, joined.hosts, joined.times, joined.hashes) == (
+        (m := Marks.of(batch)).jobs, m.hosts, m.times, m.hashes)
+    fresh, made = RecentIds(window_s=30), RecentIds(window_s=30)
+    fresh.add_all(batch, joined)
+    made.add_all(batch)
+    assert fresh._jobs == made._jobs and fresh._ids == made._ids
+    probes = stream(rng, 500, start=60) + batch[::7]
+    assert fresh.split(probes, Marks.of(probes[:100]) + Marks.of(probes[100:])) == made.split(probes)
