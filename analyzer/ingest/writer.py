@@ -36,7 +36,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from operator import attrgetter
+from itertools import compress
 from typing import Any, TypeVar
 
 from vigil.analyzer.ingest.blocks import BlockInserter, Columns, columns, concat, height
@@ -44,7 +44,8 @@ from vigil.analyzer.ingest.columns import BUILDERS
 from vigil.analyzer.ingest.intents import IntentLedger
 from vigil.analyzer.ingest.lookup import StoredIds
 from vigil.analyzer.ingest.processors import LOOKUP, RECENT, Row, TableRow, process
-from vigil.analyzer.ingest.recent import RecentIds
+from vigil.analyzer.ingest.recent import Marks, RecentIds
+from vigil.analyzer.ingest.staging import Staged, stage
 from vigil.clickhouse.failures import is_data_error, is_transient, splits
 from vigil.contract.fastwire import Ingestable
 from vigil.errors import Unreachable, one_line
@@ -54,13 +55,11 @@ from vigil.kafka.deadletter import DeadLetter, DeadLetterSink, clean_utf8
 T = TypeVar("T")
 
 
-_EVENT_ID = attrgetter("event_id")
-
-
 @dataclass
 class _Prepared:
     tables: dict[str, Columns]  # table -> its rows of the batch, column-oriented
     recent: list[Ingestable]  # high-volume events of the batch, for the window once stored
+    marks: Marks  # what the window reads of them
 
 
 @dataclass(kw_only=True)
@@ -74,7 +73,7 @@ class ClickHouseWriter:
     rows_written: int = 0
     skipped_duplicates: int = 0
     looked_up: int = 0  # events checked against ClickHouse (the window could not judge them)
-    seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(("intent", "prepare", "insert"), 0.0))
+    seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(("stage", "intent", "prepare", "insert"), 0.0))
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
@@ -86,6 +85,7 @@ class ClickHouseWriter:
         self._tokened: set[str] = set()  # tables that deduplicate inserts by token (migration 0140)
         self._recorded = ""
         self._prepared: tuple[str, _Prepared] | None = None
+        self._staged: Staged | None = None  # the next batch, staged ahead by the consumer's thread
 
     def intents(self, partitions: Sequence[Partition]) -> dict[Partition, Intent]:
         with self._lock:
@@ -136,30 +136,41 @@ class ClickHouseWriter:
                 raise
             bad = self._isolate(list(events), batch, exc, "")
         refused = {u.event.event_id for u in bad}
-        self.recent.add_all([e for e in prepared.recent if e.event_id not in refused] if refused else prepared.recent)
+        if refused:
+            keep = [e.event_id not in refused for e in prepared.recent]
+            self.recent.add_all(list(compress(prepared.recent, keep)), prepared.marks.where(keep))
+        else:
+            self.recent.add_all(prepared.recent, prepared.marks)
         self.recent.evict()
         self._prepared = None
         return bad
 
+    def stage(self, events: Sequence[Ingestable]) -> None:
+        """Stage the next batch ahead (`staging`), on the consumer's thread while this one writes the batch before
+        (`vigil.kafka.consumer.Staging`); `write` of the same list uses it. Holds no lock: pure work, one slot."""
+        t = time.perf_counter()
+        self._staged = stage(events)
+        self.seconds["stage"] += time.perf_counter() - t
+
     def _prepare(self, events: Sequence[Ingestable], batch: BatchId | None, check_all: bool = False) -> _Prepared:
-        ids = list(map(_EVENT_ID, events))
-        first = dict(zip(reversed(ids), range(len(ids) - 1, -1, -1), strict=True))  # event_id -> first position
-        unique = list(events) if len(first) == len(ids) else [events[i] for i in sorted(first.values())]
-        self.skipped_duplicates += len(events) - len(unique)
+        staged = self._staged
+        if staged is None or not staged.of(events):
+            staged = stage(events, build=False)
+        self.skipped_duplicates += staged.repeats
         window = not check_all and batch is not None and batch.first_attempt is None and not batch.recheck
-        by_kind: dict[str, list[Ingestable]] = defaultdict(list)
-        for e in unique:
-            by_kind[e.kind].append(e)
         tables: dict[str, Columns] = {}
         recent: list[Ingestable] = []
+        marks = Marks.made([], [], [], [])
         rows: dict[str, list[Row]] = defaultdict(list)  # kinds without a column builder
         checked: dict[str, list[Row]] = defaultdict(list)  # their rows the window cannot vouch for, per table
-        for kind, group in by_kind.items():
+        for kind, group in staged.groups.items():
             hot = kind in RECENT
             if hot:
+                marked = staged.marks[kind]
                 recent += group
+                marks += marked
             if hot and window:
-                fresh, unknown, seen = self.recent.split(group)
+                fresh, unknown, seen = self.recent.split(group, marked)
                 self.skipped_duplicates += seen
             elif self.check_existing:
                 fresh, unknown = [], group
@@ -175,7 +186,8 @@ class ClickHouseWriter:
                     self.skipped_duplicates += len(stored)
                     fresh += [e for e in unknown if e.event_id not in stored]
                 if fresh:
-                    tables[table] = build(fresh)
+                    whole = not unknown and len(fresh) == len(group)  # fresh is a subset of group, in its order
+                    tables[table] = staged.built[kind] if whole and kind in staged.built else build(fresh)
                 continue
             for e in fresh:
                 for table, row in process(e):
@@ -193,7 +205,7 @@ class ClickHouseWriter:
         for table, rows_ in rows.items():
             if rows_:
                 tables[table] = concat(tables.get(table, {}), columns(rows_))
-        return _Prepared(tables=dict(sorted(tables.items())), recent=recent)
+        return _Prepared(tables=dict(sorted(tables.items())), recent=recent, marks=marks)
 
     def _lookup(self, table: str, cols: Columns, batch: BatchId | None) -> set[str]:
         """The event_ids of `cols` that `table` holds (a table that ignores tokens must not take a re-cut's rows

@@ -76,6 +76,43 @@ def test_batched_round_trip_keeps_every_event(topics: VigilSettings) -> None:
     assert per_host == sorted(per_host), "one host's events stay ordered"
 
 
+class StagingWriter(ListWriter):
+    """Holds the first write until the consumer has staged the batch after it (or 30 s pass)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.staged: list[tuple[Sequence[Event], int]] = []
+        self.written: list[Sequence[Event]] = []
+        self.ahead = threading.Event()
+
+    def stage(self, events: Sequence[Event]) -> None:
+        self.staged.append((events, len(events)))
+        self.ahead.set()
+
+    def write(self, events: Sequence[Event], batch: object = None) -> list[Unstorable]:
+        if not self.written:
+            self.ahead.wait(30)
+        self.written.append(events)
+        return super().write(events, batch)
+
+
+def test_a_staging_writer_gets_each_next_batch_ahead_on_the_consumer_thread(topics: VigilSettings) -> None:
+    """While a batch is written, the next one is staged, then handed over as that very list, unchanged."""
+    producer = EventProducer(settings=topics, bootstrap=str(topics.kafka_bootstrap), batch_events=100)
+    sent = steps(1000)
+    producer.send(sent)
+    producer.flush()
+    writer = StagingWriter()
+    consumer = make_consumer(topics, writer, producer, max_batch_events=200)
+    consume_until(consumer, lambda: len(writer.events) >= 1000)
+    consumer.close()
+    assert sorted(e.event_id for e in writer.events) == sorted(e.event_id for e in sent)
+    assert writer.staged, "the batch after the one in flight was staged"
+    for events, size in writer.staged:
+        assert any(w is events for w in writer.written) and len(events) == size
+    assert writer.staged[0][0] is writer.written[1], "the first staged batch is the second written"
+
+
 def test_bad_records_go_to_dead_letters_and_consumption_continues(topics: VigilSettings) -> None:
     bootstrap = str(topics.kafka_bootstrap)
     producer = EventProducer(settings=topics, bootstrap=bootstrap)

@@ -7,7 +7,10 @@ its identity, a `BatchId`: the offset range it covers on each partition. Only on
 batch and its dead letters are durably stored are the offsets committed. With `pipeline`
 (the default) a batch is written on a writer thread while the next one is read and decoded
 (the engine releases the GIL while it inserts); one batch is in flight at most, and its
-commit comes before the next batch is handed over, so crash semantics do not change.
+commit comes before the next batch is handed over, so crash semantics do not change. A
+`Staging` writer is handed the next batch's events once more, on this thread, before it waits
+for the one in flight: work that needs no earlier batch is done there, in the time the engine
+inserts.
 
 Exactly once. The writer records the batch's ranges (an intent) before writing and inserts
 under a token derived from them. A consumer that is assigned a partition whose latest
@@ -115,6 +118,15 @@ class BatchWriter(Protocol):
         """Store the events (`Ingestable`s) durably before returning (writing the same BatchId again stores
         nothing twice); raise while the store fails (`Unreachable` when that is transient); return the
         events that can never be stored."""
+
+
+@runtime_checkable
+class Staging(Protocol):
+    """A writer that does part of a batch's work ahead, on the consumer's thread, while the batch before is written
+    (with `pipeline`): `stage` needs nothing of earlier batches and changes nothing `write` relies on but its own
+    result, which `write` of the same event list uses (and ignores if the list changed after)."""
+
+    def stage(self, events: Sequence[Any]) -> None: ...
 
 
 @runtime_checkable
@@ -316,6 +328,8 @@ class BatchingConsumer:
 
     def _hand_over(self, stop: threading.Event | None) -> None:
         """Write the current batch: on the writer thread when pipelined, else here (with retries)."""
+        if self._pool is not None and self._inflight is not None and isinstance(self.writer, Staging):
+            self.writer.stage(self._batch.events)  # while the batch before is written
         self._reap(stop, wait=True)  # one batch in flight at most: its commit comes before the next write
         taken, bid = self._take(None)
         if self._pool is not None:
