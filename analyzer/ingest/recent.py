@@ -57,7 +57,7 @@ class Marks:
     def made(cls, jobs: list[str], hosts: list[str], times: list[float], hashes: list[int]) -> Marks:
         secs = list(map(int, times))
         cuts = map(or_, map(or_, map(ne, hosts[1:], hosts), map(ne, secs[1:], secs)), map(ne, jobs[1:], jobs))
-        return cls(jobs, hosts, times, hashes, [0, *compress(range(1, len(times)), cuts), len(times)])
+        return cls(jobs, hosts, times, hashes, [0, *compress(range(1, len(times)), cuts), len(times)] if times else [0])
 
     def __add__(self, other: Marks) -> Marks:
         """These events then `other`'s (a run may end where the other's first starts: runs need not be longest)."""
@@ -199,7 +199,7 @@ class RecentIds:
         for key, a, b in runs:
             sec = int(times[a])
             limit = limits[key]
-            if sec >= limit:
+            if sec >= limit and sec > 0:  # every time of the run is >= sec (not so below 1 s: int() rounds to 0)
                 ids = hashes[a:b]
             elif sec + 1 <= limit:
                 continue

@@ -134,7 +134,7 @@ class ClickHouseWriter:
         except Exception as exc:
             if not (is_data_error(exc) or splits(exc)):
                 raise
-            bad = self._isolate(list(events), batch, exc, "")
+            bad = self._isolate(_first_of_each(events), batch, exc, "")  # a repeat in both halves: stored twice
         refused = {u.event.event_id for u in bad}
         if refused:
             keep = [e.event_id not in refused for e in prepared.recent]
@@ -186,7 +186,7 @@ class ClickHouseWriter:
                     self.skipped_duplicates += len(stored)
                     fresh += [e for e in unknown if e.event_id not in stored]
                 if fresh:
-                    whole = not unknown and len(fresh) == len(group)  # fresh is a subset of group, in its order
+                    whole = not unknown and len(fresh) == len(group)  # fresh holds every event of the group
                     tables[table] = staged.built[kind] if whole and kind in staged.built else build(fresh)
                 continue
             for e in fresh:
@@ -243,6 +243,15 @@ class ClickHouseWriter:
             by_table[table].append(row)
         for table, batch in by_table.items():
             self._blocks.insert(table, columns(batch), None)
+
+
+def _first_of_each(events: Sequence[Ingestable]) -> list[Ingestable]:
+    """The events without repeats of an event_id (the first one kept), in order. A re-cut batch's halves are
+    judged against what was stored before its intent: one event in both would be stored by each."""
+    first: dict[str, Ingestable] = {}
+    for e in events:
+        first.setdefault(e.event_id, e)
+    return list(first.values())
 
 
 @dataclass(kw_only=True)

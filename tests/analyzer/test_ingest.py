@@ -191,3 +191,27 @@ def test_a_batch_on_more_days_than_one_insert_may_partition_is_split_not_retried
     writer = ClickHouseWriter(client=client, check_existing=False)
     assert writer.write(events) == []
     assert scalar(client, "SELECT uniqExact(step) FROM step_timings WHERE job_id = 'days'") == 150
+
+
+def test_a_re_cut_batch_split_in_halves_stores_an_event_repeated_across_them_once(clickhouse_dsn: str) -> None:
+    """A re-cut batch (its intent recorded before a crash) is judged against what was stored before the intent: an
+    event in both halves of a split must not be stored by each (raw rows and the rollups' sums)."""
+    import uuid
+    from datetime import UTC, datetime, timedelta
+
+    from vigil.analyzer.ingest.writer import ClickHouseWriter
+    from vigil.app.components import migrate_all
+    from vigil.kafka.consumer import BatchId, OffsetRange
+
+    client = connect(clickhouse_dsn, database=f"t_{uuid.uuid4().hex[:10]}")
+    migrate_all(client, 400)
+    start = datetime.now(UTC) - timedelta(days=150)
+    events = [e for d in range(150) for e in steps("recut", 1, 1, gpus=1, start=start + timedelta(days=d))]
+    events = [e.model_copy(update={"step": i}) for i, e in enumerate(events)]
+    replay = BatchId(ranges=(OffsetRange(topic="t", partition=0, first=0, last=150),),
+                     first_attempt=datetime.now(UTC) - timedelta(minutes=1))
+    writer = ClickHouseWriter(client=client)
+    assert writer.write([*events, events[0]], replay) == []  # over 100 partitions: split in halves
+    assert scalar(client, f"SELECT count() FROM step_timings WHERE event_id = '{events[0].event_id}'") == 1
+    assert scalar(client, "SELECT count() FROM step_timings WHERE job_id = 'recut'") == 150
+    assert scalar(client, "SELECT sum(ranks) FROM job_steps WHERE job_id = 'recut'") == 150

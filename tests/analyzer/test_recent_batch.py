@@ -22,12 +22,12 @@ class Ev:
     event_id: str
 
 
-def stream(rng: random.Random, n: int, start: float) -> list[Ev]:
+def stream(rng: random.Random, n: int, start: float, t0: datetime = T0) -> list[Ev]:
     """Hosts interleaved, mostly in time order, some late (out of order, some beyond the window)."""
     out = []
     for i in range(n):
         t = start + i / 20 - (rng.choice([0, 0, 0, 5, 90]) if rng.random() < 0.1 else 0)
-        out.append(Ev(f"j{i % 2}", f"h{rng.randrange(6)}", T0 + timedelta(seconds=t), f"e{start}-{i}-{rng.random()}"))
+        out.append(Ev(f"j{i % 2}", f"h{rng.randrange(6)}", t0 + timedelta(seconds=t), f"e{start}-{i}-{rng.random()}"))
     return out
 
 
@@ -80,3 +80,32 @@ def test_marks_joined_or_filtered_judge_as_made_afresh() -> None:
     assert fresh._jobs == made._jobs and fresh._ids == made._ids
     probes = stream(rng, 500, start=60) + batch[::7]
     assert fresh.split(probes, Marks.of(probes[:100]) + Marks.of(probes[100:])) == made.split(probes)
+
+
+def test_around_the_epoch_the_batch_methods_agree_too() -> None:
+    """Times below 1 s and negative ones (int() rounds them towards 0): the same buckets as per-event adds."""
+    rng = random.Random(3)
+    epoch = datetime(1970, 1, 1, tzinfo=UTC) - timedelta(seconds=300)
+    one, bulk = RecentIds(window_s=30), RecentIds(window_s=30)
+    for b in range(6):
+        batch = stream(rng, 2_000, start=b * 100, t0=epoch)
+        for e in batch:
+            j = one._jobs.setdefault((e.job_id, e.host), _Job())
+            j.newest = max(j.newest, e.ts.timestamp())
+        for e in batch:
+            one.add(e.job_id, e.host, e.ts, e.event_id)
+        bulk.add_all(batch)
+        assert bulk._jobs == one._jobs and bulk._ids == one._ids
+
+
+def test_no_hot_event_at_all() -> None:
+    """A batch of other kinds only (an alert, a log line), or whose hot events were all refused: nothing to do."""
+    w = RecentIds()
+    assert w.split([]) == ([], [], 0)
+    w.add_all([])
+    w.add_all([], Marks.of([]) + Marks.of([]))
+    batch = stream(random.Random(1), 10, start=0)
+    assert Marks.of(batch) + Marks.of([]) == Marks.of(batch) == Marks.of([]) + Marks.of(batch)
+    assert Marks.of(batch).where([False] * 10) == Marks.of([])
+    w.add_all(batch, Marks.of(batch) + Marks.of([]))
+    assert len(w) == 10

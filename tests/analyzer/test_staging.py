@@ -78,3 +78,18 @@ def test_a_staged_batch_is_written_as_one_prepared_by_the_writer(clickhouse_dsn:
     assert all(n == 1 for table in rows.values() for _, n in table)
     assert len(rows["step_timings"]) == 3 * 8 * 2 and len(rows["nic_counters"]) == 4 and len(rows["heartbeats"]) == 1
     assert results[1][2] == 3, "two re-sends and one repeat dropped"
+
+
+def test_a_batch_without_hot_events_is_written(clickhouse_dsn: str, database: str) -> None:
+    """A quiet second's batch: only a log line and an exit (no step, heartbeat or NIC sample), staged or not."""
+    from vigil.contract import LogLine, ProcessExit
+
+    client = connect(clickhouse_dsn, database=database)
+    writer = ClickHouseWriter(client=client)
+    quiet = [LogLine(job_id="stg", host="h0", category="nccl", severity="error", message="NCCL WARN x"),
+             ProcessExit(job_id="stg", host="h0", pid=7, exit_code=1)]
+    assert writer.write(quiet[:1], batch_id(0)) == []
+    writer.stage(quiet[1:])
+    assert writer.write(quiet[1:], batch_id(1)) == []
+    assert client.query("SELECT count() FROM log_lines").result_rows[0][0] == 1
+    assert client.query("SELECT count() FROM process_exits").result_rows[0][0] == 1
