@@ -43,11 +43,16 @@ class Staged:
         return self.events is events and self.size == len(events)
 
 
-def stage(events: Sequence[Ingestable], build: bool = True) -> Staged:
-    """Stage a batch; `build=False` leaves the columns to the writer (a batch it splits in halves)."""
+def first_of_each(events: Sequence[Ingestable]) -> list[Ingestable]:
+    """The events without repeats of an event_id (the first one kept), in order."""
     ids = list(map(_EVENT_ID, events))
     first = dict(zip(reversed(ids), range(len(ids) - 1, -1, -1), strict=True))  # event_id -> first position
-    unique = list(events) if len(first) == len(ids) else [events[i] for i in sorted(first.values())]
+    return list(events) if len(first) == len(ids) else [events[i] for i in sorted(first.values())]
+
+
+def stage(events: Sequence[Ingestable], build: bool = True) -> Staged:
+    """Stage a batch; `build=False` leaves the columns to the writer (a batch it splits in halves)."""
+    unique = first_of_each(events)
     groups: dict[str, list[Ingestable]] = defaultdict(list)
     for e in unique:
         groups[e.kind].append(e)

@@ -45,7 +45,7 @@ from vigil.analyzer.ingest.intents import IntentLedger
 from vigil.analyzer.ingest.lookup import StoredIds
 from vigil.analyzer.ingest.processors import LOOKUP, RECENT, Row, TableRow, process
 from vigil.analyzer.ingest.recent import Marks, RecentIds
-from vigil.analyzer.ingest.staging import Staged, stage
+from vigil.analyzer.ingest.staging import Staged, first_of_each, stage
 from vigil.clickhouse.failures import is_data_error, is_transient, splits
 from vigil.contract.fastwire import Ingestable
 from vigil.errors import Unreachable, one_line
@@ -134,7 +134,9 @@ class ClickHouseWriter:
         except Exception as exc:
             if not (is_data_error(exc) or splits(exc)):
                 raise
-            bad = self._isolate(_first_of_each(events), batch, exc, "")  # a repeat in both halves: stored twice
+            # a re-cut batch's halves are judged against what was stored before its intent: a repeat in both would be
+            # stored by each
+            bad = self._isolate(first_of_each(events), batch, exc, "")
         refused = {u.event.event_id for u in bad}
         if refused:
             keep = [e.event_id not in refused for e in prepared.recent]
@@ -243,15 +245,6 @@ class ClickHouseWriter:
             by_table[table].append(row)
         for table, batch in by_table.items():
             self._blocks.insert(table, columns(batch), None)
-
-
-def _first_of_each(events: Sequence[Ingestable]) -> list[Ingestable]:
-    """The events without repeats of an event_id (the first one kept), in order. A re-cut batch's halves are
-    judged against what was stored before its intent: one event in both would be stored by each."""
-    first: dict[str, Ingestable] = {}
-    for e in events:
-        first.setdefault(e.event_id, e)
-    return list(first.values())
 
 
 @dataclass(kw_only=True)

@@ -31,6 +31,15 @@ def stream(rng: random.Random, n: int, start: float, t0: datetime = T0) -> list[
     return out
 
 
+def add_each(w: RecentIds, batch: list[Ev]) -> None:
+    """`add` per event, as add_all keeps them: inside the window of each host's newest of the batch."""
+    for e in batch:
+        j = w._jobs.setdefault((e.job_id, e.host), _Job())
+        j.newest = max(j.newest, e.ts.timestamp())
+    for e in batch:
+        w.add(e.job_id, e.host, e.ts, e.event_id)
+
+
 def answer(w: RecentIds, e: Ev) -> str:
     if not w.covered(e.job_id, e.host, e.ts):
         return "look up"
@@ -46,11 +55,7 @@ def test_batch_methods_agree_with_per_event_ones(seed: int) -> None:
     for b in range(6):
         batch = stream(rng, 2_000, start=b * 100)
         probes = batch[::3] + stream(rng, 300, start=b * 100 + 90) + batch[:50]
-        for e in batch:  # add_all keeps what is inside the window of each host's newest of the batch
-            j = one._jobs.setdefault((e.job_id, e.host), _Job())
-            j.newest = max(j.newest, e.ts.timestamp())
-        for e in batch:
-            one.add(e.job_id, e.host, e.ts, e.event_id)
+        add_each(one, batch)
         bulk.add_all(batch)
         one.evict()
         bulk.evict()
@@ -89,11 +94,7 @@ def test_around_the_epoch_the_batch_methods_agree_too() -> None:
     one, bulk = RecentIds(window_s=30), RecentIds(window_s=30)
     for b in range(6):
         batch = stream(rng, 2_000, start=b * 100, t0=epoch)
-        for e in batch:
-            j = one._jobs.setdefault((e.job_id, e.host), _Job())
-            j.newest = max(j.newest, e.ts.timestamp())
-        for e in batch:
-            one.add(e.job_id, e.host, e.ts, e.event_id)
+        add_each(one, batch)
         bulk.add_all(batch)
         assert bulk._jobs == one._jobs and bulk._ids == one._ids
 
