@@ -24,7 +24,7 @@ from datetime import datetime
 from typing import Any
 
 from vigil.analyzer.detect.base import EPOCH, EvalContext, as_utc
-from vigil.analyzer.detect.kept import kept_windows
+from vigil.analyzer.detect.kept import Source, kept_windows
 from vigil.analyzer.detect.slowness import Flags, Hit
 from vigil.analyzer.settings import StragglerSettings
 
@@ -70,9 +70,10 @@ def _window(cols: Mapping[str, Sequence[Any]], idx: Sequence[int], w: int, peers
     return out
 
 
-def windows(ctx: EvalContext, key: object, cells_sql: str, params: Mapping[str, object], peers: Mapping[str, str],
-            lo: int, hi: int, s: StragglerSettings) -> dict[int, Window]:
-    """Windows lo..hi, each judged against its stage groups (kept across the walk under `key`)."""
+def windows(ctx: EvalContext, key: object, cells_sql: str, params: Mapping[str, object], source: Source,
+            peers: Mapping[str, str], lo: int, hi: int, s: StragglerSettings) -> dict[int, Window]:
+    """Windows lo..hi, each judged against its stage groups (kept across the walk under `key`; `source`: what
+    `cells_sql` reads)."""
     def read(a: int, b: int) -> dict[int, Window]:
         cols = ctx.columns(cells_sql, **params, lo=a, hi=b)
         by_window: dict[int, list[int]] = defaultdict(list)
@@ -81,7 +82,7 @@ def windows(ctx: EvalContext, key: object, cells_sql: str, params: Mapping[str, 
         return {w: _window(cols, idx, w, peers, s) for w, idx in by_window.items()}
 
     full_key = (key, tuple(sorted(peers.items())), s.min_hosts, s.min_excess_ms, s.min_slowdown_pct, s.z)
-    return kept_windows(ctx, "straggler.hosts", full_key, lo, hi, read, Window())
+    return kept_windows(ctx, "straggler.hosts", full_key, lo, hi, read, Window(), source=source)
 
 
 def flagged(ws: Mapping[int, Window], lo: int, hi: int) -> tuple[Flags, dict[int, datetime]]:

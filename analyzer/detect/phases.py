@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from vigil.analyzer.detect.base import EvalContext
+from vigil.analyzer.detect.kept import Source
 from vigil.contract.phases import PhaseKind, is_waiting, parent, resolve
 
 # the phases reported in windows lo..hi (source '') and every declaration of the job, in one query
@@ -96,8 +97,7 @@ def cells_sql(rollup: str, units: str, phases: JobPhases, *, compute: bool = Tru
     Compute phases carry their own time (nested waits subtracted); top-level waiting
     phases are taken as they are.
     """
-    subs = phases.nested_waits if compute else []
-    judged = (phases.compute if compute else []) + (phases.waiting if waiting else [])
+    subs, judged = _judged(phases, compute, waiting)
     where = "job_id = {job:String} AND window >= {lo:UInt64} AND window <= {hi:UInt64}"
     if not subs:  # the usual case: each rank's window trimmed on its own, then the unit's mean of its ranks'
         return f"""
@@ -120,3 +120,16 @@ GROUP BY judged, window, {units}
 HAVING sumIf(n, NOT sub) > 0
 """
     return sql, {"subs": [s for s, _ in subs], "parents": [p for _, p in subs], "judged": judged}
+
+
+def cells_source(rollup: str, phases: JobPhases, *, compute: bool = True, waiting: bool = False) -> Source:
+    """What `cells_sql` with the same arguments reads: its rollup and the phases whose rows make its cells (a kept
+    read is complete when they are all there, kept.py)."""
+    subs, judged = _judged(phases, compute, waiting)
+    return Source(rollup="phase_rank_windows" if not subs else rollup, phases=judged + [s for s, _ in subs])
+
+
+def _judged(phases: JobPhases, compute: bool, waiting: bool) -> tuple[list[tuple[str, str]], list[str]]:
+    """(the nested waits subtracted, the phases judged) of a cells read."""
+    subs = phases.nested_waits if compute else []
+    return subs, (phases.compute if compute else []) + (phases.waiting if waiting else [])

@@ -55,7 +55,7 @@ from vigil.analyzer.detect import hostcells
 from vigil.analyzer.detect.base import EvalContext, Finding, last_complete_step
 from vigil.analyzer.detect.gpus import gpu_readings, judge_gpu_ranks, name_gpus, one_per_host, rank_candidates
 from vigil.analyzer.detect.kept import kept_windows
-from vigil.analyzer.detect.phases import JobPhases, cells_sql, job_phases
+from vigil.analyzer.detect.phases import JobPhases, cells_source, cells_sql, job_phases
 from vigil.analyzer.detect.ranks import judge_ranks
 from vigil.analyzer.detect.slowness import W, findings, judge
 
@@ -143,7 +143,8 @@ class StragglerDetector:
 
         run = (ctx.epoch.index if ctx.epoch is not None else -1, sorted(phases.kinds.items()), repr(s))
         none: list[dict[str, Any]] = []
-        kept = kept_windows(ctx, "straggler.ranks", run, lo, hi, read, none)
+        source = cells_source("phase_rank_windows", phases)  # what rank_candidates reads
+        kept = kept_windows(ctx, "straggler.ranks", run, lo, hi, read, none, source=source)
         return [r for w in range(lo, hi + 1) for r in kept[w]]
 
     def _large_groups(self, ctx: EvalContext, phases: JobPhases, peers: Mapping[str, str], lo: int, hi: int,
@@ -153,7 +154,8 @@ class StragglerDetector:
         first = ctx.epoch.first_step if ctx.epoch is not None else 0
         base_lo = min(lo, max(lo - s.self_windows, -(-(first + s.warmup_steps) // W)))
         run = (ctx.epoch.index if ctx.epoch is not None else -1, cells, repr(sorted(params.items())))
-        ws = hostcells.windows(ctx, run, cells, params, peers, base_lo, hi, s)
+        source = cells_source("phase_host_windows", phases)
+        ws = hostcells.windows(ctx, run, cells, params, source, peers, base_lo, hi, s)
         flags, ends = hostcells.flagged(ws, lo, hi)
         if lo - base_lo >= s.self_min_windows:
             hostcells.shifted(ws, base_lo, lo, hi, s, flags, ends)
