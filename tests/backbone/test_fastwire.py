@@ -121,3 +121,17 @@ def test_agent_records_take_the_fast_path() -> None:
         event = validate_event(kind, {**spec_for(kind).example, "ts": RECENT})
         [got] = decode_fast(encode_batch([event])).events
         assert isinstance(got, cls) and process(got) == process(event)
+
+
+def test_a_record_flagged_without_cause_still_takes_the_fast_path_and_a_real_cause_does_not() -> None:
+    # _SUSPECT flags 20 digits in a row (an integer beyond UInt64 holds them) and "HH:MM:SS.fffffff"; an event id of
+    # 32 digits has the run without any big integer, and a microsecond time has no 7th digit: both exact checks pass
+    from vigil.contract import encode_batch, validate_event
+
+    event = validate_event("step", {**spec_for("step").example, "ts": RECENT, "event_id": "1" * 32})
+    [got] = decode_fast(encode_batch([event])).events
+    assert isinstance(got, FastStep) and process(got) == process(event)
+    for edit in ({"step": BIG}, {"ts": RECENT[:-1] + "1Z"}):  # beyond UInt64; a 7th fraction digit
+        value = json.dumps({"kind": "step", "schema_version": 1, "events": [
+            {**spec_for("step").example, "ts": RECENT, **edit}]}, separators=(",", ":")).encode()
+        assert not any(isinstance(e, FastStep) for e in decode_fast(value).events), edit

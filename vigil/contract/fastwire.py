@@ -12,7 +12,8 @@
   carry a raw C0 one (msgspec refuses it as malformed, as json does), so in a plain record
   no string can hold one, and the structs need no per-string pattern (those regexes were
   80 % of the decode: 13 -> 4.5 us per step event on the bench machine). Nor a timestamp
-  finer than the microsecond (msgspec rounds it, pydantic truncates: `_submicro`). Any
+  finer than the microsecond (msgspec rounds it, pydantic truncates: `_submicro`, flagged with integers
+  beyond UInt64 by one scan in C, `_SUSPECT`). Any
   other record (escapes, non-ASCII text) is judged by pydantic.
 * Whatever msgspec does not accept (a bad event, a lax coercion pydantic would make such
   as "3" for an int or a unix-seconds timestamp, invalid JSON, other kinds) sends the
@@ -33,6 +34,7 @@ from operator import attrgetter
 from typing import Annotated, Any, Literal
 
 import msgspec
+import re2
 from msgspec import Meta, Struct
 
 from vigil.contract.base import EARLIEST, FLOAT_MAX, Event, max_age, max_ahead, new_event_id
@@ -182,6 +184,11 @@ def _steps_fit(events: list[Any]) -> bool:
 
 
 _SECONDS7 = re.compile(rb":\d\d\.\d{7}")  # ":SS.fffffff", a literal first (the scan skips to each colon)
+_SUSPECT = re2.compile(rb"(?s):..:\d\d\.\d{7}|\d{20}")
+"""One linear scan in C (a DFA) over a hot record that flags what the exact checks must look at: a time of day
+finer than the microsecond (`_submicro`), or a run of 20 digits, which every integer beyond UInt64 holds
+(`_steps_fit`; msgspec takes big integers and refuses 1e20 for an int). A record it finds nothing in needs neither:
+at 10 k GPUs that saves ~1 us of a ~4.5 us step event (the Python regex stops at every colon of the JSON)."""
 
 
 def _submicro(value: bytes) -> bool:
@@ -191,9 +198,8 @@ def _submicro(value: bytes) -> bool:
 
 
 def _plain(value: bytes) -> bool:
-    """No string in this record can hold a control character (ASCII, no escape, no DEL) and no timestamp is
-    finer than the microsecond."""
-    return value.isascii() and b"\\" not in value and b"\x7f" not in value and not _submicro(value)
+    """No string in this record can hold a control character: ASCII, no escape, no DEL."""
+    return value.isascii() and b"\\" not in value and b"\x7f" not in value
 
 
 def decode_fast(value: bytes | None) -> FastDecoded:
@@ -203,13 +209,16 @@ def decode_fast(value: bytes | None) -> FastDecoded:
             if value.startswith(prefix):
                 if not _plain(value):  # scanned only for a hot kind: other records go to pydantic unscanned
                     break
+                suspect = _SUSPECT.search(value) is not None
+                if suspect and _submicro(value):
+                    break
                 try:
                     events = list(decoder.decode(value).events)
                 except (msgspec.ValidationError, msgspec.DecodeError, ValueError, RecursionError):
                     break
                 now = datetime.now(UTC)
                 lo, hi = max(EARLIEST, now - max_age()), now + max_ahead()
-                fits = prefix is not _HOT[0][0] or _steps_fit(events)
+                fits = prefix is not _HOT[0][0] or not suspect or _steps_fit(events)
                 if fits and all(e.ts.tzinfo is UTC and lo <= e.ts <= hi for e in events):  # else: pydantic says why
                     return FastDecoded(events=events, rejected=[])
                 break
