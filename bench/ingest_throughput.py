@@ -25,12 +25,14 @@ import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
+import psutil
 from analyzer_common import append_results, machine_info
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from vigil.analyzer.ingest.loop import IngestLoop
 from vigil.analyzer.settings import AnalyzerSettings
 from vigil.app.components import migrate_all
+from vigil.app.runtime import tune_gc
 from vigil.clickhouse.client import connect, open_client
 from vigil.contract import ParallelCoords, StepTiming
 from vigil.errors import one_line
@@ -69,11 +71,18 @@ def raw_consume(settings: VigilSettings, bootstrap: str, topic: str, records: in
 CHDB = f"chdb://{tempfile.mkdtemp(prefix='vigil-bench-i-')}"  # one engine per process: one path, two databases
 
 
-def analyzer_ingest(settings: VigilSettings, bootstrap: str, events: int, group: str,
-                    write_thread: bool = True) -> tuple[float, float, int, int]:
-    """(seconds in all, events/s after the first batch's commit, rows stored after, batches) to ingest `events`
-    new events of the topic with a fresh group: the first figure includes joining the group (seconds on the
-    embedded broker), the second is the steady rate."""
+def cpu_s(broker: psutil.Process | None) -> tuple[float, float]:
+    """CPU seconds (user + system) so far of this process (the ingest's threads and the in-process engine's) and of
+    the broker."""
+    t = os.times()
+    return t.user + t.system, sum(broker.cpu_times()[:2]) if broker is not None else float("nan")
+
+
+def analyzer_ingest(settings: VigilSettings, bootstrap: str, events: int, group: str, write_thread: bool = True,
+                    broker: psutil.Process | None = None) -> tuple[float, float, int, int, tuple[float, float]]:
+    """(seconds in all, events/s after the first batch's commit, rows stored after, batches, CPU seconds per 100k
+    events after that commit: this process, the broker) to ingest `events` new events of the topic with a fresh
+    group: the first figure includes joining the group (seconds on the embedded broker), the others are steady."""
     client = connect(CHDB, database="vigil")
     migrate_all(client, 3650)
     loop = IngestLoop(settings=settings, analyzer=AnalyzerSettings(group_id=group, write_thread=write_thread),
@@ -84,13 +93,16 @@ def analyzer_ingest(settings: VigilSettings, bootstrap: str, events: int, group:
     start = time.perf_counter()
     t.start()
     first: tuple[float, int] | None = None
+    cpu0 = (0.0, 0.0)
     while loop.stats.events < events and not loop.failed:
         time.sleep(0.01)
         if first is None and loop.stats.events:
-            first = (time.perf_counter(), loop.stats.events)
-    end = time.perf_counter()
+            first, cpu0 = (time.perf_counter(), loop.stats.events), cpu_s(broker)
+    end, cpu1 = time.perf_counter(), cpu_s(broker)
     elapsed = end - start
     steady = (loop.stats.events - first[1]) / (end - first[0]) if first and end > first[0] else 0.0
+    done = max(1, loop.stats.events - first[1]) if first else 1
+    cpu = ((cpu1[0] - cpu0[0]) * 100_000 / done, (cpu1[1] - cpu0[1]) * 100_000 / done)
     stop.set()
     t.join(30)
     if loop.failed:
@@ -99,7 +111,7 @@ def analyzer_ingest(settings: VigilSettings, bootstrap: str, events: int, group:
     st, w = loop.stats, loop.writer.seconds
     print(f"  {group}: {st.batches} batches, seconds: decode {st.decode_s:.2f}, stage {w['stage']:.2f}, intent {w['intent']:.2f}, "
           f"prepare {w['prepare']:.2f}, insert {w['insert']:.2f}, commit {st.commit_s:.2f}; total {elapsed:.2f}", flush=True)
-    return elapsed, steady, rows, loop.stats.batches
+    return elapsed, steady, rows, loop.stats.batches, cpu
 
 
 def grow_history(rows: int) -> float:
@@ -172,15 +184,20 @@ def main() -> None:
         records = producer.send(evs)
         producer.flush(120)
         produce_s = time.perf_counter() - start
+        del evs  # the analyzer's process holds no producer's events
         later = EventProducer(settings=second, bootstrap=bootstrap, batch_events=500)
         later.send(make_steps(n, first_step=n // 512 + 10))
         later.flush(120)
         topic = first.topic("steps")
         raw_s = raw_consume(first, bootstrap, topic, records)
-        ing_s, steady, rows, batches = analyzer_ingest(first, bootstrap, n, f"ing-{uuid.uuid4().hex[:6]}", args.write_thread)
+        tune_gc()  # as `vigil up` and `vigil analyzer` run it
+        bproc = psutil.Process(broker.pid) if broker.pid else None
+        ing_s, steady, rows, batches, cpu = analyzer_ingest(first, bootstrap, n, f"ing-{uuid.uuid4().hex[:6]}",
+                                                            args.write_thread, bproc)
         grow_s = grow_history(max(0, args.stored - rows))
         raw2_s = raw_consume(second, bootstrap, second.topic("steps"), records)
-        ing2_s, steady2, rows2, batches2 = analyzer_ingest(second, bootstrap, n, f"ing-{uuid.uuid4().hex[:6]}", args.write_thread)
+        ing2_s, steady2, rows2, batches2, cpu2 = analyzer_ingest(second, bootstrap, n, f"ing-{uuid.uuid4().hex[:6]}",
+                                                                 args.write_thread, bproc)
         ke_s, ke_events, ke_problem = kafka_engine(args.engine_dsn, args.engine_bootstrap or bootstrap, topic, records)
     finally:
         broker.stop()
@@ -190,18 +207,19 @@ def main() -> None:
              f"{load0[0]:.1f}/{load0[1]:.1f}/{load0[2]:.1f}, at end {load1[0]:.1f}/{load1[1]:.1f}/{load1[2]:.1f} "
              "(2 cores shared with other sessions' test runs).",
              "", "| path | stored before -> after | seconds (incl. group join) | events/s | steady events/s | "
-             "ms per batch (steady) | notes |", "| --- | --- | --- | --- | --- | --- | --- |",
-             f"| produce (EventProducer, encode + send) | | {produce_s:.2f} | {n / produce_s:,.0f} | | | |",
-             f"| broker raw consume (no decode) | | {raw_s:.2f} | {n / raw_s:,.0f} | | | ceiling |",
+             "ms per batch (steady) | CPU s per 100k events (steady): analyzer / broker | notes |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |",
+             f"| produce (EventProducer, encode + send) | | {produce_s:.2f} | {n / produce_s:,.0f} | | | | |",
+             f"| broker raw consume (no decode) | | {raw_s:.2f} | {n / raw_s:,.0f} | | | | ceiling |",
              f"| analyzer ingest -> ClickHouse | 0 -> {rows:,} | {ing_s:.2f} | {n / ing_s:,.0f} | {steady:,.0f} | "
-             f"{20_000_000 / max(1.0, steady):,.0f} | fast decode, window dedup, token inserts, rollups; {batches} batches |",
-             f"| broker raw consume (no decode), again | | {raw2_s:.2f} | {n / raw2_s:,.0f} | | | ceiling |",
+             f"{20_000_000 / max(1.0, steady):,.0f} | {cpu[0]:.2f} / {cpu[1]:.2f} | fast decode, window dedup, token inserts, rollups; {batches} batches |",
+             f"| broker raw consume (no decode), again | | {raw2_s:.2f} | {n / raw2_s:,.0f} | | | | ceiling |",
              f"| analyzer ingest -> ClickHouse | {rows2 - n:,} -> {rows2:,} | {ing2_s:.2f} | {n / ing2_s:,.0f} | "
-             f"{steady2:,.0f} | {20_000_000 / max(1.0, steady2):,.0f} | same, after {rows2 - n - rows:,} rows of history "
+             f"{steady2:,.0f} | {20_000_000 / max(1.0, steady2):,.0f} | {cpu2[0]:.2f} / {cpu2[1]:.2f} | same, after {rows2 - n - rows:,} rows of history "
              f"were stored in-engine ({grow_s:.0f} s); {batches2} batches |",
-             (f"| ClickHouse Kafka engine -> MV | | {ke_s:.2f} | {ke_events / ke_s:,.0f} | | | "
+             (f"| ClickHouse Kafka engine -> MV | | {ke_s:.2f} | {ke_events / ke_s:,.0f} | | | | "
               f"counts events only; {ke_events:,} events seen |" if not ke_problem else
-              f"| ClickHouse Kafka engine -> MV ({args.engine_dsn.split(':')[0]}) | | - | - | | | not usable: {ke_problem} |")]
+              f"| ClickHouse Kafka engine -> MV ({args.engine_dsn.split(':')[0]}) | | - | - | | | | not usable: {ke_problem} |")]
     text = "\n".join(lines)
     print(text)
     if args.append:

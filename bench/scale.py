@@ -134,6 +134,7 @@ def main() -> None:
     from vigil.analyzer.clock import job_clocks as real_clocks
     from vigil.analyzer.service import AnalyzerService
     from vigil.analyzer.settings import AnalyzerSettings
+    from vigil.app.runtime import tune_gc
     from vigil.app.stack.runner import prepare
     from vigil.kafka.broker import EmbeddedBroker
     from vigil.settings import VigilSettings
@@ -182,6 +183,7 @@ def main() -> None:
 
     setattr(engine, "job_clocks", watched_clocks)  # noqa: B010 (the turn reads it from the engine's module)
     service.start()
+    tune_gc()  # as `vigil up` and `vigil analyzer` run it
     producer = subprocess.Popen([sys.executable, __file__, "--produce", bootstrap, "scale.", "--minutes", str(args.minutes),
                                  "--hosts", str(args.hosts), "--gpus", str(args.gpus), "--nics", str(args.nics),
                                  "--fault-at-s", str(fault_at)],

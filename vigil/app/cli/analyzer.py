@@ -81,6 +81,7 @@ def cmd_analyzer(args: argparse.Namespace) -> int:
 
     from vigil.analyzer.service import AnalyzerService
     from vigil.analyzer.settings import AnalyzerSettings
+    from vigil.app.runtime import tune_gc
     from vigil.app.stack.runner import prepare
     from vigil.app.stack.state import resolve_bootstrap
 
@@ -95,6 +96,7 @@ def cmd_analyzer(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     service.start()
+    tune_gc()
     role = "ingest + detectors" if analyzer.detect else "ingest only"
     print(f"analyzer running ({role}): kafka {bootstrap}, clickhouse {shown_dsn(ctx.clickhouse_dsn)}; Ctrl-C stops it.", flush=True)
     ticks = 0

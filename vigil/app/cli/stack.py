@@ -52,6 +52,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     settings = VigilSettings.load()
     if args.detach:
         return _up_detached(settings, args)
+    from vigil.app.runtime import tune_gc
     from vigil.app.stack.runner import Stack
 
     stack = Stack(settings=settings, services=_services(args))
@@ -59,6 +60,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     state = stack.start()
+    tune_gc()  # this process hosts the services from here on
     _print_ready(settings, state.bootstrap, state.clickhouse_dsn, state.control_url, state.urls)
     print("Ctrl-C or `vigil down` stops it.", flush=True)
     try:
