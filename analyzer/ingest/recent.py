@@ -22,7 +22,7 @@ lower `dedup_window_s` to trade memory for look-ups of older re-sends).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import compress, pairwise
@@ -52,6 +52,12 @@ class Marks:
         """Events need `job_id`, `host`, `ts`, `event_id`."""
         return cls.made(list(map(_JOB, events)), list(map(_HOST, events)), list(map(_TIMESTAMP, map(_TS, events))),
                         list(map(hash, map(_EVENT_ID, events))))
+
+    @classmethod
+    def of_columns(cls, cols: Mapping[str, list[Any]]) -> Marks:
+        """The marks of events whose columns are built (`job_id`, `host`, `ts`, `event_id` columns: read as they are,
+        not from the events again)."""
+        return cls.made(cols["job_id"], cols["host"], list(map(_TIMESTAMP, cols["ts"])), list(map(hash, cols["event_id"])))
 
     @classmethod
     def made(cls, jobs: list[str], hosts: list[str], times: list[float], hashes: list[int]) -> Marks:

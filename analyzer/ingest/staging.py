@@ -56,6 +56,8 @@ def stage(events: Sequence[Ingestable], build: bool = True) -> Staged:
     groups: dict[str, list[Ingestable]] = defaultdict(list)
     for e in unique:
         groups[e.kind].append(e)
+    built = {k: BUILDERS[k][1](g) for k, g in groups.items() if k in BUILDERS} if build else {}
     return Staged(events=events, size=len(events), repeats=len(events) - len(unique), groups=dict(groups),
-                  marks={k: Marks.of(g) for k, g in groups.items() if k in RECENT},
-                  built={k: BUILDERS[k][1](g) for k, g in groups.items() if k in BUILDERS} if build else {})
+                  marks={k: Marks.of(g) if k not in built else Marks.of_columns(built[k])
+                         for k, g in groups.items() if k in RECENT},
+                  built=built)

@@ -93,3 +93,13 @@ def test_a_batch_without_hot_events_is_written(clickhouse_dsn: str, database: st
     assert writer.write(quiet[1:], batch_id(1)) == []
     assert client.query("SELECT count() FROM log_lines").result_rows[0][0] == 1
     assert client.query("SELECT count() FROM process_exits").result_rows[0][0] == 1
+
+
+def test_the_marks_of_built_columns_are_the_marks_of_the_events() -> None:
+    from vigil.analyzer.ingest.columns import BUILDERS
+    from vigil.analyzer.ingest.recent import Marks
+
+    one, _ = batches()
+    for kind in ("step", "nic"):
+        group = [e for e in one if e.kind == kind]
+        assert Marks.of_columns(BUILDERS[kind][1](group)) == Marks.of(group), kind

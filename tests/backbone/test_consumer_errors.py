@@ -93,3 +93,36 @@ def test_any_other_failure_stops_the_consumer_and_commits_nothing(topics: VigilS
         wait_until(lambda: again.poll() is None and len(healthy.stored) == 20, 60, "the batch re-read")
     finally:
         again.close()
+
+
+class Refusing(FlakyWriter):
+    """Stores every event but step 7, which it refuses as the engine refuses a bad value."""
+
+    def write(self, events: Sequence[Ingestable], batch: BatchId) -> list[Unstorable]:
+        super().write(events, batch)
+        return [Unstorable(event=e, reason="bad value") for e in events if getattr(e, "step", None) == 7]
+
+
+class Kept(Letters):
+    def __init__(self) -> None:
+        self.letters: list[DeadLetter] = []
+
+    def write(self, letters: Sequence[DeadLetter]) -> None:
+        self.letters.extend(letters)
+
+
+def test_an_event_the_writer_refuses_is_dead_lettered_with_the_record_that_carried_it(topics: VigilSettings) -> None:
+    producer = EventProducer(settings=topics, bootstrap=str(topics.kafka_bootstrap), batch_events=4)
+    producer.send([StepTiming(job_id="e", host="h0", rank=0, world_size=1, step=i, step_ms=1.0) for i in range(12)])
+    producer.flush()  # 3 records of 4 events: step 7 is in the second
+    letters = Kept()
+    c = BatchingConsumer(settings=topics, bootstrap=str(topics.kafka_bootstrap), group_id="g-refused",
+                         topics=["steps"], writer=Refusing(KeyError("never"), failures=0), dead_letters=letters,
+                         max_batch_s=0.2, retry_backoff_s=0.1)
+    try:
+        wait_until(lambda: c.poll() is None and len(letters.letters) == 1, 60, "the refused event dead-lettered")
+    finally:
+        c.close()
+    [letter] = letters.letters  # the test's own topics: the records are offsets 0, 1, 2 of one partition (one host)
+    assert (letter.reason, letter.topic, letter.offset) == ("bad value", topics.topic("steps"), 1)
+    assert letter.payload["step"] == 7

@@ -156,13 +156,23 @@ class ConsumerStats:
 @dataclass
 class _Batch:
     events: list[Ingestable] = field(default_factory=list)
-    sources: dict[str, tuple[str, int, int]] = field(default_factory=dict)  # event_id -> topic, partition, offset
+    records: list[tuple[int, str, int, int]] = field(default_factory=list)  # each record's end in events, its source
     letters: list[DeadLetter] = field(default_factory=list)
     ranges: dict[Partition, list[int]] = field(default_factory=dict)  # -> [first, last, first_ts]
     started: float = field(default_factory=time.monotonic)
 
     def __len__(self) -> int:
         return len(self.events) + len(self.letters)
+
+    def sources(self) -> dict[str, tuple[str, int, int]]:
+        """event_id -> (topic, partition, offset) of the last record that carried it (asked only when the writer
+        refuses events: a dead letter names its record)."""
+        out: dict[str, tuple[str, int, int]] = {}
+        start = 0
+        for end, topic, partition, offset in self.records:
+            out.update(dict.fromkeys(map(_EVENT_ID, self.events[start:end]), (topic, partition, offset)))
+            start = end
+        return out
 
 
 @dataclass
@@ -360,7 +370,7 @@ class BatchingConsumer:
         decoded = decode_fast(value)
         self.stats.decode_s += time.perf_counter() - t
         self._batch.events.extend(decoded.events)
-        self._batch.sources.update(dict.fromkeys(map(_EVENT_ID, decoded.events), (topic, partition, offset)))
+        self._batch.records.append((len(self._batch.events), topic, partition, offset))
         for r in decoded.rejected:
             self._batch.letters.append(DeadLetter(reason=r.reason, topic=topic, partition=partition, offset=offset, payload=r.payload))
         rng = self._batch.ranges.get((topic, partition))
@@ -387,8 +397,10 @@ class BatchingConsumer:
         letters = list(batch.letters)
         stored = len(batch.events)
         if batch.events:
-            for bad in self.writer.write(batch.events, bid):
-                topic, partition, offset = batch.sources.get(bad.event.event_id, ("", -1, -1))
+            bads = self.writer.write(batch.events, bid)
+            sources = batch.sources() if bads else {}
+            for bad in bads:
+                topic, partition, offset = sources.get(bad.event.event_id, ("", -1, -1))
                 letters.append(DeadLetter(reason=bad.reason, topic=topic, partition=partition, offset=offset,
                                           payload=payload_of(bad.event)))
                 stored -= 1
