@@ -39,6 +39,16 @@ ROLLUPS = {
     "job_steps": ("SELECT sum(ranks), round(sum(sum_step_ms), 3), round(sum(sum_mfu), 6), sum(n_mfu) FROM job_steps",
                   "SELECT count(), round(sum(step_ms), 3), round(sum(ifNull(mfu, 0)), 6), countIf(mfu IS NOT NULL) "
                   "FROM step_timings"),
+    "phase_rank_windows": ("SELECT phase, sum(n), round(sum(sum_ms), 3) FROM phase_rank_windows GROUP BY phase "
+                           "ORDER BY phase",
+                           "SELECT phase, count(), round(sum(ms), 3) FROM step_timings ARRAY JOIN mapKeys(phases) AS "
+                           "phase, mapValues(phases) AS ms GROUP BY phase ORDER BY phase"),
+    "job_step_runs": ("SELECT sum(ranks), round(sum(sum_step_ms), 3), round(sum(sum_mfu), 6), sum(n_mfu), "
+                      "toString(sumMap(phase_n)) FROM job_step_runs",
+                      "SELECT count(), round(sum(step_ms), 3), round(sum(ifNull(mfu, 0)), 6), countIf(mfu IS NOT NULL), "
+                      "toString(sumMap(CAST(mapApply((k, v) -> (k, toUInt64(1)), phases), 'Map(String, UInt64)'))) "
+                      "FROM step_timings"),
+    "job_step_spans": ("SELECT sum(rows) FROM job_step_spans", "SELECT count() FROM step_timings"),
     "nic_windows": ("SELECT sum(n), round(sum(sum_bps)) FROM nic_windows",
                     "SELECT count(), round(sum(tx_bps + rx_bps)) FROM nic_counters"),
     "host_presence": ("SELECT count(), min(first_ts), max(last_ts) FROM (SELECT host, min(first_ts) AS first_ts, "

@@ -145,3 +145,20 @@ def test_a_walk_reads_each_window_once_and_judges_as_every_window_read_afresh(
     assert _walk(client, "keep", later, None) == kept_later
     fired = {fp for instant in kept_early + kept_later for fp, status, _ev in instant if status == "firing"}
     assert {"keep/straggler/h0005/forward", "keep/straggler/h0009/forward"} <= fired
+
+
+@pytest.mark.parametrize("kinds", [
+    {"forward": "compute", "backward": "compute", "comm": "comm"},  # the usual case: per-rank windows
+    {"forward": "compute", "forward/wait": "wait", "backward": "compute", "comm": "comm"},  # a nested wait
+])
+def test_a_cells_read_is_checked_against_the_rollup_and_phases_it_reads(kinds: dict[str, Any]) -> None:
+    from vigil.analyzer.detect.phases import JobPhases, cells_source, cells_sql
+
+    phases = JobPhases(kinds=kinds)
+    for rollup in ("phase_host_windows", "phase_rank_windows"):
+        for compute, waiting in ((True, False), (True, True), (False, True)):
+            sql, params = cells_sql(rollup, "host", phases, compute=compute, waiting=waiting)
+            source = cells_source(rollup, phases, compute=compute, waiting=waiting)
+            assert f"FROM {source.rollup}" in sql and all(f"FROM {r}" not in sql for r in kept.ROLLUPS
+                                                           if r != source.rollup)
+            assert sorted(source.phases) == sorted([*params["judged"], *params.get("subs", [])])

@@ -92,7 +92,7 @@ class FastStep(_Envelope, frozen=True, forbid_unknown_fields=True, kw_only=True,
     mfu: Annotated[float, Meta(ge=0, le=1.5)] | None = None
     failed: bool = False
     dropped: U32 = 0
-    # step, tokens, samples: beyond UInt64 is checked per record (`_STEP_U64`), not per event
+    # step, tokens, samples: beyond UInt64 is checked per record (`_STEP_U64`) that `_SUSPECT` flags, not per event
 
 
 class FastGpu(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True, gc=False):
