@@ -6,7 +6,8 @@ records (one host's events per record, keyed by host). The analyzer runs in this
 `vigil up` hosts it (ingest + detectors on the embedded ClickHouse engine). Every 10 s the run
 samples the ingest rate, the consumer lag (records and seconds of event time behind), the
 detector turns (wall time of each `LiveCursor.turn`, which must stay under `detect_interval_s`),
-the ClickHouse size and the CPU of the analyzer and of the broker, and the analyzer's RSS.
+the ClickHouse size and the CPU of the analyzer and of the broker, and the analyzer's RSS. Each detector's
+`detect` is timed (the seconds of its queries and judging, per call), so a long turn can be told apart.
 
 A hard fault: at `--fault-at-s` (minute 8 of a 10-minute run; 80 % of a shorter one) one host
 (`node-00100`) falls silent, steps, NICs and heartbeats at once, as a host that lost power does.
@@ -171,6 +172,21 @@ def main() -> None:
             turns.append((time.monotonic(), time.perf_counter() - t))
 
     service.cursor.turn = timed_turn  # type: ignore[method-assign]
+    detector_s: dict[str, list[float]] = {d.name: [] for d in engine.DETECTORS}  # each detect() call's seconds
+
+    def timed(detector: Any) -> Any:
+        real = detector.detect
+
+        def detect(ctx: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return real(ctx)
+            finally:
+                detector_s[detector.name].append(time.perf_counter() - t)
+        return detect
+
+    for d in engine.DETECTORS:  # instances shared by the engine's walks; frozen dataclasses among them
+        object.__setattr__(d, "detect", timed(d))
     let_go: list[float] = []  # wall times of the clock reads that found the fault host's sources all let go
 
     def watched_clocks(*a: Any, **kw: Any) -> list[Any]:
@@ -262,6 +278,9 @@ def main() -> None:
         f"max {max(every) if every else 0:.2f} s.",
         f"Hard fault: node-{FAULT_HOST:05d} silent from t = {fault_at} s: {fault}. Event time behind: max "
         f"{max((r[4] for r in rows if r[0] <= seconds and r[4] == r[4]), default=float('nan')):.1f} s while producing.",
+        "Detectors, seconds of their queries and judging over the run (calls, mean ms, max ms): " + ", ".join(
+            f"{name} {sum(xs):.1f} ({len(xs)}, {1000 * sum(xs) / len(xs):.0f}, {1000 * max(xs):.0f})"
+            for name, xs in sorted(detector_s.items(), key=lambda kv: -sum(kv[1])) if xs) + ".",
         f"Cost: {gpus / 1000:g} k GPUs, {cpu_s / wall_s:.2f} cores (analyzer + broker) over {wall_s:.0f} s, "
         f"{cpu_s / wall_s / (gpus / 1000):.3f} cores per 1,000 GPUs. The analyzer's threads: "
         + ", ".join(f"{name} {secs / wall_s:.2f}" for name, secs in threads.items()) + " cores.",
