@@ -98,13 +98,14 @@ def cells_sql(rollup: str, units: str, phases: JobPhases, *, compute: bool = Tru
     phases are taken as they are.
     """
     subs, judged = _judged(phases, compute, waiting)
+    table = cells_source(rollup, phases, compute=compute, waiting=waiting).rollup
     where = "job_id = {job:String} AND window >= {lo:UInt64} AND window <= {hi:UInt64}"
     if not subs:  # the usual case: each rank's window trimmed on its own, then the unit's mean of its ranks'
         return f"""
 SELECT phase, window, {units}, avg(rank_ms) AS mean_ms, sum(rank_n) AS samples, max(rank_end) AS window_end
 FROM (SELECT phase, window, host, rank, local_rank, pp, {TRIMMED_MEAN} AS rank_ms, sum(n) AS rank_n,
              max(last_ts) AS rank_end
-      FROM phase_rank_windows WHERE {where} AND phase IN {{judged:Array(String)}}
+      FROM {table} WHERE {where} AND phase IN {{judged:Array(String)}}
       GROUP BY phase, window, host, rank, local_rank, pp)
 GROUP BY phase, window, {units}
 """, {"judged": judged}
@@ -114,7 +115,7 @@ SELECT judged AS phase, window, {units},
        sumIf(n, NOT sub) AS samples, max(last_ts) AS window_end
 FROM (SELECT *, has({{subs:Array(String)}}, phase) AS sub,
              if(sub, {{parents:Array(String)}}[indexOf({{subs:Array(String)}}, phase)], phase) AS judged
-      FROM {rollup}
+      FROM {table}
       WHERE {where} AND (has({{judged:Array(String)}}, phase) OR has({{subs:Array(String)}}, phase)))
 GROUP BY judged, window, {units}
 HAVING sumIf(n, NOT sub) > 0
@@ -123,8 +124,8 @@ HAVING sumIf(n, NOT sub) > 0
 
 
 def cells_source(rollup: str, phases: JobPhases, *, compute: bool = True, waiting: bool = False) -> Source:
-    """What `cells_sql` with the same arguments reads: its rollup and the phases whose rows make its cells (a kept
-    read is complete when they are all there, kept.py)."""
+    """What `cells_sql` with the same arguments reads (it takes its table from here): its rollup and the phases whose
+    rows make its cells (a kept read is complete when they are all there, kept.py)."""
     subs, judged = _judged(phases, compute, waiting)
     return Source(rollup="phase_rank_windows" if not subs else rollup, phases=judged + [s for s, _ in subs])
 

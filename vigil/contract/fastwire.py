@@ -12,9 +12,9 @@
   carry a raw C0 one (msgspec refuses it as malformed, as json does), so in a plain record
   no string can hold one, and the structs need no per-string pattern (those regexes were
   80 % of the decode: 13 -> 4.5 us per step event on the bench machine). Nor a timestamp
-  finer than the microsecond (msgspec rounds it, pydantic truncates: `_submicro`, flagged with integers
-  beyond UInt64 by one scan in C, `_SUSPECT`). Any
-  other record (escapes, non-ASCII text) is judged by pydantic.
+  finer than the microsecond (msgspec rounds it, pydantic truncates: `_submicro`; one scan in C,
+  `_SUSPECT`, finds the records it and the UInt64 check must look at). Any other record
+  (escapes, non-ASCII text) is judged by pydantic.
 * Whatever msgspec does not accept (a bad event, a lax coercion pydantic would make such
   as "3" for an int or a unix-seconds timestamp, invalid JSON, other kinds) sends the
   whole record through `decode_batch`. So the fast path only ever accepts a subset of
