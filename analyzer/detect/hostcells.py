@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import numpy as np
+
 from vigil.analyzer.detect.base import EPOCH, EvalContext, as_utc
 from vigil.analyzer.detect.kept import Source, kept_windows
 from vigil.analyzer.detect.slowness import Flags, Hit
@@ -42,6 +44,11 @@ class Window:
     flagged: list[tuple[str, str, Hit, datetime]] = field(default_factory=list)  # phase, host, hit, window end
     ratios: dict[tuple[str, str], float] = field(default_factory=dict)  # (phase, host) -> ms / its group's median
     cells: dict[tuple[str, str], tuple[float, datetime, float]] = field(default_factory=dict)  # ms, end, median
+    # the judged cells in sorted order, and their ratio, mean ms and group median as arrays in that order (`shifted`)
+    keys: tuple[tuple[str, str], ...] = ()
+    ratio: Any = field(default_factory=lambda: np.empty(0))
+    mean: Any = field(default_factory=lambda: np.empty(0))
+    med: Any = field(default_factory=lambda: np.empty(0))
 
 
 def _window(cols: Mapping[str, Sequence[Any]], idx: Sequence[int], w: int, peers: Mapping[str, str],
@@ -67,6 +74,10 @@ def _window(cols: Mapping[str, Sequence[Any]], idx: Sequence[int], w: int, peers
                     and (mad == 0 or (v - med) / mad >= s.z):
                 out.flagged.append((ph, h, Hit(w, (v - med) / med * 100,
                                                (v - med) / mad if mad > 0 else float("inf"), med, v), end[i]))
+    out.keys = tuple(sorted(out.ratios))
+    out.ratio = np.array([out.ratios[k] for k in out.keys], dtype=np.float64)
+    out.mean = np.array([out.cells[k][0] for k in out.keys], dtype=np.float64)
+    out.med = np.array([out.cells[k][2] for k in out.keys], dtype=np.float64)
     return out
 
 
@@ -101,40 +112,54 @@ def shifted(ws: Mapping[int, Window], base_lo: int, lo: int, hi: int, s: Straggl
     """Add the windows lo..hi where a host is slower than its own usual level (its ratio to its stage group's
     median over base_lo..lo-1, at least `self_min_windows` of them); a window flagged both ways counts once.
 
-    Each host's usual level is worked out once per run; its spread (a second sort) only for a host with a
-    candidate window (`shift` at least `min_slowdown_pct` and at least `min_excess_ms` over the usual level)."""
-    before = [ws[w].ratios for w in range(base_lo, lo)]
-    usual: dict[tuple[str, str], tuple[float, list[float]] | None] = {}  # (phase, host) -> (level, its ratios)
-    spread: dict[tuple[str, str], float] = {}
-    for w in range(lo, hi + 1):
-        window = ws[w]
-        for key, ratio in window.ratios.items():
-            if key not in usual:
-                usual[key] = _usual(key, before, s)
-            level = usual[key]
-            if level is None:
-                continue
-            base, xs = level
-            mean_ms, end, med = window.cells[key]
-            if (ratio / base - 1) * 100 < s.min_slowdown_pct or mean_ms - med * base < s.min_excess_ms:
-                continue
-            if key not in spread:
-                spread[key] = upper_median([abs(v - base) for v in xs]) * MAD_SCALE
-            mad = spread[key]
-            if mad != 0 and (ratio - base) / mad < s.z:
+    Vectorised over the (phase, host) cells: every window's ratios as one row of a matrix aligned on the
+    judged cells, each cell's usual level its column's upper median, the two thresholds tested in one pass;
+    the spread (a second sort) only for a cell with a candidate window (`shift` at least `min_slowdown_pct` and
+    at least `min_excess_ms` over the usual level). The arithmetic is the same float64 operations as one cell at
+    a time (tests/analyzer/test_hostcells.py holds them equal)."""
+    judged = [(w, ws[w]) for w in range(lo, hi + 1)]
+    order = judged[-1][1].keys  # the usual case: every window holds the same cells
+    if any(window.keys != order for _, window in judged):
+        order = tuple(sorted({k for _, window in judged for k in window.keys}))
+    if not order or lo - base_lo < s.self_min_windows:
+        return
+    index = {k: i for i, k in enumerate(order)}
+    before = np.vstack([_aligned(ws[w], order, index) for w in range(base_lo, lo)])  # windows x cells, NaN: none
+    n = np.count_nonzero(~np.isnan(before), axis=0)
+    usual = np.sort(before, axis=0)[np.minimum(n // 2, len(before) - 1), np.arange(len(order))]  # upper median
+    held = (n >= s.self_min_windows) & (usual > 0)  # else too few windows, or no level to be slower than
+    spread: dict[int, float] = {}
+    for w, window in judged:
+        if not window.keys:
+            continue
+        at = np.arange(len(order)) if window.keys == order else np.array([index[k] for k in window.keys])
+        base = usual[at]
+        with np.errstate(invalid="ignore"):
+            hit = held[at] & ((window.ratio / base - 1) * 100 >= s.min_slowdown_pct) \
+                & (window.mean - window.med * base >= s.min_excess_ms)
+        for j in np.flatnonzero(hit).tolist():
+            i, key = int(at[j]), window.keys[j]
+            b, ratio = float(base[j]), float(window.ratio[j])
+            if i not in spread:
+                xs = before[:, i][~np.isnan(before[:, i])]
+                spread[i] = upper_median(np.abs(xs - b).tolist()) * MAD_SCALE
+            mad = spread[i]
+            if mad != 0 and (ratio - b) / mad < s.z:
                 continue
             if any(h.window == w for h in flags.get(key, ())):
                 continue
-            z = (ratio - base) / mad if mad > 0 else 1e9
-            flags[key].append(Hit(w, (ratio / base - 1) * 100, z, med * base, mean_ms))
+            mean_ms, end, med = window.cells[key]
+            z = (ratio - b) / mad if mad > 0 else 1e9
+            flags[key].append(Hit(w, (ratio / b - 1) * 100, z, med * b, mean_ms))
             ends[w] = max(ends.get(w, EPOCH), as_utc(end))
 
 
-def _usual(key: tuple[str, str], before: Sequence[Mapping[tuple[str, str], float]],
-           s: StragglerSettings) -> tuple[float, list[float]] | None:
-    """(the host's usual ratio, its baseline ratios), or None: too few windows, or no level to be slower than."""
-    xs = [r for r in (d.get(key) for d in before) if r is not None]
-    if len(xs) < s.self_min_windows:
-        return None
-    base = upper_median(xs)
-    return (base, xs) if base > 0 else None  # a usual level of 0: nothing to be slower than
+def _aligned(window: Window, order: tuple[tuple[str, str], ...], index: Mapping[tuple[str, str], int]) -> Any:
+    """`window`'s ratios on the cells `order` (NaN where it has none)."""
+    if window.keys == order:
+        return window.ratio
+    row = np.full(len(order), np.nan)
+    for k, r in window.ratios.items():
+        if k in index:
+            row[index[k]] = r
+    return row
