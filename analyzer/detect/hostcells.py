@@ -16,7 +16,6 @@ entry per (compute phase, host) of the window's judged stage groups.
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,61 +38,103 @@ def upper_median(values: Sequence[float]) -> float:
     return sorted(values)[len(values) // 2]
 
 
+@dataclass(frozen=True)
+class Cells:
+    """A window's cells as read: one entry per (phase, host), in the order the engine returned them."""
+
+    phase: list[str]
+    host: list[str]
+    mean: Any  # float64 array: the cell's mean ms
+    end: list[Any]  # the cell's newest row
+
+
 @dataclass
 class Window:
+    """What a window says of its hosts against their stage groups: the flagged cells, and every judged cell in
+    sorted (phase, host) order with its ratio to its group's median, its mean ms, that median and its end."""
+
     flagged: list[tuple[str, str, Hit, datetime]] = field(default_factory=list)  # phase, host, hit, window end
-    ratios: dict[tuple[str, str], float] = field(default_factory=dict)  # (phase, host) -> ms / its group's median
-    cells: dict[tuple[str, str], tuple[float, datetime, float]] = field(default_factory=dict)  # ms, end, median
-    # the judged cells in sorted order, and their ratio, mean ms and group median as arrays in that order (`shifted`)
     keys: tuple[tuple[str, str], ...] = ()
     ratio: Any = field(default_factory=lambda: np.empty(0))
     mean: Any = field(default_factory=lambda: np.empty(0))
     med: Any = field(default_factory=lambda: np.empty(0))
+    end: list[Any] = field(default_factory=list)
 
 
-def _window(cols: Mapping[str, Sequence[Any]], idx: Sequence[int], w: int, peers: Mapping[str, str],
-            s: StragglerSettings) -> Window:
-    phase, host, mean, end = cols["phase"], cols["host"], cols["mean_ms"], cols["window_end"]
-    groups: dict[tuple[str, str], list[int]] = defaultdict(list)
-    for i in idx:
-        grp = peers.get(host[i])
-        # the SQL joined the cells with the peer groups: a host without a stage is not judged; quantileExact skipped NaN
-        if grp is not None and math.isfinite(mean[i]):
-            groups[(phase[i], grp)].append(i)
+def _window(cells: Cells, w: int, peers: Mapping[str, str], s: StragglerSettings) -> Window:
+    """Judge one window's cells against their stage groups (`peers`: host -> its group), a group at a time in numpy
+    (the same float64 operations as a cell at a time: tests/analyzer/test_hostcells.py)."""
+    codes: dict[tuple[str, str], int] = {}
+    group = np.array([-1 if (g := peers.get(h)) is None else codes.setdefault((p, g), len(codes))
+                      for p, h in zip(cells.phase, cells.host, strict=True)], dtype=np.int64)
+    # the SQL joined the cells with the peer groups: a host without a stage is not judged; quantileExact skipped NaN
+    group[~np.isfinite(cells.mean)] = -1
     out = Window()
-    for (ph, _grp), xs in groups.items():
-        med = upper_median([mean[i] for i in xs])
+    judged: list[Any] = []
+    meds: list[Any] = []
+    for code in range(len(codes)):
+        rows = np.flatnonzero(group == code)
+        if not len(rows):
+            continue  # its only cells were not finite
+        xs = cells.mean[rows]
+        med = float(np.sort(xs)[len(xs) // 2])
         if len(xs) < s.min_hosts or med <= 0:
             continue
-        mad = upper_median([abs(mean[i] - med) for i in xs]) * MAD_SCALE
-        for i in xs:
-            v, h = mean[i], host[i]
-            out.ratios[(ph, h)] = v / med
-            out.cells[(ph, h)] = (v, end[i], med)
-            if v - med >= s.min_excess_ms and (v - med) / med * 100 >= s.min_slowdown_pct \
-                    and (mad == 0 or (v - med) / mad >= s.z):
-                out.flagged.append((ph, h, Hit(w, (v - med) / med * 100,
-                                               (v - med) / mad if mad > 0 else float("inf"), med, v), end[i]))
-    out.keys = tuple(sorted(out.ratios))
-    out.ratio = np.array([out.ratios[k] for k in out.keys], dtype=np.float64)
-    out.mean = np.array([out.cells[k][0] for k in out.keys], dtype=np.float64)
-    out.med = np.array([out.cells[k][2] for k in out.keys], dtype=np.float64)
+        mad = float(np.sort(np.abs(xs - med))[len(xs) // 2]) * MAD_SCALE
+        judged.append(rows)
+        meds.append(np.full(len(rows), med))
+        excess = xs - med
+        hit = (excess >= s.min_excess_ms) & (excess / med * 100 >= s.min_slowdown_pct)
+        if mad != 0:
+            hit &= excess / mad >= s.z
+        for i in rows[hit].tolist():
+            v = float(cells.mean[i])
+            out.flagged.append((cells.phase[i], cells.host[i], Hit(
+                w, (v - med) / med * 100, (v - med) / mad if mad > 0 else float("inf"), med, v), cells.end[i]))
+    if not judged:
+        return out
+    rows, med_of = np.concatenate(judged), np.concatenate(meds)
+    keys = [(cells.phase[i], cells.host[i]) for i in rows.tolist()]
+    order = sorted(range(len(keys)), key=keys.__getitem__)
+    rows, med_of = rows[order], med_of[order]
+    out.keys = tuple(keys[j] for j in order)
+    out.mean = cells.mean[rows]
+    out.med = med_of
+    out.ratio = out.mean / out.med
+    out.end = [cells.end[i] for i in rows.tolist()]
     return out
 
 
 def windows(ctx: EvalContext, key: object, cells_sql: str, params: Mapping[str, object], source: Source,
             peers: Mapping[str, str], lo: int, hi: int, s: StragglerSettings) -> dict[int, Window]:
-    """Windows lo..hi, each judged against its stage groups (kept across the walk under `key`; `source`: what
-    `cells_sql` reads)."""
-    def read(a: int, b: int) -> dict[int, Window]:
+    """Windows lo..hi, each judged against its stage groups (`source`: what `cells_sql` reads).
+
+    A window's cells are kept across the walk under `key` (kept.py), its judgement under the peer groups and the
+    settings it was judged with: a host that joins or leaves the groups has every window judged again from the
+    kept cells, none read again."""
+    def read(a: int, b: int) -> dict[int, Cells]:
         cols = ctx.columns(cells_sql, **params, lo=a, hi=b)
         by_window: dict[int, list[int]] = defaultdict(list)
         for i, w in enumerate(cols["window"]):
             by_window[int(w)].append(i)
-        return {w: _window(cols, idx, w, peers, s) for w, idx in by_window.items()}
+        phase, host, mean, end = cols["phase"], cols["host"], cols["mean_ms"], cols["window_end"]
+        return {w: Cells([phase[i] for i in idx], [host[i] for i in idx],
+                         np.array([mean[i] for i in idx], dtype=np.float64), [end[i] for i in idx])
+                for w, idx in by_window.items()}
 
-    full_key = (key, tuple(sorted(peers.items())), s.min_hosts, s.min_excess_ms, s.min_slowdown_pct, s.z)
-    return kept_windows(ctx, "straggler.hosts", full_key, lo, hi, read, Window(), source=source)
+    cells = kept_windows(ctx, "straggler.cells", key, lo, hi, read, _NO_CELLS, source=source)
+    judge_key = (tuple(sorted(peers.items())), s.min_hosts, s.min_excess_ms, s.min_slowdown_pct, s.z)
+    old_key, old = ctx.state.get("straggler.hosts", (None, {}))
+    done: dict[int, tuple[Cells, Window]] = old if old_key == judge_key else {}
+    out: dict[int, tuple[Cells, Window]] = {}
+    for w in range(lo, hi + 1):
+        was = done.get(w)
+        out[w] = was if was is not None and was[0] is cells[w] else (cells[w], _window(cells[w], w, peers, s))
+    ctx.state["straggler.hosts"] = (judge_key, out)
+    return {w: v for w, (_c, v) in out.items()}
+
+
+_NO_CELLS = Cells([], [], np.empty(0), [])
 
 
 def flagged(ws: Mapping[int, Window], lo: int, hi: int) -> tuple[Flags, dict[int, datetime]]:
@@ -148,7 +189,7 @@ def shifted(ws: Mapping[int, Window], base_lo: int, lo: int, hi: int, s: Straggl
                 continue
             if any(h.window == w for h in flags.get(key, ())):
                 continue
-            mean_ms, end, med = window.cells[key]
+            mean_ms, med, end = float(window.mean[j]), float(window.med[j]), window.end[j]
             z = (ratio - b) / mad if mad > 0 else 1e9
             flags[key].append(Hit(w, (ratio / b - 1) * 100, z, med * b, mean_ms))
             ends[w] = max(ends.get(w, EPOCH), as_utc(end))
@@ -158,8 +199,6 @@ def _aligned(window: Window, order: tuple[tuple[str, str], ...], index: Mapping[
     """`window`'s ratios on the cells `order` (NaN where it has none)."""
     if window.keys == order:
         return window.ratio
-    row = np.full(len(order), np.nan)
-    for k, r in window.ratios.items():
-        if k in index:
-            row[index[k]] = r
-    return row
+    row = np.full(len(order) + 1, np.nan)  # the last entry takes the cells `order` lacks
+    row[[index.get(k, -1) for k in window.keys]] = window.ratio
+    return row[:-1]

@@ -1,6 +1,9 @@
-"""hostcells.shifted (vectorised over cells) flags exactly what the cell-at-a-time rule flags.
+"""hostcells (vectorised over cells) flags exactly what the cell-at-a-time rules flag.
 
-The oracle below is the rule as it read before it was vectorised: each (phase, host) cell's usual
+The oracles below are the rules as they read before they were vectorised. Against the stage group: a
+cell is judged when its group (phase, stage) has `min_hosts` finite cells and a median above 0, and
+flagged when it is `min_excess_ms` and `min_slowdown_pct` over that median and `z` robust deviations
+over it (MAD), ratio = ms / median. Against itself (`shifted`): each (phase, host) cell's usual
 ratio is the upper median of its ratios in the base windows (at least `self_min_windows` of them,
 above 0); a judged window is a hit when it is `min_slowdown_pct` over that level, `min_excess_ms` over
 it in ms, and `z` robust deviations (MAD of the base ratios) over it, unless the peer rule flagged it.
@@ -8,11 +11,13 @@ it in ms, and `z` robust deviations (MAD of the base ratios) over it, unless the
 
 from __future__ import annotations
 
+import math
 import random
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import numpy as np
 import pytest
 
 from vigil.analyzer.detect import hostcells
@@ -23,13 +28,40 @@ from vigil.analyzer.settings import StragglerSettings
 T0 = datetime(2026, 11, 29, tzinfo=UTC)
 
 
+def _window_oracle(cells: hostcells.Cells, w: int, peers: dict[str, str], s: StragglerSettings
+                   ) -> tuple[list[Any], dict[tuple[str, str], tuple[float, float, float, Any]]]:
+    groups: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for i, (phase, host) in enumerate(zip(cells.phase, cells.host, strict=True)):
+        if host in peers and math.isfinite(cells.mean[i]):
+            groups[(phase, peers[host])].append(i)
+    flagged, judged = [], {}
+    for (phase, _grp), xs in groups.items():
+        med = hostcells.upper_median([float(cells.mean[i]) for i in xs])
+        if len(xs) < s.min_hosts or med <= 0:
+            continue
+        mad = hostcells.upper_median([abs(float(cells.mean[i]) - med) for i in xs]) * hostcells.MAD_SCALE
+        for i in xs:
+            v, host = float(cells.mean[i]), cells.host[i]
+            judged[(phase, host)] = (v / med, v, med, cells.end[i])
+            if v - med >= s.min_excess_ms and (v - med) / med * 100 >= s.min_slowdown_pct \
+                    and (mad == 0 or (v - med) / mad >= s.z):
+                flagged.append((phase, host, Hit(w, (v - med) / med * 100,
+                                                 (v - med) / mad if mad > 0 else float("inf"), med, v), cells.end[i]))
+    return flagged, judged
+
+
+def _ratios(window: hostcells.Window) -> dict[tuple[str, str], float]:
+    return dict(zip(window.keys, window.ratio.tolist(), strict=True))
+
+
 def _oracle(ws: dict[int, hostcells.Window], base_lo: int, lo: int, hi: int, s: StragglerSettings, flags: Flags,
             ends: dict[int, datetime]) -> None:
-    before = [ws[w].ratios for w in range(base_lo, lo)]
+    before = [_ratios(ws[w]) for w in range(base_lo, lo)]
     usual: dict[tuple[str, str], Any] = {}
     for w in range(lo, hi + 1):
         window = ws[w]
-        for key, ratio in window.ratios.items():
+        cells = {k: (float(window.mean[j]), window.end[j], float(window.med[j])) for j, k in enumerate(window.keys)}
+        for key, ratio in _ratios(window).items():
             if key not in usual:
                 xs = [r for r in (d.get(key) for d in before) if r is not None]
                 base = hostcells.upper_median(xs) if len(xs) >= s.self_min_windows else 0.0
@@ -37,7 +69,7 @@ def _oracle(ws: dict[int, hostcells.Window], base_lo: int, lo: int, hi: int, s: 
             if usual[key] is None:
                 continue
             base, xs = usual[key]
-            mean_ms, end, med = window.cells[key]
+            mean_ms, end, med = cells[key]
             if (ratio / base - 1) * 100 < s.min_slowdown_pct or mean_ms - med * base < s.min_excess_ms:
                 continue
             mad = hostcells.upper_median([abs(v - base) for v in xs]) * hostcells.MAD_SCALE
@@ -50,13 +82,14 @@ def _oracle(ws: dict[int, hostcells.Window], base_lo: int, lo: int, hi: int, s: 
             ends[w] = max(ends.get(w, EPOCH), as_utc(end))
 
 
-def _windows(rng: random.Random, hosts: int, n: int, s: StragglerSettings) -> dict[int, hostcells.Window]:
+def _cells(rng: random.Random, hosts: int, n: int) -> tuple[dict[int, hostcells.Cells], dict[str, str]]:
     """Random windows of `hosts` hosts x 2 phases: some hosts usually slower or faster than their group, some
     slow in a few of the last 12 windows, a few cells missing, a group with a spread of 0."""
     level = {h: rng.choice([1.0, 1.0, 0.8, 0.8, 1.25]) for h in range(hosts)}
     slow = {h: rng.sample(range(n - 12, n), k=rng.randint(1, 4)) for h in rng.sample(range(hosts), k=hosts // 2)}
-    peers = {f"h{h:03d}": "0" for h in range(hosts)}
-    ws = {}
+    level[0], slow[0] = 0.8, [n - 1]  # usually 20 % faster than its group, then at its median: slow only against itself
+    peers = {f"h{h:03d}": str(h % 2) if hosts > 20 else "0" for h in range(hosts - 1)}  # the last one has no stage
+    out = {}
     for w in range(n):
         rows: dict[str, list[Any]] = {"phase": [], "host": [], "mean_ms": [], "window_end": []}
         for h in range(hosts):
@@ -65,15 +98,38 @@ def _windows(rng: random.Random, hosts: int, n: int, s: StragglerSettings) -> di
                     continue  # a cell missing from this window
                 ms = 100.0 if phase == "backward" and h % 7 == 0 else 100.0 * level[h] * (1 + rng.gauss(0, 0.01))
                 if w in slow.get(h, ()):
-                    ms *= rng.choice([1.05, 1.2, 1.6])
+                    ms *= 1.25 if h == 0 else rng.choice([1.05, 1.2, 1.6])
                 rows["phase"].append(phase)
                 rows["host"].append(f"h{h:03d}")
                 rows["mean_ms"].append(ms)
                 rows["window_end"].append(T0 + timedelta(seconds=5 * w))
+        if w % 7 == 3:
+            rows["mean_ms"][0] = float("nan")
         order = list(range(len(rows["host"])))
         rng.shuffle(order)  # rows come back in no particular order
-        ws[w] = hostcells._window(rows, order, w, peers, s)
-    return ws
+        out[w] = hostcells.Cells([rows["phase"][i] for i in order], [rows["host"][i] for i in order],
+                                 np.array([rows["mean_ms"][i] for i in order]), [rows["window_end"][i] for i in order])
+    return out, peers
+
+
+def _windows(rng: random.Random, hosts: int, n: int, s: StragglerSettings) -> dict[int, hostcells.Window]:
+    cells, peers = _cells(rng, hosts, n)
+    return {w: hostcells._window(c, w, peers, s) for w, c in cells.items()}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_window_judges_as_the_cell_at_a_time_rule(seed: int) -> None:
+    rng = random.Random(seed)
+    s = StragglerSettings(z=rng.choice([2.0, 4.0]), min_excess_ms=rng.choice([0.0, 1.0, 5.0]))
+    cells, peers = _cells(rng, rng.choice([8, 40]), 12)
+    for w, c in cells.items():
+        got = hostcells._window(c, w, peers, s)
+        flagged, judged = _window_oracle(c, w, peers, s)
+        assert sorted(got.flagged, key=str) == sorted(flagged, key=str)
+        assert {k: (float(got.ratio[j]), float(got.mean[j]), float(got.med[j]), got.end[j])
+                for j, k in enumerate(got.keys)} == judged
+        assert list(got.keys) == sorted(judged)
+    assert any(hostcells._window(c, w, peers, s).flagged for w, c in cells.items())
 
 
 @pytest.mark.parametrize("seed", range(12))

@@ -9,7 +9,7 @@ import pytest
 from crafted import T0, steps
 
 from vigil.analyzer.alerts.book import AlertBook
-from vigil.analyzer.detect import kept
+from vigil.analyzer.detect import hostcells, kept
 from vigil.analyzer.detect.base import EvalContext, Walk
 from vigil.analyzer.engine import DETECTORS, evaluate
 from vigil.analyzer.ingest.writer import ClickHouseWriter
@@ -162,3 +162,42 @@ def test_a_cells_read_is_checked_against_the_rollup_and_phases_it_reads(kinds: d
             assert f"FROM {source.rollup}" in sql and all(f"FROM {r}" not in sql for r in kept.ROLLUPS
                                                            if r != source.rollup)
             assert sorted(source.phases) == sorted([*params["judged"], *params.get("subs", [])])
+
+
+@pytest.mark.clickhouse
+def test_a_host_leaving_the_peer_groups_rejudges_the_kept_cells_without_reading_them_again(
+        clickhouse_dsn: str, database: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # h0030 is lost at step 60: once its last window leaves the judged range the peer groups change, and every
+    # window is judged again (hostcells.windows) from the cells kept for it, none read again; as a fresh walk judges.
+    evs = steps("leave", 64, 160, jitter=0.02, host_bias=0.01, seed=5, slow={"h0005": 1.12}, slow_from=40)
+    w = ClickHouseWriter(client=connect(clickhouse_dsn, database=database))
+    w.write([e for e in evs if e.host != "h0030" or e.step < 60])
+    client = connect(clickhouse_dsn, database=database)
+    monkeypatch.setattr(kept, "SETTLE_S", 1e9)
+    cells: list[tuple[int, int]] = []
+    real = EvalContext.columns
+
+    def columns(self: EvalContext, sql: str, **params: Any) -> dict[str, Any]:
+        cells.append((params["lo"], params["hi"]))
+        return real(self, sql, **params)
+
+    monkeypatch.setattr(EvalContext, "columns", columns)
+    judged: list[frozenset[str]] = []
+    real_window = hostcells._window
+
+    def window(c: hostcells.Cells, at: int, peers: Any, s: Any) -> hostcells.Window:
+        judged.append(frozenset(peers))
+        return real_window(c, at, peers, s)
+
+    monkeypatch.setattr(hostcells, "_window", window)
+    instants = [T0 + timedelta(seconds=s) for s in range(60, 161, 10)]
+    walk = Walk()
+    kept_walk = _walk(client, "leave", instants, walk)
+    read = sorted(w for lo, hi in cells for w in range(lo, hi + 1))
+    assert len(read) == len(set(read))  # no window read twice
+    assert len({p for p in judged if "h0030" in p}) == 1 and any("h0030" not in p for p in judged)  # it left them
+    assert len(judged) > len(read)  # ... and the kept windows were judged again without it
+    monkeypatch.setattr(hostcells, "_window", real_window)
+    assert _walk(client, "leave", instants, None) == kept_walk
+    fired = {fp for instant in kept_walk for fp, status, _ev in instant if status == "firing"}
+    assert "leave/straggler/h0005/forward" in fired
