@@ -182,13 +182,16 @@ class Walk:
 
 
 def due(d: Detector, at: datetime, step_s: float) -> bool:
-    """Whether detector `d` runs at grid instant `at`: every instant, or each multiple of its `cadence_s`."""
+    """Whether detector `d` runs at grid instant `at`: every instant, or each multiple of its `cadence_s` plus its
+    `cadence_phase_s` (0 unless set: detectors of one cadence that cost the most are spread over its instants, so no
+    instant runs them all)."""
     cadence = float(getattr(d, "cadence_s", 0.0) or 0.0)
     every = max(1, round(cadence / step_s)) if cadence > step_s else 1
     if every == 1:
         return True
+    phase = round(float(getattr(d, "cadence_phase_s", 0.0) or 0.0) / step_s)
     ms = (at - EPOCH) // timedelta(milliseconds=1)
-    return (ms // max(1, round(step_s * 1000))) % every == 0
+    return (ms // max(1, round(step_s * 1000)) - phase) % every == 0
 
 
 def ch_time(ts: datetime) -> str:

@@ -226,3 +226,15 @@ def test_watermark_waits_for_a_bursty_source_and_lets_a_lost_one_go() -> None:
     assert before.watermark == t0 + timedelta(seconds=60)
     stopped = _clock("j", srcs(6), now + timedelta(seconds=60), idle_s=5, max_lag_s=120, gone_lag_s=10)
     assert stopped.stopped and not any(c.alive for c in stopped.sources.values())
+
+
+def test_a_cadence_phase_moves_a_detector_off_the_instants_of_its_cadence() -> None:
+    from vigil.analyzer.detect.base import due
+    from vigil.analyzer.detect.flap import FlapDetector
+    from vigil.analyzer.detect.straggler import StragglerDetector
+
+    t0 = datetime(2026, 11, 29, 8, 0, 0, tzinfo=UTC)  # a multiple of 10 s
+    grid = [t0 + timedelta(seconds=2 * k) for k in range(15)]
+    straggler = [at.second for at in grid if due(StragglerDetector(), at, 2.0)]
+    flap = [at.second for at in grid if due(FlapDetector(), at, 2.0)]
+    assert straggler == [0, 10, 20] and flap == [6, 16, 26]  # both every 10 s, never at one instant
