@@ -10,10 +10,7 @@ the watermark pages at the first instants judged after it, however many wait beh
 book, the incident stage groups findings under incidents and demotes victims'
 (`analyzer.incidents`). A turn is bounded (`turn_budget_s`); while instants wait (a burst,
 a catch-up) the next turn starts at once, otherwise `detect_interval_s` after the last one
-started (a period, not a pause after each turn: a long turn does not delay the next), or
-earlier: once the ingest has stored a batch since the last turn began, `detect_after_store_s`
-after it at the earliest (the clock moves with each batch stored; a host lost is let go at
-the turn after the batch that moves its job past it, not up to a period later). The
+started (a period, not a pause after each turn: a long turn does not delay the next). The
 cursor's idle rule uses the ingest's frontier (ingest/lag.py), so a saturated ingest
 delays judgement instead of making hosts look silent. `health()` is cheap: figures
 sampled by the threads, never a query.
@@ -48,9 +45,6 @@ from vigil.signing import Role
 from vigil.signing.setup import signer
 
 log = logging.getLogger(__name__)
-
-_POLL_S = 0.05
-"""How often the detector loop looks for a stored batch while it waits (a counter read)."""
 
 
 class AnalyzerService:
@@ -98,29 +92,12 @@ class AnalyzerService:
 
     def _detect_loop(self) -> None:
         wait = self.settings.detect_interval_s
-        started = time.monotonic()
-        while not self._next_turn(wait, started):
+        while not self._stop.wait(wait):
             started = time.monotonic()
             self.detect_once()
             took = time.monotonic() - started
             period = self.settings.detect_interval_s
             wait = period if self._turn_failed else 0.0 if self.cursor.backlog else max(0.0, period - took)
-
-    def _next_turn(self, wait: float, started: float) -> bool:
-        """Wait up to `wait` for the next turn (True: stopping). It starts early once the ingest has stored a batch
-        since the turn that began at `started`, `detect_after_store_s` after that one at the earliest: the clock
-        moves with each stored batch, and a turn right after it judges what it made judgeable."""
-        early = self.settings.detect_after_store_s
-        stored = self.ingest.consumer.stats if self.ingest is not None and early > 0 else None
-        if stored is None or self._turn_failed:
-            return self._stop.wait(wait)
-        seen, deadline = stored.batches, time.monotonic() + wait
-        while (left := deadline - time.monotonic()) > 0:
-            if self._stop.wait(min(left, _POLL_S)):
-                return True
-            if stored.batches != seen and time.monotonic() - started >= early:
-                return False
-        return self._stop.is_set()
 
     def detect_once(self) -> int:
         """One turn of the detector loop; the number of alert and incident events published."""

@@ -152,9 +152,6 @@ class AnalyzerSettings(VigilBaseSettings):
     detect: bool = Field(default=True, description="run the detectors; exactly one analyzer per cluster should "
                          "(more instances with detect off scale the ingest)")
     detect_interval_s: float = Field(default=2.0, gt=0, description="wall-clock period of the detector loop")
-    detect_after_store_s: float = Field(default=0.5, ge=0, description="a turn starts early once the ingest has "
-                                        "stored a batch since the last one began, at least this long after it (a lost "
-                                        "host is let go at the turn after the batch that moves its job past it)")
     eval_step_s: float = Field(default=2.0, gt=0, description="event-time spacing of evaluation points")
     max_catchup: int = Field(default=60, ge=1, description="most evaluation points per job per loop turn (the rest "
                              "waits for the next turn, which follows at once: nothing is skipped)")
