@@ -14,7 +14,8 @@ step 4800 has its baselines at 4820+, not 20+).
 Runs are found on `job_step_spans` (per 10-second bucket: the step numbers in it), folding
 the buckets in time order. A bucket counts once it is complete as of the instant (it ends
 at or before it), so live and replay see a run begin at the same instant whatever the
-arrival order; until a job's first bucket completes, its first run is read from the raw
+arrival order; a recent bucket whose rows changed after it was folded has the runs folded
+again (`EpochTracker`); until a job's first bucket completes, its first run is read from the raw
 rows stamped up to the instant. `EpochTracker` keeps one job's fold, reading only the
 buckets that completed since its last call: a few keyed rows per instant, the history once.
 """
@@ -119,31 +120,53 @@ def fold(rows: Sequence[SpanRow], registrations: Sequence[datetime], settings: E
     return f.epochs
 
 
+RECHECK_S = 300
+"""Folded buckets this recent (event time, before the newest complete one) are read again at every call; one that
+changed since it was folded (rows landed after it was read) has the job's runs folded again from the start."""
+
+
 @dataclass(kw_only=True)
 class EpochTracker:
-    """One job's runs, kept up to date as the instants it is asked about advance."""
+    """One job's runs, kept up to date as the instants it is asked about advance.
+
+    A bucket is folded once it is complete as of the instant, but its rows may land after that: a
+    late host, or a read that ran while the insert that carries them was writing its views (a view
+    of the job's clock may be written before `job_step_spans`). So the folded buckets of the last
+    `RECHECK_S` are read again at each call (with the incomplete one, in the same query) and
+    compared with what was folded: when one differs, the runs are folded again from the job's
+    first bucket, and live converges to what replay finds (it folds each bucket once, whole).
+    """
 
     job: str
     settings: EpochSettings
     _fold: EpochFold | None = None
     _loaded: datetime = EPOCH  # buckets up to here are folded
     _regs_after: datetime = EPOCH
+    _folded: dict[datetime, SpanRow] = field(default_factory=dict)  # the recent folded buckets, as folded
+    refolds: int = 0
 
     def at(self, client: QueryClient, at: datetime) -> Epoch | None:
         if self._fold is None:
             self._fold = EpochFold(settings=self.settings)
         final = bucket_of(at) - timedelta(seconds=RUN_BUCKET_S)  # the newest bucket that ended by `at`
-        if final > self._loaded:  # read everything first: a failed query leaves the fold as it was
-            rows = self._spans(client, self._loaded, final)
-            regs = self._registrations(client, rows[-1].last_ts) if rows else []
+        horizon = final - timedelta(seconds=RECHECK_S)
+        # one read: the recent folded buckets (again), the complete ones not folded yet, the incomplete one
+        rows = self._spans(client, min(horizon, self._loaded), bucket_of(at))
+        if any(self._folded.get(r.bucket) != r for r in rows if horizon < r.bucket <= self._loaded):
+            self._fold, self._loaded, self._regs_after, self._folded = EpochFold(settings=self.settings), EPOCH, EPOCH, {}
+            self.refolds += 1
+            return self.at(client, at)  # from the first bucket (nothing is folded: no second refold)
+        new = [r for r in rows if self._loaded < r.bucket <= final]
+        if new:  # read everything first: a failed query leaves the fold as it was
+            regs = self._registrations(client, new[-1].last_ts)
             prev = self._fold.last_ts
-            for row in rows:
+            for row in new:
                 self._fold.add(row, [r for r in regs if prev < r <= row.last_ts])
                 prev = row.last_ts
-            self._loaded = final
-            if rows:
-                self._regs_after = max(self._regs_after, rows[-1].last_ts)
-        partial = self._spans(client, final, bucket_of(at))
+            self._regs_after = max(self._regs_after, new[-1].last_ts)
+        self._loaded = max(self._loaded, final)
+        self._folded = {r.bucket: r for r in rows if horizon < r.bucket <= final}
+        partial = [r for r in rows if r.bucket > final]
         epoch = self._fold.current(partial[0].max_step if partial else None)
         if epoch is None and partial:
             return self._first(client, at, partial[0])

@@ -104,3 +104,28 @@ def test_a_restart_from_a_checkpoint_takes_a_fresh_baseline(clickhouse_dsn: str,
     assert start2 <= resolved.ts <= start2 + timedelta(seconds=30)  # the new run is not judged on the old one
     assert again.evidence["baseline_steps"] == [140, 189] and again.evidence["run"]["reason"] == "registration"
     assert again.ts - start2 == fired.ts - T0  # the same latency in the new run as in the first
+
+
+@pytest.mark.clickhouse
+def test_a_bucket_folded_before_its_rows_landed_is_folded_again(clickhouse_dsn: str, database: str) -> None:
+    # The job's first bucket lands after the tracker folded the buckets around it (a late host, or a read
+    # while the insert that carries it wrote its views): live must converge to what a fresh fold (replay) finds.
+    from vigil.analyzer.detect.base import bucket_of
+    from vigil.analyzer.detect.epoch import EpochTracker
+    from vigil.analyzer.ingest.writer import ClickHouseWriter
+    from vigil.clickhouse.client import connect
+
+    evs = steps("late0", 4, 60, seed=3)
+    early = [e for e in evs if bucket_of(e.ts) == bucket_of(evs[0].ts)]
+    w = ClickHouseWriter(client=connect(clickhouse_dsn, database=database))
+    w.write([e for e in evs if e not in early])
+    client = connect(clickhouse_dsn, database=database)
+    tracker = EpochTracker(job="late0", settings=EpochSettings())
+    at = T0 + timedelta(seconds=50)
+    before = tracker.at(client, at)
+    assert before is not None and before.first_step == max(e.step for e in early) + 1  # the run seen without them
+    assert tracker.at(client, at + timedelta(seconds=2)) == before and tracker.refolds == 0  # nothing changed
+    w.write(early)
+    after = tracker.at(client, at + timedelta(seconds=4))
+    assert after is not None and after.first_step == 0 and tracker.refolds == 1
+    assert after == EpochTracker(job="late0", settings=EpochSettings()).at(client, at + timedelta(seconds=4))
