@@ -107,6 +107,20 @@ def _walk(client: Any, job: str, instants: list[Any], walk: Walk | None) -> list
     return out
 
 
+def _cells_read(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """The (lo, hi) windows of every cells read from here on (no wall-clock re-read: SETTLE_S is out of reach)."""
+    monkeypatch.setattr(kept, "SETTLE_S", 1e9)
+    cells: list[tuple[int, int]] = []
+    real = EvalContext.columns
+
+    def columns(self: EvalContext, sql: str, **params: Any) -> dict[str, Any]:
+        cells.append((params["lo"], params["hi"]))
+        return real(self, sql, **params)
+
+    monkeypatch.setattr(EvalContext, "columns", columns)
+    return cells
+
+
 @pytest.mark.clickhouse
 def test_a_walk_reads_each_window_once_and_judges_as_every_window_read_afresh(
         clickhouse_dsn: str, database: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -121,15 +135,7 @@ def test_a_walk_reads_each_window_once_and_judges_as_every_window_read_afresh(
     w = ClickHouseWriter(client=connect(clickhouse_dsn, database=database))
     w.write([e for e in evs if e.event_id not in late_ids])
     client = connect(clickhouse_dsn, database=database)
-    monkeypatch.setattr(kept, "SETTLE_S", 1e9)  # no wall-clock re-read within the test
-    cells: list[tuple[int, int]] = []
-    real = EvalContext.columns
-
-    def columns(self: EvalContext, sql: str, **params: Any) -> dict[str, Any]:
-        cells.append((params["lo"], params["hi"]))
-        return real(self, sql, **params)
-
-    monkeypatch.setattr(EvalContext, "columns", columns)
+    cells = _cells_read(monkeypatch)
     early = [T0 + timedelta(seconds=s) for s in range(60, 131, 10)]
     walk = Walk()
     kept_early = _walk(client, "keep", early, walk)
@@ -173,15 +179,7 @@ def test_a_host_leaving_the_peer_groups_rejudges_the_kept_cells_without_reading_
     w = ClickHouseWriter(client=connect(clickhouse_dsn, database=database))
     w.write([e for e in evs if e.host != "h0030" or e.step < 60])
     client = connect(clickhouse_dsn, database=database)
-    monkeypatch.setattr(kept, "SETTLE_S", 1e9)
-    cells: list[tuple[int, int]] = []
-    real = EvalContext.columns
-
-    def columns(self: EvalContext, sql: str, **params: Any) -> dict[str, Any]:
-        cells.append((params["lo"], params["hi"]))
-        return real(self, sql, **params)
-
-    monkeypatch.setattr(EvalContext, "columns", columns)
+    cells = _cells_read(monkeypatch)
     judged: list[frozenset[str]] = []
     real_window = hostcells._window
 
