@@ -165,7 +165,8 @@ class EpochTracker:
                 prev = row.last_ts
             self._regs_after = max(self._regs_after, new[-1].last_ts)
         self._loaded = max(self._loaded, final)
-        self._folded = {r.bucket: r for r in rows if horizon < r.bucket <= final}
+        self._folded = {**{b: r for b, r in self._folded.items() if b > horizon},  # (those this read did not reach)
+                        **{r.bucket: r for r in rows if horizon < r.bucket <= self._loaded}}
         partial = [r for r in rows if r.bucket > final]
         epoch = self._fold.current(partial[0].max_step if partial else None)
         if epoch is None and partial:
