@@ -33,9 +33,10 @@ MAD_SCALE = 1.4826
 """MAD -> standard deviation of a normal distribution: the robust z's denominator."""
 
 
-def upper_median(values: Sequence[float]) -> float:
-    """ClickHouse's `quantileExact(0.5)`: the middle value, the upper one of an even count."""
-    return sorted(values)[len(values) // 2]
+def upper_median(values: Sequence[float] | Any) -> float:
+    """ClickHouse's `quantileExact(0.5)`: the middle value, the upper one of an even count (a list or a float64
+    array)."""
+    return float(np.sort(np.asarray(values, dtype=np.float64))[len(values) // 2])
 
 
 @dataclass(frozen=True)
@@ -71,18 +72,18 @@ def _window(cells: Cells, w: int, peers: Mapping[str, str], s: StragglerSettings
     group[~np.isfinite(cells.mean)] = -1
     out = Window()
     judged: list[Any] = []
-    meds: list[Any] = []
+    group_med = np.full(len(codes), np.nan)
     for code in range(len(codes)):
         rows = np.flatnonzero(group == code)
         if not len(rows):
             continue  # its only cells were not finite
         xs = cells.mean[rows]
-        med = float(np.sort(xs)[len(xs) // 2])
+        med = upper_median(xs)
         if len(xs) < s.min_hosts or med <= 0:
             continue
-        mad = float(np.sort(np.abs(xs - med))[len(xs) // 2]) * MAD_SCALE
+        mad = upper_median(np.abs(xs - med)) * MAD_SCALE
         judged.append(rows)
-        meds.append(np.full(len(rows), med))
+        group_med[code] = med
         excess = xs - med
         hit = (excess >= s.min_excess_ms) & (excess / med * 100 >= s.min_slowdown_pct)
         if mad != 0:
@@ -93,13 +94,13 @@ def _window(cells: Cells, w: int, peers: Mapping[str, str], s: StragglerSettings
                 w, (v - med) / med * 100, (v - med) / mad if mad > 0 else float("inf"), med, v), cells.end[i]))
     if not judged:
         return out
-    rows, med_of = np.concatenate(judged), np.concatenate(meds)
+    rows = np.concatenate(judged)
     keys = [(cells.phase[i], cells.host[i]) for i in rows.tolist()]
     order = sorted(range(len(keys)), key=keys.__getitem__)
-    rows, med_of = rows[order], med_of[order]
+    rows = rows[order]
     out.keys = tuple(keys[j] for j in order)
     out.mean = cells.mean[rows]
-    out.med = med_of
+    out.med = group_med[group[rows]]
     out.ratio = out.mean / out.med
     out.end = [cells.end[i] for i in rows.tolist()]
     return out
@@ -183,7 +184,7 @@ def shifted(ws: Mapping[int, Window], base_lo: int, lo: int, hi: int, s: Straggl
             b, ratio = float(base[j]), float(window.ratio[j])
             if i not in spread:
                 xs = before[:, i][~np.isnan(before[:, i])]
-                spread[i] = upper_median(np.abs(xs - b).tolist()) * MAD_SCALE
+                spread[i] = upper_median(np.abs(xs - b)) * MAD_SCALE
             mad = spread[i]
             if mad != 0 and (ratio - b) / mad < s.z:
                 continue
