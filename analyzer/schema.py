@@ -12,3 +12,13 @@ from pathlib import Path
 from vigil.clickhouse.migrations import MigrationSet
 
 MIGRATIONS = MigrationSet(owner="analyzer", directory=Path(__file__).parent / "migrations", ids=range(1, 200))
+
+MINUTE_FIRST = frozenset({"nic_counters", "heartbeats"})
+"""Raw tables sorted by (job_id, `MINUTE`, ...) (migration 0198). The engine does not derive a bound on `MINUTE` from
+one on `ts` (a DateTime64): a read bounded in time names it (`since`), or it selects a granule per minute of the job."""
+MINUTE = "toStartOfMinute({})"  # over the time column (or a bound of it)
+
+
+def since(bound: str, strict: bool = True) -> str:
+    """`ts > bound` (`>=` unless `strict`) on a `MINUTE_FIRST` table, with the minute's bound the engine prunes by."""
+    return f"ts {'>' if strict else '>='} {bound} AND {MINUTE.format('ts')} >= {MINUTE.format(bound)}"

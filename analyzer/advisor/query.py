@@ -19,6 +19,7 @@ from vigil.analyzer.advisor.core import Recommendation, StepPoint, advise, curve
 from vigil.analyzer.advisor.hosts import HostPoint
 from vigil.analyzer.advisor.score import score
 from vigil.analyzer.advisor.settings import AdvisorSettings
+from vigil.analyzer.schema import since
 from vigil.clickhouse.query import QueryClient
 from vigil.contract import AdviceScore
 from vigil.contract.phases import resolve
@@ -53,11 +54,14 @@ LATEST_ADVICE_SQL = """
 SELECT advice_id, ts, curve FROM advice_events FINAL WHERE job_id = {job:String} ORDER BY ts DESC, advice_id LIMIT 1
 """
 
-CPU_SQL = """
+# the job's newest heartbeat from host_clock (its rollup), then the minutes before it: heartbeats sort by the minute
+# first (migration 0198), so the read selects those minutes only
+CPU_SQL = f"""
+WITH (SELECT max(last_ts) FROM host_clock WHERE job_id = {{job:String}} AND source = 'heartbeat')
+     - toIntervalSecond({{span:UInt32}}) AS lo
 SELECT host, quantileExact(0.5)(procs_cpu_pct), quantileExact(0.5)(procs_rss_mib)
 FROM heartbeats
-WHERE job_id = {job:String}
-  AND ts >= (SELECT max(ts) FROM heartbeats WHERE job_id = {job:String}) - toIntervalSecond({span:UInt32})
+WHERE job_id = {{job:String}} AND {since("lo", strict=False)}
 GROUP BY host
 """
 

@@ -5,8 +5,9 @@ batches re-read after a crash or a rebalance, the halves of a batch being bisect
 ids travel through a per-writer temporary Memory table and a semi-join, never as a query
 parameter (binding 20,000 ids costs ~160 ms per query even against an empty table, the
 temporary table ~10 ms); the look-up is bounded by the table's job_id and its `LOOKUP`
-column (step or ts), so a spool replay of one host's contiguous steps reads a few
-granules, however large the table is.
+column (step or ts; on the minute-first tables also the minutes, `schema.MINUTE_FIRST`),
+so a spool replay of one host's contiguous steps reads a few granules, however large the
+table is.
 
 `before` restricts the check to rows ingested before an instant: a batch re-read after a
 crash must be judged as its first attempt was, not against what that attempt wrote.
@@ -20,6 +21,7 @@ from typing import Any
 
 from vigil.analyzer.ingest.blocks import Columns
 from vigil.analyzer.ingest.processors import LOOKUP
+from vigil.analyzer.schema import MINUTE, MINUTE_FIRST
 
 
 def _param(value: Any) -> str:
@@ -56,6 +58,8 @@ class StoredIds:
         params: dict[str, Any] = {"lo": _param(min(values)), "hi": _param(max(values))}
         sql = (f"SELECT DISTINCT event_id FROM {table} WHERE job_id IN (SELECT job_id FROM {probe}) "
                f"AND {prune} BETWEEN {{lo:{typ}}} AND {{hi:{typ}}} AND event_id IN (SELECT event_id FROM {probe})")
+        if table in MINUTE_FIRST:  # the minutes the rows span: the engine prunes by them, not by `ts`
+            sql += f" AND {MINUTE.format('ts')} BETWEEN {MINUTE.format('{lo:' + typ + '}')} AND {MINUTE.format('{hi:' + typ + '}')}"
         if before is not None:
             sql += " AND ingested_at < {before:DateTime64(3, 'UTC')}"
             params["before"] = _param(before)

@@ -83,6 +83,7 @@ class ClickHouseWriter:
         self._ledger = IntentLedger(self.client, self.group)
         self._started = False
         self._tokened: set[str] = set()  # tables that deduplicate inserts by token (migration 0140)
+        self._token_logs: dict[str, datetime] = {}  # table rebuilt (0198) -> when its token log started empty
         self._recorded = ""
         self._prepared: tuple[str, _Prepared] | None = None
         self._staged: Staged | None = None  # the next batch, staged ahead by the consumer's thread
@@ -108,9 +109,12 @@ class ClickHouseWriter:
         if not self._started:  # what was stored before this process: the window cannot vouch for it
             rows = self.client.query("SELECT job_id, host, max(last_ts) FROM host_clock GROUP BY job_id, host").result_rows
             self.recent.started_after({(str(j), str(h)): ts if ts.tzinfo else ts.replace(tzinfo=UTC) for j, h, ts in rows})
-            self._tokened = {str(r[0]) for r in self.client.query(
-                "SELECT name FROM system.tables WHERE database = currentDatabase() "
-                "AND engine_full LIKE '%non_replicated_deduplication_window%'").result_rows}
+            tables = {str(n): str(e) for n, e in self.client.query(
+                "SELECT name, engine_full FROM system.tables WHERE database = currentDatabase()").result_rows}
+            self._tokened = {n for n, e in tables.items() if "non_replicated_deduplication_window" in e}
+            if "token_log_starts" in tables:  # made by migration 0198 (a store migrated before has none)
+                self._token_logs = {str(n): t if t.tzinfo else t.replace(tzinfo=UTC) for n, t in self.client.query(
+                    "SELECT table_name, max(at) FROM token_log_starts GROUP BY table_name").result_rows}
             self._started = True
         token = batch.token if batch is not None else None
         t0 = time.perf_counter()
@@ -211,9 +215,12 @@ class ClickHouseWriter:
 
     def _lookup(self, table: str, cols: Columns, batch: BatchId | None) -> set[str]:
         """The event_ids of `cols` that `table` holds (a table that ignores tokens must not take a re-cut's rows
-        again: it is judged against everything stored, the others against what was stored before the intent)."""
-        before = batch.first_attempt if batch is not None and table in self._tokened else None
-        return self._stored.stored(table, cols, before=before)
+        again: it is judged against everything stored, the others against what was stored before the intent).
+        A table rebuilt after the first attempt (migration 0198) has a token log that never saw it: it is judged
+        against everything stored too."""
+        first = batch.first_attempt if batch is not None else None
+        vouched = first is not None and table in self._tokened and first >= self._token_logs.get(table, first)
+        return self._stored.stored(table, cols, before=first if vouched else None)
 
     def _insert(self, prepared: _Prepared, token: str | None) -> None:
         for table, cols in prepared.tables.items():
