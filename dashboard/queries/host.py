@@ -1,7 +1,8 @@
 """Host: one machine's heartbeats, NIC throughput per port, GPU state, classified logs and alerts.
 
-One host's raw rows are a primary-key range of each table (`job_id, host, ...`), so the
-page reads them directly and buckets them in ClickHouse: NIC throughput per (device,
+One host's raw rows are a primary-key range of each table (`job_id, host, ...`; heartbeats and
+NIC samples per minute of the window, `job_id, minute, host, ...`), so the page reads them
+directly and buckets them in ClickHouse: NIC throughput per (device,
 port) from `nic_counters` (the `nic_windows` rollup has no port), GPU throttling per
 reason (NVML's reasons, one `ARRAY JOIN` over `gpu_stats.throttle_reasons`).
 """
@@ -11,11 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from vigil.dashboard.queries.window import Window, ts_in_window
+from vigil.dashboard.queries.window import T0, Window, ts_in_window
 from vigil.dashboard.store import Row, Store
 from vigil.dashboard.tables import (
     GPU_STATS,
     HEARTBEATS,
+    HOST_CLOCK,
     HOST_PRESENCE,
     JOB_RANKS,
     LOG_LINES,
@@ -27,19 +29,22 @@ from vigil.dashboard.tables import (
 _BUCKET = "toUnixTimestamp64Milli(toDateTime64(toStartOfInterval(ts, toIntervalSecond({bucket:UInt32})), 3))"
 _HOST = "job_id = {job:String} AND host = {host:String}"
 
+# the newest heartbeat's minute and the one before (where host_clock says it is), not the host's whole history: the
+# table sorts by the minute first
+_NEWEST = f"(SELECT max(last_ts) FROM {HOST_CLOCK} WHERE {_HOST} AND source = 'heartbeat') - toIntervalSecond(60)"
 _IDENTITY_SQL = f"""
 SELECT argMax(ip, ts) AS ip, argMax(pod, ts) AS pod, argMax(node, ts) AS node,
        argMax(agent_version, ts) AS agent_version, argMax(gpus, ts) AS gpus,
        toUnixTimestamp64Milli(max(ts)) AS last_ms, argMax(interval_s, ts) AS interval_s,
        argMax(procs_running, ts) AS procs_running, argMax(procs_total, ts) AS procs_total, count() AS n
-FROM {HEARTBEATS} WHERE {_HOST}
+FROM {HEARTBEATS} WHERE {_HOST} AND ts >= {_NEWEST} AND {HEARTBEATS.since(_NEWEST)}
 """
 
 _HEARTBEATS_SQL = f"""
 SELECT {_BUCKET} AS t_ms, count() AS beats, max(interval_s) AS interval_s,
        min(procs_running) AS procs_running, max(gpus_throttled) AS gpus_throttled,
        max(gpu_ecc_uncorrected) AS ecc, sum(dropped_events) AS dropped
-FROM {HEARTBEATS} WHERE {_HOST} AND {ts_in_window()} GROUP BY t_ms ORDER BY t_ms
+FROM {HEARTBEATS} WHERE {_HOST} AND {ts_in_window()} AND {HEARTBEATS.since(T0)} GROUP BY t_ms ORDER BY t_ms
 """
 
 # an Ethernet interface has port 0 (named by its device alone); RDMA ports count from 1
@@ -47,7 +52,8 @@ _NIC_SQL = f"""
 SELECT if(port = 0, toString(device), concat(device, ' port ', toString(port))) AS nic, {_BUCKET} AS t_ms,
        avg(tx_bps + rx_bps) AS bps, min(tx_bps + rx_bps) AS low_bps,
        avg(tx_bps) AS tx_mean_bps, avg(rx_bps) AS rx_mean_bps
-FROM {NIC_COUNTERS} WHERE {_HOST} AND {ts_in_window()} GROUP BY device, port, t_ms ORDER BY device, port, t_ms
+FROM {NIC_COUNTERS} WHERE {_HOST} AND {ts_in_window()} AND {NIC_COUNTERS.since(T0)}
+GROUP BY device, port, t_ms ORDER BY device, port, t_ms
 """
 
 _GPU_SQL = f"""

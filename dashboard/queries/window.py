@@ -17,6 +17,10 @@ TS_IN_WINDOW = ("{col} >= fromUnixTimestamp64Milli({{t0:Int64}}, 'UTC') "
                 "AND {col} <= fromUnixTimestamp64Milli({{t1:Int64}}, 'UTC')")
 
 
+T0 = "fromUnixTimestamp64Milli({t0:Int64}, 'UTC')"
+"""The window's start as SQL (a bound for `Table.since`)."""
+
+
 def ts_in_window(col: str = "ts") -> str:
     return TS_IN_WINDOW.format(col=col)
 

@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 
 import vigil.dashboard.queries as queries
+from tests.longjob import HOURS, grow, selected
 from vigil.clickhouse.client import connect
+from vigil.dashboard.queries import host
 from vigil.dashboard.tables import ALL, Table
 
 pytestmark = pytest.mark.clickhouse
@@ -50,3 +52,42 @@ def test_queries_use_only_declared_columns_of_the_tables_they_read(clickhouse_ds
         for t in read:
             undeclared = (words & columns[t.name]) - declared
             assert not undeclared, f"{where} uses {t.name}.{sorted(undeclared)} without declaring it"
+
+
+def test_time_keys_match_the_sorting_keys_and_every_read_bounds_them(clickhouse_dsn: str, database: str) -> None:
+    """A table sorted by a time bucket first (analyzer 0198) is declared so, and every query reading it bounds the
+    bucket: otherwise it selects a granule per minute of the job's whole history."""
+    client = connect(clickhouse_dsn, database=database)
+    keys = {str(n): str(k) for n, k in client.query(
+        "SELECT name, sorting_key FROM system.tables WHERE database = currentDatabase()").result_rows}
+    declared = [t for t in ALL if t.time_key]
+    assert {t.name for t in declared} == {"heartbeats", "nic_counters"}
+    for table in ALL:
+        key = keys.get(table.name, "")
+        if table.time_key:
+            assert key.startswith(f"job_id, {table.time_key.format('ts')}, "), (table.name, key)
+        else:
+            assert not re.match(r"job_id, to\w+\(", key), f"{table.name} sorts by a time bucket first: declare it"
+    reads = 0
+    for where, sql in query_texts():
+        for table in declared:
+            if re.search(rf"\b(FROM|JOIN)\s+{table.name}\b", sql):
+                reads += 1
+                assert f"{table.time_key.format('ts')} >= " in sql, f"{where} reads {table.name} unbounded by its minute"
+    assert reads >= 3
+
+
+def test_the_host_page_reads_the_minutes_of_its_window_of_a_long_job(clickhouse_dsn: str, database: str) -> None:
+    """On a 3-hour job the host page's heartbeat and NIC reads select the granules of their hour, its identity those
+    of the host's last minute (sorted by host first they read one granule per series; by minute first, unbounded,
+    one per minute of the job)."""
+    client = connect(clickhouse_dsn, database=database)
+    grow(client)
+    t1 = int(client.query("SELECT toUnixTimestamp64Milli(max(ts)) FROM heartbeats WHERE job_id = 'long'"
+                          ).result_rows[0][0])
+    params = {"job": "long", "host": "h3", "t0": t1 - 3_600_000, "t1": t1, "bucket": 60}
+    for sql, most in ((host._HEARTBEATS_SQL, 1 / HOURS), (host._NIC_SQL, 1 / HOURS), (host._IDENTITY_SQL, 0.1)):
+        reads = selected(client, sql, params)
+        assert reads
+        for got, total in reads:
+            assert total >= 30 and got <= total * most + 2, (sql, got, total)
