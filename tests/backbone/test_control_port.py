@@ -191,3 +191,22 @@ def test_what_vigil_sends_is_served(port: tuple[ControlServer, Any, Listener]) -
     for sql in ("SHOW TABLES", "DESCRIBE TABLE victim", "SHOW CREATE TABLE victim",
                 "SELECT table, count() FROM system.parts WHERE database = currentDatabase() GROUP BY table"):
         assert httpx.post(f"{server.url}/sql", json={"sql": sql}, headers=ok, timeout=60).status_code == 200, sql
+
+
+def test_a_migration_the_running_stack_must_not_apply_answers_409_with_its_reason(clickhouse_dsn: str,
+                                                                                  database: str) -> None:
+    """`vigil migrate` against a running `vigil up` (it ingests) is refused a migration that rebuilds tables holding
+    rows: the port says why (409), not a server error."""
+    from vigil.errors import MigrationError
+
+    def refuse() -> dict[str, Any]:
+        raise MigrationError("migration 0198_time_bucketed_raw rebuilds nic_counters (copies and swaps them)")
+
+    server = ControlServer(port=0, dsn=clickhouse_dsn, database=database, health=lambda: {"ok": True}, migrate=refuse)
+    server.start()
+    try:
+        resp = httpx.post(f"{server.url}/migrate", headers={"Authorization": f"Bearer {server.token}"})
+        assert resp.status_code == 409
+        assert "0198_time_bucketed_raw rebuilds nic_counters" in resp.json()["error"]
+    finally:
+        server.stop()

@@ -32,6 +32,7 @@ def service(name: str) -> ServiceSpec:
     raise ValueError(f"no service named {name!r}; services: {', '.join(s.name for s in SERVICES)}")
 
 
-def migrate_all(client: Any, ttl_days: int) -> MigrationReport:
-    """Apply every component's pending migrations (idempotent) and bring TTLs to `ttl_days`."""
-    return migrate(client, MIGRATIONS, {"ttl_days": ttl_days})
+def migrate_all(client: Any, ttl_days: int, *, rebuild: bool = True) -> MigrationReport:
+    """Apply every component's pending migrations (idempotent) and bring TTLs to `ttl_days`; `rebuild=False` (a
+    service starting beside others) refuses one that rebuilds tables holding rows (`vigil.clickhouse.migrations`)."""
+    return migrate(client, MIGRATIONS, {"ttl_days": ttl_days}, rebuild=rebuild)

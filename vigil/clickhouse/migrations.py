@@ -9,6 +9,12 @@ may use `{ttl_days}` style placeholders filled from settings. Each applied migra
 recorded in `vigil_migrations` with a checksum; a changed file that was already applied
 is reported, not re-run.
 
+A migration that rebuilds tables (a line `-- rebuilds: table ...`: it copies them under a
+new layout and swaps them in) must run with every writer of those tables stopped and one
+migrator. `migrate(..., rebuild=False)` (a service migrating at start, a running stack
+asked to migrate) refuses one whose tables hold rows, naming it and what to do: stop every
+ingest and run `vigil migrate`. On empty tables (a fresh store) it is run like any other.
+
 Retention is a setting, not history: after the migrations, every table whose TTL is
 `<expr> + INTERVAL n DAY` is brought to the configured `ttl_days` (ALTER ... MODIFY TTL),
 so changing `VIGIL_RETENTION_DAYS` and running `vigil migrate` applies it.
@@ -26,6 +32,7 @@ from typing import Any
 from vigil.errors import MigrationError, one_line
 
 _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+_REBUILDS = re.compile(r"^-- rebuilds: ([a-z0-9_ ]+)$", re.M)
 
 LEDGER = """
 CREATE TABLE IF NOT EXISTS vigil_migrations (
@@ -43,6 +50,12 @@ class Migration:
     @property
     def checksum(self) -> str:
         return hashlib.sha256(self.sql.encode()).hexdigest()[:16]
+
+    @property
+    def rebuilds(self) -> tuple[str, ...]:
+        """The tables it copies and swaps (its `-- rebuilds:` line): every writer of them must be stopped."""
+        m = _REBUILDS.search(self.sql)
+        return tuple(m.group(1).split()) if m else ()
 
     def statements(self, params: dict[str, object]) -> list[str]:
         text = self.sql
@@ -117,8 +130,18 @@ def apply_retention(client: Any, days: int) -> list[str]:
     return changed
 
 
-def migrate(client: Any, sets: Sequence[MigrationSet], params: dict[str, object] | None = None) -> MigrationReport:
-    """Apply every migration of `sets` not yet recorded; safe to run any number of times."""
+def _holding_rows(client: Any, tables: Sequence[str]) -> list[str]:
+    """Those of `tables` that hold rows, in their order."""
+    rows = client.query("SELECT name, total_rows FROM system.tables WHERE database = currentDatabase() "
+                        "AND name IN {names:Array(String)}", parameters={"names": list(tables)}).result_rows
+    full = {str(n) for n, total in rows if total}
+    return [t for t in tables if t in full]
+
+
+def migrate(client: Any, sets: Sequence[MigrationSet], params: dict[str, object] | None = None, *,
+            rebuild: bool = True) -> MigrationReport:
+    """Apply every migration of `sets` not yet recorded; safe to run any number of times. `rebuild=False` refuses a
+    pending migration that rebuilds tables holding rows (MigrationError, before it changes anything)."""
     client.command(LEDGER)
     done = {int(r[0]): str(r[1]) for r in client.query("SELECT id, checksum FROM vigil_migrations FINAL").result_rows}
     applied: list[str] = []
@@ -129,6 +152,11 @@ def migrate(client: Any, sets: Sequence[MigrationSet], params: dict[str, object]
         if mig.id in done:
             (changed if done[mig.id] != mig.checksum else already).append(label)
             continue
+        full = _holding_rows(client, mig.rebuilds) if mig.rebuilds and not rebuild else []
+        if full:
+            raise MigrationError(f"migration {label} rebuilds {', '.join(full)} (copies and swaps them), which hold "
+                                 "rows: a service does not run it at start. Stop every ingest (every `vigil "
+                                 "analyzer`, `vigil up`), run `vigil migrate`, then start them again")
         for stmt in mig.statements(params or {}):
             try:
                 client.command(stmt)

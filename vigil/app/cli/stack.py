@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from vigil.app.components import SERVICES
-from vigil.errors import StackError, Unreachable, VigilError
+from vigil.errors import MigrationError, StackError, Unreachable, VigilError
 from vigil.redact import shown_dsn
 from vigil.service import ServiceSpec
 from vigil.settings import VigilSettings
@@ -200,6 +200,9 @@ def cmd_migrate(args: argparse.Namespace) -> int:
             report = resp.json()
         except (httpx.HTTPError, ValueError) as exc:
             raise Unreachable(f"vigil up control port {state.control_url}: {exc}") from None
+        if resp.status_code == 409:
+            raise MigrationError(f"{report.get('error')}. This `vigil up` hosts the ingest: `vigil down`, then "
+                                 "`vigil up` (it applies it before hosting any service) or `vigil migrate`")
         if resp.status_code != 200:
             raise Unreachable(f"migrating via {state.control_url}: {report.get('error', resp.status_code)}")
     else:

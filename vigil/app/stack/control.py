@@ -29,7 +29,7 @@ from uuid import UUID
 
 from vigil.app.stack.sqlgate import ReadOnlySql, Refused
 from vigil.clickhouse.client import DATABASE, open_client
-from vigil.errors import one_line
+from vigil.errors import MigrationError, one_line
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +101,8 @@ class ControlServer:
                         self._reply(404, {"error": f"no such path {self.path}"})
                 except ValueError as exc:
                     self._reply(400, {"error": str(exc)})
+                except MigrationError as exc:  # a migration this running stack must not apply (it ingests)
+                    self._reply(409, {"error": str(exc)})
                 except Exception as exc:
                     self._reply(500, {"error": one_line(exc, 500)})
 

@@ -31,14 +31,17 @@ from vigil.signing.setup import key_store
 
 log = logging.getLogger(__name__)
 
-def prepare(settings: VigilSettings, bootstrap: str) -> StackContext:
+def prepare(settings: VigilSettings, bootstrap: str, *, rebuild: bool = False) -> StackContext:
     """Reach Kafka and ClickHouse, create missing topics, apply pending migrations: what every
-    service needs before it starts, whether `vigil up` hosts it or it runs on its own."""
+    service needs before it starts, whether `vigil up` hosts it or it runs on its own. A
+    migration that rebuilds tables holding rows is applied only with `rebuild` (`vigil up`,
+    before it hosts any service); a service on its own refuses to start until `vigil migrate`
+    has applied it."""
     check_reachable(settings, bootstrap)
     ensure_topics(settings, bootstrap)
     dsn = settings.effective_clickhouse_dsn
     client = connect(dsn, explicit=settings.clickhouse_dsn is not None)
-    migrate_all(client, settings.retention_days)
+    migrate_all(client, settings.retention_days, rebuild=rebuild)
     return StackContext(settings=settings, bootstrap=bootstrap, clickhouse=client, clickhouse_dsn=dsn)
 
 
@@ -71,7 +74,7 @@ class Stack:
             bootstrap = self.broker.start()
         else:
             bootstrap = str(s.kafka_bootstrap)
-        self.ctx = prepare(s, bootstrap)
+        self.ctx = prepare(s, bootstrap, rebuild=True)  # nothing of this stack ingests yet
         client = self.ctx.clickhouse
         self.store_health = StoreHealth(check=lambda: check(client), dsn=self.ctx.clickhouse_dsn)
         self.store_health.start()
@@ -92,7 +95,7 @@ class Stack:
 
     def _migrate(self) -> dict[str, Any]:
         assert self.ctx is not None
-        return asdict(migrate_all(self.ctx.clickhouse, self.settings.retention_days))
+        return asdict(migrate_all(self.ctx.clickhouse, self.settings.retention_days, rebuild=False))  # it ingests
 
     @staticmethod
     def _health_of(svc: Service) -> dict[str, Any]:
