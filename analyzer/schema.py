@@ -22,3 +22,9 @@ MINUTE = "toStartOfMinute({})"  # over the time column (or a bound of it)
 def since(bound: str, strict: bool = True) -> str:
     """`ts > bound` (`>=` unless `strict`) on a `MINUTE_FIRST` table, with the minute's bound the engine prunes by."""
     return f"ts {'>' if strict else '>='} {bound} AND {MINUTE.format('ts')} >= {MINUTE.format(bound)}"
+
+
+def window(lo: str, hi: str) -> str:
+    """`lo < ts <= hi` on a `MINUTE_FIRST` table, with both minutes' bounds: an instant judged in the past (a replay, a
+    catch-up) selects the minutes of its window, not every minute from there to the job's newest."""
+    return f"{since(lo)} AND ts <= {hi} AND {MINUTE.format('ts')} <= {MINUTE.format(hi)}"

@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import Any, Literal, Protocol
 
-from vigil.analyzer.schema import since
+from vigil.analyzer.schema import window
 from vigil.analyzer.settings import AnalyzerSettings
 from vigil.clickhouse.query import QueryClient, QueryResult
 
@@ -201,9 +201,9 @@ def ch_time(ts: datetime) -> str:
 
 
 AT = "{at:DateTime64(3, 'UTC')}"
-RAW_SINCE = since("{lo:DateTime64(3, 'UTC')}")
-"""`ts > lo` on nic_counters or heartbeats (`schema.MINUTE_FIRST`): a window read selects the granules of the minutes
-it spans, however long the job has run (tests/analyzer/test_raw_layout.py)."""
+RAW_WINDOW = window("{lo:DateTime64(3, 'UTC')}", AT)
+"""`lo < ts <= at` on nic_counters or heartbeats (`schema.MINUTE_FIRST`): a window read selects the granules of the
+minutes it spans, however long the job has run and wherever the instant is (tests/analyzer/test_raw_layout.py)."""
 
 
 def as_utc(value: Any) -> datetime:

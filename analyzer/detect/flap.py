@@ -29,13 +29,13 @@ from datetime import datetime
 from itertools import pairwise
 from typing import Any
 
-from vigil.analyzer.detect.base import AT, RAW_SINCE, EvalContext, Finding, as_utc, median
+from vigil.analyzer.detect.base import RAW_WINDOW, EvalContext, Finding, as_utc, median
 from vigil.analyzer.detect.quiet import BUCKET_MS
 from vigil.analyzer.settings import FlapSettings
 
 ALERT = "traffic_stall"
 """A flapping NIC raises its traffic alert (the traffic detector's name): one alert per NIC."""
-_WINDOW = f"job_id = {{job:String}} AND {RAW_SINCE} AND ts <= {AT}"
+_WINDOW = f"job_id = {{job:String}} AND {RAW_WINDOW}"
 _BUCKET = f"intDiv(toUnixTimestamp64Milli(ts), {BUCKET_MS})"
 # Per 2 s bucket the level below which a NIC is down (-1: the bucket is not judged: the job is
 # not busy, or the samples just above the lowest tenth of NICs' (one NIC's, in a small job) are

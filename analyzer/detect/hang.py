@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from vigil.analyzer.detect.base import AT, RAW_SINCE, EvalContext, Finding, as_utc
+from vigil.analyzer.detect.base import AT, RAW_WINDOW, EvalContext, Finding, as_utc
 from vigil.analyzer.incidents.flightrec import GroupTail, loads_tail, tail_of
 from vigil.analyzer.incidents.match import Frontier, Verdict, match
 from vigil.analyzer.incidents.roster import RankInfo, read_roster, world
@@ -78,7 +78,7 @@ WHERE job_id = {{job:String}} AND first_ts <= {AT} AND first_ts >= {{since:DateT
 
 _ALIVE_SQL = f"""
 SELECT host, argMax(procs_running, ts) AS procs FROM heartbeats
-WHERE job_id = {{job:String}} AND {RAW_SINCE} AND ts <= {AT}
+WHERE job_id = {{job:String}} AND {RAW_WINDOW}
 GROUP BY host HAVING procs > 0
 """
 

@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from vigil.analyzer.detect.base import AT, EPOCH, RAW_SINCE, EvalContext, Finding, as_utc
+from vigil.analyzer.detect.base import AT, EPOCH, RAW_WINDOW, EvalContext, Finding, as_utc
 from vigil.analyzer.settings import HeartbeatSettings
 
 LOOKBACK_S = 600.0
@@ -43,7 +43,7 @@ LEFT JOIN (SELECT host, max(ts) AS last_ts, max(interval_s) AS iv,
                   countIf(dateDiff('millisecond', ts, {AT}) < {{miss:Float64}} * interval_s * 1000) AS recent,
                   countIf(ts > {{run_lo:DateTime64(3, 'UTC')}}) AS n_run,
                   argMaxIf(procs_running, ts, ts > {{run_lo:DateTime64(3, 'UTC')}}) AS running
-           FROM heartbeats WHERE job_id = {{job:String}} AND {RAW_SINCE} AND ts <= {AT}
+           FROM heartbeats WHERE job_id = {{job:String}} AND {RAW_WINDOW}
            GROUP BY host) AS h ON p.host = h.host
 WHERE p.first_seen <= {AT}
 """

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from vigil.analyzer.detect.base import AT, RAW_SINCE, EvalContext
+from vigil.analyzer.detect.base import RAW_WINDOW, EvalContext
 from vigil.analyzer.settings import TrafficSettings
 
 BUCKET_MS = 2000
@@ -27,7 +27,7 @@ _SERIES_SQL = f"""
 SELECT intDiv(toUnixTimestamp64Milli(ts), {BUCKET_MS}) AS bucket, quantile(0.5)(tx_bps + rx_bps) AS median_bps,
        count() AS samples
 FROM nic_counters
-WHERE job_id = {{job:String}} AND {RAW_SINCE} AND ts <= {AT}
+WHERE job_id = {{job:String}} AND {RAW_WINDOW}
 GROUP BY bucket ORDER BY bucket
 """
 

@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from vigil.analyzer.detect.base import AT, EPOCH, RAW_SINCE, EvalContext, Finding, as_utc, ch_time, median
+from vigil.analyzer.detect.base import AT, EPOCH, RAW_WINDOW, EvalContext, Finding, as_utc, ch_time, median
 from vigil.analyzer.detect.heartbeat import running_procs
 from vigil.analyzer.detect.quiet import BUCKET_MS, JobQuiet, job_quiet
 from vigil.analyzer.settings import TrafficSettings
@@ -52,7 +52,7 @@ SELECT host, device,
        countIf(ts <= {{recent:DateTime64(3, 'UTC')}} AND {_NOT_QUIET}) AS n_base,
        sumIf(tx_bps + rx_bps, ts <= {{recent:DateTime64(3, 'UTC')}} AND {_NOT_QUIET}) AS base_sum
 FROM nic_counters
-WHERE job_id = {{job:String}} AND {RAW_SINCE} AND ts <= {AT}
+WHERE job_id = {{job:String}} AND {RAW_WINDOW}
 GROUP BY host, device
 """
 
