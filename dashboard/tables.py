@@ -22,10 +22,13 @@ class Table:
     def __format__(self, spec: str) -> str:
         return self.name
 
-    def since(self, bound: str) -> str:
-        """`bound` (SQL) as a lower bound of the table's time bucket: what lets a read bounded in time skip the
-        granules of the job's other minutes (the engine does not derive it from a bound on `ts`)."""
-        return f"{self.time_key.format('ts')} >= {self.time_key.format(bound)}" if self.time_key else "1"
+    def buckets(self, lo: str, hi: str = "") -> str:
+        """`lo` (and `hi`), SQL bounds of `ts`, as bounds of the table's time bucket: what lets a read bounded in time
+        skip the granules of the job's other minutes (the engine does not derive them from bounds on `ts`)."""
+        if not self.time_key:
+            return "1"
+        key = self.time_key.format("ts")
+        return f"{key} >= {self.time_key.format(lo)}" + (f" AND {key} <= {self.time_key.format(hi)}" if hi else "")
 
     def __str__(self) -> str:
         return self.name

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from vigil.dashboard.queries.window import T0, Window, ts_in_window
+from vigil.dashboard.queries.window import T0, T1, Window, ts_in_window
 from vigil.dashboard.store import Row, Store
 from vigil.dashboard.tables import (
     GPU_STATS,
@@ -37,14 +37,14 @@ SELECT argMax(ip, ts) AS ip, argMax(pod, ts) AS pod, argMax(node, ts) AS node,
        argMax(agent_version, ts) AS agent_version, argMax(gpus, ts) AS gpus,
        toUnixTimestamp64Milli(max(ts)) AS last_ms, argMax(interval_s, ts) AS interval_s,
        argMax(procs_running, ts) AS procs_running, argMax(procs_total, ts) AS procs_total, count() AS n
-FROM {HEARTBEATS} WHERE {_HOST} AND ts >= {_NEWEST} AND {HEARTBEATS.since(_NEWEST)}
+FROM {HEARTBEATS} WHERE {_HOST} AND ts >= {_NEWEST} AND {HEARTBEATS.buckets(_NEWEST)}
 """
 
 _HEARTBEATS_SQL = f"""
 SELECT {_BUCKET} AS t_ms, count() AS beats, max(interval_s) AS interval_s,
        min(procs_running) AS procs_running, max(gpus_throttled) AS gpus_throttled,
        max(gpu_ecc_uncorrected) AS ecc, sum(dropped_events) AS dropped
-FROM {HEARTBEATS} WHERE {_HOST} AND {ts_in_window()} AND {HEARTBEATS.since(T0)} GROUP BY t_ms ORDER BY t_ms
+FROM {HEARTBEATS} WHERE {_HOST} AND {ts_in_window()} AND {HEARTBEATS.buckets(T0, T1)} GROUP BY t_ms ORDER BY t_ms
 """
 
 # an Ethernet interface has port 0 (named by its device alone); RDMA ports count from 1
@@ -52,7 +52,7 @@ _NIC_SQL = f"""
 SELECT if(port = 0, toString(device), concat(device, ' port ', toString(port))) AS nic, {_BUCKET} AS t_ms,
        avg(tx_bps + rx_bps) AS bps, min(tx_bps + rx_bps) AS low_bps,
        avg(tx_bps) AS tx_mean_bps, avg(rx_bps) AS rx_mean_bps
-FROM {NIC_COUNTERS} WHERE {_HOST} AND {ts_in_window()} AND {NIC_COUNTERS.since(T0)}
+FROM {NIC_COUNTERS} WHERE {_HOST} AND {ts_in_window()} AND {NIC_COUNTERS.buckets(T0, T1)}
 GROUP BY device, port, t_ms ORDER BY device, port, t_ms
 """
 

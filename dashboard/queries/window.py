@@ -18,7 +18,8 @@ TS_IN_WINDOW = ("{col} >= fromUnixTimestamp64Milli({{t0:Int64}}, 'UTC') "
 
 
 T0 = "fromUnixTimestamp64Milli({t0:Int64}, 'UTC')"
-"""The window's start as SQL (a bound for `Table.since`)."""
+T1 = "fromUnixTimestamp64Milli({t1:Int64}, 'UTC')"
+"""The window's start and end as SQL (bounds for `Table.buckets`)."""
 
 
 def ts_in_window(col: str = "ts") -> str:

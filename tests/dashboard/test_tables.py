@@ -71,23 +71,26 @@ def test_time_keys_match_the_sorting_keys_and_every_read_bounds_them(clickhouse_
     reads = 0
     for where, sql in query_texts():
         for table in declared:
-            if re.search(rf"\b(FROM|JOIN)\s+{table.name}\b", sql):
-                reads += 1
-                assert f"{table.time_key.format('ts')} >= " in sql, f"{where} reads {table.name} unbounded by its minute"
+            n = len(re.findall(rf"\b(FROM|JOIN)\s+{table.name}\b", sql))
+            reads += n
+            bounded = sql.count(f"{table.time_key.format('ts')} >= ")
+            assert bounded >= n, f"{where} reads {table.name} {n} time(s), {bounded} bounded by its minute"
     assert reads >= 3
 
 
 def test_the_host_page_reads_the_minutes_of_its_window_of_a_long_job(clickhouse_dsn: str, database: str) -> None:
     """On a 3-hour job the host page's heartbeat and NIC reads select the granules of their hour, its identity those
-    of the host's last minute (sorted by host first they read one granule per series; by minute first, unbounded,
-    one per minute of the job)."""
+    of the host's last minute. (At this job's 12 hosts a granule holds several minutes of every host; at 1,000+ hosts
+    a host's minute is one granule of ~40: bench/long_job_reads.py.)"""
     client = connect(clickhouse_dsn, database=database)
     grow(client)
     t1 = int(client.query("SELECT toUnixTimestamp64Milli(max(ts)) FROM heartbeats WHERE job_id = 'long'"
                           ).result_rows[0][0])
-    params = {"job": "long", "host": "h3", "t0": t1 - 3_600_000, "t1": t1, "bucket": 60}
-    for sql, most in ((host._HEARTBEATS_SQL, 1 / HOURS), (host._NIC_SQL, 1 / HOURS), (host._IDENTITY_SQL, 0.1)):
-        reads = selected(client, sql, params)
-        assert reads
-        for got, total in reads:
-            assert total >= 30 and got <= total * most + 2, (sql, got, total)
+    # the last hour and the first one (a window in the past reads its own minutes, not those up to the job's end)
+    for end in (t1, t1 - (HOURS - 1) * 3_600_000):
+        params = {"job": "long", "host": "h3", "t0": end - 3_600_000, "t1": end, "bucket": 60}
+        for sql, most in ((host._HEARTBEATS_SQL, 1 / HOURS), (host._NIC_SQL, 1 / HOURS), (host._IDENTITY_SQL, 0.1)):
+            reads = selected(client, sql, params)
+            assert reads
+            for got, total in reads:  # unbounded: every granule (a hour's third, with margin for granule edges)
+                assert total >= 30 and got <= total * most * 1.5 + 2, (sql, end, got, total)
