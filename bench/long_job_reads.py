@@ -5,7 +5,8 @@ This grows one job of `--hosts` hosts (4 NICs at 1 Hz, a heartbeat every 2 s) in
 numbers, into the real tables, rollups and all, and into copies sorted the old way), merges each table into one part
 per day as background merges would, and at each age times every detector query that reads those two tables over a
 window ending now: its CPU seconds per call (the process's, the engine runs in it) and the granules its primary key
-selected. The old layout is read with the old condition (`ts > lo` only); the new one with the detectors' SQL.
+selected; and the dashboard's host page (one host over the last hour), which the old layout served from the host's
+own rows. The old layout is read with the old conditions (no minute bounds); the new one with the queries as they are.
 
     python bench/long_job_reads.py [--hosts 1250] [--ages 10,60,180] [--no-append]
 """
@@ -24,12 +25,23 @@ from typing import Any
 from analyzer_common import append_results, machine_info
 
 from vigil.analyzer.detect import flap, hang, heartbeat, quiet, traffic
-from vigil.analyzer.detect.base import RAW_SINCE, ch_time
+from vigil.analyzer.detect.base import AT, RAW_WINDOW, ch_time
 from vigil.app.components import migrate_all
 from vigil.clickhouse.client import connect
+from vigil.dashboard.queries import host as host_page
+from vigil.dashboard.queries.window import T0 as PAGE_T0
+from vigil.dashboard.queries.window import T1 as PAGE_T1
+from vigil.dashboard.tables import HEARTBEATS, NIC_COUNTERS
 
 T0 = datetime(2026, 11, 20, 0, 0, tzinfo=UTC)
 OLD = {"nic_counters": "(job_id, host, device, ts, event_id)", "heartbeats": "(job_id, host, ts, event_id)"}
+PAGE_BOUNDS = (NIC_COUNTERS.buckets(PAGE_T0, PAGE_T1), HEARTBEATS.buckets(PAGE_T0, PAGE_T1))
+
+
+def page(at: datetime) -> dict[str, Any]:
+    """The host page's parameters: one host, the hour before `at`, minute buckets."""
+    t1 = int(at.timestamp() * 1000)
+    return dict(host="h617", t0=t1 - 3_600_000, t1=t1, bucket=60)
 
 
 def grow(c: Any, hosts: int, s0: int, s1: int, tables: dict[str, str]) -> None:
@@ -99,6 +111,8 @@ def main() -> None:
             lo=ch_time(at - timedelta(seconds=heartbeat.LOOKBACK_S)), miss=3.0,
             run_lo=ch_time(at - timedelta(seconds=60)))),
         "hang: hosts alive (60 s)": (hang._ALIVE_SQL, lambda at: dict(lo=ch_time(at - timedelta(seconds=60)))),
+        "dashboard host page: one host's NICs, last hour": (host_page._NIC_SQL, page),
+        "dashboard host page: its heartbeats, last hour": (host_page._HEARTBEATS_SQL, page),
     }
     rows = []
     done = 0
@@ -114,7 +128,8 @@ def main() -> None:
         at = T0 + timedelta(minutes=age) - timedelta(seconds=5)
         for name, (sql, extra) in queries.items():
             params = {"job": "long", "at": ch_time(at), **extra(at)}
-            old_sql = (sql.replace(RAW_SINCE, "ts > {lo:DateTime64(3, 'UTC')}")
+            old_sql = (sql.replace(RAW_WINDOW, f"ts > {{lo:DateTime64(3, 'UTC')}} AND ts <= {AT}")
+                       .replace(PAGE_BOUNDS[0], "1").replace(PAGE_BOUNDS[1], "1")
                        .replace("FROM nic_counters", "FROM nic_counters_old").replace("FROM heartbeats", "FROM heartbeats_old"))
             assert old_sql != sql
             old_cpu, new_cpu = per_call(c, old_sql, params), per_call(c, sql, params)
