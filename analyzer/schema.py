@@ -15,16 +15,19 @@ MIGRATIONS = MigrationSet(owner="analyzer", directory=Path(__file__).parent / "m
 
 MINUTE_FIRST = frozenset({"nic_counters", "heartbeats"})
 """Raw tables sorted by (job_id, `MINUTE`, ...) (migration 0198). The engine does not derive a bound on `MINUTE` from
-one on `ts` (a DateTime64): a read bounded in time names it (`since`), or it selects a granule per minute of the job."""
+one on `ts` (a DateTime64): a read bounded in time names it (`minutes`), or it selects a granule per minute of the
+job."""
 MINUTE = "toStartOfMinute({})"  # over the time column (or a bound of it)
 
 
-def since(bound: str, strict: bool = True) -> str:
-    """`ts > bound` (`>=` unless `strict`) on a `MINUTE_FIRST` table, with the minute's bound the engine prunes by."""
-    return f"ts {'>' if strict else '>='} {bound} AND {MINUTE.format('ts')} >= {MINUTE.format(bound)}"
+def minutes(lo: str, hi: str = "") -> str:
+    """The minutes of `ts` in [`lo`, `hi`] (SQL bounds of `ts`; no `hi`: unbounded above) on a `MINUTE_FIRST` table:
+    implied by the same bounds on `ts`, and what the engine prunes by."""
+    key = MINUTE.format("ts")
+    return f"{key} >= {MINUTE.format(lo)}" + (f" AND {key} <= {MINUTE.format(hi)}" if hi else "")
 
 
 def window(lo: str, hi: str) -> str:
     """`lo < ts <= hi` on a `MINUTE_FIRST` table, with both minutes' bounds: an instant judged in the past (a replay, a
     catch-up) selects the minutes of its window, not every minute from there to the job's newest."""
-    return f"{since(lo)} AND ts <= {hi} AND {MINUTE.format('ts')} <= {MINUTE.format(hi)}"
+    return f"ts > {lo} AND ts <= {hi} AND {minutes(lo, hi)}"

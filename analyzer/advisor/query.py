@@ -19,7 +19,7 @@ from vigil.analyzer.advisor.core import Recommendation, StepPoint, advise, curve
 from vigil.analyzer.advisor.hosts import HostPoint
 from vigil.analyzer.advisor.score import score
 from vigil.analyzer.advisor.settings import AdvisorSettings
-from vigil.analyzer.schema import since
+from vigil.analyzer.schema import minutes
 from vigil.clickhouse.query import QueryClient
 from vigil.contract import AdviceScore
 from vigil.contract.phases import resolve
@@ -61,7 +61,7 @@ WITH (SELECT max(last_ts) FROM host_clock WHERE job_id = {{job:String}} AND sour
      - toIntervalSecond({{span:UInt32}}) AS lo
 SELECT host, quantileExact(0.5)(procs_cpu_pct), quantileExact(0.5)(procs_rss_mib)
 FROM heartbeats
-WHERE job_id = {{job:String}} AND {since("lo", strict=False)}
+WHERE job_id = {{job:String}} AND ts >= lo AND {minutes("lo")}
 GROUP BY host
 """
 

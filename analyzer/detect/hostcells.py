@@ -17,12 +17,13 @@ entry per (compute phase, host) of the window's judged stage groups.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from vigil.analyzer.detect.base import EPOCH, EvalContext, as_utc
 from vigil.analyzer.detect.kept import Source, kept_windows
@@ -33,10 +34,11 @@ MAD_SCALE = 1.4826
 """MAD -> standard deviation of a normal distribution: the robust z's denominator."""
 
 
-def upper_median(values: Sequence[float] | Any) -> float:
+def upper_median(values: npt.ArrayLike) -> float:
     """ClickHouse's `quantileExact(0.5)`: the middle value, the upper one of an even count (a list or a float64
     array)."""
-    return float(np.sort(np.asarray(values, dtype=np.float64))[len(values) // 2])
+    ordered = np.sort(np.asarray(values, dtype=np.float64))
+    return float(ordered[len(ordered) // 2])
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from typing import Any
 
 from vigil.analyzer.ingest.blocks import Columns
 from vigil.analyzer.ingest.processors import LOOKUP
-from vigil.analyzer.schema import MINUTE, MINUTE_FIRST
+from vigil.analyzer.schema import MINUTE_FIRST, minutes
 
 
 def _param(value: Any) -> str:
@@ -59,7 +59,7 @@ class StoredIds:
         sql = (f"SELECT DISTINCT event_id FROM {table} WHERE job_id IN (SELECT job_id FROM {probe}) "
                f"AND {prune} BETWEEN {{lo:{typ}}} AND {{hi:{typ}}} AND event_id IN (SELECT event_id FROM {probe})")
         if table in MINUTE_FIRST:  # the minutes the rows span: the engine prunes by them, not by `ts`
-            sql += f" AND {MINUTE.format('ts')} BETWEEN {MINUTE.format('{lo:' + typ + '}')} AND {MINUTE.format('{hi:' + typ + '}')}"
+            sql += f" AND {minutes(f'{{lo:{typ}}}', f'{{hi:{typ}}}')}"
         if before is not None:
             sql += " AND ingested_at < {before:DateTime64(3, 'UTC')}"
             params["before"] = _param(before)

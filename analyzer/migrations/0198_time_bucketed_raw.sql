@@ -4,7 +4,7 @@
 -- NIC at 1 Hz) shares it with its neighbours, so a read selected every granule of the job's day so far, and later
 -- about one granule per series (~40 M rows at 5,000 NICs). With the minute first it selects the minutes it spans,
 -- whatever the job's age, when its condition names them (the engine does not derive a bound on the minute from one on
--- a DateTime64 `ts`): analyzer/schema.py `window` / `since`. Measured: bench/long_job_reads.py. One host's series over
+-- a DateTime64 `ts`): analyzer/schema.py `window` / `minutes`. Measured: bench/long_job_reads.py. One host's series over
 -- a range (the dashboard's host page) selects about a granule per minute of the range at 1,000+ hosts.
 --
 -- rebuilds: nic_counters heartbeats

@@ -12,18 +12,14 @@ from typing import Any
 
 NICE_BUCKETS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)
 
-# `{col}` in [t0, t1]; t0/t1 are epoch milliseconds bound as Int64
-TS_IN_WINDOW = ("{col} >= fromUnixTimestamp64Milli({{t0:Int64}}, 'UTC') "
-                "AND {col} <= fromUnixTimestamp64Milli({{t1:Int64}}, 'UTC')")
-
-
 T0 = "fromUnixTimestamp64Milli({t0:Int64}, 'UTC')"
 T1 = "fromUnixTimestamp64Milli({t1:Int64}, 'UTC')"
-"""The window's start and end as SQL (bounds for `Table.buckets`)."""
+"""The window's start and end as SQL; t0/t1 are epoch milliseconds bound as Int64 (also bounds for `Table.buckets`)."""
 
 
 def ts_in_window(col: str = "ts") -> str:
-    return TS_IN_WINDOW.format(col=col)
+    """`col` in [t0, t1]."""
+    return f"{col} >= {T0} AND {col} <= {T1}"
 
 
 def ms_of(col: str) -> str:
