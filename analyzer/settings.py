@@ -146,6 +146,9 @@ class AnalyzerSettings(VigilBaseSettings):
     batch_s: float = Field(default=1.0, gt=0, description="... or when it is this old (wall clock)")
     write_thread: bool = Field(default=True, description="write each batch on a thread of its own while the next "
                                "one is read and decoded")
+    decode_process: bool = Field(default=True, description="decode step and NIC records, build and encode their "
+                                 "columns in a child process, off the ingest's GIL (the same decisions and rows; a "
+                                 "child that fails is restarted and its batches decoded in the analyzer)")
     dedup_window_s: float = Field(default=60.0, gt=0, description="event time: re-sends of step/heartbeat/NIC events "
                                   "this recent are caught in memory; older ones are looked up in ClickHouse")
     # detector cadence

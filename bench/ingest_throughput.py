@@ -32,13 +32,13 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from vigil.analyzer.ingest.loop import IngestLoop
 from vigil.analyzer.settings import AnalyzerSettings
 from vigil.app.components import migrate_all
-from vigil.app.runtime import tune_gc
 from vigil.clickhouse.client import connect, open_client
 from vigil.contract import ParallelCoords, StepTiming
 from vigil.errors import one_line
 from vigil.kafka.admin import ensure_topics
 from vigil.kafka.broker import EmbeddedBroker
 from vigil.kafka.producer import EventProducer
+from vigil.runtime import tune_gc
 from vigil.settings import VigilSettings
 
 T0 = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)  # inside the wire's 30 days, whenever it runs
@@ -72,20 +72,24 @@ CHDB = f"chdb://{tempfile.mkdtemp(prefix='vigil-bench-i-')}"  # one engine per p
 
 
 def cpu_s(broker: psutil.Process | None) -> tuple[float, float]:
-    """CPU seconds (user + system) so far of this process (the ingest's threads and the in-process engine's) and of
-    the broker."""
+    """CPU seconds (user + system) so far of the analyzer (this process: the ingest's threads and the in-process
+    engine's, and its decode child) and of the broker."""
     t = os.times()
-    return t.user + t.system, sum(broker.cpu_times()[:2]) if broker is not None else float("nan")
+    others = [p for p in psutil.Process().children() if broker is None or p.pid != broker.pid]
+    own = t.user + t.system + sum(sum(p.cpu_times()[:2]) for p in others if p.is_running())
+    return own, sum(broker.cpu_times()[:2]) if broker is not None else float("nan")
 
 
 def analyzer_ingest(settings: VigilSettings, bootstrap: str, events: int, group: str, write_thread: bool = True,
-                    broker: psutil.Process | None = None) -> tuple[float, float, int, int, tuple[float, float]]:
+                    broker: psutil.Process | None = None,
+                    decode_process: bool = True) -> tuple[float, float, int, int, tuple[float, float]]:
     """(seconds in all, events/s after the first batch's commit, rows stored after, batches, CPU seconds per 100k
     events after that commit: this process, the broker) to ingest `events` new events of the topic with a fresh
     group: the first figure includes joining the group (seconds on the embedded broker), the others are steady."""
     client = connect(CHDB, database="vigil")
     migrate_all(client, 3650)
-    loop = IngestLoop(settings=settings, analyzer=AnalyzerSettings(group_id=group, write_thread=write_thread),
+    loop = IngestLoop(settings=settings, analyzer=AnalyzerSettings(group_id=group, write_thread=write_thread,
+                                                                  decode_process=decode_process),
                       bootstrap=bootstrap, client=open_client(CHDB),
                       producer=EventProducer(settings=settings, bootstrap=bootstrap))
     stop = threading.Event()
@@ -163,6 +167,8 @@ def main() -> None:
     ap.add_argument("--stored", type=int, default=2_000_000, help="rows stored before the second ingest leg")
     ap.add_argument("--no-write-thread", dest="write_thread", action="store_false",
                     help="write batches on the consumer's thread (no decode/insert overlap)")
+    ap.add_argument("--no-decode-process", dest="decode_process", action="store_false",
+                    help="decode every record in the analyzer's process (no decode child)")
     ap.add_argument("--no-append", dest="append", action="store_false", help="print only; do not add to bench/RESULTS.md")
     ap.add_argument("--engine-dsn", default=CHDB, help="ClickHouse for the Kafka-engine leg (default: the in-process "
                     "chdb, whose Kafka engine does not run); e.g. http://user:pass@localhost:8123")
@@ -193,11 +199,11 @@ def main() -> None:
         tune_gc()  # as `vigil up` and `vigil analyzer` run it
         bproc = psutil.Process(broker.pid) if broker.pid else None
         ing_s, steady, rows, batches, cpu = analyzer_ingest(first, bootstrap, n, f"ing-{uuid.uuid4().hex[:6]}",
-                                                            args.write_thread, bproc)
+                                                            args.write_thread, bproc, args.decode_process)
         grow_s = grow_history(max(0, args.stored - rows))
         raw2_s = raw_consume(second, bootstrap, second.topic("steps"), records)
         ing2_s, steady2, rows2, batches2, cpu2 = analyzer_ingest(second, bootstrap, n, f"ing-{uuid.uuid4().hex[:6]}",
-                                                                 args.write_thread, bproc)
+                                                                 args.write_thread, bproc, args.decode_process)
         ke_s, ke_events, ke_problem = kafka_engine(args.engine_dsn, args.engine_bootstrap or bootstrap, topic, records)
     finally:
         broker.stop()
@@ -207,7 +213,7 @@ def main() -> None:
              f"{load0[0]:.1f}/{load0[1]:.1f}/{load0[2]:.1f}, at end {load1[0]:.1f}/{load1[1]:.1f}/{load1[2]:.1f} "
              "(2 cores shared with other sessions' test runs).",
              "", "| path | stored before -> after | seconds (incl. group join) | events/s | steady events/s | "
-             "ms per batch (steady) | CPU s per 100k events (steady): analyzer / broker | notes |",
+             "ms per batch (steady) | CPU s per 100k events (steady): analyzer (with its decode process) / broker | notes |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |",
              f"| produce (EventProducer, encode + send) | | {produce_s:.2f} | {n / produce_s:,.0f} | | | | |",
              f"| broker raw consume (no decode) | | {raw_s:.2f} | {n / raw_s:,.0f} | | | | ceiling |",

@@ -135,9 +135,9 @@ def main() -> None:
     from vigil.analyzer.clock import job_clocks as real_clocks
     from vigil.analyzer.service import AnalyzerService
     from vigil.analyzer.settings import AnalyzerSettings
-    from vigil.app.runtime import tune_gc
     from vigil.app.stack.runner import prepare
     from vigil.kafka.broker import EmbeddedBroker
+    from vigil.runtime import tune_gc
     from vigil.settings import VigilSettings
 
     load0 = os.getloadavg()

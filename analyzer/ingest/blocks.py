@@ -33,12 +33,23 @@ rows of one block already differ by the target's key; merges still collapse acro
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
 Columns = dict[str, list[Any]]
 """One table's rows, column-oriented: column name -> one value per row (all lists of one length)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Encoded:
+    """One table's rows with each column already encoded as its JSON array (the ingest's decode process makes them:
+    `offload`), with what `check_ranges` reads of them: each integer column's least and greatest value."""
+
+    arrays: dict[str, bytes]
+    bounds: dict[str, tuple[int, int]]
+    rows: int
 
 DEDUP = {"insert_deduplicate": 1, "deduplicate_blocks_in_dependent_materialized_views": 1}
 INPUTS = {"step_timings": {"phases": "phases_in", "phase_kinds": "phase_kinds_in"}}
@@ -57,9 +68,9 @@ def columns(rows: Sequence[dict[str, Any]]) -> Columns:
     return {n: [r[n] for r in rows] for n in rows[0]} if rows else {}
 
 
-def height(cols: Columns) -> int:
+def height(cols: Columns | Encoded) -> int:
     """The number of rows in `cols`."""
-    return len(next(iter(cols.values()), ()))
+    return cols.rows if isinstance(cols, Encoded) else len(next(iter(cols.values()), ()))
 
 
 def concat(a: Columns, b: Columns) -> Columns:
@@ -85,6 +96,17 @@ def check_ranges(table: str, cols: Columns, types: dict[str, str]) -> None:
             raise ValueError(f"{table}.{name}: {bad} is out of the range of {typ}")
 
 
+def check_bounds(table: str, bounds: dict[str, tuple[int, int]], types: dict[str, str]) -> None:
+    """`check_ranges` for columns known by their least and greatest value (`bounds`: column -> (min, max)): the
+    same error, naming the least value when it is below its type, else the greatest."""
+    for name, (least, most) in bounds.items():
+        typ = types.get(name, "")
+        limits = _RANGE.get(typ[9:-1] if typ.startswith("Nullable(") else typ)
+        if limits is not None and (least < limits[0] or most > limits[1]):
+            bad = least if least < limits[0] else most
+            raise ValueError(f"{table}.{name}: {bad} is out of the range of {typ}")
+
+
 class BlockInserter:
     def __init__(self, client: Any) -> None:
         self._client = client
@@ -97,14 +119,28 @@ class BlockInserter:
             self._types[table] = {str(n): str(t) for n, t in res.result_rows}
         return self._types[table]
 
-    def insert(self, table: str, cols: Columns, token: str | None) -> None:
-        """Insert `cols` into `table` as one block; with `token`, a repeat of it stores nothing."""
+    def insert(self, table: str, cols: Columns | Encoded, token: str | None) -> None:
+        """Insert `cols` into `table` as one block; with `token`, a repeat of it stores nothing. Columns already
+        encoded make the same document, the same block, after the same checks."""
         types = self._column_types(table)
-        check_ranges(table, cols, types)
-        inputs = {n: i for n, i in INPUTS.get(table, {}).items() if i in types}  # none before the migration
-        if inputs:
-            cols = {inputs.get(n, n): v for n, v in cols.items()}
+        inputs = self._inputs(table, types)
+        if isinstance(cols, Encoded):
+            check_bounds(table, cols.bounds, types)
+            names = [inputs.get(n, n) for n in cols.arrays]
+            body = b"{" + b",".join(_encode(n) + b":" + a for n, a in zip(names, cols.arrays.values(), strict=True)) + b"}"
+        else:
+            check_ranges(table, cols, types)
+            names = [inputs.get(n, n) for n in cols]
+            body = _encode(dict(zip(names, cols.values(), strict=True)) if inputs else cols)
+        self._client.raw_insert(table, names, body, settings=self._settings(table, token), fmt="JSONColumns")
+
+    @staticmethod
+    def _inputs(table: str, types: dict[str, str]) -> dict[str, str]:
+        return {n: i for n, i in INPUTS.get(table, {}).items() if i in types}  # none before the migration
+
+    @staticmethod
+    def _settings(table: str, token: str | None) -> dict[str, Any]:
         settings: dict[str, Any] = {**_READ, **DEDUP, "insert_deduplication_token": token} if token else dict(_READ)
         if table in UNMERGED:
             settings.update(_UNMERGED)
-        self._client.raw_insert(table, list(cols), _encode(cols), settings=settings, fmt="JSONColumns")
+        return settings

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from vigil.analyzer.ingest.offload import DecodeProcess
 from vigil.analyzer.ingest.writer import ClickHouseDeadLetters, ClickHouseWriter
 from vigil.analyzer.settings import AnalyzerSettings
 from vigil.contract.registry import TELEMETRY_TOPICS
@@ -53,11 +54,14 @@ class IngestLoop:
         self.writer = ClickHouseWriter(client=self.client, group=self.analyzer.group_id,
                                        window_s=self.analyzer.dedup_window_s)
         sink = ClickHouseDeadLetters(client=self.client, inner=KafkaDeadLetters(self.producer))
+        self.decoder = DecodeProcess() if self.analyzer.decode_process else None
+        if self.decoder is not None:
+            self.decoder.start()  # the child imports while the group is joined
         self.consumer = BatchingConsumer(
             settings=self.settings, bootstrap=self.bootstrap, group_id=self.analyzer.group_id,
             topics=list(INGEST_TOPICS), writer=self.writer, dead_letters=sink,
             max_batch_events=self.analyzer.batch_events, max_batch_s=self.analyzer.batch_s,
-            pipeline=self.analyzer.write_thread,
+            pipeline=self.analyzer.write_thread, offload=self.decoder,
         )
         self.probe = LagProbe(settings=self.settings, bootstrap=self.bootstrap, group_id=self.analyzer.group_id,
                               topics=INGEST_TOPICS, every_s=self.probe_every_s)
@@ -93,5 +97,13 @@ class IngestLoop:
             self.consumer.stats.state = "failed"
             log.error("ingest stopped: %s", exc, exc_info=not isinstance(exc, ConsumerFailed))
             self.consumer.close()
+            self._close_decoder()
             return
-        self.consumer.run(stop)  # stop is set: flushes and commits what is batched, then closes
+        try:
+            self.consumer.run(stop)  # stop is set: flushes and commits what is batched, then closes
+        finally:
+            self._close_decoder()
+
+    def _close_decoder(self) -> None:
+        if self.decoder is not None:
+            self.decoder.close()

@@ -36,13 +36,14 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from itertools import compress
+from operator import attrgetter
 from typing import Any, TypeVar
 
-from vigil.analyzer.ingest.blocks import BlockInserter, Columns, columns, concat, height
+from vigil.analyzer.ingest.blocks import BlockInserter, Columns, Encoded, columns, concat, height
 from vigil.analyzer.ingest.columns import BUILDERS
 from vigil.analyzer.ingest.intents import IntentLedger
 from vigil.analyzer.ingest.lookup import StoredIds
+from vigil.analyzer.ingest.offload import Offloaded
 from vigil.analyzer.ingest.processors import LOOKUP, RECENT, Row, TableRow, process
 from vigil.analyzer.ingest.recent import Marks, RecentIds
 from vigil.analyzer.ingest.staging import Staged, first_of_each, stage
@@ -53,13 +54,14 @@ from vigil.kafka.consumer import BatchId, Intent, Partition, Unstorable
 from vigil.kafka.deadletter import DeadLetter, DeadLetterSink, clean_utf8
 
 T = TypeVar("T")
+_EVENT_ID = attrgetter("event_id")
 
 
 @dataclass
 class _Prepared:
-    tables: dict[str, Columns]  # table -> its rows of the batch, column-oriented
-    recent: list[Ingestable]  # high-volume events of the batch, for the window once stored
-    marks: Marks  # what the window reads of them
+    tables: dict[str, Columns | Encoded]  # table -> its rows of the batch, column-oriented (or encoded by the offload)
+    ids: list[str]  # the event_ids of the batch's high-volume events, for the window once stored
+    marks: Marks  # what the window reads of them (in the same order)
 
 
 @dataclass(kw_only=True)
@@ -73,6 +75,8 @@ class ClickHouseWriter:
     rows_written: int = 0
     skipped_duplicates: int = 0
     looked_up: int = 0  # events checked against ClickHouse (the window could not judge them)
+    offloaded_batches: int = 0  # batches inserted from the offload's encoded groups
+    offload_fallbacks: int = 0  # batches with offloaded records written from their events instead
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(("stage", "intent", "prepare", "insert"), 0.0))
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -94,7 +98,15 @@ class ClickHouseWriter:
 
     def write(self, events: Sequence[Ingestable], batch: BatchId | None = None) -> list[Unstorable]:
         with self._lock:
-            return self._guard(lambda: self._write(events, batch))
+            return self._guard(lambda: self._write(events, batch, None, lambda: events))
+
+    def write_offloaded(self, events: Sequence[Ingestable], deferred: Any, everything: Callable[[], Sequence[Ingestable]],
+                        batch: BatchId) -> list[Unstorable]:
+        """`write` of a batch part decoded by the offload (`offload.Offloaded`): its groups' encoded columns are
+        inserted as they are in the steady state (every event new to the window, a first attempt); any other batch
+        is written from `everything()`, every event of it as an object, as `write` would."""
+        with self._lock:
+            return self._guard(lambda: self._write(events, batch, deferred, everything))
 
     @staticmethod
     def _guard(fn: Callable[[], T]) -> T:
@@ -105,7 +117,8 @@ class ClickHouseWriter:
                 raise Unreachable(f"ClickHouse: {one_line(exc)}") from exc
             raise
 
-    def _write(self, events: Sequence[Ingestable], batch: BatchId | None) -> list[Unstorable]:
+    def _write(self, events: Sequence[Ingestable], batch: BatchId | None, deferred: Offloaded | None,
+               everything: Callable[[], Sequence[Ingestable]]) -> list[Unstorable]:
         if not self._started:  # what was stored before this process: the window cannot vouch for it
             rows = self.client.query("SELECT job_id, host, max(last_ts) FROM host_clock GROUP BY job_id, host").result_rows
             self.recent.started_after({(str(j), str(h)): ts if ts.tzinfo else ts.replace(tzinfo=UTC) for j, h, ts in rows})
@@ -125,7 +138,13 @@ class ClickHouseWriter:
         if token is not None and self._prepared is not None and self._prepared[0] == token:
             prepared = self._prepared[1]  # a retry: exactly the rows of the first attempt
         else:
-            prepared = self._prepare(events, batch)
+            fast = self._prepare_offloaded(events, deferred, batch) if deferred is not None else None
+            if fast is None:
+                self.offload_fallbacks += deferred is not None
+                prepared = self._prepare(everything(), batch)
+            else:
+                self.offloaded_batches += 1
+                prepared = fast
             if token is not None:
                 self._prepared = (token, prepared)
         t2 = time.perf_counter()
@@ -140,13 +159,13 @@ class ClickHouseWriter:
                 raise
             # a re-cut batch's halves are judged against what was stored before its intent: a repeat in both would be
             # stored by each
-            bad = self._isolate(first_of_each(events), batch, exc, "")
+            bad = self._isolate(first_of_each(everything()), batch, exc, "")
         refused = {u.event.event_id for u in bad}
         if refused:
-            keep = [e.event_id not in refused for e in prepared.recent]
-            self.recent.add_all(list(compress(prepared.recent, keep)), prepared.marks.where(keep))
+            keep = [i not in refused for i in prepared.ids]
+            self.recent.add_all((), prepared.marks.where(keep))
         else:
-            self.recent.add_all(prepared.recent, prepared.marks)
+            self.recent.add_all((), prepared.marks)
         self.recent.evict()
         self._prepared = None
         return bad
@@ -164,8 +183,8 @@ class ClickHouseWriter:
             staged = stage(events, build=False)
         self.skipped_duplicates += staged.repeats
         window = not check_all and batch is not None and batch.first_attempt is None and not batch.recheck
-        tables: dict[str, Columns] = {}
-        recent: list[Ingestable] = []
+        tables: dict[str, Columns | Encoded] = {}
+        ids: list[str] = []
         marks = Marks.made([], [], [], [])
         rows: dict[str, list[Row]] = defaultdict(list)  # kinds without a column builder
         checked: dict[str, list[Row]] = defaultdict(list)  # their rows the window cannot vouch for, per table
@@ -173,7 +192,7 @@ class ClickHouseWriter:
             hot = kind in RECENT
             if hot:
                 marked = staged.marks[kind]
-                recent += group
+                ids += map(_EVENT_ID, group)
                 marks += marked
             if hot and window:
                 fresh, unknown, seen = self.recent.split(group, marked)
@@ -210,8 +229,39 @@ class ClickHouseWriter:
         self.skipped_duplicates += len(skipped)
         for table, rows_ in rows.items():
             if rows_:
-                tables[table] = concat(tables.get(table, {}), columns(rows_))
-        return _Prepared(tables=dict(sorted(tables.items())), recent=recent, marks=marks)
+                before = tables.get(table, {})
+                assert not isinstance(before, Encoded)
+                tables[table] = concat(before, columns(rows_))
+        return _Prepared(tables=dict(sorted(tables.items())), ids=ids, marks=marks)
+
+    def _prepare_offloaded(self, events: Sequence[Ingestable], off: Offloaded, batch: BatchId | None) -> _Prepared | None:
+        """The batch from the offload's groups and the events decoded here, when that is what `_prepare` of the whole
+        batch would make: a first attempt (or no checks at all), no event of a group's kind decoded here, no
+        event_id both here and in a group (the batch's first would be kept), every group's event new to the
+        window. None otherwise: the caller prepares the whole batch as objects."""
+        window = batch is not None and batch.first_attempt is None and not batch.recheck
+        if self.check_existing and not window:
+            return None
+        if any(e.kind in BUILDERS for e in events):
+            return None
+        ours = set(map(_EVENT_ID, events))
+        if ours and not all(ours.isdisjoint(g.ids) for g in off.groups.values()):
+            return None
+        marked: dict[str, Marks] = {}
+        for kind, g in off.groups.items():
+            marked[kind] = m = Marks.made(g.jobs, g.hosts, g.times, list(map(hash, g.ids)))
+            if self.check_existing:
+                _fresh, unknown, seen = self.recent.split(g.ids, m)
+                if unknown or seen:
+                    return None
+        base = self._prepare(events, batch)
+        tables, ids, marks = dict(base.tables), base.ids, base.marks
+        for kind, g in off.groups.items():
+            tables[g.table] = g.block
+            ids += g.ids
+            marks += marked[kind]
+            self.skipped_duplicates += g.repeats
+        return _Prepared(tables=dict(sorted(tables.items())), ids=ids, marks=marks)
 
     def _lookup(self, table: str, cols: Columns, batch: BatchId | None) -> set[str]:
         """The event_ids of `cols` that `table` holds (a table that ignores tokens must not take a re-cut's rows

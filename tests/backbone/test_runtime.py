@@ -1,4 +1,4 @@
-"""The hosting processes' collector settings (vigil/app/runtime.py), in a process of their own: tests keep Python's."""
+"""The hosting processes' collector settings (vigil/runtime.py), in a process of their own: tests keep Python's."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 CHECK = """
 import gc, weakref
-from vigil.app.runtime import YOUNG, tune_gc
+from vigil.runtime import YOUNG, tune_gc
 
 class Node:
     pass

@@ -176,6 +176,8 @@ def _record(kind: str, model: type[Any]) -> tuple[bytes, msgspec.json.Decoder[An
 
 _HOT = [_record("step", FastStep), _record("heartbeat", FastHeartbeat), _record("nic", FastNic)]
 _STEP_U64 = [attrgetter(n) for n in ("step", "tokens", "samples")]
+_TS, _TZINFO = attrgetter("ts"), attrgetter("tzinfo")
+_UTC_ID = {id(UTC)}  # the one UTC object (a zero offset of another tzinfo goes to pydantic, as before)
 
 
 def _steps_fit(events: list[Any]) -> bool:
@@ -202,26 +204,42 @@ def _plain(value: bytes) -> bool:
     return value.isascii() and b"\\" not in value and b"\x7f" not in value
 
 
-def decode_fast(value: bytes | None) -> FastDecoded:
-    """`decode_batch(value)`, with hot kinds as structs when every event of the record passes the fast path."""
+HOT_PREFIXES: dict[str, bytes] = {kind: prefix for kind, (prefix, _d) in zip(("step", "heartbeat", "nic"), _HOT, strict=True)}
+"""kind -> how a record of that hot kind begins (as the producer writes it): a record is claimed by its first bytes."""
+
+
+def decode_hot(value: bytes | None) -> list[FastEvent] | None:
+    """The events of a hot record when every one of them passes the fast path; None where `decode_fast` would hand
+    the record to pydantic (another kind, a record that is not plain, an event msgspec refuses or doubts)."""
     if value is not None:
         for prefix, decoder in _HOT:
             if value.startswith(prefix):
                 if not _plain(value):  # scanned only for a hot kind: other records go to pydantic unscanned
-                    break
+                    return None
                 suspect = _SUSPECT.search(value) is not None
                 if suspect and _submicro(value):
-                    break
+                    return None
                 try:
                     events = list(decoder.decode(value).events)
                 except (msgspec.ValidationError, msgspec.DecodeError, ValueError, RecursionError):
-                    break
+                    return None
                 now = datetime.now(UTC)
                 lo, hi = max(EARLIEST, now - max_age()), now + max_ahead()
                 fits = prefix is not _HOT[0][0] or not suspect or _steps_fit(events)
-                if fits and all(e.ts.tzinfo is UTC and lo <= e.ts <= hi for e in events):  # else: pydantic says why
-                    return FastDecoded(events=events, rejected=[])
-                break
+                if not fits:
+                    return None
+                times = list(map(_TS, events))  # each one UTC, and in range (else pydantic says why)
+                if not times or (set(map(id, map(_TZINFO, times))) == _UTC_ID and lo <= min(times) and max(times) <= hi):
+                    return events
+                return None
+    return None
+
+
+def decode_fast(value: bytes | None) -> FastDecoded:
+    """`decode_batch(value)`, with hot kinds as structs when every event of the record passes the fast path."""
+    events = decode_hot(value)
+    if events is not None:
+        return FastDecoded(events=[*events], rejected=[])
     slow = decode_batch(value)
     return FastDecoded(events=list(slow.events), rejected=slow.rejected)
 

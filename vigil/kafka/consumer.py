@@ -36,7 +36,9 @@ can never store (valid by the contract, refused by the store) come back from `wr
 become dead letters, so one bad value never stalls the stream.
 
     VigilError
-    └── ConsumerFailed   a non-transient error stopped the consumer (the cause is chained)
+    ├── ConsumerFailed   a non-transient error stopped the consumer (the cause is chained)
+    └── Unreachable (vigil.errors)
+        └── OffloadLost  the offload lost a batch's decoded events: retried, decoded here
 """
 
 from __future__ import annotations
@@ -68,6 +70,11 @@ Partition = tuple[str, int]
 
 class ConsumerFailed(VigilError):
     """A non-transient error stopped the consumer; nothing of the failed batch was committed."""
+
+
+class OffloadLost(Unreachable):
+    """The offload that decoded a batch's records can no longer give them as objects (its process is gone): the
+    batch is retried with every record decoded here."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,6 +136,41 @@ class Staging(Protocol):
     def stage(self, events: Sequence[Any]) -> None: ...
 
 
+class Deferred(Protocol):
+    """Records decoded elsewhere (`Offload`): `counts[i]` the events of the i-th, None where it was declined."""
+
+    @property
+    def counts(self) -> Sequence[int | None]: ...
+
+    def events(self) -> Sequence[Sequence[Any] | None]:
+        """Each record's events as they were decoded (None: declined)."""
+
+
+class Pending(Protocol):
+    def result(self) -> Deferred | None:
+        """Wait for the records' decode; None when it failed (the consumer decodes them itself)."""
+
+
+class Offload(Protocol):
+    """Decodes some records away from this process's GIL (the analyzer's decode process). A record it claims is
+    decoded there, with the same decisions as `decode_fast`, or declined and decoded here; a batch with claimed
+    records goes to an `OffloadWriter`."""
+
+    def claim(self, value: bytes | None) -> int | None:
+        """About how many events `value` holds when the offload takes it, else None (decoded here)."""
+
+    def submit(self, values: list[bytes | None]) -> Pending: ...
+
+
+@runtime_checkable
+class OffloadWriter(Protocol):
+    def write_offloaded(self, events: Sequence[Any], deferred: Deferred, everything: Any,
+                        batch: BatchId) -> Sequence[Unstorable]:
+        """`write` of the batch whose records are `events` (decoded here) and `deferred`'s (decoded by the offload);
+        `everything()` gives the whole batch's events in record order, for a batch the writer cannot store from
+        `deferred` as it is."""
+
+
 @runtime_checkable
 class IntentSource(Protocol):
     """A writer that records each batch's intent before writing it (so a re-read batch can be re-cut)."""
@@ -160,19 +202,72 @@ class _Batch:
     letters: list[DeadLetter] = field(default_factory=list)
     ranges: dict[Partition, list[int]] = field(default_factory=dict)  # -> [first, last, first_ts]
     started: float = field(default_factory=time.monotonic)
+    deferred: list[tuple[int, str, int, int, bytes | None]] = field(default_factory=list)  # claimed records: their
+    # place in `records` (before the one of that index), source, value
+    estimate: int = 0  # the offload's estimate of the claimed records' events
+    pending: Pending | None = None
+    resolved: bool = False
+    own_letters: int = 0  # the dead letters of the records decoded while consuming (before `_resolve`'s)
+    offloaded: Deferred | None = None  # once resolved: what the offload decoded (None: it decoded nothing)
+    declined: list[list[Ingestable] | None] = field(default_factory=list)  # per claimed record: decoded here, if so
+    here: tuple[list[Ingestable], list[tuple[int, str, int, int]]] | None = None  # resolved: the events decoded here
+    _everything: tuple[list[Ingestable], list[tuple[int, str, int, int]]] | None = None
 
     def __len__(self) -> int:
-        return len(self.events) + len(self.letters)
+        return len(self.events) + len(self.letters) + self.estimate
+
+    def forget_offload(self) -> None:
+        """Undo `_resolve` and drop the offload's answer: the batch is resolved again with every record decoded
+        here."""
+        del self.letters[self.own_letters:]
+        self.pending, self.resolved, self.offloaded, self.here, self._everything = None, False, None, None, None
+        self.declined = []
+
+    def local(self) -> tuple[list[Ingestable], list[tuple[int, str, int, int]]]:
+        """The events decoded in this process (every event unless the offload decoded some), and the records."""
+        return self.here if self.here is not None else (self.events, self.records)
 
     def sources(self) -> dict[str, tuple[str, int, int]]:
         """event_id -> (topic, partition, offset) of the last record that carried it (asked only when the writer
         refuses events: a dead letter names its record)."""
+        events, records = self.everything()
         out: dict[str, tuple[str, int, int]] = {}
         start = 0
-        for end, topic, partition, offset in self.records:
-            out.update(dict.fromkeys(map(_EVENT_ID, self.events[start:end]), (topic, partition, offset)))
+        for end, topic, partition, offset in records:
+            out.update(dict.fromkeys(map(_EVENT_ID, events[start:end]), (topic, partition, offset)))
             start = end
         return out
+
+    def merged(self, claimed: Sequence[Sequence[Any]]) -> tuple[list[Ingestable], list[tuple[int, str, int, int]]]:
+        """The events and records of the batch in record order, each claimed record's events from `claimed`."""
+        if not self.deferred:
+            return self.events, self.records
+        events: list[Ingestable] = []
+        records: list[tuple[int, str, int, int]] = []
+        start, d = 0, 0
+        for i in range(len(self.records) + 1):
+            while d < len(self.deferred) and self.deferred[d][0] == i:
+                _at, topic, partition, offset, _v = self.deferred[d]
+                events += claimed[d]
+                records.append((len(events), topic, partition, offset))
+                d += 1
+            if i < len(self.records):
+                end, topic, partition, offset = self.records[i]
+                events += self.events[start:end]
+                records.append((len(events), topic, partition, offset))
+                start = end
+        return events, records
+
+    def everything(self) -> tuple[list[Ingestable], list[tuple[int, str, int, int]]]:
+        """Every event of the batch in record order (the offload's too, as objects), and the records."""
+        if self._everything is None:
+            if self.offloaded is None:
+                self._everything = self.local()
+            else:
+                theirs = self.offloaded.events()
+                self._everything = self.merged([d if d is not None else (t or [])
+                                                for d, t in zip(self.declined, theirs, strict=True)])
+        return self._everything
 
 
 @dataclass
@@ -219,6 +314,7 @@ class BatchingConsumer:
     max_backoff_s: float = 30.0
     replay_timeout_s: float = 60.0
     pipeline: bool = True  # write a batch on a thread of its own while the next one is read and decoded
+    offload: Offload | None = None  # decodes the records it claims elsewhere (the writer must be an OffloadWriter)
     stats: ConsumerStats = field(default_factory=ConsumerStats)
 
     def __post_init__(self) -> None:
@@ -338,6 +434,7 @@ class BatchingConsumer:
 
     def _hand_over(self, stop: threading.Event | None) -> None:
         """Write the current batch: on the writer thread when pipelined, else here (with retries)."""
+        self._submit(self._batch)  # the offload decodes it while the batch before is written
         if self._pool is not None and self._inflight is not None and isinstance(self.writer, Staging):
             self.writer.stage(self._batch.events)  # while the batch before is written
         self._reap(stop, wait=True)  # one batch in flight at most: its commit comes before the next write
@@ -366,13 +463,19 @@ class BatchingConsumer:
     def _add(self, raw: _Raw) -> None:
         topic, partition, offset, ts, value = raw
         self.stats.records += 1
-        t = time.perf_counter()
-        decoded = decode_fast(value)
-        self.stats.decode_s += time.perf_counter() - t
-        self._batch.events.extend(decoded.events)
-        self._batch.records.append((len(self._batch.events), topic, partition, offset))
-        for r in decoded.rejected:
-            self._batch.letters.append(DeadLetter(reason=r.reason, topic=topic, partition=partition, offset=offset, payload=r.payload))
+        claimed = self.offload.claim(value) if self.offload is not None else None
+        if claimed is not None:
+            self._batch.deferred.append((len(self._batch.records), topic, partition, offset, value))
+            self._batch.estimate += claimed
+        else:
+            t = time.perf_counter()
+            decoded = decode_fast(value)
+            self.stats.decode_s += time.perf_counter() - t
+            self._batch.events.extend(decoded.events)
+            self._batch.records.append((len(self._batch.events), topic, partition, offset))
+            for r in decoded.rejected:
+                self._batch.letters.append(DeadLetter(reason=r.reason, topic=topic, partition=partition, offset=offset,
+                                                      payload=r.payload))
         rng = self._batch.ranges.get((topic, partition))
         if rng is None:
             self._batch.ranges[(topic, partition)] = [offset, offset, ts]
@@ -390,14 +493,56 @@ class BatchingConsumer:
             recheck = any(r.first <= self._recheck.get((r.topic, r.partition), -1) for r in ranges)
             bid = BatchId(ranges=ranges, recheck=recheck)
         self._batch = _Batch()
+        self._submit(batch)
         return batch, bid
+
+    def _submit(self, batch: _Batch) -> None:
+        """Hand the batch's claimed records to the offload (once)."""
+        if self.offload is not None and batch.deferred and batch.pending is None:
+            batch.pending = self.offload.submit([d[4] for d in batch.deferred])
+
+    def _resolve(self, batch: _Batch) -> None:
+        """Once per batch, before its first write: the offload's answer; the records it declined (or all of them,
+        when it failed) decoded here, their rejected events dead letters."""
+        if batch.resolved:
+            return
+        batch.resolved = True
+        batch.own_letters = len(batch.letters)
+        if not batch.deferred:
+            return
+        result = batch.pending.result() if batch.pending is not None else None
+        counts = list(result.counts) if result is not None else [None] * len(batch.deferred)
+        t = time.perf_counter()
+        for (_at, topic, partition, offset, value), count in zip(batch.deferred, counts, strict=True):
+            if count is not None:
+                batch.declined.append(None)
+                continue
+            decoded = decode_fast(value)
+            batch.declined.append(decoded.events)
+            batch.letters.extend(DeadLetter(reason=r.reason, topic=topic, partition=partition, offset=offset,
+                                            payload=r.payload) for r in decoded.rejected)
+        self.stats.decode_s += time.perf_counter() - t
+        batch.offloaded = result if result is not None and any(c is not None for c in counts) else None
+        if any(d is not None for d in batch.declined):
+            batch.here = batch.merged([d or [] for d in batch.declined])
 
     def _store(self, batch: _Batch, bid: BatchId) -> tuple[BatchId, int, list[DeadLetter]]:
         """Write the batch and its dead letters (on the writer thread when pipelined); nothing is committed."""
+        self._resolve(batch)
         letters = list(batch.letters)
-        stored = len(batch.events)
-        if batch.events:
-            bads = self.writer.write(batch.events, bid)
+        events, _records = batch.local()
+        offloaded = batch.offloaded
+        stored = len(events) + (sum(c for c in offloaded.counts if c is not None) if offloaded is not None else 0)
+        if stored:
+            if offloaded is not None and isinstance(self.writer, OffloadWriter):
+                try:
+                    bads: Sequence[Unstorable] = self.writer.write_offloaded(events, offloaded,
+                                                                             lambda: batch.everything()[0], bid)
+                except OffloadLost:
+                    batch.forget_offload()  # the retry decodes every record here
+                    raise
+            else:
+                bads = self.writer.write(batch.everything()[0], bid)
             sources = batch.sources() if bads else {}
             for bad in bads:
                 topic, partition, offset = sources.get(bad.event.event_id, ("", -1, -1))
@@ -480,12 +625,12 @@ class BatchingConsumer:
                     if not is_transient(exc):
                         self.stats.state = "failed"
                         self.stats.last_error = f"stopped: {one_line(exc)}"
-                        log.error("batch write failed (%d events), stopping: %s", len(batch.events), exc)
+                        log.error("batch write failed (%d events), stopping: %s", len(batch), exc)
                         raise ConsumerFailed(f"ingest stopped: {one_line(exc)}") from exc
                     self.stats.state = "retrying"
                     self.stats.last_error = f"retrying in {backoff:.1f} s: {one_line(exc)}"
                     log.warning("batch write failed (%d events), retrying in %.1f s: %s",
-                                len(batch.events), backoff, one_line(exc))
+                                len(batch), backoff, one_line(exc))
                     if not paused:
                         paused = self._consumer.assignment()
                         self._consumer.pause(paused)

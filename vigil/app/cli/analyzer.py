@@ -81,9 +81,9 @@ def cmd_analyzer(args: argparse.Namespace) -> int:
 
     from vigil.analyzer.service import AnalyzerService
     from vigil.analyzer.settings import AnalyzerSettings
-    from vigil.app.runtime import tune_gc
     from vigil.app.stack.runner import prepare
     from vigil.app.stack.state import resolve_bootstrap
+    from vigil.runtime import tune_gc
 
     settings = VigilSettings.load()
     bootstrap = resolve_bootstrap(settings)

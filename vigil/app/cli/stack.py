@@ -52,8 +52,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     settings = VigilSettings.load()
     if args.detach:
         return _up_detached(settings, args)
-    from vigil.app.runtime import tune_gc
     from vigil.app.stack.runner import Stack
+    from vigil.runtime import tune_gc
 
     stack = Stack(settings=settings, services=_services(args))
     stop = threading.Event()

@@ -18,8 +18,9 @@ and grew with the process's heap. `tune_gc`:
   ~10 batches for the middle generation and ~100 for a full one, instead of a fraction of one.
 
 Process-wide, so only the commands that run a hosting process call it, once, when its services
-have started (`vigil up`, `vigil analyzer`; the benches that host the analyzer the same way).
-Library code and tests keep Python's defaults.
+have started (`vigil up`, `vigil analyzer`; the benches that host the analyzer the same way; the
+ingest's decode process, `analyzer/ingest/offload.py`, once it has imported what it runs). Library
+code and tests keep Python's defaults.
 """
 
 from __future__ import annotations
