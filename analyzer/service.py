@@ -159,6 +159,10 @@ class AnalyzerService:
             "events": stats.events if stats else 0,
             "rejected": stats.rejected if stats else 0,
             "duplicates_skipped": ing.writer.skipped_duplicates if ing else 0,
+            "decode_process": ({"batches": ing.decoder.batches, "failures": ing.decoder.failures,
+                                "restarts": ing.decoder.restarts, "offloaded_batches": ing.writer.offloaded_batches,
+                                "fallback_batches": ing.writer.offload_fallbacks}
+                               if ing is not None and ing.decoder is not None else None),
             "last_error": errors[0] if errors else "",
             "detect": self.settings.detect,
             "alerts_firing": len(self.book.firing()),

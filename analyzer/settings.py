@@ -146,9 +146,11 @@ class AnalyzerSettings(VigilBaseSettings):
     batch_s: float = Field(default=1.0, gt=0, description="... or when it is this old (wall clock)")
     write_thread: bool = Field(default=True, description="write each batch on a thread of its own while the next "
                                "one is read and decoded")
-    decode_process: bool = Field(default=True, description="decode step and NIC records, build and encode their "
-                                 "columns in a child process, off the ingest's GIL (the same decisions and rows; a "
-                                 "child that fails is restarted and its batches decoded in the analyzer)")
+    decode_process: bool | None = Field(default=None, description="decode step and NIC records, build and encode "
+                                        "their columns in a child process, off the analyzer's GIL (the same "
+                                        "decisions and rows; a child that fails is restarted and its batches decoded "
+                                        "in the analyzer); unset: when the analyzer may run on more than 2 CPUs (on "
+                                        "2 it only moves the work: bench/RESULTS.md)")
     dedup_window_s: float = Field(default=60.0, gt=0, description="event time: re-sends of step/heartbeat/NIC events "
                                   "this recent are caught in memory; older ones are looked up in ClickHouse")
     # detector cadence

@@ -21,6 +21,7 @@ after the fault (the goal: within 15 s, detection physics included: silence is a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import subprocess
@@ -212,10 +213,21 @@ def main() -> None:
     if broker_proc is not None:
         broker_proc.cpu_percent()
 
-    def cpu_seconds() -> float:  # user + system of the analyzer and the broker
-        return sum(sum(p.cpu_times()[:2]) for p in (proc, broker_proc) if p is not None)
+    decode_cpu: dict[int, float] = {}  # the analyzer's decode process (each one, if it was restarted): CPU seconds
+
+    def decode_seconds() -> float:
+        ing = service.ingest
+        pid = ing.decoder.pid if ing is not None and ing.decoder is not None else None
+        if pid is not None:
+            with contextlib.suppress(psutil.Error):
+                decode_cpu[pid] = sum(psutil.Process(pid).cpu_times()[:2])
+        return sum(decode_cpu.values())
+
+    def cpu_seconds() -> float:  # user + system of the analyzer (with its decode process) and the broker
+        return sum(sum(p.cpu_times()[:2]) for p in (proc, broker_proc) if p is not None) + decode_seconds()
 
     cpu_s0 = cpu_seconds()
+    decode_last = decode_seconds()
     threads0 = thread_cpu(os.getpid())
     rows: list[list[Any]] = []
     t0 = time.monotonic()
@@ -232,12 +244,14 @@ def main() -> None:
             recent = [d for end, d in turns if end > last_t]
             newest = ctx.clickhouse.query("SELECT max(last_ts) FROM job_clock").result_rows[0][0]
             behind = (datetime.now(UTC) - newest.replace(tzinfo=UTC)).total_seconds() if newest else float("nan")
+            decode_now = decode_seconds()
             rows.append([round(now - t0), n, round((n - last_n) / (now - last_t)), lag, round(behind, 1), len(recent),
                          round(max(recent), 2) if recent else None, round(statistics.median(recent), 2) if recent else None,
-                         round(proc.cpu_percent(), 0), round(broker_proc.cpu_percent(), 0) if broker_proc else None,
+                         round(proc.cpu_percent(), 0), round(100 * (decode_now - decode_last) / (now - last_t), 0),
+                         round(broker_proc.cpu_percent(), 0) if broker_proc else None,
                          round(proc.memory_info().rss / 2**20), h["ingest"]])
             print(rows[-1], h["last_error"][:120], flush=True)
-            last_n, last_t = n, now
+            last_n, last_t, decode_last = n, now, decode_now
             if service.failed or (producer.poll() is not None and lag == 0):
                 break
             if now - t0 > seconds + args.drain_s:  # the producer is done; lag is reported as it stands
@@ -271,7 +285,8 @@ def main() -> None:
         f"Load average (1/5/15 min) at start {load0[0]:.1f}/{load0[1]:.1f}/{load0[2]:.1f}, at end "
         f"{load1[0]:.1f}/{load1[1]:.1f}/{load1[2]:.1f} (2 cores shared with other sessions' test runs).",
         "", "| t s | events stored | events/s | lag records | event time behind s | detector turns | max turn s | "
-        "median turn s | analyzer CPU % | broker CPU % | RSS MiB | ingest |", "| " + " | ".join(["---"] * 12) + " |",
+        "median turn s | analyzer CPU % | its decode process CPU % | broker CPU % | RSS MiB | ingest |",
+        "| " + " | ".join(["---"] * 13) + " |",
         *("| " + " | ".join("-" if v is None else f"{v:,}" if isinstance(v, int) else str(v) for v in r) + " |" for r in rows),
         "", f"Stored: {stored:,} step rows; ClickHouse {size[0]} on disk ({size[1]:,} rows in all tables); "
         f"{alerts} alert events published; detector turns: {len(every)}, median {statistics.median(every) if every else 0:.2f} s, "
@@ -281,7 +296,8 @@ def main() -> None:
         "Detectors, seconds of their queries and judging over the run (calls, mean ms, max ms): " + ", ".join(
             f"{name} {sum(xs):.1f} ({len(xs)}, {1000 * sum(xs) / len(xs):.0f}, {1000 * max(xs):.0f})"
             for name, xs in sorted(detector_s.items(), key=lambda kv: -sum(kv[1])) if xs) + ".",
-        f"Cost: {gpus / 1000:g} k GPUs, {cpu_s / wall_s:.2f} cores (analyzer + broker) over {wall_s:.0f} s, "
+        f"Cost: {gpus / 1000:g} k GPUs, {cpu_s / wall_s:.2f} cores (analyzer with its decode process + broker) over "
+        f"{wall_s:.0f} s, "
         f"{cpu_s / wall_s / (gpus / 1000):.3f} cores per 1,000 GPUs. The analyzer's threads: "
         + ", ".join(f"{name} {secs / wall_s:.2f}" for name, secs in threads.items()) + " cores.",
     ]

@@ -15,6 +15,7 @@ the inserts (clickhouse-connect holds one lock per client for a whole call).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -37,6 +38,20 @@ log = logging.getLogger(__name__)
 INGEST_TOPICS: tuple[str, ...] = (*TELEMETRY_TOPICS, "alerts", "incidents", "recovery")
 
 
+AUTO_MIN_CPUS = 3
+"""`decode_process` unset: the decode process runs when the analyzer may use at least this many CPUs. On 2 the
+machine's CPU, not the GIL, bounds the ingest (the engine's insert takes most of one), so the child only moves the
+work and takes cores from the detectors' turns (bench/RESULTS.md)."""
+
+
+def decode_process(setting: bool | None) -> bool:
+    """Whether the ingest decodes step and NIC records in a child process (`offload`)."""
+    if setting is not None:
+        return setting
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return cpus >= AUTO_MIN_CPUS
+
+
 @dataclass(kw_only=True)
 class IngestLoop:
     settings: VigilSettings
@@ -54,7 +69,7 @@ class IngestLoop:
         self.writer = ClickHouseWriter(client=self.client, group=self.analyzer.group_id,
                                        window_s=self.analyzer.dedup_window_s)
         sink = ClickHouseDeadLetters(client=self.client, inner=KafkaDeadLetters(self.producer))
-        self.decoder = DecodeProcess() if self.analyzer.decode_process else None
+        self.decoder = DecodeProcess() if decode_process(self.analyzer.decode_process) else None
         if self.decoder is not None:
             self.decoder.start()  # the child imports while the group is joined
         self.consumer = BatchingConsumer(

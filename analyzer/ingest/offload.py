@@ -253,6 +253,12 @@ class DecodeProcess:
         with self._state:
             self._ensure()
 
+    @property
+    def pid(self) -> int | None:
+        """The child's process id (None before it starts and after `close`)."""
+        proc = self._proc
+        return int(proc.pid) if proc is not None else None
+
     def _ensure(self) -> Connection:
         if self._requests is None or self._proc is None or self._proc.poll() is not None:
             if self._proc is not None:

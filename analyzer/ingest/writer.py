@@ -24,6 +24,12 @@ more than 100 days) is bisected the same way; if one event alone still fails wit
 was the store's overload, and it is retried. Transient store failures raise `Unreachable`
 (the consumer retries them); anything else propagates (a bug: the consumer stops).
 
+A batch whose step and NIC records the decode process (`offload`) decoded comes with their columns
+encoded (`write_offloaded`): the writer inserts them as they are when that is what it would have
+made of the batch's events (a first attempt, every event new to the window, none of those kinds
+decoded here, no event_id shared with the events decoded here); any other such batch is written
+from `everything()`, every event as an object, as `write` writes it.
+
 Host-keyed partitions mean one event is only ever handled by one consumer of the group.
 """
 

@@ -150,7 +150,7 @@ def main() -> None:
     t.join(30)
     s = loop.stats
     print(f"drained skipped_duplicates={loop.writer.skipped_duplicates} replayed={s.replayed_batches} "
-          f"rechecked={s.rechecked_batches} failed={loop.failed!r}", flush=True)
+          f"rechecked={s.rechecked_batches} failed={loop.failed!r} offloaded={loop.writer.offloaded_batches}", flush=True)
 
 
 if __name__ == "__main__":

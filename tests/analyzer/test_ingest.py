@@ -20,11 +20,12 @@ from vigil.settings import VigilSettings
 pytestmark = [pytest.mark.kafka, pytest.mark.clickhouse]
 
 
-@pytest.fixture
-def ingest(topics: VigilSettings, clickhouse_dsn: str, database: str) -> Iterator[IngestLoop]:
+@pytest.fixture(params=[False, True], ids=["decoded-here", "decode-process"])
+def ingest(topics: VigilSettings, clickhouse_dsn: str, database: str, request: pytest.FixtureRequest) -> Iterator[IngestLoop]:
     client = connect(clickhouse_dsn, database=database)
     producer = EventProducer(settings=topics, bootstrap=str(topics.kafka_bootstrap))
-    loop = IngestLoop(settings=topics, analyzer=AnalyzerSettings(batch_s=0.3, group_id=f"g-{database}"),
+    loop = IngestLoop(settings=topics, analyzer=AnalyzerSettings(batch_s=0.3, group_id=f"g-{database}",
+                                                                 decode_process=request.param),
                       bootstrap=str(topics.kafka_bootstrap), client=client, producer=producer)
     stop = threading.Event()
     t = threading.Thread(target=loop.run, args=(stop,))

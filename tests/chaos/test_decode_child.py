@@ -26,10 +26,11 @@ def count(client: object, table: str) -> int:
 def test_a_killed_decode_process_loses_and_repeats_nothing(topics: VigilSettings, clickhouse_dsn: str,
                                                            database: str) -> None:
     client = connect(clickhouse_dsn, database=database)
-    loop = IngestLoop(settings=topics, analyzer=AnalyzerSettings(batch_s=0.3, group_id=f"g-{database}"),
+    loop = IngestLoop(settings=topics, analyzer=AnalyzerSettings(batch_s=0.3, group_id=f"g-{database}",
+                                                               decode_process=True),
                       bootstrap=str(topics.kafka_bootstrap), client=client,
                       producer=EventProducer(settings=topics, bootstrap=str(topics.kafka_bootstrap)))
-    assert loop.decoder is not None, "on by default"
+    assert loop.decoder is not None
     producer = EventProducer(settings=topics, bootstrap=str(topics.kafka_bootstrap), batch_events=50)
     stop = threading.Event()
     worker = threading.Thread(target=loop.run, args=(stop,))

@@ -12,6 +12,14 @@ commit comes before the next batch is handed over, so crash semantics do not cha
 for the one in flight: work that needs no earlier batch is done there, in the time the engine
 inserts.
 
+Offload. With an `Offload` (the analyzer's decode process) the records it `claim`s are not
+decoded here: a batch's claimed records are handed to it at hand-over, so it decodes them while
+the batch before is written, and the batch goes to an `OffloadWriter` with what it decoded. What
+it declines (or all of it, when it failed) is decoded here before the write, its rejected events
+dead letters; `everything()` gives the whole batch in record order as objects, for a batch the
+writer cannot store from the offload's answer as it is. The identities, intents, commits and
+retries above do not change.
+
 Exactly once. The writer records the batch's ranges (an intent) before writing and inserts
 under a token derived from them. A consumer that is assigned a partition whose latest
 intent is not committed (a crash or a failed commit between write and commit) re-cuts that
