@@ -11,9 +11,9 @@ encoded as JSON arrays, the fields the recent-id window reads, and the accepted 
 What it guarantees (the writer relies on each):
 
 * **The same decisions.** A record is taken only when `fastwire.decode_hot` accepts every
-  event of it, as the consumer's own `decode_fast` would; any other record is *declined* and
-  the consumer decodes it itself (pydantic, dead letters with reasons). A record is decided
-  by exactly one process.
+  event of it, as the consumer's own `decode_fast` would, and every event names its event_id
+  and ts (values a decoder fills in would differ in a second decode); any other record is
+  *declined* and the consumer decodes it itself (pydantic, dead letters with reasons).
 * **The same rows.** A group is `staging.stage` of the taken events: the repeats of an
   event_id dropped (the first kept, in record order), the columns built by `columns.BUILDERS`;
   the encoded arrays are msgspec's encoding of those columns, so the document the writer
@@ -36,6 +36,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -154,7 +155,7 @@ def decode(values: list[bytes | None]) -> tuple[Offloaded, dict[str, list[Any]]]
     by_kind: dict[str, list[Any]] = defaultdict(list)
     for value in values:
         kind = _kind(value)
-        events = decode_hot(value) if kind is not None else None
+        events = decode_hot(value, given=True) if kind is not None else None  # ids and times as sent: see the docstring
         if kind is None or events is None:
             counts.append(None)
             kinds.append(None)
@@ -229,143 +230,196 @@ class InlineDecode:
         pass
 
 
-class DecodeProcess:
-    """`decode` in one spawned child process, batches answered in the order they were handed over.
+@dataclass
+class _Child:
+    """One started child: its process, its pipes, the replies it owes, and whether its pipe is read to the end."""
 
-    Two one-way pipes: the consumer's thread sends (a send waits while the child finishes the batch before),
-    the writer's thread receives; a child that dies or hangs is killed first, so neither side waits on it."""
+    gen: int
+    proc: subprocess.Popen[bytes]
+    requests: Connection
+    replies: Connection
+    owed: set[tuple[str, int]] = field(default_factory=set)
+    gone: bool = False
+    started: float = field(default_factory=time.monotonic)
+
+
+class DecodeProcess:
+    """`decode` in one child process, its batches answered in the order they were handed over.
+
+    Nothing waits on the child while holding anything the child needs: a reader thread per child drains its
+    replies into `_got` whatever anyone is doing (so the child never blocks on a full pipe), sends take only
+    the send lock, and a waiter gives up after `timeout_s` and kills that child (a send stuck on it then fails).
+    A child that is gone answers None for everything it owed; the next batch starts another, not within
+    `restart_backoff_s` of a failed start or of the start of one that died."""
 
     claim = staticmethod(claim)
 
-    def __init__(self, timeout_s: float = 120.0) -> None:
-        self.timeout_s = timeout_s
+    def __init__(self, timeout_s: float = 120.0, restart_backoff_s: float = 5.0) -> None:
+        self.timeout_s, self.restart_backoff_s = timeout_s, restart_backoff_s
         self.batches = self.failures = self.restarts = 0
-        self._state = threading.Lock()  # the child, its pipes, what it owes (held while sending)
-        self._receiving = threading.Lock()
-        self._proc: Any = None
-        self._requests: Connection | None = None
-        self._replies: Connection | None = None
-        self._seq = 0
-        self._owed: set[tuple[str, int]] = set()  # replies the child owes: ("decoded" | "events", seq)
-        self._got: dict[tuple[str, int], Any] = {}
-
-    def start(self) -> None:
-        with self._state:
-            self._ensure()
+        self._cond = threading.Condition()  # guards everything below
+        self._sending = threading.Lock()
+        self._child: _Child | None = None
+        self._gen = self._seq = 0
+        self._got: OrderedDict[tuple[str, int], Any] = OrderedDict()
+        self._not_before = 0.0  # no new child before this (monotonic)
+        self._closed = False
 
     @property
     def pid(self) -> int | None:
-        """The child's process id (None before it starts and after `close`)."""
-        proc = self._proc
-        return int(proc.pid) if proc is not None else None
+        """The child's process id (None before it starts, after it is gone and after `close`)."""
+        child = self._child
+        return int(child.proc.pid) if child is not None and not child.gone else None
 
-    def _ensure(self) -> Connection:
-        if self._requests is None or self._proc is None or self._proc.poll() is not None:
-            if self._proc is not None:
-                self._close_child()
-                self.restarts += 1
-            theirs_in, ours_out = os.pipe()
-            ours_in, theirs_out = os.pipe()
+    def start(self) -> None:
+        with self._cond:
+            self._ensure()
+
+    def _ensure(self) -> _Child | None:
+        """The running child, started if there is none (None: it cannot be started now)."""
+        child = self._child
+        if child is not None and not child.gone and child.proc.poll() is None:
+            return child
+        now = time.monotonic()
+        if child is not None and now - child.started < self.restart_backoff_s:  # it died young: not at once again
+            self._not_before = max(self._not_before, child.started + self.restart_backoff_s)
+        if self._closed or now < self._not_before:
+            return None
+        if child is not None:
+            self.restarts += 1
+        theirs_in, ours_out = os.pipe()
+        ours_in, theirs_out = os.pipe()
+        try:
             for fd in (ours_out, theirs_out):  # a batch is tens of MB: fewer wake-ups per batch than at 64 KiB
                 with contextlib.suppress(OSError):
                     fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
-            try:  # a plain interpreter on this module: nothing of the parent's __main__ is run again (as spawn would)
-                self._proc = subprocess.Popen([sys.executable, "-m", __name__, str(theirs_in), str(theirs_out)],
-                                              pass_fds=(theirs_in, theirs_out), stdin=subprocess.DEVNULL)
-            finally:
-                os.close(theirs_in)
-                os.close(theirs_out)
-            self._requests, self._replies = Connection(ours_out, readable=False), Connection(ours_in, writable=False)
-        return self._requests
+            # a plain interpreter on this module (nothing of the parent's __main__ is run again, as spawn would), in
+            # a session of its own (a terminal's Ctrl-C stops the parent, which stops it)
+            proc = subprocess.Popen([sys.executable, "-m", __name__, str(theirs_in), str(theirs_out)],
+                                    pass_fds=(theirs_in, theirs_out), stdin=subprocess.DEVNULL, start_new_session=True)
+        except OSError as exc:
+            for fd in (ours_in, ours_out):
+                os.close(fd)
+            log.warning("ingest decode process could not start, decoding here: %s", exc)
+            self.failures += 1
+            self._not_before = time.monotonic() + self.restart_backoff_s
+            return None
+        finally:
+            os.close(theirs_in)
+            os.close(theirs_out)
+        self._gen += 1
+        self._child = child = _Child(gen=self._gen, proc=proc, requests=Connection(ours_out, readable=False),
+                                     replies=Connection(ours_in, writable=False))
+        threading.Thread(target=self._read, args=(child,), name="ingest-decode-replies", daemon=True).start()
+        return child
 
-    def _ask(self, key: tuple[str, int], msg: tuple[Any, ...], restart: bool) -> None:
-        with self._state:
+    def _read(self, child: _Child) -> None:
+        """Drain one child's replies until its pipe ends (it exited or was killed), then forget what it owed."""
+        while True:
             try:
-                conn = self._ensure() if restart else self._requests
-                if conn is None:
-                    return
-                self._owed.add(key)
-                conn.send(msg)
-            except (OSError, EOFError, ValueError) as exc:
-                log.warning("ingest decode process unusable, decoding here: %s", exc)
-                self._owed.discard(key)
+                kind, seq, out = child.replies.recv()
+            except Exception as exc:  # gone, or an answer that cannot be read: never trusted after
+                if not isinstance(exc, EOFError):
+                    log.warning("ingest decode process sent what cannot be read, decoding here: %s", exc)
+                break
+            with self._cond:
+                if (kind, seq) in child.owed:
+                    child.owed.discard((kind, seq))
+                    self._got[(kind, seq)] = out
+                    while len(self._got) > 4 * KEEP:  # answers nobody waits for (a batch dropped by a rebalance)
+                        self._got.popitem(last=False)
+                    self._cond.notify_all()
+        self._gone(child, failed=not self._closed)
+
+    def _gone(self, child: _Child, failed: bool) -> None:
+        with self._cond:
+            if child.gone:
+                return
+            child.gone = True
+            self.failures += failed
+            child.owed.clear()
+            self._cond.notify_all()
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            child.proc.kill()
+            child.proc.wait(5)
+        for conn in (child.requests, child.replies):
+            with contextlib.suppress(OSError):
+                conn.close()
+
+    def _ask(self, key: tuple[str, int], msg: tuple[Any, ...], start: bool) -> _Child | None:
+        with self._cond:
+            child = self._ensure() if start else self._child
+            if child is None or child.gone:
+                return None
+            child.owed.add(key)
+        try:
+            with self._sending:  # may wait while the child works (its replies are drained meanwhile)
+                child.requests.send(msg)
+        except (OSError, EOFError, ValueError) as exc:
+            log.warning("ingest decode process unusable, decoding here: %s", exc)
+            with self._cond:
+                child.owed.discard(key)
+            return None
+        return child
 
     def submit(self, values: list[bytes | None]) -> Pending:
-        with self._state:
+        with self._cond:
             self._seq += 1
             seq = self._seq
-        self._ask(("decoded", seq), ("decode", seq, values), restart=True)
-        return Pending(self, seq)
+        child = self._ask(("decoded", seq), ("decode", seq, values), start=True)
+        return Pending(self if child is not None else None, seq, None)
 
     def decoded(self, seq: int) -> Offloaded | None:
         out = self._await(("decoded", seq))
         if isinstance(out, str):
             log.error("ingest decode process refused a batch, decoding here: %s", out)
-            with self._state:
+            with self._cond:
                 self.failures += 1
             return None
         if out is not None:
             out.fetch = lambda: self.events(seq)
-        with self._state:
-            self.batches += 1
+            with self._cond:
+                self.batches += 1
         return cast("Offloaded | None", out)
 
     def events(self, seq: int) -> dict[str, bytes] | None:
         """The packed events of batch `seq`, asked of the child that decoded it (None: that child is gone)."""
-        self._ask(("events", seq), ("events", seq), restart=False)
+        if self._ask(("events", seq), ("events", seq), start=False) is None:
+            return None
         return cast("dict[str, bytes] | None", self._await(("events", seq)))
 
     def _await(self, key: tuple[str, int]) -> Any:
-        with self._receiving:
-            while True:
-                with self._state:
-                    if key in self._got:
-                        return self._got.pop(key)
-                    conn = self._replies if key in self._owed else None
-                    if conn is None:
-                        return None
-                try:
-                    if not conn.poll(self.timeout_s):
-                        raise TimeoutError(f"no answer in {self.timeout_s:.0f} s")
-                    kind, seq, out = conn.recv()
-                except Exception as exc:  # gone, hung, or an answer that cannot be read: never trusted after
-                    log.warning("ingest decode process failed, decoding here: %s", exc)
-                    self._fail()
-                    continue
-                with self._state:
-                    if (kind, seq) in self._owed:
-                        self._owed.discard((kind, seq))
-                        self._got[(kind, seq)] = out
-
-    def _fail(self) -> None:
-        """Kill the child (a send waiting on it returns), then forget it: what it owed comes back None."""
-        proc = self._proc
-        if proc is not None:
-            proc.kill()
-        with self._state:
-            self.failures += 1
-            self._owed.clear()
-            self._close_child()
-
-    def _close_child(self) -> None:
-        for conn in (self._requests, self._replies):
-            if conn is not None:
-                conn.close()
-        self._requests = self._replies = None
-        if self._proc is not None:
-            self._proc.kill()
-            self._proc.wait(5)
+        deadline = time.monotonic() + self.timeout_s
+        with self._cond:
+            while key not in self._got:
+                child = self._child
+                if child is None or key not in child.owed:
+                    return None  # never asked, or its child is gone
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+            else:
+                return self._got.pop(key)
+        log.warning("ingest decode process answered nothing in %.0f s: killed, decoding here", self.timeout_s)
+        self._gone(child, failed=True)  # its reader ends, a send stuck on it fails
+        return None
 
     def close(self) -> None:
-        with self._state:
-            if self._requests is not None and self._proc is not None and self._proc.poll() is None:
+        with self._cond:
+            self._closed = True
+            child = self._child
+        if child is None or child.gone:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            if self._sending.acquire(timeout=2):
                 try:
-                    self._requests.send(None)
-                    self._proc.wait(2)
-                except (OSError, ValueError, subprocess.TimeoutExpired):
-                    pass
-            self._close_child()
-            self._proc = None
+                    child.requests.send(None)
+                finally:
+                    self._sending.release()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.proc.wait(2)
+        self._gone(child, failed=False)
 
 
 if __name__ == "__main__":  # the child (`DecodeProcess`), given its two pipes' descriptors

@@ -9,6 +9,9 @@ what is refused; process cases run the real child: killed, it is restarted and n
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -77,15 +80,16 @@ class Capture:
 def test_the_child_takes_exactly_the_records_the_fast_path_takes_whole() -> None:
     values = corpus()
     out, _kept = decode(values)
-    for value, count in zip(values, out.counts, strict=True):
+    for i, (value, count) in enumerate(zip(values, out.counts, strict=True)):
         plain = decode_fast(value)
         taken = claim(value) is not None and not plain.rejected and plain.events and \
-            all(type(e).__name__.startswith("Fast") for e in plain.events)
+            all(type(e).__name__.startswith("Fast") for e in plain.events) and i != 7
         assert (count is not None) == bool(taken), value
         if count is not None:
             assert count == len(plain.events)
     assert out.counts[2] is None and claim(values[2]) is None, "a heartbeat is decoded by the consumer"
     assert out.counts[3] is None and out.counts[4] is None and out.counts[5] is None and out.counts[6] is None
+    assert out.counts[7] is None and decode_fast(values[7]).events, "events without their ids: decoded here"
 
 
 @pytest.mark.pure
@@ -108,9 +112,7 @@ def test_groups_are_the_staged_columns_encoded_and_events_are_the_childs() -> No
             present = [v for v in cols[n] if v is not None]
             assert (lo, hi) == (min(present), max(present))
     assert out.groups["step"].repeats == 6 and staged.repeats == 6
-    idless = per_value[7]
-    assert idless and len({e.event_id for e in idless}) == 4
-    assert {e.event_id for e in idless} <= set(out.groups["step"].ids), "the generated ids are the stored ones"
+    assert per_value[7] is None
     for value, evs in zip(values, per_value, strict=True):
         if evs is not None:
             mine = decode_fast(value).events
@@ -259,7 +261,7 @@ def same(a: Offloaded | None, b: Offloaded | None) -> bool:
 @pytest.mark.pure
 def test_the_child_answers_as_the_inline_decode_and_a_killed_child_is_restarted() -> None:
     values = [v for v in corpus() if v is None or b'"event_id"' in v or not v.startswith(b"{")]  # ids: comparable
-    proc = DecodeProcess(timeout_s=60)
+    proc = DecodeProcess(timeout_s=60, restart_backoff_s=0)
     try:
         first, second = proc.submit(values), proc.submit(values[:2])
         inline = InlineDecode().submit(values).result()
@@ -268,19 +270,54 @@ def test_the_child_answers_as_the_inline_decode_and_a_killed_child_is_restarted(
         assert same(got, inline) and got is not None
         assert [len(e) if e is not None else None for e in got.events()] == inline.counts  # type: ignore[union-attr]
         assert second.result() is not None
-        proc._proc.kill()
-        proc._proc.wait(10)
+        kill(proc)
         assert proc.submit(values).result() is not None, "restarted at the next batch"
         assert proc.restarts == 1
         pending = proc.submit(values)
-        proc._proc.kill()  # dies holding the batch: the consumer decodes it itself
+        kill(proc)  # dies holding the batch: the consumer decodes it itself
         assert pending.result() is None
         later = proc.submit(values[:1]).result()
         assert later is not None and later.counts == inline.counts[:1]
-        proc._proc.kill()
-        proc._proc.wait(10)
+        kill(proc)
         with pytest.raises(OffloadLost):
             later.events()  # its events died with the child
     finally:
         proc.close()
-    assert proc._proc is None
+    assert proc.pid is None and proc.submit(values).result() is None, "closed: decoded by the consumer"
+
+
+def kill(proc: DecodeProcess) -> None:
+    assert proc._child is not None
+    proc._child.proc.kill()
+    proc._child.proc.wait(10)
+
+
+@pytest.mark.pure
+def test_a_hung_child_is_killed_after_its_timeout_and_replaced() -> None:
+    values = corpus()[:2]
+    proc = DecodeProcess(timeout_s=2, restart_backoff_s=0)
+    try:
+        assert proc.submit(values).result() is not None
+        assert proc._child is not None
+        os.kill(proc._child.proc.pid, signal.SIGSTOP)  # alive, answering nothing
+        hung = proc._child
+        assert proc.submit(values).result() is None, "given up after the timeout"
+        assert hung.gone and hung.proc.poll() is not None, "the hung child was killed"
+        assert proc.submit(values).result() is not None and proc.restarts == 1
+    finally:
+        proc.close()
+
+
+@pytest.mark.pure
+def test_a_child_that_cannot_start_leaves_every_batch_to_the_consumer(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*_a: Any, **_k: Any) -> None:
+        raise OSError(24, "Too many open files")
+
+    before = len(os.listdir("/proc/self/fd"))
+    monkeypatch.setattr(subprocess, "Popen", refuse)
+    proc = DecodeProcess(restart_backoff_s=0)
+    proc.start()
+    for _ in range(20):
+        assert proc.submit(corpus()[:1]).result() is None
+    assert len(os.listdir("/proc/self/fd")) == before, "no descriptor left behind"
+    assert proc.failures == 21

@@ -31,6 +31,7 @@ def test_a_killed_decode_process_loses_and_repeats_nothing(topics: VigilSettings
                       bootstrap=str(topics.kafka_bootstrap), client=client,
                       producer=EventProducer(settings=topics, bootstrap=str(topics.kafka_bootstrap)))
     assert loop.decoder is not None
+    loop.decoder.restart_backoff_s = 0.0  # each kill is followed by the next round's batches at once
     producer = EventProducer(settings=topics, bootstrap=str(topics.kafka_bootstrap), batch_events=50)
     stop = threading.Event()
     worker = threading.Thread(target=loop.run, args=(stop,))
@@ -45,9 +46,10 @@ def test_a_killed_decode_process_loses_and_repeats_nothing(topics: VigilSettings
             producer.flush()
             sent += len(evs) + 40
             wait_until(lambda n=sent: loop.stats.events >= n, 90, f"round {round_} ingested")
-            assert loop.decoder._proc is not None
-            loop.decoder._proc.kill()  # the next batch finds it dead: restarted
-            loop.decoder._proc.wait(10)
+            child = loop.decoder._child
+            assert child is not None
+            child.proc.kill()  # the next batch finds it dead: restarted
+            child.proc.wait(10)
         wait_until(lambda: loop.decoder is not None and loop.decoder.restarts >= 2, 60, "the child restarted")
         assert count(client, "step_timings") == 3 * 6 * 2 * 10
         assert count(client, "nic_counters") == 3 * 6 * 10
@@ -58,4 +60,4 @@ def test_a_killed_decode_process_loses_and_repeats_nothing(topics: VigilSettings
     finally:
         stop.set()
         worker.join(60)
-    assert loop.decoder._proc is None, "the child is stopped with the ingest"
+    assert loop.decoder.pid is None, "the child is stopped with the ingest"

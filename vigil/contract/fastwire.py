@@ -175,6 +175,21 @@ def _record(kind: str, model: type[Any]) -> tuple[bytes, msgspec.json.Decoder[An
 
 
 _HOT = [_record("step", FastStep), _record("heartbeat", FastHeartbeat), _record("nic", FastNic)]
+
+
+class _GivenStep(FastStep, frozen=True, forbid_unknown_fields=True, kw_only=True, gc=False):
+    event_id: EventId
+    ts: AwareTs
+
+
+class _GivenNic(FastNic, frozen=True, forbid_unknown_fields=True, kw_only=True, gc=False):
+    event_id: EventId
+    ts: AwareTs
+
+
+_GIVEN = [_record("step", _GivenStep), _HOT[1], _record("nic", _GivenNic)]
+"""The hot decoders for events that name their own event_id and ts (`decode_hot(given=True)`): an event that
+leaves them to the decoder is refused (its filled-in values would differ between two decodes of the record)."""
 _STEP_U64 = [attrgetter(n) for n in ("step", "tokens", "samples")]
 _TS, _TZINFO = attrgetter("ts"), attrgetter("tzinfo")
 _UTC_ID = {id(UTC)}  # the one UTC object (a zero offset of another tzinfo goes to pydantic, as before)
@@ -208,11 +223,12 @@ HOT_PREFIXES: dict[str, bytes] = {kind: prefix for kind, (prefix, _d) in zip(("s
 """kind -> how a record of that hot kind begins (as the producer writes it): a record is claimed by its first bytes."""
 
 
-def decode_hot(value: bytes | None) -> list[FastEvent] | None:
+def decode_hot(value: bytes | None, given: bool = False) -> list[FastEvent] | None:
     """The events of a hot record when every one of them passes the fast path; None where `decode_fast` would hand
-    the record to pydantic (another kind, a record that is not plain, an event msgspec refuses or doubts)."""
+    the record to pydantic (another kind, a record that is not plain, an event msgspec refuses or doubts). With
+    `given`, also None when a step or NIC event lacks its event_id or ts (the decode process: `offload`)."""
     if value is not None:
-        for prefix, decoder in _HOT:
+        for prefix, decoder in _GIVEN if given else _HOT:
             if value.startswith(prefix):
                 if not _plain(value):  # scanned only for a hot kind: other records go to pydantic unscanned
                     return None
@@ -225,7 +241,7 @@ def decode_hot(value: bytes | None) -> list[FastEvent] | None:
                     return None
                 now = datetime.now(UTC)
                 lo, hi = max(EARLIEST, now - max_age()), now + max_ahead()
-                fits = prefix is not _HOT[0][0] or not suspect or _steps_fit(events)
+                fits = prefix != _HOT[0][0] or not suspect or _steps_fit(events)
                 if not fits:
                     return None
                 times = list(map(_TS, events))  # each one UTC, and in range (else pydantic says why)

@@ -215,7 +215,7 @@ class _Batch:
     estimate: int = 0  # the offload's estimate of the claimed records' events
     pending: Pending | None = None
     resolved: bool = False
-    own_letters: int = 0  # the dead letters of the records decoded while consuming (before `_resolve`'s)
+    own_letters: int | None = None  # the dead letters of the records decoded while consuming (before `_resolve`'s)
     offloaded: Deferred | None = None  # once resolved: what the offload decoded (None: it decoded nothing)
     declined: list[list[Ingestable] | None] = field(default_factory=list)  # per claimed record: decoded here, if so
     here: tuple[list[Ingestable], list[tuple[int, str, int, int]]] | None = None  # resolved: the events decoded here
@@ -227,7 +227,8 @@ class _Batch:
     def forget_offload(self) -> None:
         """Undo `_resolve` and drop the offload's answer: the batch is resolved again with every record decoded
         here."""
-        del self.letters[self.own_letters:]
+        if self.own_letters is not None:
+            del self.letters[self.own_letters:]
         self.pending, self.resolved, self.offloaded, self.here, self._everything = None, False, None, None, None
         self.declined = []
 
@@ -272,7 +273,8 @@ class _Batch:
             if self.offloaded is None:
                 self._everything = self.local()
             else:
-                theirs = self.offloaded.events()
+                theirs = list(self.offloaded.events())
+                theirs += [None] * (len(self.declined) - len(theirs))  # claimed after the hand-over: decoded here
                 self._everything = self.merged([d if d is not None else (t or [])
                                                 for d, t in zip(self.declined, theirs, strict=True)])
         return self._everything
@@ -514,12 +516,16 @@ class BatchingConsumer:
         when it failed) decoded here, their rejected events dead letters."""
         if batch.resolved:
             return
-        batch.resolved = True
-        batch.own_letters = len(batch.letters)
         if not batch.deferred:
+            batch.resolved = True
             return
+        if batch.own_letters is None:
+            batch.own_letters = len(batch.letters)
+        del batch.letters[batch.own_letters:]  # a resolve that raised half-way starts again
+        batch.declined = []
         result = batch.pending.result() if batch.pending is not None else None
-        counts = list(result.counts) if result is not None else [None] * len(batch.deferred)
+        counts = list(result.counts) if result is not None else []
+        counts += [None] * (len(batch.deferred) - len(counts))  # records added after the hand-over: decoded here
         t = time.perf_counter()
         for (_at, topic, partition, offset, value), count in zip(batch.deferred, counts, strict=True):
             if count is not None:
@@ -533,6 +539,7 @@ class BatchingConsumer:
         batch.offloaded = result if result is not None and any(c is not None for c in counts) else None
         if any(d is not None for d in batch.declined):
             batch.here = batch.merged([d or [] for d in batch.declined])
+        batch.resolved = True
 
     def _store(self, batch: _Batch, bid: BatchId) -> tuple[BatchId, int, list[DeadLetter]]:
         """Write the batch and its dead letters (on the writer thread when pipelined); nothing is committed."""
