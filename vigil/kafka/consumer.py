@@ -30,7 +30,8 @@ their event_ids against what is stored.
 
 Commits. An offset is committed only once every record before it on its partition is
 written or dead-lettered: batches are committed in the order they were cut, each for its own
-ranges only. A rebalance while a batch is being retried (its write keeps failing) commits
+ranges only. A stop while a batch's write is retried commits nothing more (what was read after
+it may still be written: its re-read is deduplicated). A rebalance while a batch is being retried (its write keeps failing) commits
 nothing: the retried batch, the one read after it and the records consumed before the
 rebalance are dropped, and the partitions' next owner reads them again from the last
 commit (the retried batch's intent tells it how).
@@ -349,6 +350,7 @@ class BatchingConsumer:
         self._retrying = False  # a batch's write is failing: nothing read after it may be committed
         self._rebalances = 0  # revocations seen: records consumed before one are stale
         self._revoked = False  # the partitions were revoked while it was: it is left to their next owner
+        self._unwritten = False  # stopped while a batch's write was retried: nothing more is committed
         self._consumer.subscribe([self.settings.topic(t) for t in self.topics],
                                  on_assign=self._on_assign, on_revoke=self._on_revoke)
 
@@ -571,6 +573,8 @@ class BatchingConsumer:
         return self._store(*self._take(replay))
 
     def _commit(self, bid: BatchId, stored: int, letters: list[DeadLetter]) -> None:
+        if self._unwritten:  # an earlier batch was left unwritten at a stop: the next owner reads from its offsets
+            return
         offsets = [TopicPartition(r.topic, r.partition, r.last + 1) for r in bid.ranges]
         t = time.perf_counter()
         if offsets:
@@ -650,6 +654,7 @@ class BatchingConsumer:
                         paused = self._consumer.assignment()
                         self._consumer.pause(paused)
                     if stop is not None and stop.is_set():
+                        self._unwritten = True  # stopped with it unwritten: no later batch may be committed
                         return
                     for msg in self._consumer.consume(num_messages=100, timeout=backoff):  # keeps the group alive
                         if msg.error() is None:  # (only from a partition assigned meanwhile) kept for later
