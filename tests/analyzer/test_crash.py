@@ -105,6 +105,18 @@ def test_sigkill_between_a_raw_part_and_a_rollup_part(topics: VigilSettings, tmp
     assert_exact(topics, dsn, expected)
 
 
+def test_sigkill_between_a_raw_part_and_a_rollup_part_with_the_decode_process(topics: VigilSettings, tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same crash with step records decoded, built and encoded by the decode process (analyzer/ingest/offload.py):
+    the crashed run inserts the child's encoded columns, the restarted one re-cuts the batch from its events."""
+    monkeypatch.setenv("VIGIL_ANALYZER_DECODE_PROCESS", "true")  # the workers' settings
+    dsn = f"chdb://{tmp_path / 'mv-off-chdb'}"
+    expected = produce(topics)
+    out = crash_and_restart(topics, dsn, "crash-mid-write", "1", "step_timings", "phase_host_windows_mv")
+    assert "replayed=1" in out, out[-500:]
+    assert_exact(topics, dsn, expected)
+
+
 def test_restart_resumes_from_committed_offsets(topics: VigilSettings, tmp_path: Path) -> None:
     """A clean stop commits: a second run finds nothing new and stores nothing twice."""
     dsn = f"chdb://{tmp_path / 'restart-chdb'}"
@@ -118,14 +130,3 @@ def test_restart_resumes_from_committed_offsets(topics: VigilSettings, tmp_path:
     out, _ = worker("count", topics, dsn).communicate(timeout=120)
     assert json.loads(out.strip().splitlines()[-1])["step_timings"] == [4 * 2 * 10] * 2
 
-
-def test_sigkill_between_a_raw_part_and_a_rollup_part_with_the_decode_process(topics: VigilSettings, tmp_path: Path,
-                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    """The same crash with step records decoded, built and encoded by the decode process (analyzer/ingest/offload.py):
-    the crashed run inserts the child's encoded columns, the restarted one re-cuts the batch from its events."""
-    monkeypatch.setenv("VIGIL_ANALYZER_DECODE_PROCESS", "true")  # the workers' settings
-    dsn = f"chdb://{tmp_path / 'mv-off-chdb'}"
-    expected = produce(topics)
-    out = crash_and_restart(topics, dsn, "crash-mid-write", "1", "step_timings", "phase_host_windows_mv")
-    assert "replayed=1" in out, out[-500:]
-    assert_exact(topics, dsn, expected)
