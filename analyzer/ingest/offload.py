@@ -91,10 +91,6 @@ class Offloaded:
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "fetch": None}  # a closure stays in the process that made it
 
-    @property
-    def accepted(self) -> int:
-        return sum(c for c in self.counts if c is not None)
-
     def events(self) -> list[list[Ingestable] | None]:
         """Each value's events, as the child decoded them (None: declined); OffloadLost when the child that
         decoded them is gone."""
@@ -234,7 +230,6 @@ class InlineDecode:
 class _Child:
     """One started child: its process, its pipes, the replies it owes, and whether its pipe is read to the end."""
 
-    gen: int
     proc: subprocess.Popen[bytes]
     requests: Connection
     replies: Connection
@@ -260,7 +255,7 @@ class DecodeProcess:
         self._cond = threading.Condition()  # guards everything below
         self._sending = threading.Lock()
         self._child: _Child | None = None
-        self._gen = self._seq = 0
+        self._seq = 0
         self._got: OrderedDict[tuple[str, int], Any] = OrderedDict()
         self._not_before = 0.0  # no new child before this (monotonic)
         self._closed = False
@@ -307,8 +302,7 @@ class DecodeProcess:
         finally:
             os.close(theirs_in)
             os.close(theirs_out)
-        self._gen += 1
-        self._child = child = _Child(gen=self._gen, proc=proc, requests=Connection(ours_out, readable=False),
+        self._child = child = _Child(proc=proc, requests=Connection(ours_out, readable=False),
                                      replies=Connection(ours_in, writable=False))
         threading.Thread(target=self._read, args=(child,), name="ingest-decode-replies", daemon=True).start()
         return child

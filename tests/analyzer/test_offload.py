@@ -313,11 +313,28 @@ def test_a_child_that_cannot_start_leaves_every_batch_to_the_consumer(monkeypatc
     def refuse(*_a: Any, **_k: Any) -> None:
         raise OSError(24, "Too many open files")
 
-    before = len(os.listdir("/proc/self/fd"))
+    made: list[int] = []
+    real_pipe = os.pipe
+
+    def pipe() -> tuple[int, int]:
+        fds = real_pipe()
+        made.extend(fds)
+        return fds
+
+    closed: list[int] = []
+    real_close = os.close
+
+    def close(fd: int) -> None:
+        closed.append(fd)
+        real_close(fd)
+
+    monkeypatch.setattr(os, "pipe", pipe)
+    monkeypatch.setattr(os, "close", close)
     monkeypatch.setattr(subprocess, "Popen", refuse)
     proc = DecodeProcess(restart_backoff_s=0)
     proc.start()
     for _ in range(20):
         assert proc.submit(corpus()[:1]).result() is None
-    assert len(os.listdir("/proc/self/fd")) == before, "no descriptor left behind"
+    assert len(made) == 4 * 21
+    assert set(made) <= set(closed), "no descriptor left behind"
     assert proc.failures == 21

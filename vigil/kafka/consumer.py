@@ -480,14 +480,8 @@ class BatchingConsumer:
             self._batch.deferred.append((len(self._batch.records), topic, partition, offset, value))
             self._batch.estimate += claimed
         else:
-            t = time.perf_counter()
-            decoded = decode_fast(value)
-            self.stats.decode_s += time.perf_counter() - t
-            self._batch.events.extend(decoded.events)
+            self._batch.events.extend(self._decode(value, topic, partition, offset, self._batch.letters))
             self._batch.records.append((len(self._batch.events), topic, partition, offset))
-            for r in decoded.rejected:
-                self._batch.letters.append(DeadLetter(reason=r.reason, topic=topic, partition=partition, offset=offset,
-                                                      payload=r.payload))
         rng = self._batch.ranges.get((topic, partition))
         if rng is None:
             self._batch.ranges[(topic, partition)] = [offset, offset, ts]
@@ -508,6 +502,16 @@ class BatchingConsumer:
         self._submit(batch)
         return batch, bid
 
+    def _decode(self, value: bytes | None, topic: str, partition: int, offset: int,
+                letters: list[DeadLetter]) -> list[Ingestable]:
+        """A record's events, decoded here; its rejected events go to `letters`, naming the record."""
+        t = time.perf_counter()
+        decoded = decode_fast(value)
+        self.stats.decode_s += time.perf_counter() - t
+        letters.extend(DeadLetter(reason=r.reason, topic=topic, partition=partition, offset=offset, payload=r.payload)
+                       for r in decoded.rejected)
+        return decoded.events
+
     def _submit(self, batch: _Batch) -> None:
         """Hand the batch's claimed records to the offload (once)."""
         if self.offload is not None and batch.deferred and batch.pending is None:
@@ -524,20 +528,11 @@ class BatchingConsumer:
         if batch.own_letters is None:
             batch.own_letters = len(batch.letters)
         del batch.letters[batch.own_letters:]  # a resolve that raised half-way starts again
-        batch.declined = []
         result = batch.pending.result() if batch.pending is not None else None
         counts = list(result.counts) if result is not None else []
         counts += [None] * (len(batch.deferred) - len(counts))  # records added after the hand-over: decoded here
-        t = time.perf_counter()
-        for (_at, topic, partition, offset, value), count in zip(batch.deferred, counts, strict=True):
-            if count is not None:
-                batch.declined.append(None)
-                continue
-            decoded = decode_fast(value)
-            batch.declined.append(decoded.events)
-            batch.letters.extend(DeadLetter(reason=r.reason, topic=topic, partition=partition, offset=offset,
-                                            payload=r.payload) for r in decoded.rejected)
-        self.stats.decode_s += time.perf_counter() - t
+        batch.declined = [None if count is not None else self._decode(value, topic, partition, offset, batch.letters)
+                          for (_at, topic, partition, offset, value), count in zip(batch.deferred, counts, strict=True)]
         batch.offloaded = result if result is not None and any(c is not None for c in counts) else None
         if any(d is not None for d in batch.declined):
             batch.here = batch.merged([d or [] for d in batch.declined])
