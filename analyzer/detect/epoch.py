@@ -11,13 +11,14 @@ A job's steps normally climb one by one. A new run begins (a new `Epoch`) when:
 The first run of a job starts at its first step, whatever its number (a job that resumes at
 step 4800 has its baselines at 4820+, not 20+).
 
-Runs are found on `job_step_spans` (per 10-second bucket: the step numbers in it), folding
-the buckets in time order. A bucket counts once it is complete as of the instant (it ends
-at or before it), so live and replay see a run begin at the same instant whatever the
-arrival order; a recent bucket whose rows changed after it was folded has the runs folded
-again (`EpochTracker`); until a job's first bucket completes, its first run is read from the raw
-rows stamped up to the instant. `EpochTracker` keeps one job's fold, reading only the
-buckets that completed since its last call: a few keyed rows per instant, the history once.
+Runs are found on `job_step_spans` (per 10-second bucket: the step numbers in it; a view over
+`job_step_runs` since migration 0199), folding the buckets in time order. A bucket counts once
+it is complete as of the instant (it ends at or before it), so live and replay see a run begin
+at the same instant whatever the arrival order; a recent bucket whose rows changed after it was
+folded has the runs folded again (`EpochTracker`); until a job's first bucket completes, its
+first run is read from the raw rows stamped up to the instant. `EpochTracker` keeps one job's
+fold, reading only the buckets that completed since its last call: a few keyed rows per
+instant, the history once.
 """
 
 from __future__ import annotations

@@ -33,9 +33,6 @@ ROLLUPS = {
     "phase_host_windows": ("SELECT phase, sum(n), round(sum(sum_ms), 3) FROM phase_host_windows GROUP BY phase ORDER BY phase",
                            "SELECT phase, count(), round(sum(ms), 3) FROM step_timings ARRAY JOIN mapKeys(phases) AS phase, "
                            "mapValues(phases) AS ms GROUP BY phase ORDER BY phase"),
-    "job_phase_steps": ("SELECT phase, sum(n), round(sum(sum_ms), 3) FROM job_phase_steps GROUP BY phase ORDER BY phase",
-                        "SELECT phase, count(), round(sum(ms), 3) FROM step_timings ARRAY JOIN mapKeys(phases) AS phase, "
-                        "mapValues(phases) AS ms GROUP BY phase ORDER BY phase"),
     "job_steps": ("SELECT sum(ranks), round(sum(sum_step_ms), 3), round(sum(sum_mfu), 6), sum(n_mfu) FROM job_steps",
                   "SELECT count(), round(sum(step_ms), 3), round(sum(ifNull(mfu, 0)), 6), countIf(mfu IS NOT NULL) "
                   "FROM step_timings"),

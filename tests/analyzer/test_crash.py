@@ -66,7 +66,7 @@ def assert_exact(topics: VigilSettings, dsn: str, expected: dict[str, int]) -> N
     counts: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     for table, n in expected.items():
         assert counts[table] == [n, n], f"{table}: [rows, distinct event_ids] = {counts[table]}, expected {n} each"
-    for name in ("phase_host_windows", "job_phase_steps", "phase_rank_windows", "job_steps", "job_step_runs",
+    for name in ("phase_host_windows", "phase_rank_windows", "job_steps", "job_step_runs",
                  "job_step_spans", "nic_windows", "host_presence", "job_clock", "host_clock"):
         assert counts[name] == counts[name + ":raw"] and counts[name], f"{name}: {counts[name]} != {counts[name + ':raw']}"
 
