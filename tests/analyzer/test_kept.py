@@ -10,7 +10,7 @@ from crafted import T0, steps
 
 from vigil.analyzer.alerts.book import AlertBook
 from vigil.analyzer.detect import hostcells, kept
-from vigil.analyzer.detect.base import EvalContext, Walk
+from vigil.analyzer.detect.base import EvalContext, Walk, due
 from vigil.analyzer.engine import DETECTORS, evaluate
 from vigil.analyzer.ingest.writer import ClickHouseWriter
 from vigil.analyzer.settings import AnalyzerSettings
@@ -107,6 +107,12 @@ def _walk(client: Any, job: str, instants: list[Any], walk: Walk | None) -> list
     return out
 
 
+def _due(first_s: int, last_s: int) -> list[Any]:
+    """The instants of the 2 s grid between T0 + first_s and T0 + last_s at which a walk runs the straggler."""
+    straggler = next(d for d in DETECTORS if d.name == "straggler")
+    return [at for at in (T0 + timedelta(seconds=s) for s in range(first_s, last_s + 1, 2)) if due(straggler, at, 2.0)]
+
+
 def _cells_read(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
     """The (lo, hi) windows of every cells read from here on (no wall-clock re-read: SETTLE_S is out of reach)."""
     monkeypatch.setattr(kept, "SETTLE_S", 1e9)
@@ -136,7 +142,7 @@ def test_a_walk_reads_each_window_once_and_judges_as_every_window_read_afresh(
     w.write([e for e in evs if e.event_id not in late_ids])
     client = connect(clickhouse_dsn, database=database)
     cells = _cells_read(monkeypatch)
-    early = [T0 + timedelta(seconds=s) for s in range(60, 131, 10)]
+    early = _due(60, 130)
     walk = Walk()
     kept_early = _walk(client, "keep", early, walk)
     read_once = sorted(w for lo, hi in cells for w in range(lo, hi + 1))
@@ -144,7 +150,7 @@ def test_a_walk_reads_each_window_once_and_judges_as_every_window_read_afresh(
     assert _walk(client, "keep", early, None) == kept_early  # each instant read afresh: the same judgement
     w.write(late)
     cells.clear()
-    later = [T0 + timedelta(seconds=s) for s in (140, 150)]
+    later = _due(140, 150)
     kept_later = _walk(client, "keep", later, walk)
     reread = {w for lo, hi in cells for w in range(lo, hi + 1)}
     assert set(range(80 // 5, 100 // 5)) <= reread  # the windows the late rows landed in
@@ -188,7 +194,7 @@ def test_a_host_leaving_the_peer_groups_rejudges_the_kept_cells_without_reading_
         return real_window(c, at, peers, s)
 
     monkeypatch.setattr(hostcells, "_window", window)
-    instants = [T0 + timedelta(seconds=s) for s in range(60, 161, 10)]
+    instants = _due(60, 160)
     walk = Walk()
     kept_walk = _walk(client, "leave", instants, walk)
     read = sorted(w for lo, hi in cells for w in range(lo, hi + 1))
