@@ -149,7 +149,7 @@ def main() -> None:
                              topic_prefix="scale.", topic_partitions=args.partitions)
     ctx = prepare(settings, bootstrap)
     service = AnalyzerService(ctx, AnalyzerSettings())
-    turns: list[tuple[float, float]] = []  # (end time, seconds)
+    turns: list[tuple[float, float, int]] = []  # (end time, seconds, instants judged: more than one is a catch-up)
     fired: dict[str, float] = {}  # "alert:subject" -> wall time a turn first returned it firing
     real_turn = service.cursor.turn
 
@@ -159,7 +159,7 @@ def main() -> None:
                 fired.setdefault(f"{e.alert}:{e.subject}", time.time())
 
     def timed_turn(client: Any, frontier: datetime | None = None, publish: Any = None) -> list[Any]:
-        t = time.perf_counter()
+        t, judged = time.perf_counter(), service.cursor.instants_judged
 
         def early(alerts: list[Any]) -> None:  # a catch-up turn's first rounds: published at once
             publish(alerts)
@@ -170,7 +170,7 @@ def main() -> None:
             seen(out)
             return out
         finally:
-            turns.append((time.monotonic(), time.perf_counter() - t))
+            turns.append((time.monotonic(), time.perf_counter() - t, service.cursor.instants_judged - judged))
 
     service.cursor.turn = timed_turn  # type: ignore[method-assign]
     detector_s: dict[str, list[float]] = {d.name: [] for d in engine.DETECTORS}  # each detect() call's seconds
@@ -241,7 +241,7 @@ def main() -> None:
             assert ing is not None
             n = ing.stats.events
             lag = sum(h["lag"].values())
-            recent = [d for end, d in turns if end > last_t]
+            recent = [d for end, d, _n in turns if end > last_t]
             newest = ctx.clickhouse.query("SELECT max(last_ts) FROM job_clock").result_rows[0][0]
             behind = (datetime.now(UTC) - newest.replace(tzinfo=UTC)).total_seconds() if newest else float("nan")
             decode_now = decode_seconds()
@@ -268,7 +268,9 @@ def main() -> None:
         service.stop()
         broker.stop()
     load1 = os.getloadavg()
-    every = [d for _, d in turns]
+    every = [d for _, d, _n in turns]
+    single = [d for _, d, n in turns if n <= 1]  # one instant (or none): a catch-up turn judges several in one
+    longest = max(turns, key=lambda t: t[1], default=(0.0, 0.0, 0))
     fault_wall = next((float(line.rsplit(" ", 1)[1]) for line in produced if line.startswith("fault: ")), None)
     key = f"heartbeat_loss:node-{FAULT_HOST:05d}"
     fault = ("not injected (the run ended first)" if fault_wall is None else
@@ -290,7 +292,9 @@ def main() -> None:
         *("| " + " | ".join("-" if v is None else f"{v:,}" if isinstance(v, int) else str(v) for v in r) + " |" for r in rows),
         "", f"Stored: {stored:,} step rows; ClickHouse {size[0]} on disk ({size[1]:,} rows in all tables); "
         f"{alerts} alert events published; detector turns: {len(every)}, median {statistics.median(every) if every else 0:.2f} s, "
-        f"max {max(every) if every else 0:.2f} s.",
+        f"max {max(every) if every else 0:.2f} s (it judged {longest[2]} instant(s)); turns of one instant: "
+        f"{len(single)}, max {max(single) if single else 0:.2f} s; over the 2 s interval: "
+        f"{sum(d > 2.0 for d in every)} ({sum(d > 2.0 for d in single)} of one instant).",
         f"Hard fault: node-{FAULT_HOST:05d} silent from t = {fault_at} s: {fault}. Event time behind: max "
         f"{max((r[4] for r in rows if r[0] <= seconds and r[4] == r[4]), default=float('nan')):.1f} s while producing.",
         "Detectors, seconds of their queries and judging over the run (calls, mean ms, max ms): " + ", ".join(
