@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from vigil.clickhouse.migrations import MigrationSet
 from vigil.settings import VigilSettings
 
 CONTAINERS = os.environ.get("VIGIL_TEST_CONTAINERS") == "1"
@@ -86,3 +87,15 @@ def database(clickhouse_dsn: str) -> str:
     name = f"t_{uuid.uuid4().hex[:10]}"
     migrate_all(connect(clickhouse_dsn, database=name), FIXTURE_TTL_DAYS)
     return name
+
+
+def analyzer_migrations_before(folder: Path, number: int) -> MigrationSet:
+    """The analyzer's migrations numbered below `number`, copied into `folder`: a store as an older release left it."""
+    from vigil.analyzer import schema
+
+    older = folder / f"before_{number:04d}"
+    older.mkdir(exist_ok=True)
+    for path in schema.MIGRATIONS.directory.glob("*.sql"):
+        if int(path.name[:4]) < number:
+            (older / path.name).write_text(path.read_text())
+    return MigrationSet(owner="analyzer", directory=older, ids=schema.MIGRATIONS.ids)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FIXTURE_TTL_DAYS
+from tests.conftest import FIXTURE_TTL_DAYS, analyzer_migrations_before
 from tests.longjob import HOURS, T0, grow, selected
 from vigil.analyzer import schema
 from vigil.analyzer.advisor import query as advisor_query
@@ -69,12 +69,7 @@ def test_window_reads_select_the_minutes_they_span_not_the_whole_job(clickhouse_
 
 def _older(tmp_path: Path) -> MigrationSet:
     """The analyzer's migrations before the rebuild."""
-    older = tmp_path / "before_0198"
-    older.mkdir(exist_ok=True)
-    for path in schema.MIGRATIONS.directory.glob("*.sql"):
-        if int(path.name[:4]) < 198:
-            (older / path.name).write_text(path.read_text())
-    return MigrationSet(owner="analyzer", directory=older, ids=schema.MIGRATIONS.ids)
+    return analyzer_migrations_before(tmp_path, 198)
 
 
 def _events(n: int, start: int = 0) -> list[Any]:

@@ -13,14 +13,13 @@ from typing import Any
 import pytest
 from crafted import steps
 
-from tests.conftest import FIXTURE_TTL_DAYS
-from vigil.analyzer import schema
+from tests.conftest import FIXTURE_TTL_DAYS, analyzer_migrations_before
 from vigil.analyzer.detect import epoch
 from vigil.analyzer.detect.base import ch_time
 from vigil.analyzer.ingest.writer import ClickHouseWriter
 from vigil.app.components import migrate_all
 from vigil.clickhouse.client import connect
-from vigil.clickhouse.migrations import MigrationSet, migrate
+from vigil.clickhouse.migrations import migrate
 
 pytestmark = pytest.mark.clickhouse
 
@@ -30,15 +29,6 @@ SPANS = ("SELECT job_id, bucket, min(min_step), max(max_step), min(first_ts), ma
          "FROM job_step_spans GROUP BY job_id, bucket ORDER BY job_id, bucket")
 RAW = ("SELECT job_id, toStartOfInterval(toDateTime(ts), INTERVAL 10 SECOND) AS bucket, min(step), max(step), "
        "min(ts), max(ts), count() FROM step_timings FINAL GROUP BY job_id, bucket ORDER BY job_id, bucket")
-
-
-def _before_0199(tmp_path: Path) -> MigrationSet:
-    older = tmp_path / "before_0199"
-    older.mkdir(exist_ok=True)
-    for path in schema.MIGRATIONS.directory.glob("*.sql"):
-        if int(path.name[:4]) < 199:
-            (older / path.name).write_text(path.read_text())
-    return MigrationSet(owner="analyzer", directory=older, ids=schema.MIGRATIONS.ids)
 
 
 def _runs(job: str, hosts: int, start: datetime) -> list[Any]:
@@ -60,7 +50,7 @@ def _views_on_steps(client: Any) -> set[str]:
 
 def test_spans_read_from_the_view_as_from_the_rollup_before(clickhouse_dsn: str, tmp_path: Path) -> None:
     client = connect(clickhouse_dsn, database=f"t_{uuid.uuid4().hex[:10]}")
-    migrate(client, [_before_0199(tmp_path)], TTL)
+    migrate(client, [analyzer_migrations_before(tmp_path, 199)], TTL)
     w = ClickHouseWriter(client=client)
     assert w.write(_runs("old", 6, DAY0 + timedelta(hours=23, minutes=59, seconds=30))) == []  # across midnight
     before = _rows(client, SPANS)
