@@ -67,7 +67,7 @@ class FlapDetector:
     name = "nic_flap"
     false_alarms_per_hour = 0.1  # 3 down-and-up episodes of one NIC within minutes
     cadence_s = 8.0  # flaps are counted over minutes: judged every 8 s of event time, not every instant
-    cadence_phase_s = 6.0  # at 6, 14, 22 ... s: never at the straggler's nor traffic_stall's instants
+    cadence_phase_s = 6.0  # at 6, 14, 22 ... s: on the 2 s grid never at the straggler's nor traffic_stall's
 
     def detect(self, ctx: EvalContext) -> list[Finding]:
         s = ctx.settings.flap

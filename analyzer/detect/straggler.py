@@ -84,7 +84,7 @@ class StragglerDetector:
     name = "straggler"
     false_alarms_per_hour = 0.5  # hosts x compute phases x windows, and every GPU against its host: most tests
     cadence_s = 8.0  # judged over 5-step windows and k of n of them: every 8 s of event time, not every instant
-    cadence_phase_s = 2.0  # at 2, 10, 18 ... s: never at traffic_stall's (every 4 s) nor nic_flap's instants
+    cadence_phase_s = 2.0  # at 2, 10, 18 ... s: on the 2 s grid never at traffic_stall's (every 4 s) nor nic_flap's
 
     def detect(self, ctx: EvalContext) -> list[Finding]:
         s = ctx.settings.straggler

@@ -163,7 +163,7 @@ def test_exits_while_the_recovery_controller_pauses_the_job_are_not_failures(cli
 def _ddp_steps(job: str, n_steps: int, slow_rank: int | None, slow_from: int, seed: int) -> list[Event]:
     """2 hosts x 2 ranks of data parallelism: a slow rank's forward makes the others wait in backward.
 
-    A step every 0.5 s of event time: the straggler detector is judged every 10 s, so the job runs past several
+    A step every 0.5 s of event time: the straggler detector is judged every 8 s, so the job runs past several
     of its instants (at 0.1 s a step the whole job fitted between two)."""
     import random
 

@@ -150,7 +150,7 @@ def test_a_walk_reads_each_window_once_and_judges_as_every_window_read_afresh(
     assert _walk(client, "keep", early, None) == kept_early  # each instant read afresh: the same judgement
     w.write(late)
     cells.clear()
-    later = _due(140, 150)
+    later = _due(140, 156)
     kept_later = _walk(client, "keep", later, walk)
     reread = {w for lo, hi in cells for w in range(lo, hi + 1)}
     assert set(range(80 // 5, 100 // 5)) <= reread  # the windows the late rows landed in

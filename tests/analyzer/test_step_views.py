@@ -67,19 +67,30 @@ def test_spans_read_from_the_view_as_from_the_rollup_before(clickhouse_dsn: str,
     assert "0199_fewer_step_views" in migrate_all(client, FIXTURE_TTL_DAYS).already  # once
 
 
-def test_the_epoch_fold_reads_the_day_of_its_buckets_only(clickhouse_dsn: str) -> None:
+def _read(plan: str, index: str, what: str) -> tuple[int, int]:
+    """(parts or granules selected, of how many) by one index of a ReadFromMergeTree in an EXPLAIN indexes = 1."""
+    got = re.search(index + r".*?" + what + r": (\d+)/(\d+)", plan, re.S)
+    assert got is not None, plan
+    return int(got.group(1)), int(got.group(2))
+
+
+def test_the_epoch_fold_reads_the_day_and_the_granules_of_its_buckets_only(clickhouse_dsn: str) -> None:
     client = connect(clickhouse_dsn, database=f"t_{uuid.uuid4().hex[:10]}")
     migrate_all(client, FIXTURE_TTL_DAYS)
     w = ClickHouseWriter(client=client)
-    for day in range(2):
-        assert w.write(_runs("j", 4, DAY0 + timedelta(days=day, hours=6))) == []
-    lo, hi = DAY0 + timedelta(days=1), DAY0 + timedelta(days=1, hours=7)
+    assert w.write(_runs("j", 4, DAY0 + timedelta(hours=6))) == []
+    assert w.write(steps("j", 1, 30_000, gpus=1, start=DAY0 + timedelta(days=1))) == []  # 30,000 rows of job_step_runs
+    client.command("OPTIMIZE TABLE job_step_runs FINAL")  # the day's rows in one part of several granules
+    lo = DAY0 + timedelta(days=1, hours=4)
+    hi = lo + timedelta(minutes=5)
     params = {"job": "j", "after": ch_time(lo), "upto": ch_time(hi)}
     plan = "\n".join(str(r[0]) for r in client.query(f"EXPLAIN indexes = 1 {epoch._SPANS_SQL}",
                                                      parameters=params).result_rows)
-    parts = re.search(r"Min-Max.*?Parts: (\d+)/(\d+)", plan, re.S)
-    assert "job_step_runs" in plan and parts is not None, plan
-    assert int(parts.group(1)) < int(parts.group(2)), plan  # the other day's parts are not read
+    assert "job_step_runs" in plan, plan
+    parts, of = _read(plan, "Min-Max", "Parts")
+    assert parts < of, plan  # the other day's part is not read
+    granules, of = _read(plan, "bucket_minmax", "Granules")
+    assert of >= 3 and granules == 1, plan  # nor the granules of the day's other hours
     got = client.query(epoch._SPANS_SQL, parameters=params).result_rows
-    assert got and all(lo < r[0].replace(tzinfo=UTC) <= hi for r in got)
+    assert len(got) == 30 and all(lo < r[0].replace(tzinfo=UTC) <= hi for r in got)
     assert [r[1:] for r in got] == [r[2:6] for r in _rows(client, RAW) if lo < r[1].replace(tzinfo=UTC) <= hi]

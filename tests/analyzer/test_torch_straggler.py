@@ -65,7 +65,7 @@ def test_the_slow_host_is_flagged_and_the_host_waiting_for_it_is_not(
 
         def judged_to_the_end() -> bool:
             """Everything the agents sent is stored, and the live cursor judged the stopped job's last instant (the
-            straggler is judged every 10 s of event time: the last step's own instant may not be one of those)."""
+            straggler is judged every 8 s of event time: the last step's own instant may not be one of those)."""
             if not all(n == 0 for n in LagProbe(settings=topics, bootstrap=bootstrap, group_id=group,
                                                 topics=TELEMETRY_TOPICS).sample().values()):
                 return False
