@@ -24,6 +24,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
 from vigil.kafka.admin import client_config, ensure_topics
+from vigil.kafka.membership import Membership
 from vigil.settings import VigilSettings
 
 log = logging.getLogger(__name__)
@@ -53,14 +54,18 @@ class Lease:
         }
         self._consumer = Consumer(conf)
         self._producer = Producer({**client_config(self.settings, self.bootstrap), "acks": "all"})
-        self._consumer.subscribe([self.settings.topic(LEASE_TOPIC)], on_assign=self._assigned,
-                                 on_revoke=self._revoked, on_lost=self._revoked)
+        self._membership = Membership()  # a close while joining waits for the join: see `close`
+        self._consumer.subscribe([self.settings.topic(LEASE_TOPIC)], on_assign=self._membership.assigned(self._assigned),
+                                 on_revoke=self._membership.revoked(self._revoked),
+                                 on_lost=self._membership.revoked(self._revoked))
 
     @property
     def leading(self) -> bool:
         return self._leading.is_set()
 
     def _assigned(self, _c: Consumer, parts: list[TopicPartition]) -> None:
+        if self._membership.closing:  # assigned while leaving: never claims
+            return
         self._held = self._held or bool(parts)
         if parts and not self._leading.is_set():
             epoch = self._claim()
@@ -101,9 +106,13 @@ class Lease:
             self._assigned(self._consumer, [TopicPartition(self.settings.topic(LEASE_TOPIC), 0)])
 
     def close(self) -> None:
+        """Leave the group (after the lease thread stopped polling). A join in flight is answered first: on the
+        embedded broker a member that leaves while joining holds every other member's rebalance, the standby's
+        takeover included, for minutes (`vigil.kafka.membership`)."""
         self._leading.clear()
         self._producer.flush(5)
         try:
+            self._membership.settle(self._consumer)
             self._consumer.close()
         except RuntimeError:
             pass

@@ -10,6 +10,7 @@ import pytest
 from tests.waiting import wait_until
 from vigil.cordons import CordonRegistry
 from vigil.recovery.backends.local import LocalBackend
+from vigil.recovery.controller.lease import Lease
 from vigil.recovery.controller.service import RecoveryService
 from vigil.recovery.settings import RecoverySettings
 from vigil.settings import VigilSettings
@@ -37,3 +38,23 @@ def test_exactly_one_controller_leads_and_a_standby_takes_over(topics: VigilSett
     finally:
         for s in services:
             s.stop()
+
+
+def test_a_controller_stopped_while_joining_does_not_hold_the_lease_from_the_next(topics: VigilSettings,
+                                                                                  broker_bootstrap: str) -> None:
+    """A controller stopped during its start (its group join in flight) leaves cleanly and never claims: on the
+    embedded broker a member that left mid-join held the group's rebalance, and with it any leader, for minutes."""
+    early = Lease(settings=topics, bootstrap=broker_bootstrap, group="lease-join")
+    for _ in range(5):  # about a second of its lease thread
+        early.poll(0.2)
+    assert not early.leading, "it led already: the test would not stop it mid-join"
+    early.close()
+    assert early.epoch == 0 and not early.leading, "a lease assigned while leaving was claimed"
+    later = Lease(settings=topics, bootstrap=broker_bootstrap, group="lease-join")
+    try:
+        def polled() -> bool:
+            later.poll(0.2)
+            return later.leading
+        wait_until(polled, 45, "the next controller to lead")
+    finally:
+        later.close()

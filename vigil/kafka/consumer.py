@@ -36,11 +36,17 @@ nothing: the retried batch, the one read after it and the records consumed befor
 rebalance are dropped, and the partitions' next owner reads them again from the last
 commit (the retried batch's intent tells it how).
 
+Leaving. `close` first waits (bounded) for a group join in flight to be answered
+(`vigil.kafka.membership`): a member that closes while joining stalls the embedded broker's group
+for minutes.
+
 Errors. A write, dead-letter write or commit that fails with a transient error (the store
 or the broker unavailable, a timeout) is retried with exponential backoff, partitions
 paused and the group kept alive, and `stats.state` says "retrying" with the error.
 Anything else stops the consumer: `ConsumerFailed` is raised out of `poll`/`run` with the
-cause, nothing is committed, and the owner (the service) exits non-zero. Events the writer
+cause, nothing is committed (nor written or committed by the revocation of the `close` that
+follows: the batches read after the failed one are left to the next owner), and the owner (the
+service) exits non-zero. Events the writer
 can never store (valid by the contract, refused by the store) come back from `write` and
 become dead letters, so one bad value never stalls the stream.
 
@@ -70,6 +76,7 @@ from vigil.contract.fastwire import Ingestable, decode_fast, payload_of
 from vigil.errors import DeliveryError, Unreachable, VigilError, one_line
 from vigil.kafka.admin import client_config
 from vigil.kafka.deadletter import DeadLetter, DeadLetterSink
+from vigil.kafka.membership import Membership
 from vigil.settings import VigilSettings
 
 log = logging.getLogger(__name__)
@@ -350,9 +357,11 @@ class BatchingConsumer:
         self._retrying = False  # a batch's write is failing: nothing read after it may be committed
         self._rebalances = 0  # revocations seen: records consumed before one are stale
         self._revoked = False  # the partitions were revoked while it was: it is left to their next owner
-        self._unwritten = False  # stopped while a batch's write was retried: nothing more is committed
+        self._unwritten = False  # stopped while a batch's write was retried, or failed: nothing more is committed
+        self._membership = Membership()  # a close while joining waits for the join (`vigil.kafka.membership`)
         self._consumer.subscribe([self.settings.topic(t) for t in self.topics],
-                                 on_assign=self._on_assign, on_revoke=self._on_revoke)
+                                 on_assign=self._membership.assigned(self._on_assign),
+                                 on_revoke=self._membership.revoked(self._on_revoke))
 
     # ------------------------------------------------------------------ group membership
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -398,8 +407,9 @@ class BatchingConsumer:
                         "left to the next owner", len(self._batch))
         self._abandon_replay()
         try:
-            self._reap(None, wait=True)
-            if len(self._batch) and not self._retrying:
+            if not self._unwritten:  # after a failure nothing is written or committed here: the next owner reads it
+                self._reap(None, wait=True)
+            if len(self._batch) and not self._retrying and not self._unwritten:
                 self._commit(*self._store_taken(None))
         except Exception as exc:  # the next owner re-reads what we could not commit (its intent says how)
             log.warning("flush on rebalance failed, batch will be re-read: %s", one_line(exc))
@@ -637,6 +647,7 @@ class BatchingConsumer:
                 except Exception as exc:
                     self.stats.write_errors += 1
                     if not is_transient(exc):
+                        self._unwritten = True  # a close (its revocation) must not commit what was read after it
                         self.stats.state = "failed"
                         self.stats.last_error = f"stopped: {one_line(exc)}"
                         log.error("batch write failed (%d events), stopping: %s", len(batch), exc)
@@ -692,6 +703,7 @@ class BatchingConsumer:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
         try:
+            self._membership.settle(self._consumer)  # a join in flight is answered first, so the leave is taken
             self._consumer.close()
         except RuntimeError:
             pass
