@@ -366,8 +366,8 @@ class BatchingConsumer:
     # ------------------------------------------------------------------ group membership
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         tps = [(str(tp.topic), int(tp.partition)) for tp in partitions]
-        if not tps or not isinstance(self.writer, IntentSource):
-            return
+        if not tps or not isinstance(self.writer, IntentSource) or self._membership.closing:
+            return  # (assigned while closing: nothing is read for it)
         try:
             intents = self.writer.intents(tps)
             committed = {(str(tp.topic), int(tp.partition)): int(tp.offset)
@@ -422,6 +422,19 @@ class BatchingConsumer:
     # ------------------------------------------------------------------ consuming
     def poll(self, timeout: float = 0.2, stop: threading.Event | None = None) -> None:
         """One iteration: consume what is there, flush the batch when it is full, old, or a completed re-cut."""
+        try:
+            self._poll(timeout, stop)
+        except ConsumerFailed:
+            self._stopped_failing()
+            raise
+
+    def _stopped_failing(self) -> None:
+        """ConsumerFailed leaves the consumer: nothing more is written or committed, not even by the revocation of
+        the `close` that follows (it would commit the batches read after the failed one past it). A failure that a
+        revocation catches (its partitions' next owner re-reads the batch) does not come here."""
+        self._unwritten = True
+
+    def _poll(self, timeout: float, stop: threading.Event | None) -> None:
         per_record = max(1, self.stats.events // max(1, self.stats.records)) if self.stats.batches else 1
         room = max(1, min(500, (self.max_batch_events - len(self._batch)) // per_record))  # records carry many events
         rebalances = self._rebalances
@@ -647,7 +660,6 @@ class BatchingConsumer:
                 except Exception as exc:
                     self.stats.write_errors += 1
                     if not is_transient(exc):
-                        self._unwritten = True  # a close (its revocation) must not commit what was read after it
                         self.stats.state = "failed"
                         self.stats.last_error = f"stopped: {one_line(exc)}"
                         log.error("batch write failed (%d events), stopping: %s", len(batch), exc)
@@ -683,6 +695,9 @@ class BatchingConsumer:
             if len(self._batch) and self._replay is None:
                 self._flush_with_retry(stop, *self._take(None))
             self.stats.state = "stopped"
+        except ConsumerFailed:
+            self._stopped_failing()
+            raise
         finally:
             self.close()
 

@@ -13,21 +13,29 @@ its assignment, the next one was assigned in 3 s).
 until the next assignment) and `settle` polls the consumer until that join is answered,
 at most `wait_s`, before the caller closes it: the join completes, then the LeaveGroup is
 sent and taken. Nothing read while settling is handed to anyone (it was never committed: the
-next owner reads it again). A broker that never answers costs at most `wait_s` at close.
+next owner reads it again), and the owner's assignment callback may skip its work (`closing`).
+A member that is not joining closes at once; a broker that does not answer a metadata request
+within `REACH_S` is not waited for; one that answers but never completes the join costs at most
+`wait_s`.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
+log = logging.getLogger(__name__)
 Callback = Callable[[Consumer, list[TopicPartition]], None]
 
 JOIN_WAIT_S = 10.0
 """How long `settle` waits for a join in flight (Tansu answers a new group's first join after ~3 s)."""
+REACH_S = 1.0
+"""How long `settle` asks the broker whether it is there at all before it waits for a join (a broker gone after a
+lost session: the join never completes, and a stop should not wait `JOIN_WAIT_S` for it)."""
 
 
 class Membership:
@@ -54,9 +62,20 @@ class Membership:
 
     def settle(self, consumer: Any, wait_s: float = JOIN_WAIT_S, poll_s: float = 0.1) -> bool:
         """Poll `consumer` until no join is in flight (at most `wait_s`), dropping what it reads; whether it
-        settled. Call it just before `consumer.close()`, from the thread that polls the consumer."""
+        settled. Call it just before `consumer.close()`, from the thread that polls the consumer. A broker that does
+        not answer a metadata request within `REACH_S` is not waited for (a join cannot complete without it)."""
         self.closing = True
+        if not self.joining:
+            return True
+        try:
+            consumer.list_topics(timeout=REACH_S)
+        except Exception as exc:
+            log.info("leaving the group without waiting for the join in flight: broker unreachable (%s)", exc)
+            return False
         deadline = time.monotonic() + wait_s
         while self.joining and time.monotonic() < deadline:
             consumer.poll(poll_s)  # serves the callbacks; a record read here is never committed
+        if self.joining:
+            log.warning("leaving the group with its join unanswered after %.0f s: the embedded broker may hold the "
+                        "group's next rebalance until its rebalance timeout", wait_s)
         return not self.joining
