@@ -10,9 +10,11 @@ faster than real time, catching up after a restart) is judged at exactly the ins
 replay judges, and raises the same alerts. Nothing is skipped:
 
 * a turn judges at most `max_catchup` instants per job, round robin between jobs (one
-  instant each in turn), and starts none after `turn_budget_s` of wall clock; the rest
-  waits for the next turn, which the service starts at once (`backlog` > 0). One job's
-  backlog neither starves the others nor delays publishing.
+  instant each in turn), and starts no round that the longest of the last `ROUNDS_KEPT`
+  rounds would carry past `turn_budget_s` of wall clock (its first round always runs);
+  the rest waits for the next turn, which the service starts at once (`backlog` > 0). One
+  job's backlog neither starves the others nor delays publishing, and a catch-up turn lasts
+  no longer than its budget unless one round alone does.
 * every query of an instant is bounded by time or by the run's recent step range, so an
   instant costs the same at the start of a job and after a week of it.
 * a job's position is saved (positions.py) once the turn's alerts are published, so a
@@ -149,6 +151,11 @@ def replay(client: QueryClient, settings: AnalyzerSettings, job: str, start: dat
     return out
 
 
+ROUNDS_KEPT = 8
+"""Rounds whose wall time bounds the next one's estimate: at least one whole cycle of every costly detector's cadence
+on the default grid (traffic_stall every 2nd instant, the straggler and nic_flap every 4th, mfu_drift every 5th)."""
+
+
 @dataclass(kw_only=True)
 class LiveCursor:
     """Per-job position of the live evaluation on the event-time clock (see the module docstring)."""
@@ -168,6 +175,8 @@ class LiveCursor:
     _unsaved: dict[str, datetime] = field(default_factory=dict)
     _unfinished: set[str] = field(default_factory=set)
     _loaded: bool = False
+    clock: Callable[[], float] = time.monotonic  # wall seconds: the turn's budget (tests give a clock of their own)
+    _rounds: deque[float] = field(default_factory=lambda: deque(maxlen=ROUNDS_KEPT))  # recent rounds' wall seconds
 
     def turn(self, client: QueryClient, frontier: datetime | None = None,
              publish: Callable[[list[Alert]], None] | None = None) -> list[Alert]:
@@ -201,10 +210,12 @@ class LiveCursor:
             elif c.stopped:
                 self._unfinished.discard(c.job)
         out: list[Alert] = []
-        deadline = time.monotonic() + s.turn_budget_s
+        deadline = self.clock() + s.turn_budget_s
         rounds = 0
-        while queues and (rounds == 0 or time.monotonic() < deadline):  # at least one round: always progress
+        # at least one round (always progress); another only if a round as long as the longest lately fits
+        while queues and (rounds == 0 or self.clock() + max(self._rounds, default=0.0) < deadline):
             rounds += 1
+            started = self.clock()
             for job in list(queues):  # round robin: one instant of each job per round
                 at = queues[job].popleft()
                 try:
@@ -215,6 +226,7 @@ class LiveCursor:
                     queues[job].clear()
                 if not queues[job]:
                     del queues[job]
+            self._rounds.append(self.clock() - started)
             if publish is not None and out and queues:
                 publish(out)
                 out = []

@@ -126,3 +126,36 @@ def test_a_catch_up_turn_publishes_what_it_raised_before_its_last_instants(click
     lost = [at for alerts, at in published if any(a.alert == "heartbeat_loss" and a.status == "firing" for a in alerts)]
     assert lost and lost[0] < end - timedelta(seconds=30)  # paged with more than 30 s of instants still to judge
     assert key([a for alerts, _at in published for a in alerts] + returned) == key(replay(client, settings, "early"))
+
+
+def test_a_catch_up_turn_starts_no_round_its_budget_cannot_hold(clickhouse_dsn: str, database: str) -> None:
+    """A turn of a backlog stops before a round as long as the longest of the last ones would carry it past its
+    budget: after the first rounds are known, every turn lasts at most its budget (or one round), and every instant
+    is still judged. The rounds' costs are given by a clock the test advances (the detectors' real cost varies by
+    instant: at 10,000 GPUs 0.2-1.8 s, the costly ones on every other or fourth instant)."""
+    load(clickhouse_dsn, database, [e for b in simulated("budget", 40) for e in b])
+    client = connect(clickhouse_dsn, database=database)
+    now = [0.0]
+    costs = iter([0.3, 1.2, 0.4, 0.9] * 100)  # a cycle of the costly detectors' cadences
+    cursor = LiveCursor(settings=AnalyzerSettings(turn_budget_s=2.0), book=AlertBook(), clock=lambda: now[0])
+    judge = cursor._judge
+
+    def costly(*args: Any) -> Any:
+        now[0] += next(costs)
+        return judge(*args)
+
+    cursor._judge = costly  # type: ignore[method-assign]
+    end = datetime.now(UTC) + timedelta(minutes=1)  # everything stored: the job has stopped
+    turns: list[tuple[float, int]] = []
+    while True:
+        t0, judged = now[0], cursor.instants_judged
+        cursor.turn(client, end)
+        turns.append((now[0] - t0, cursor.instants_judged - judged))
+        if not cursor.backlog:
+            break
+    whole = LiveCursor(settings=AnalyzerSettings(turn_budget_s=600, max_catchup=1000), book=AlertBook())
+    whole.turn(client, end)  # the same instants in one turn
+    assert sum(n for _, n in turns) == whole.instants_judged and cursor.positions == whole.positions
+    assert all(d <= 2.0 or n == 1 for d, n in turns[1:]), f"a turn ran past its budget: {turns}"
+    assert any(n > 1 for _, n in turns[1:]), f"no later turn held two rounds: {turns}"
+
