@@ -12,7 +12,7 @@ produce them, from the embedded broker (Tansu):
 * ClickHouse Kafka table engine (inside chdb): records as RawBLOB -> materialised view that
   counts events with JSONExtractArrayRaw (no validation, no dedup, no rollups).
 
-    python bench/ingest_throughput.py [--events 600000] [--stored 2000000] [--no-append]
+    python bench/ingest_throughput.py [--events 600000] [--stored 2000000] [--decode-process auto|on|off] [--no-append]
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import psutil
 from analyzer_common import append_results, machine_info
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
+from vigil.analyzer.ingest import loop as ingest_loop
 from vigil.analyzer.ingest.loop import IngestLoop
 from vigil.analyzer.settings import AnalyzerSettings
 from vigil.app.components import migrate_all
@@ -82,7 +83,7 @@ def cpu_s(broker: psutil.Process | None) -> tuple[float, float]:
 
 def analyzer_ingest(settings: VigilSettings, bootstrap: str, events: int, group: str, write_thread: bool = True,
                     broker: psutil.Process | None = None,
-                    decode_process: bool = True) -> tuple[float, float, int, int, tuple[float, float]]:
+                    decode_process: bool | None = None) -> tuple[float, float, int, int, tuple[float, float]]:
     """(seconds in all, events/s after the first batch's commit, rows stored after, batches, CPU seconds per 100k
     events after that commit: this process, the broker) to ingest `events` new events of the topic with a fresh
     group: the first figure includes joining the group (seconds on the embedded broker), the others are steady."""
@@ -167,14 +168,19 @@ def main() -> None:
     ap.add_argument("--stored", type=int, default=2_000_000, help="rows stored before the second ingest leg")
     ap.add_argument("--no-write-thread", dest="write_thread", action="store_false",
                     help="write batches on the consumer's thread (no decode/insert overlap)")
-    ap.add_argument("--no-decode-process", dest="decode_process", action="store_false",
-                    help="decode every record in the analyzer's process (no decode child)")
+    ap.add_argument("--decode-process", choices=("auto", "on", "off"), default="auto",
+                    help="the ingest's decode child: as the analyzer decides by its CPUs (auto: on with 3 or more), "
+                    "always, or never")
+    ap.add_argument("--no-decode-process", dest="decode_process", action="store_const", const="off",
+                    help="the same as --decode-process off")
     ap.add_argument("--no-append", dest="append", action="store_false", help="print only; do not add to bench/RESULTS.md")
     ap.add_argument("--engine-dsn", default=CHDB, help="ClickHouse for the Kafka-engine leg (default: the in-process "
                     "chdb, whose Kafka engine does not run); e.g. http://user:pass@localhost:8123")
     ap.add_argument("--engine-bootstrap", default=None,
                     help="the broker as the ClickHouse server reaches it (default: the embedded broker's address)")
     args = ap.parse_args()
+    args.decode_process = {"auto": None, "on": True, "off": False}[args.decode_process]
+    child = ingest_loop.decode_process(args.decode_process)
     load0 = os.getloadavg()
     broker = EmbeddedBroker()
     bootstrap = broker.start()
@@ -209,7 +215,8 @@ def main() -> None:
         broker.stop()
     load1 = os.getloadavg()
     lines = [f"{n:,} step events per leg in {records:,} records of <= 500 events (~{n / records:.0f} per record), "
-             f"4 partitions, batches of <= {AnalyzerSettings().batch_events:,} events. Load average (1/5/15 min) at start "
+             f"4 partitions, batches of <= {AnalyzerSettings().batch_events:,} events, "
+             f"{'decoded by the decode process' if child else 'decoded in the analyzer (no decode process)'}. Load average (1/5/15 min) at start "
              f"{load0[0]:.1f}/{load0[1]:.1f}/{load0[2]:.1f}, at end {load1[0]:.1f}/{load1[1]:.1f}/{load1[2]:.1f} "
              "(2 cores shared with other sessions' test runs).",
              "", "| path | stored before -> after | seconds (incl. group join) | events/s | steady events/s | "
