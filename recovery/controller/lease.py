@@ -112,7 +112,7 @@ class Lease:
         self._leading.clear()
         self._producer.flush(5)
         try:
-            self._membership.settle(self._consumer)
+            self._membership.settle(self._consumer, self.settings.topic(LEASE_TOPIC))
             self._consumer.close()
         except RuntimeError:
             pass

@@ -413,6 +413,9 @@ class BatchingConsumer:
                 self._commit(*self._store_taken(None))
         except Exception as exc:  # the next owner re-reads what we could not commit (its intent says how)
             log.warning("flush on rebalance failed, batch will be re-read: %s", one_line(exc))
+            if self.stats.state == "failed":  # (`_flush_with_retry` said so) the consumer goes on: it is not stopped
+                self.stats.state = "running"
+                self.stats.last_error = f"rebalance: a batch's write failed, left to the next owner: {one_line(exc)}"
         self._batch = _Batch()
         self._replay = None
         self._held.clear()
@@ -424,14 +427,15 @@ class BatchingConsumer:
         """One iteration: consume what is there, flush the batch when it is full, old, or a completed re-cut."""
         try:
             self._poll(timeout, stop)
-        except ConsumerFailed:
+        except Exception:  # ConsumerFailed, or a bug: the owner stops the consumer
             self._stopped_failing()
             raise
 
     def _stopped_failing(self) -> None:
-        """ConsumerFailed leaves the consumer: nothing more is written or committed, not even by the revocation of
-        the `close` that follows (it would commit the batches read after the failed one past it). A failure that a
-        revocation catches (its partitions' next owner re-reads the batch) does not come here."""
+        """An error leaves the consumer (ConsumerFailed, or a bug): nothing more is written or committed, not even by the
+        revocation of the `close` that follows (it would commit the batches read after a failed one past it; what
+        was read is the next owner's to read again). A failure that a revocation catches (its partitions' next owner
+        re-reads the batch) does not come here: the consumer goes on."""
         self._unwritten = True
 
     def _poll(self, timeout: float, stop: threading.Event | None) -> None:
@@ -695,7 +699,7 @@ class BatchingConsumer:
             if len(self._batch) and self._replay is None:
                 self._flush_with_retry(stop, *self._take(None))
             self.stats.state = "stopped"
-        except ConsumerFailed:
+        except Exception:
             self._stopped_failing()
             raise
         finally:
@@ -718,7 +722,7 @@ class BatchingConsumer:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
         try:
-            self._membership.settle(self._consumer)  # a join in flight is answered first, so the leave is taken
+            self._membership.settle(self._consumer, self.settings.topic(self.topics[0]) if self.topics else None)
             self._consumer.close()
         except RuntimeError:
             pass

@@ -33,7 +33,7 @@ Callback = Callable[[Consumer, list[TopicPartition]], None]
 
 JOIN_WAIT_S = 10.0
 """How long `settle` waits for a join in flight (Tansu answers a new group's first join after ~3 s)."""
-REACH_S = 1.0
+REACH_S = 2.0
 """How long `settle` asks the broker whether it is there at all before it waits for a join (a broker gone after a
 lost session: the join never completes, and a stop should not wait `JOIN_WAIT_S` for it)."""
 
@@ -60,15 +60,16 @@ class Membership:
                 inner(consumer, parts)
         return on_revoke
 
-    def settle(self, consumer: Any, wait_s: float = JOIN_WAIT_S, poll_s: float = 0.1) -> bool:
+    def settle(self, consumer: Any, topic: str | None = None, wait_s: float = JOIN_WAIT_S, poll_s: float = 0.1) -> bool:
         """Poll `consumer` until no join is in flight (at most `wait_s`), dropping what it reads; whether it
         settled. Call it just before `consumer.close()`, from the thread that polls the consumer. A broker that does
-        not answer a metadata request within `REACH_S` is not waited for (a join cannot complete without it)."""
+        not answer a metadata request (of `topic`, one the member subscribed to) within `REACH_S` is not waited for
+        (a join cannot complete without it)."""
         self.closing = True
         if not self.joining:
             return True
         try:
-            consumer.list_topics(timeout=REACH_S)
+            consumer.list_topics(topic, timeout=REACH_S)  # one topic's metadata: a real request, never the cache
         except Exception as exc:
             log.info("leaving the group without waiting for the join in flight: broker unreachable (%s)", exc)
             return False
