@@ -158,4 +158,3 @@ def test_a_catch_up_turn_starts_no_round_its_budget_cannot_hold(clickhouse_dsn: 
     assert sum(n for _, n in turns) == whole.instants_judged and cursor.positions == whole.positions
     assert all(d <= 2.0 or n == 1 for d, n in turns[1:]), f"a turn ran past its budget: {turns}"
     assert any(n > 1 for _, n in turns[1:]), f"no later turn held two rounds: {turns}"
-

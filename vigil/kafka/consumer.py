@@ -409,8 +409,8 @@ class BatchingConsumer:
         try:
             if not self._unwritten:  # after a failure nothing is written or committed here: the next owner reads it
                 self._reap(None, wait=True)
-            if len(self._batch) and not self._retrying and not self._unwritten:
-                self._commit(*self._store_taken(None))
+                if len(self._batch) and not self._retrying:
+                    self._commit(*self._store_taken(None))
         except Exception as exc:  # the next owner re-reads what we could not commit (its intent says how)
             log.warning("flush on rebalance failed, batch will be re-read: %s", one_line(exc))
             if self.stats.state == "failed":  # (`_flush_with_retry` said so) the consumer goes on: it is not stopped
