@@ -14,10 +14,18 @@ phases (grad_sync, bubble: vigil/contract/phases.py) grow fleet-wide whenever on
 slow, because everyone else waits for it. A drop that no compute phase explains
 fleet-wide is one slow host: the straggler detector's business. The alert quotes the
 real step numbers of its baseline and current windows, and the run they belong to.
+
+A firing drift resolves only once the drop is clearly back: below half `mfu.drop_pct` by
+`mfu.release_z` standard errors of the measured drop (from the steps' own spread, robust:
+MAD of the baseline or current window, the larger), floored at no drop at all. A drift that
+hovers near its threshold with noisy steps (a 20-step median moves by a few percent between
+judgements) stays one alert instead of resolving and firing again; a recovery to the
+baseline resolves it.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -110,7 +118,7 @@ def judge(steps: Sequence[Mapping[str, Any]], phases: Sequence[Mapping[str, Any]
     drop = (base - cur) / base * 100 if base > 0 else 0.0
     trend = _trend_pct({k: v for k, v in eff.items() if k > last - s.trend_steps and k >= b_hi},
                        base, s.trend_steps) if last - b_hi >= s.trend_steps else 0.0
-    threshold = s.drop_pct / 2 if firing else s.drop_pct
+    threshold = release_pct(base_vals, cur_vals, s) if firing else s.drop_pct
     if drop < threshold and trend < s.trend_pct:
         return []
     grown = _grown_phases(phases, b_lo, b_hi, last - s.current_steps, s)
@@ -128,6 +136,18 @@ def judge(steps: Sequence[Mapping[str, Any]], phases: Sequence[Mapping[str, Any]
                   "phase_growth_pct": {p: round(g, 2) for p, g in grown.items()},
                   "baseline_steps": [b_lo, b_hi - 1], "current_steps": [last - s.current_steps + 1, last]},
     )]
+
+
+def release_pct(base_vals: Sequence[float], cur_vals: Sequence[float], s: MfuSettings) -> float:
+    """The drop (%) under which a firing drift resolves: half `drop_pct`, less `release_z` standard errors
+    of the difference of the two windows' medians (normal-consistent MAD, the noisier window's), floored at 0."""
+    base = median(base_vals)
+    if base <= 0:
+        return s.drop_pct / 2
+    spread = max(median([abs(v - base) for v in base_vals]),
+                 median([abs(v - median(cur_vals)) for v in cur_vals])) * 1.4826 / base * 100
+    se = 1.2533 * spread * math.sqrt(1 / len(base_vals) + 1 / len(cur_vals))  # a median's standard error
+    return max(0.0, s.drop_pct / 2 - s.release_z * se)
 
 
 def _grown_phases(rows: Sequence[Mapping[str, Any]], b_lo: int, b_hi: int, c_lo: int,

@@ -244,3 +244,28 @@ def test_the_costly_detectors_never_share_an_instant() -> None:
     assert len(runs["traffic_stall"]) == 30 and len(runs["straggler"]) == len(runs["nic_flap"]) == 15
     for at in grid:
         assert sum(at in r for r in runs.values()) <= 1, at
+
+
+def test_mfu_drift_release_is_noise_aware() -> None:
+    # A firing drift whose 20-step median reads 2% under the baseline: with noisy steps (+-4%) that is within
+    # noise of the 5% drop that fired, and it stays one alert; with quiet steps, or back at the baseline, it resolves.
+    from vigil.analyzer.detect.mfu import judge as judge_mfu
+    from vigil.analyzer.detect.mfu import release_pct
+
+    s = AnalyzerSettings().mfu
+    wiggle = [((i * 7) % 11 - 5) / 5 for i in range(50)]  # -1..1, median 0
+
+    def rows(level: float, noise: float) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+        steps = [*range(20, 70), *range(100, 120)]
+        vals = [(0.4 if k < 70 else level) * (1 + noise * wiggle[i % 50]) for i, k in enumerate(steps)]
+        return ([{"step": k, "step_ms": 1000.0, "smfu": v, "nmfu": 1, "last_ts": T0 + timedelta(seconds=k)}
+                 for k, v in zip(steps, vals, strict=True)],
+                [{"phase": "forward", "step": k, "mean_ms": 100.0 if k < 70 else 110.0} for k in steps])
+
+    noisy = rows(0.392, 0.04)
+    assert judge_mfu(*noisy, s) == []  # 2% does not fire
+    [held] = judge_mfu(*noisy, s, firing=True)
+    assert held.evidence["drop_pct"] == 2.0
+    assert release_pct([0.4] * 50, [0.392] * 20, s) == s.drop_pct / 2  # no noise: half drop_pct, as before
+    assert judge_mfu(*rows(0.392, 0.0), s, firing=True) == []  # quiet steps at 2%: resolved
+    assert judge_mfu(*rows(0.404, 0.04), s, firing=True) == []  # back at the baseline: resolved
