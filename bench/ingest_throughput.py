@@ -4,6 +4,10 @@ Every leg reads step-timing events, 500 per record, as `vigil simulate` and the 
 produce them, from the embedded broker (Tansu):
 
 * raw consume: a plain confluent-kafka consumer counting records (no decoding);
+* engine insert: the same kind of events, decoded and built into columns beforehand (untimed), inserted
+  into a migrated store as the writer inserts them (one token-deduplicated JSONColumns block per batch,
+  rollups and all): the engine's own share with no per-event Python (the encode of the columns is in it),
+  the ceiling of any decode path;
 * analyzer ingest: BatchingConsumer -> fast decode -> ClickHouseWriter (intent, recent-id
   window, one token-deduplicated block per table) -> raw table + materialised rollups, commit
   after write; first into an empty store (600k stored at the end), then the same number of
@@ -30,11 +34,14 @@ from analyzer_common import append_results, machine_info
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from vigil.analyzer.ingest import loop as ingest_loop
+from vigil.analyzer.ingest.blocks import BlockInserter
+from vigil.analyzer.ingest.columns import BUILDERS
 from vigil.analyzer.ingest.loop import IngestLoop
 from vigil.analyzer.settings import AnalyzerSettings
 from vigil.app.components import migrate_all
 from vigil.clickhouse.client import connect, open_client
-from vigil.contract import ParallelCoords, StepTiming
+from vigil.contract import ParallelCoords, StepTiming, encode_batch
+from vigil.contract.fastwire import decode_fast
 from vigil.errors import one_line
 from vigil.kafka.admin import ensure_topics
 from vigil.kafka.broker import EmbeddedBroker
@@ -117,6 +124,24 @@ def analyzer_ingest(settings: VigilSettings, bootstrap: str, events: int, group:
     print(f"  {group}: {st.batches} batches, seconds: decode {st.decode_s:.2f}, stage {w['stage']:.2f}, intent {w['intent']:.2f}, "
           f"prepare {w['prepare']:.2f}, insert {w['insert']:.2f}, commit {st.commit_s:.2f}; total {elapsed:.2f}", flush=True)
     return elapsed, steady, rows, loop.stats.batches, cpu
+
+
+def engine_insert(events: int, block: int) -> tuple[float, float]:
+    """(events/s, CPU s per 100k events of this process) inserting `events` step events in blocks of `block`, their
+    columns built beforehand from fast-decoded events as the writer builds them: no per-event Python is timed."""
+    client = connect(CHDB, database="engine_only")
+    migrate_all(client, 3650)
+    inserter = BlockInserter(open_client(CHDB, database="engine_only"))
+    table, build = BUILDERS["step"]
+    blocks = []
+    for lo in range(0, events, block):
+        made = make_steps(min(block, events - lo), first_step=lo // 512)
+        blocks.append(build([e for i in range(0, len(made), 500) for e in decode_fast(encode_batch(made[i:i + 500])).events]))
+    cpu0, start = time.process_time(), time.perf_counter()
+    for i, cols in enumerate(blocks):
+        inserter.insert(table, cols, f"engine-only-{uuid.uuid4().hex}-{i}")
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu0
+    return events / wall, cpu * 100_000 / events
 
 
 def grow_history(rows: int) -> float:
@@ -203,6 +228,7 @@ def main() -> None:
         topic = first.topic("steps")
         raw_s = raw_consume(first, bootstrap, topic, records)
         tune_gc()  # as `vigil up` and `vigil analyzer` run it
+        eng_rate, eng_cpu = engine_insert(min(n, 300_000), AnalyzerSettings().batch_events)
         bproc = psutil.Process(broker.pid) if broker.pid else None
         ing_s, steady, rows, batches, cpu = analyzer_ingest(first, bootstrap, n, f"ing-{uuid.uuid4().hex[:6]}",
                                                             args.write_thread, bproc, args.decode_process)
@@ -224,6 +250,9 @@ def main() -> None:
              "| --- | --- | --- | --- | --- | --- | --- | --- |",
              f"| produce (EventProducer, encode + send) | | {produce_s:.2f} | {n / produce_s:,.0f} | | | | |",
              f"| broker raw consume (no decode) | | {raw_s:.2f} | {n / raw_s:,.0f} | | | | ceiling |",
+             f"| engine insert of columns built beforehand (no per-event Python) | | | | {eng_rate:,.0f} | "
+             f"{20_000_000 / max(1.0, eng_rate):,.0f} | {eng_cpu:.2f} / - | {eng_rate * raw_s / n * 100:.0f} % of raw consume: "
+             f"the ceiling of any decode path |",
              f"| analyzer ingest -> ClickHouse | 0 -> {rows:,} | {ing_s:.2f} | {n / ing_s:,.0f} | {steady:,.0f} | "
              f"{20_000_000 / max(1.0, steady):,.0f} | {cpu[0]:.2f} / {cpu[1]:.2f} | fast decode, window dedup, token inserts, rollups; {batches} batches |",
              f"| broker raw consume (no decode), again | | {raw2_s:.2f} | {n / raw2_s:,.0f} | | | | ceiling |",
