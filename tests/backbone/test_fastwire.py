@@ -124,8 +124,8 @@ def test_agent_records_take_the_fast_path() -> None:
 
 
 def test_a_record_flagged_without_cause_still_takes_the_fast_path_and_a_real_cause_does_not() -> None:
-    # _SUSPECT flags 20 digits in a row (an integer beyond UInt64 holds them) and "HH:MM:SS.fffffff"; an event id of
-    # 32 digits has the run without any big integer, and a microsecond time has no 7th digit: both exact checks pass
+    # integers beyond UInt64 are found by their values (an event id of 32 digits is none), a time finer than the
+    # microsecond by its 7th fraction digit after HH:MM:SS: either sends the record to pydantic
     from vigil.contract import encode_batch, validate_event
 
     event = validate_event("step", {**spec_for("step").example, "ts": RECENT, "event_id": "1" * 32})
