@@ -95,7 +95,8 @@ class MfuSettings(_Section):
     trend_steps: int = Field(default=200, ge=10)
     trend_pct: float = Field(default=3.0, gt=0, description="projected decline over trend_steps that fires")
     release_z: float = Field(default=2.0, ge=0, description="a firing drift resolves once its drop is this many "
-                             "standard errors (from the steps' spread) below drop_pct / 2")
+                             "standard errors (from the steps' spread) below drop_pct / 2, or at most drop_pct / 4, "
+                             "and its trend under trend_pct")
 
 
 class HeartbeatSettings(_Section):

@@ -15,12 +15,15 @@ slow, because everyone else waits for it. A drop that no compute phase explains
 fleet-wide is one slow host: the straggler detector's business. The alert quotes the
 real step numbers of its baseline and current windows, and the run they belong to.
 
-A firing drift resolves only once the drop is clearly back: below half `mfu.drop_pct` by
-`mfu.release_z` standard errors of the measured drop (from the steps' own spread, robust:
-MAD of the baseline or current window, the larger), floored at no drop at all. A drift that
-hovers near its threshold with noisy steps (a 20-step median moves by a few percent between
-judgements) stays one alert instead of resolving and firing again; a recovery to the
-baseline resolves it.
+A firing drift resolves once the drop is clearly back (and the trend under `mfu.trend_pct`):
+at or below half `mfu.drop_pct` less `mfu.release_z` standard errors of the measured drop
+(from the steps' own spread, robust: MAD of the baseline or current window, the larger), and
+always at or below a quarter of `mfu.drop_pct`. A drift that hovers near its threshold with
+noisy steps (a 20-step median moves by a few percent between judgements) stays one alert
+instead of resolving and firing again; a recovery to the baseline, or a lasting drop too small
+to matter, resolves it. A drift fired by its trend is held by the same rule once the trend
+flattens: a decline that stopped at 2 % below the baseline stays firing when the steps are too
+noisy to tell 2 % from 5 %.
 """
 
 from __future__ import annotations
@@ -118,8 +121,8 @@ def judge(steps: Sequence[Mapping[str, Any]], phases: Sequence[Mapping[str, Any]
     drop = (base - cur) / base * 100 if base > 0 else 0.0
     trend = _trend_pct({k: v for k, v in eff.items() if k > last - s.trend_steps and k >= b_hi},
                        base, s.trend_steps) if last - b_hi >= s.trend_steps else 0.0
-    threshold = release_pct(base_vals, cur_vals, s) if firing else s.drop_pct
-    if drop < threshold and trend < s.trend_pct:
+    quiet = trend < s.trend_pct
+    if quiet and (drop <= release_pct(base_vals, cur_vals, s) if firing else drop < s.drop_pct):
         return []
     grown = _grown_phases(phases, b_lo, b_hi, last - s.current_steps, s)
     if not grown:
@@ -139,15 +142,15 @@ def judge(steps: Sequence[Mapping[str, Any]], phases: Sequence[Mapping[str, Any]
 
 
 def release_pct(base_vals: Sequence[float], cur_vals: Sequence[float], s: MfuSettings) -> float:
-    """The drop (%) under which a firing drift resolves: half `drop_pct`, less `release_z` standard errors
-    of the difference of the two windows' medians (normal-consistent MAD, the noisier window's), floored at 0."""
-    base = median(base_vals)
+    """The drop (%) at or below which a firing drift resolves: half `drop_pct` less `release_z` standard errors of
+    the difference of the two windows' medians (normal-consistent MAD of the noisier window), and never below a
+    quarter of `drop_pct` (a drift whose drop is that small resolves however noisy its steps)."""
+    base, cur = median(base_vals), median(cur_vals)
     if base <= 0:
         return s.drop_pct / 2
-    spread = max(median([abs(v - base) for v in base_vals]),
-                 median([abs(v - median(cur_vals)) for v in cur_vals])) * 1.4826 / base * 100
-    se = 1.2533 * spread * math.sqrt(1 / len(base_vals) + 1 / len(cur_vals))  # a median's standard error
-    return max(0.0, s.drop_pct / 2 - s.release_z * se)
+    mad = max(median([abs(v - base) for v in base_vals]), median([abs(v - cur) for v in cur_vals]))
+    se = 1.2533 * 1.4826 * mad / base * 100 * math.sqrt(1 / len(base_vals) + 1 / len(cur_vals))  # a median's SE
+    return max(s.drop_pct / 4, s.drop_pct / 2 - s.release_z * se)
 
 
 def _grown_phases(rows: Sequence[Mapping[str, Any]], b_lo: int, b_hi: int, c_lo: int,

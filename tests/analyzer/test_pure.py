@@ -247,25 +247,35 @@ def test_the_costly_detectors_never_share_an_instant() -> None:
 
 
 def test_mfu_drift_release_is_noise_aware() -> None:
-    # A firing drift whose 20-step median reads 2% under the baseline: with noisy steps (+-4%) that is within
-    # noise of the 5% drop that fired, and it stays one alert; with quiet steps, or back at the baseline, it resolves.
+    # A firing drift resolves at or below half drop_pct less 2 standard errors of the measured drop (from the steps'
+    # spread), and at or below a quarter of drop_pct whatever the noise: a drift that hovers near its threshold with
+    # noisy steps stays one alert; one back at its baseline, or with a drop too small to matter, resolves.
+    import math
+
     from vigil.analyzer.detect.mfu import judge as judge_mfu
     from vigil.analyzer.detect.mfu import release_pct
 
     s = AnalyzerSettings().mfu
-    wiggle = [((i * 7) % 11 - 5) / 5 for i in range(50)]  # -1..1, median 0
+    wiggle = [(i % 5) - 2 for i in range(50)]  # -2..2: median 0, median absolute deviation 1
 
-    def rows(level: float, noise: float) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
-        steps = [*range(20, 70), *range(100, 120)]
+    def rows(drop_pct: float, noise: float) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+        steps = [*range(20, 70), *range(100, 120)]  # the baseline after warm-up, then the current window
+        level = 0.4 * (1 - drop_pct / 100)
         vals = [(0.4 if k < 70 else level) * (1 + noise * wiggle[i % 50]) for i, k in enumerate(steps)]
         return ([{"step": k, "step_ms": 1000.0, "smfu": v, "nmfu": 1, "last_ts": T0 + timedelta(seconds=k)}
                  for k, v in zip(steps, vals, strict=True)],
                 [{"phase": "forward", "step": k, "mean_ms": 100.0 if k < 70 else 110.0} for k in steps])
 
-    noisy = rows(0.392, 0.04)
-    assert judge_mfu(*noisy, s) == []  # 2% does not fire
-    [held] = judge_mfu(*noisy, s, firing=True)
-    assert held.evidence["drop_pct"] == 2.0
-    assert release_pct([0.4] * 50, [0.392] * 20, s) == s.drop_pct / 2  # no noise: half drop_pct, as before
-    assert judge_mfu(*rows(0.392, 0.0), s, firing=True) == []  # quiet steps at 2%: resolved
-    assert judge_mfu(*rows(0.404, 0.04), s, firing=True) == []  # back at the baseline: resolved
+    def release(noise: float) -> float:
+        base, cur = rows(0, noise)[0][:50], rows(0, noise)[0][50:]
+        return release_pct([float(r["smfu"]) for r in base], [float(r["smfu"]) for r in cur], s)  # type: ignore[arg-type]
+
+    se = 1.2533 * 1.4826 * 1.0 * math.sqrt(1 / 50 + 1 / 20)  # a 1 % wiggle: sigma 1.48 % of the baseline
+    assert release(0.01) == pytest.approx(s.drop_pct / 2 - 2 * se)  # 1.52
+    assert release(0.0) == s.drop_pct / 2  # quiet steps: half drop_pct, as before
+    assert release(0.04) == s.drop_pct / 4  # sigma 5.9 %: the floor
+    assert judge_mfu(*rows(4.0, 0.01), s) == []  # under drop_pct: nothing fires
+    assert judge_mfu(*rows(5.0, 0.01), s)[0].evidence["drop_pct"] == 5.0
+    for drop, noise, held in ((1.6, 0.01, True), (1.4, 0.01, False), (2.0, 0.0, False), (2.0, 0.04, True),
+                              (1.0, 0.04, False), (0.0, 0.04, False)):
+        assert bool(judge_mfu(*rows(drop, noise), s, firing=True)) == held, (drop, noise)
