@@ -161,3 +161,32 @@ def test_too_few_base_windows_flag_nothing() -> None:
     flags: Flags = defaultdict(list)
     hostcells.shifted(ws, 6, 6 + s.self_min_windows - 1, 11, s, flags, {})
     assert not flags
+
+
+def _same(a: hostcells.Window, b: hostcells.Window) -> bool:
+    return (a.flagged == b.flagged and a.keys == b.keys and a.end == b.end
+            and all(np.array_equal(x, y, equal_nan=True) for x, y in ((a.ratio, b.ratio), (a.mean, b.mean), (a.med, b.med))))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_peer_change_judges_again_only_the_windows_that_hold_the_host(seed: int) -> None:
+    # A lost host leaves the groups once its last window leaves the judged range: the windows that no longer hold it
+    # stand as judged (`_window` reads the groups of the window's own hosts), the others are judged again.
+    rng = random.Random(seed)
+    s = StragglerSettings()
+    cells, peers = _cells(rng, 40, 16)
+    gone, moved = "h005", "h006"
+    for w in range(8, 16):  # h005 is silent from window 8 on
+        c = cells[w]
+        keep = [i for i, h in enumerate(c.host) if h != gone]
+        cells[w] = hostcells.Cells([c.phase[i] for i in keep], [c.host[i] for i in keep], c.mean[keep],
+                                   [c.end[i] for i in keep])
+    judged = {w: (c, hostcells._window(c, w, peers, s)) for w, c in cells.items()}
+    assert hostcells.still_judged(judged, peers, dict(peers)) == judged  # nothing changed: every window stands
+    left = {h: g for h, g in peers.items() if h != gone}
+    kept = hostcells.still_judged(judged, peers, left)
+    assert sorted(kept) == list(range(8, 16))
+    for w, (c, was) in kept.items():  # exactly what judging it again under the new groups gives
+        assert _same(was, hostcells._window(c, w, left, s))
+    assert any(not _same(judged[w][1], hostcells._window(cells[w], w, left, s)) for w in range(8))  # others differ
+    assert hostcells.still_judged(judged, peers, {**peers, moved: "x"}) == {}  # a host in every window changed group
