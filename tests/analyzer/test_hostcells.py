@@ -190,3 +190,6 @@ def test_a_peer_change_judges_again_only_the_windows_that_hold_the_host(seed: in
         assert _same(was, hostcells._window(c, w, left, s))
     assert any(not _same(judged[w][1], hostcells._window(cells[w], w, left, s)) for w in range(8))  # others differ
     assert hostcells.still_judged(judged, peers, {**peers, moved: "x"}) == {}  # a host in every window changed group
+    joined = {**peers, "h039": "0"}  # the host without a stage gets one: every window that holds it is judged again
+    assert hostcells.still_judged(judged, peers, joined) == {}
+    assert any(not _same(judged[w][1], hostcells._window(cells[w], w, joined, s)) for w in cells)

@@ -179,8 +179,9 @@ def test_a_cells_read_is_checked_against_the_rollup_and_phases_it_reads(kinds: d
 @pytest.mark.clickhouse
 def test_a_host_leaving_the_peer_groups_rejudges_the_kept_cells_without_reading_them_again(
         clickhouse_dsn: str, database: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    # h0030 is lost at step 60: once its last window leaves the judged range the peer groups change, and every
-    # window is judged again (hostcells.windows) from the cells kept for it, none read again; as a fresh walk judges.
+    # h0030 is lost at step 60: once its last window leaves the judged range the peer groups change, and the windows
+    # that still hold it are judged again (hostcells.windows) from the cells kept for them, none read again; as a
+    # fresh walk judges.
     evs = steps("leave", 64, 160, jitter=0.02, host_bias=0.01, seed=5, slow={"h0005": 1.12}, slow_from=40)
     w = ClickHouseWriter(client=connect(clickhouse_dsn, database=database))
     w.write([e for e in evs if e.host != "h0030" or e.step < 60])
