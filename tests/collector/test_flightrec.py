@@ -14,22 +14,27 @@ from vigil.collector.flightrec import FlightRecorderWatcher, parse_dump
 pytestmark = pytest.mark.pure
 
 DUMPER = """
-import json, os, sys, time, torch, torch.distributed as dist
+import json, os, pickle, sys, time, torch, torch.distributed as dist
 from vigil.kafka.broker import free_port
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
 dist.init_process_group("gloo", rank=0, world_size=1)
 t = torch.ones(8)
 for _ in range(3):
     dist.all_reduce(t)
-deadline = time.monotonic() + 60  # the recorder marks a collective completed from its own thread: await the third
-while time.monotonic() < deadline:
-    status = json.loads(torch._C._distributed_c10d._dump_fr_trace_json(True, False))["pg_status"]["0"]
-    if int(status["last_completed_collective"]) >= 3:
+# the recorder marks a collective completed from its own thread: keep the two dumps once both show the third
+deadline = time.monotonic() + 60
+while True:
+    raw = torch._C._distributed_c10d._dump_fr_trace(True, False)
+    text = torch._C._distributed_c10d._dump_fr_trace_json(True, False)
+    done = [int(d["pg_status"]["0"]["last_completed_collective"]) for d in (pickle.loads(raw), json.loads(text))]
+    if min(done) >= 3:
         break
+    if time.monotonic() > deadline:
+        sys.exit(f"the recorder marked {done} (pickle, json) of 3 collectives completed in 60 s")
     time.sleep(0.01)
 out = sys.argv[1]
-open(out + "/nccl_trace_rank_0", "wb").write(torch._C._distributed_c10d._dump_fr_trace(True, False))
-open(out + "/trace_json_rank_5.json", "wb").write(torch._C._distributed_c10d._dump_fr_trace_json(True, False))
+open(out + "/nccl_trace_rank_0", "wb").write(raw)
+open(out + "/trace_json_rank_5.json", "wb").write(text.encode() if isinstance(text, str) else text)
 dist.destroy_process_group()
 """
 
