@@ -143,8 +143,6 @@ def still_judged(judged: Mapping[int, tuple[Cells, Window]], before: Mapping[str
     the window's own hosts only, so a window none of whose hosts changed group is judged as it was. At 10,000 GPUs a
     lost host leaving the groups had all ~36 windows judged again (~1.6 s); now the ones that still hold it."""
     changed = {h for h in before.keys() | peers.keys() if before.get(h) != peers.get(h)}
-    if not changed:
-        return dict(judged)
     return {w: v for w, v in judged.items() if changed.isdisjoint(v[0].host)}
 
 

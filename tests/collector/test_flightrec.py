@@ -34,7 +34,7 @@ while True:
     time.sleep(0.01)
 out = sys.argv[1]
 open(out + "/nccl_trace_rank_0", "wb").write(raw)
-open(out + "/trace_json_rank_5.json", "wb").write(text.encode() if isinstance(text, str) else text)
+open(out + "/trace_json_rank_5.json", "wb").write(text)
 dist.destroy_process_group()
 """
 
