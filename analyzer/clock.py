@@ -15,7 +15,10 @@ Watermark rules (what `JobClock.until` returns, the newest instant that may be j
   agent) is waited for, so no window is judged on part of its samples. A source that lags
   because the ingest is saturated stays alive; one whose agent sends nothing goes idle once
   the job has moved `gone_lag_s` past it, and its silence is then final (the heartbeat
-  detector's to report).
+  detector's to report). Live, `gone_lag_s` is the cap: each source the job leads by at least
+  `gone_min_s` while it is silent gets a gone-lag learnt from its own recent delivery
+  (`delivery`: how far it can have lagged its job), so a steadily shipped host that is lost is
+  let go after `gone_min_s` and a bursty one is waited for as long as its bursts need.
 * While any dense source is alive, the watermark is the oldest newest-timestamp among the
   alive ones (hosts on partitions that catch up at different paces are all there up to
   it), but never more than `max_lag_s` behind the job's newest dense timestamp (a host
@@ -38,10 +41,11 @@ a stopped job is the grid point at or after its newest timestamp.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from vigil.analyzer.delivery import Candidate, gone_lags
 from vigil.analyzer.detect.base import EPOCH, SourceClock, as_utc, ch_time
 from vigil.clickhouse.query import QueryClient
 
@@ -76,11 +80,13 @@ SELECT job_id FROM host_clock GROUP BY job_id HAVING max(last_ingested) > {since
 
 def job_clocks(client: QueryClient, *, job: str | None = None, active_since: datetime | None = None,
                also: Sequence[str] = (), frontier: datetime | None = None, idle_s: float = 5.0,
-               max_lag_s: float | None = None, gone_lag_s: float = 0.0) -> list[JobClock]:
+               max_lag_s: float | None = None, gone_lag_s: float = 0.0,
+               gone_min_s: float | None = None) -> list[JobClock]:
     """The clock of `job`, or of every job with anything ingested after `active_since` (plus `also`).
 
     `frontier` (wall): everything produced before it is stored; None = replay (nothing more
-    is coming: every source idle).
+    is coming: every source idle). `gone_min_s`: learn each silent source's gone-lag, at least
+    this and at most `gone_lag_s` (`delivery`); None: `gone_lag_s` for every source.
     """
     params: dict[str, object] = {}
     if job is not None:
@@ -91,21 +97,50 @@ def job_clocks(client: QueryClient, *, job: str | None = None, active_since: dat
     else:
         where = "1"
     rows = client.query(_CLOCKS_SQL.replace("$where", where), parameters=params).result_rows
-    per_job: dict[str, list[tuple[str, str, datetime, datetime, datetime]]] = defaultdict(list)
+    per_job: dict[str, list[Source]] = defaultdict(list)
     for j, host, source, first, last, ingested in rows:
         per_job[str(j)].append((str(host), str(source), as_utc(first), as_utc(last), as_utc(ingested)))
-    return [_clock(j, srcs, frontier, idle_s, max_lag_s, gone_lag_s) for j, srcs in sorted(per_job.items())]
+    clocks = [_clock(j, srcs, frontier, idle_s, max_lag_s, gone_lag_s) for j, srcs in sorted(per_job.items())]
+    if gone_min_s is None or gone_min_s >= gone_lag_s or frontier is None:
+        return clocks
+    waited = [c for clock in clocks for c in held(clock, frontier, idle_s, gone_min_s)]
+    if not waited:
+        return clocks
+    learnt: dict[str, dict[tuple[str, str], float]] = defaultdict(dict)
+    members = {c.job: len({h for h, s in c.sources if s in DENSE}) for c in clocks}
+    for (j, h, s), lag in gone_lags(client, waited, members, floor_s=gone_min_s, cap_s=gone_lag_s).items():
+        learnt[j][(h, s)] = lag
+    return [_clock(j, srcs, frontier, idle_s, max_lag_s, gone_lag_s, learnt[j]) if j in learnt else c
+            for (j, srcs), c in zip(sorted(per_job.items()), clocks, strict=True)]
 
 
-def _clock(job: str, srcs: list[tuple[str, str, datetime, datetime, datetime]], frontier: datetime | None,
-           idle_s: float, max_lag_s: float | None, gone_lag_s: float = 0.0) -> JobClock:
+Source = tuple[str, str, datetime, datetime, datetime]
+"""One row of `host_clock` for a job: host, source, first and newest event time, when last ingested (wall)."""
+
+
+def held(clock: JobClock, frontier: datetime, idle_s: float, floor_s: float) -> list[Candidate]:
+    """The dense sources of `clock` that are silent (nothing ingested within `idle_s` of `frontier`) and still hold
+    the watermark, led by the job's newest fresh source by at least `floor_s`: those whose gone-lag is learnt."""
+    idle_before = frontier - timedelta(seconds=idle_s)
+    newest = max((c.last_ts for (_h, s), c in clock.sources.items() if s in DENSE and c.ingested > idle_before),
+                 default=None)
+    if newest is None:
+        return []
+    return [(clock.job, h, s, c.last_ts) for (h, s), c in sorted(clock.sources.items())
+            if s in DENSE and c.alive and c.ingested <= idle_before and (newest - c.last_ts).total_seconds() >= floor_s]
+
+
+def _clock(job: str, srcs: list[Source], frontier: datetime | None, idle_s: float, max_lag_s: float | None,
+           gone_lag_s: float = 0.0, gone: Mapping[tuple[str, str], float] | None = None) -> JobClock:
+    """`gone`: (host, source) -> its own gone-lag, where learnt (else `gone_lag_s`)."""
     idle_before = frontier - timedelta(seconds=idle_s) if frontier is not None else None
     fresh = {(h, s): idle_before is not None and ingested > idle_before for h, s, _f, _l, ingested in srcs}
     newest = max((last for h, s, _f, last, _i in srcs if s in DENSE and fresh[(h, s)]), default=None)
+    lags = gone or {}
 
     def alive(h: str, s: str, last: datetime) -> bool:  # fresh, or silent but not yet left behind by the job
         return fresh[(h, s)] or (s in DENSE and newest is not None
-                                 and (newest - last).total_seconds() < gone_lag_s)
+                                 and (newest - last).total_seconds() < lags.get((h, s), gone_lag_s))
 
     sources = {(h, s): SourceClock(last_ts=last, ingested=ingested, alive=alive(h, s, last))
                for h, s, _f, last, ingested in srcs}

@@ -197,7 +197,7 @@ class LiveCursor:
         fr = frontier or datetime.now(UTC)
         clocks = job_clocks(client, active_since=fr - timedelta(seconds=s.job_idle_s), also=sorted(self._unfinished),
                             frontier=fr, idle_s=s.watermark_idle_s, max_lag_s=s.watermark_max_lag_s,
-                            gone_lag_s=s.watermark_gone_lag_s)
+                            gone_lag_s=s.watermark_gone_lag_s, gone_min_s=s.watermark_gone_min_s)
         queues: dict[str, deque[datetime]] = {}
         by_job = {c.job: c for c in clocks}
         for gone in set(self._trackers) - set(by_job):  # inactive jobs: their state is rebuilt if they return

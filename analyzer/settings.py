@@ -174,7 +174,13 @@ class AnalyzerSettings(VigilBaseSettings):
     watermark_gone_lag_s: float = Field(default=10.0, ge=0, description="event time: a host's source silent for "
                                         "`watermark_idle_s` still holds the watermark back until the job's other "
                                         "sources are this far ahead of it (bursty delivery is waited for; a lost "
-                                        "host is let go: heartbeat loss is then paged ~this long after its last beat)")
+                                        "host is let go: heartbeat loss is then paged ~this long after its last "
+                                        "beat); live, the most a source is waited for (see watermark_gone_min_s)")
+    watermark_gone_min_s: float = Field(default=6.0, ge=0, description="event time: live, a silent source is waited "
+                                        "for as long as its own recent delivery needs (how far it lagged its job: "
+                                        "its cadence and delays, plus 2 s), at least this (a shorter delivery stall "
+                                        "is never judged; 6 s: 3 heartbeat intervals) and at most "
+                                        "`watermark_gone_lag_s`; equal to it: every source waits that long")
     watermark_max_lag_s: float = Field(default=120.0, gt=0, description="the watermark never trails the job's "
                                        "newest event time by more than this")
     refresh_s: float = Field(default=60.0, gt=0, description="re-publish a firing alert at most this often")

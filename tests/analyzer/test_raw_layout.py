@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import FIXTURE_TTL_DAYS, analyzer_migrations_before
 from tests.longjob import HOURS, T0, grow, selected
-from vigil.analyzer import schema
+from vigil.analyzer import delivery, schema
 from vigil.analyzer.advisor import query as advisor_query
 from vigil.analyzer.detect import flap, hang, heartbeat, quiet, traffic
 from vigil.analyzer.detect.base import ch_time
@@ -57,8 +57,11 @@ def test_window_reads_select_the_minutes_they_span_not_the_whole_job(clickhouse_
     # now, and an instant judged in the past (a replay, a catch-up): an hour in, two hours of the job after it
     for at in (end - timedelta(seconds=5), T0 + timedelta(hours=1)):
         reads = _reads(at)
-        if at > T0 + timedelta(hours=2):
+        if at > T0 + timedelta(hours=2):  # reads made at the job's newest instant only
             reads["advisor"] = (advisor_query.CPU_SQL, dict(span=300))
+            for table in sorted(schema.MINUTE_FIRST):  # the watermark's, for a silent host (no upper bound)
+                sql = delivery._SQL.replace("$table", table).replace("$bound", delivery._bound(table))
+                reads[f"delivery {table}"] = (sql, dict(lo=ch_time(at - timedelta(seconds=30)), hosts=["h1"]))
         for name, (sql, params) in reads.items():
             found = selected(client, sql, {"job": "long", "at": ch_time(at), **params})
             assert found, name
