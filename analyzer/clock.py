@@ -106,9 +106,10 @@ def job_clocks(client: QueryClient, *, job: str | None = None, active_since: dat
     waited = [c for clock in clocks for c in held(clock, frontier, idle_s, gone_min_s)]
     if not waited:
         return clocks
+    silent = {c.job: len({h for h, _s, _l in _silent(c, frontier, idle_s)}) for c in clocks}
+    members = {c.job: len({h for (h, s), sc in c.sources.items() if s in DENSE and sc.alive}) for c in clocks}
     learnt: dict[str, dict[tuple[str, str], float]] = defaultdict(dict)
-    members = {c.job: len({h for h, s in c.sources if s in DENSE}) for c in clocks}
-    for (j, h, s), lag in gone_lags(client, waited, members, floor_s=gone_min_s, cap_s=gone_lag_s).items():
+    for (j, h, s), lag in gone_lags(client, waited, silent, members, floor_s=gone_min_s, cap_s=gone_lag_s).items():
         learnt[j][(h, s)] = lag
     return [_clock(j, srcs, frontier, idle_s, max_lag_s, gone_lag_s, learnt[j]) if j in learnt else c
             for (j, srcs), c in zip(sorted(per_job.items()), clocks, strict=True)]
@@ -118,16 +119,23 @@ Source = tuple[str, str, datetime, datetime, datetime]
 """One row of `host_clock` for a job: host, source, first and newest event time, when last ingested (wall)."""
 
 
-def held(clock: JobClock, frontier: datetime, idle_s: float, floor_s: float) -> list[Candidate]:
-    """The dense sources of `clock` that are silent (nothing ingested within `idle_s` of `frontier`) and still hold
-    the watermark, led by the job's newest fresh source by at least `floor_s`: those whose gone-lag is learnt."""
+def _silent(clock: JobClock, frontier: datetime, idle_s: float) -> list[tuple[str, str, float]]:
+    """(host, source, the job's lead on it in seconds) of each dense source of `clock` silent in wall time (nothing
+    ingested within `idle_s` of `frontier`) that still holds the watermark; none while no dense source arrives."""
     idle_before = frontier - timedelta(seconds=idle_s)
     newest = max((c.last_ts for (_h, s), c in clock.sources.items() if s in DENSE and c.ingested > idle_before),
                  default=None)
     if newest is None:
         return []
-    return [(clock.job, h, s, c.last_ts) for (h, s), c in sorted(clock.sources.items())
-            if s in DENSE and c.alive and c.ingested <= idle_before and (newest - c.last_ts).total_seconds() >= floor_s]
+    return [(h, s, (newest - c.last_ts).total_seconds()) for (h, s), c in sorted(clock.sources.items())
+            if s in DENSE and c.alive and c.ingested <= idle_before]
+
+
+def held(clock: JobClock, frontier: datetime, idle_s: float, floor_s: float) -> list[Candidate]:
+    """The silent dense sources of `clock` that still hold the watermark, led by the job's newest fresh source by at
+    least `floor_s`: those whose gone-lag is learnt."""
+    return [(clock.job, h, s, clock.sources[(h, s)].last_ts) for h, s, lead in _silent(clock, frontier, idle_s)
+            if lead >= floor_s]
 
 
 def _clock(job: str, srcs: list[Source], frontier: datetime | None, idle_s: float, max_lag_s: float | None,

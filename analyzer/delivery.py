@@ -22,12 +22,14 @@ quickest. That covers a source shipped in bursts of B seconds (delays B apart), 
 than the rest by a constant offset (a spool read every few seconds), and the agent's and the
 ingest's batching. Bounds:
 
-* floor (`watermark_gone_min_s`, 6 s: the heartbeat detector's 3 intervals of 2 s): a delivery stall
-  of a steadily shipped source shorter than that is never judged (it was 10 s);
+* floor (`watermark_gone_min_s`, 6 s: the heartbeat detector's 3 intervals of 2 s): the least lead
+  of its job that lets a source go. A source normally level with its job is let go after ~6 s
+  without delivery (it was 10 s); one that normally trails its job, that much sooner; none before
+  `watermark_idle_s` of wall time;
 * cap (`watermark_gone_lag_s`): what any source was waited for before, and what one gets whose
   events span less than the cap (too little to learn from: a new source);
 * the cap, too, for every candidate of a job where more than `CORRELATED` of its hosts (and more
-  than 2) fall silent at once: a lost host is one independent event; many at once is the job's or
+  than 2) are silent at once (any dense source, however briefly): a lost host is one independent event; many at once is the job's or
   the delivery's (a hang stops every host's steps; a broker or partition stall, an agent rollout,
   stalls many agents), waited for as before, and no query is made.
 
@@ -61,8 +63,10 @@ TABLES = {"step": "step_timings", "heartbeat": "heartbeats", "nic": "nic_counter
 """Dense source -> the raw table its events are stored in."""
 
 _LO = "{lo:DateTime64(3, 'UTC')}"
-_STEPS = f"""step >= (SELECT min(step) FROM job_step_runs
-                     WHERE job_id = {{job:String}} AND bucket >= toStartOfInterval({_LO}, INTERVAL 10 SECOND))"""
+_STEPS = f"""step >= ifNull((SELECT minOrNull(step) FROM job_step_runs
+                            WHERE job_id = {{job:String}} AND bucket >= toStartOfInterval({_LO}, INTERVAL 10 SECOND)),
+                           18446744073709551615)"""
+"""The steps of the window, from the job's per-step rollup: none stored there (a pause, a hang) reads none."""
 _SQL = f"""
 SELECT host, min(ts) AS first, max(ts) AS last, min(d) AS quickest_ms, max(d) AS slowest_ms,
        arrayMax(arrayDifference(arraySort(groupUniqArrayIf(toUnixTimestamp64Milli(ts),
@@ -90,18 +94,23 @@ def learnt_lag(span_s: float, gap_s: float, slowest_s: float, quickest_s: float,
     return min(cap_s, max(floor_s, gap_s + slowest_s - quickest_s + MARGIN_S))
 
 
-def gone_lags(client: QueryClient, candidates: Iterable[Candidate], members: Mapping[str, int], *, floor_s: float,
-              cap_s: float) -> dict[tuple[str, str, str], float]:
-    """(job, host, source) -> its learnt gone-lag, for each candidate (the cap where nothing is stored in its window,
-    and for every candidate of a job with more than `CORRELATED` of its `members` hosts silent at once)."""
+def correlated(silent: int, members: int) -> bool:
+    """Whether `silent` hosts of a job of `members` falling silent at once is the job's or the delivery's doing."""
+    return silent > max(2, CORRELATED * members)
+
+
+def gone_lags(client: QueryClient, candidates: Iterable[Candidate], silent: Mapping[str, int],
+              members: Mapping[str, int], *, floor_s: float, cap_s: float) -> dict[tuple[str, str, str], float]:
+    """(job, host, source) -> its learnt gone-lag, for each candidate: the cap where nothing is stored in its window,
+    and for every candidate of a job whose `silent` hosts (any dense source silent in wall time, however short) are
+    `correlated` among its `members` (hosts with a dense source still arriving or waited for)."""
     by_job: dict[str, list[Candidate]] = {}
     for c in sorted(set(candidates)):
         if c[2] in TABLES:
             by_job.setdefault(c[0], []).append(c)
     out: dict[tuple[str, str, str], float] = {}
     for job, mine in by_job.items():
-        hosts = {h for _j, h, _s, _l in mine}
-        if len(hosts) > max(2, CORRELATED * members.get(job, 0)):
+        if correlated(silent.get(job, 0), members.get(job, 0)):
             out.update({(job, h, s): cap_s for _j, h, s, _l in mine})
             continue
         out.update(_learnt(client, job, mine, floor_s=floor_s, cap_s=cap_s))

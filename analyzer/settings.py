@@ -178,9 +178,10 @@ class AnalyzerSettings(VigilBaseSettings):
                                         "beat); live, the most a source is waited for (see watermark_gone_min_s)")
     watermark_gone_min_s: float = Field(default=6.0, ge=0, description="event time: live, a silent source is waited "
                                         "for as long as its own recent delivery needs (how far it lagged its job: "
-                                        "its cadence and delays, plus 2 s), at least this (a shorter delivery stall "
-                                        "is never judged; 6 s: 3 heartbeat intervals) and at most "
-                                        "`watermark_gone_lag_s`; equal to it: every source waits that long")
+                                        "its cadence and delays, plus 2 s), at least this (a source level with its "
+                                        "job is let go after ~this long without delivery; 6 s: 3 heartbeat "
+                                        "intervals) and at most `watermark_gone_lag_s`; at or above it: every "
+                                        "source waits `watermark_gone_lag_s`")
     watermark_max_lag_s: float = Field(default=120.0, gt=0, description="the watermark never trails the job's "
                                        "newest event time by more than this")
     refresh_s: float = Field(default=60.0, gt=0, description="re-publish a firing alert at most this often")

@@ -3,15 +3,19 @@ go after a few seconds, a bursty one is waited for as long as its bursts need, a
 
 from __future__ import annotations
 
+import re
 import time
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from test_detectors import caught_up, load
 
+from vigil.analyzer import delivery
 from vigil.analyzer.alerts.book import AlertBook
 from vigil.analyzer.clock import _clock, job_clocks
 from vigil.analyzer.delivery import MARGIN_S, gone_lags, learnt_lag
+from vigil.analyzer.detect.base import ch_time
 from vigil.analyzer.engine import LiveCursor, replay
 from vigil.analyzer.settings import AnalyzerSettings
 from vigil.analyzer.simulator.faults import parse_fault
@@ -82,11 +86,11 @@ def test_the_gone_lag_is_learnt_from_the_sources_stored_delivery(clickhouse_dsn:
     last = times[-1]
     hosts = ("steady", "bursty", "new", "late")
     wanted = [("d", h, "heartbeat", last) for h in hosts] + [("d", "steady", "step", last)]
-    lags = gone_lags(client, wanted, {"d": 500}, floor_s=3, cap_s=10)
+    lags = gone_lags(client, wanted, {"d": 4}, {"d": 500}, floor_s=3, cap_s=10)
     assert lags == {("d", "steady", "heartbeat"): 2 + MARGIN_S, ("d", "bursty", "heartbeat"): 10,
                     ("d", "new", "heartbeat"): 10, ("d", "late", "heartbeat"): 5 + MARGIN_S,
                     ("d", "steady", "step"): 2 + MARGIN_S}
-    assert set(gone_lags(client, wanted, {"d": 5}, floor_s=3, cap_s=10).values()) == {10}  # a correlated silence
+    assert set(gone_lags(client, wanted, {"d": 4}, {"d": 5}, floor_s=3, cap_s=10).values()) == {10}  # correlated
     # job "e": "steady" and "bursty" as in "d"; "on" goes on beating, 5 s past them, 20 s (wall) after they went silent
     client.command(_beats("e", "steady", times, [t + timedelta(seconds=1) for t in times]))
     client.command(_beats("e", "bursty", times, [T0 + timedelta(seconds=8 * (i // 4 + 1) + 0.5) for i in range(21)]))
@@ -97,6 +101,49 @@ def test_the_gone_lag_is_learnt_from_the_sources_stored_delivery(clickhouse_dsn:
     assert not clock.sources[("steady", "heartbeat")].alive and clock.sources[("bursty", "heartbeat")].alive
     (fixed,) = job_clocks(client, job="e", frontier=frontier, idle_s=5, gone_lag_s=10)  # no floor: the cap for all
     assert fixed.sources[("steady", "heartbeat")].alive
+    # three steady hosts silent at once: among 150 others beating on, each is let go; among 1, none (correlated)
+    for job, others in (("f", 150), ("g", 1)):
+        for h in ("s1", "s2", "s3"):
+            client.command(_beats(job, h, times, [t + timedelta(seconds=1) for t in times]))
+        for i in range(others):
+            client.command(_beats(job, f"on{i}", on, [t + timedelta(seconds=1) for t in on[:-1]] + [frontier]))
+        (clock,) = job_clocks(client, job=job, frontier=frontier, idle_s=5, gone_lag_s=10, gone_min_s=3)
+        assert {clock.sources[(h, "heartbeat")].alive for h in ("s1", "s2", "s3")} == {others == 1}, job
+
+
+def _granules(client: Any, sql: str, params: dict[str, Any], table: str) -> tuple[int, int]:
+    """(granules selected, granules) of the read of `table` in `sql`, as its primary key left them."""
+    plan = "\n".join(str(r[0]) for r in client.query(f"EXPLAIN indexes = 1 {sql}", parameters=params).result_rows)
+    read = next(r for r in plan.split("ReadFromMergeTree")[1:] if r.startswith(f" ({client.database}.{table})"))
+    got = re.search(r"Granules: (\d+)/(\d+)", read[read.index("PrimaryKey"):])
+    assert got is not None, read
+    return int(got.group(1)), int(got.group(2))
+
+
+@pytest.mark.clickhouse
+def test_the_step_read_selects_the_steps_of_its_window(clickhouse_dsn: str, database: str) -> None:
+    """step_timings sorts by (job, step, ...): the read of a silent host's steps is bounded by the steps of its
+    window (from job_step_runs), so it selects a few granules of a long job's, and none when the window holds no step
+    of the job (a pause, a hang) while another job's steps go on in the same parts (no fallback to the whole job)."""
+    client = connect(clickhouse_dsn, database=database)
+    client.command(f"""INSERT INTO step_timings (event_id, job_id, host, rank, local_rank, world_size, dp, tp, pp,
+                           step, ts, step_ms, failed, dropped)
+        SELECT concat('s', toString(number)), 'long', concat('h', toString(intDiv(number % 64, 8))), number % 64,
+               number % 8, 64, 0, 0, 0, intDiv(number, 64), {_at(T0)} + toIntervalSecond(intDiv(number, 64)), 1000, 0, 0
+        FROM numbers({64 * 3 * 3600})""")
+    client.command(f"""INSERT INTO step_timings (event_id, job_id, host, rank, local_rank, world_size, dp, tp, pp,
+                           step, ts, step_ms, failed, dropped)
+        SELECT concat('o', toString(number)), 'other', 'x', 0, 0, 1, 0, 0, 0, number,
+               {_at(T0)} + toIntervalSecond(number), 1000, 0, 0 FROM numbers({4 * 3600})""")  # another job, an hour on
+    client.command("OPTIMIZE TABLE step_timings FINAL")
+    sql = delivery._SQL.replace("$table", "step_timings").replace("$bound", delivery._bound("step_timings"))
+    end = T0 + timedelta(hours=3)
+    got, total = _granules(client, sql, {"job": "long", "lo": ch_time(end - timedelta(seconds=35)), "hosts": ["h1"]},
+                           "step_timings")
+    assert total >= 60 and got <= 2, (got, total)  # of the job's ~85
+    got, total = _granules(client, sql, {"job": "long", "lo": ch_time(end + timedelta(minutes=5)), "hosts": ["h1"]},
+                           "step_timings")
+    assert got <= 1, (got, total)  # the engine may prune the part before the key: 0 of 0
 
 
 def _job(job: str, steps: int, faults: list[str]) -> tuple[list[list[Event]], dict[int, datetime]]:
