@@ -103,10 +103,12 @@ def job_clocks(client: QueryClient, *, job: str | None = None, active_since: dat
     clocks = [_clock(j, srcs, frontier, idle_s, max_lag_s, gone_lag_s) for j, srcs in sorted(per_job.items())]
     if gone_min_s is None or gone_min_s >= gone_lag_s or frontier is None:
         return clocks
-    waited = [c for clock in clocks for c in held(clock, frontier, idle_s, gone_min_s)]
+    quiet = {c.job: _silent(c, frontier, idle_s) for c in clocks}
+    waited: list[Candidate] = [(c.job, h, s, c.sources[(h, s)].last_ts)  # the job leads them by the floor or more
+                               for c in clocks for h, s, lead in quiet[c.job] if lead >= gone_min_s]
     if not waited:
         return clocks
-    silent = {c.job: len({h for h, _s, _l in _silent(c, frontier, idle_s)}) for c in clocks}
+    silent = {job: len({h for h, _s, _l in q}) for job, q in quiet.items()}
     members = {c.job: len({h for (h, s), sc in c.sources.items() if s in DENSE and sc.alive}) for c in clocks}
     learnt: dict[str, dict[tuple[str, str], float]] = defaultdict(dict)
     for (j, h, s), lag in gone_lags(client, waited, silent, members, floor_s=gone_min_s, cap_s=gone_lag_s).items():
@@ -129,13 +131,6 @@ def _silent(clock: JobClock, frontier: datetime, idle_s: float) -> list[tuple[st
         return []
     return [(h, s, (newest - c.last_ts).total_seconds()) for (h, s), c in sorted(clock.sources.items())
             if s in DENSE and c.alive and c.ingested <= idle_before]
-
-
-def held(clock: JobClock, frontier: datetime, idle_s: float, floor_s: float) -> list[Candidate]:
-    """The silent dense sources of `clock` that still hold the watermark, led by the job's newest fresh source by at
-    least `floor_s`: those whose gone-lag is learnt."""
-    return [(clock.job, h, s, clock.sources[(h, s)].last_ts) for h, s, lead in _silent(clock, frontier, idle_s)
-            if lead >= floor_s]
 
 
 def _clock(job: str, srcs: list[Source], frontier: datetime | None, idle_s: float, max_lag_s: float | None,

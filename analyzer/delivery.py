@@ -29,16 +29,16 @@ ingest's batching. Bounds:
 * cap (`watermark_gone_lag_s`): what any source was waited for before, and what one gets whose
   events span less than the cap (too little to learn from: a new source);
 * the cap, too, for every candidate of a job where more than `CORRELATED` of its hosts (and more
-  than 2) are silent at once (any dense source, however briefly): a lost host is one independent event; many at once is the job's or
-  the delivery's (a hang stops every host's steps; a broker or partition stall, an agent rollout,
+  than 2) are silent at once (any dense source, however briefly): a lost host is one independent
+  event; many at once is the job's or the delivery's (a hang stops every host's steps; a broker or partition stall, an agent rollout,
   stalls many agents), waited for as before, and no query is made.
 
 Delays measured while the ingest caught up with a backlog (everything ingested late, in large
 batches) are wide apart, so such a source gets the cap until its window holds steady delivery again;
 a host whose clock runs ahead makes its job's quickest delay negative: longer lags, never shorter.
 
-A function of the store and the candidates (`clock.held`: silent sources the job leads by at least
-the floor and less than the cap); the window starts at the job's oldest candidate's newest event less
+A function of the store and the candidates (`clock.job_clocks`: silent sources the job leads by at
+least the floor and less than the cap); the window starts at the job's oldest candidate's newest event less
 the window. A job whose sources all arrive has none and costs no query; otherwise each dense table is
 read once per job over the window, by its sorting key: the minutes of the window for NICs and
 heartbeats (`schema.minutes`), the steps of the window (from `job_step_runs`) for steps.
@@ -80,9 +80,10 @@ Candidate = tuple[str, str, str, datetime]
 """(job, host, source, the source's newest event time)."""
 
 
-def _bound(table: str) -> str:
-    """The sorting key's bound implied by `ts >= lo` (the engine derives neither from `ts`)."""
-    return minutes(_LO) if table in MINUTE_FIRST else _STEPS
+def read(table: str) -> str:
+    """The read of one dense table for a job's window, bounded by the table's sorting key as `ts >= lo` implies (the
+    engine derives neither bound from `ts`)."""
+    return _SQL.replace("$table", table).replace("$bound", minutes(_LO) if table in MINUTE_FIRST else _STEPS)
 
 
 def learnt_lag(span_s: float, gap_s: float, slowest_s: float, quickest_s: float, *, floor_s: float,
@@ -106,8 +107,7 @@ def gone_lags(client: QueryClient, candidates: Iterable[Candidate], silent: Mapp
     `correlated` among its `members` (hosts with a dense source still arriving or waited for)."""
     by_job: dict[str, list[Candidate]] = {}
     for c in sorted(set(candidates)):
-        if c[2] in TABLES:
-            by_job.setdefault(c[0], []).append(c)
+        by_job.setdefault(c[0], []).append(c)
     out: dict[tuple[str, str, str], float] = {}
     for job, mine in by_job.items():
         if correlated(silent.get(job, 0), members.get(job, 0)):
@@ -124,7 +124,7 @@ def _learnt(client: QueryClient, job: str, mine: list[Candidate], *, floor_s: fl
     quickest: float | None = None
     seen: dict[tuple[str, str], tuple[float, float, float]] = {}  # (host, source) -> span, gap, slowest (seconds)
     for source, table in TABLES.items():
-        rows = client.query(_SQL.replace("$table", table).replace("$bound", _bound(table)), parameters=params)
+        rows = client.query(read(table), parameters=params)
         for host, first, last, quick, slow, gap in rows.result_rows:
             quickest = float(quick) / 1000 if quickest is None else min(quickest, float(quick) / 1000)
             seen[(str(host), source)] = ((as_utc(last) - as_utc(first)).total_seconds(), float(gap) / 1000,

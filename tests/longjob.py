@@ -31,13 +31,14 @@ def grow(client: Any) -> None:
     client.command("OPTIMIZE TABLE heartbeats FINAL")
 
 
-def selected(client: Any, sql: str, params: dict[str, Any]) -> list[tuple[int, int]]:
-    """(granules selected, granules) of each read of `sql` from a raw table, as the primary key left them."""
+def selected(client: Any, sql: str, params: dict[str, Any],
+             tables: tuple[str, ...] = ("nic_counters", "heartbeats")) -> list[tuple[int, int]]:
+    """(granules selected, granules) of each read of `sql` from one of `tables`, as the primary key left them."""
     plan = "\n".join(str(r[0]) for r in client.query(f"EXPLAIN indexes = 1 {sql}", parameters=params).result_rows)
     reads = re.split(r"ReadFromMergeTree", plan)[1:]
     out = []
     for read in reads:
-        if not re.match(r" \(\w+\.(nic_counters|heartbeats)\)", read):
+        if not re.match(rf" \(\w+\.({'|'.join(tables)})\)", read):
             continue
         pk = read[read.index("PrimaryKey"):]
         got = re.search(r"Granules: (\d+)/(\d+)", pk)

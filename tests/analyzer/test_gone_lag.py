@@ -3,14 +3,13 @@ go after a few seconds, a bursty one is waited for as long as its bursts need, a
 
 from __future__ import annotations
 
-import re
 import time
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 from test_detectors import caught_up, load
 
+from tests.longjob import selected
 from vigil.analyzer import delivery
 from vigil.analyzer.alerts.book import AlertBook
 from vigil.analyzer.clock import _clock, job_clocks
@@ -111,15 +110,6 @@ def test_the_gone_lag_is_learnt_from_the_sources_stored_delivery(clickhouse_dsn:
         assert {clock.sources[(h, "heartbeat")].alive for h in ("s1", "s2", "s3")} == {others == 1}, job
 
 
-def _granules(client: Any, sql: str, params: dict[str, Any], table: str) -> tuple[int, int]:
-    """(granules selected, granules) of the read of `table` in `sql`, as its primary key left them."""
-    plan = "\n".join(str(r[0]) for r in client.query(f"EXPLAIN indexes = 1 {sql}", parameters=params).result_rows)
-    read = next(r for r in plan.split("ReadFromMergeTree")[1:] if r.startswith(f" ({client.database}.{table})"))
-    got = re.search(r"Granules: (\d+)/(\d+)", read[read.index("PrimaryKey"):])
-    assert got is not None, read
-    return int(got.group(1)), int(got.group(2))
-
-
 @pytest.mark.clickhouse
 def test_the_step_read_selects_the_steps_of_its_window(clickhouse_dsn: str, database: str) -> None:
     """step_timings sorts by (job, step, ...): the read of a silent host's steps is bounded by the steps of its
@@ -136,13 +126,13 @@ def test_the_step_read_selects_the_steps_of_its_window(clickhouse_dsn: str, data
         SELECT concat('o', toString(number)), 'other', 'x', 0, 0, 1, 0, 0, 0, number,
                {_at(T0)} + toIntervalSecond(number), 1000, 0, 0 FROM numbers({4 * 3600})""")  # another job, an hour on
     client.command("OPTIMIZE TABLE step_timings FINAL")
-    sql = delivery._SQL.replace("$table", "step_timings").replace("$bound", delivery._bound("step_timings"))
+    sql = delivery.read("step_timings")
     end = T0 + timedelta(hours=3)
-    got, total = _granules(client, sql, {"job": "long", "lo": ch_time(end - timedelta(seconds=35)), "hosts": ["h1"]},
-                           "step_timings")
+    ((got, total),) = selected(client, sql, {"job": "long", "lo": ch_time(end - timedelta(seconds=35)),
+                                             "hosts": ["h1"]}, ("step_timings",))
     assert total >= 60 and got <= 2, (got, total)  # of the job's ~85
-    got, total = _granules(client, sql, {"job": "long", "lo": ch_time(end + timedelta(minutes=5)), "hosts": ["h1"]},
-                           "step_timings")
+    ((got, total),) = selected(client, sql, {"job": "long", "lo": ch_time(end + timedelta(minutes=5)),
+                                             "hosts": ["h1"]}, ("step_timings",))
     assert got <= 1, (got, total)  # the engine may prune the part before the key: 0 of 0
 
 

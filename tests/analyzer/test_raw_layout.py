@@ -60,8 +60,7 @@ def test_window_reads_select_the_minutes_they_span_not_the_whole_job(clickhouse_
         if at > T0 + timedelta(hours=2):  # reads made at the job's newest instant only
             reads["advisor"] = (advisor_query.CPU_SQL, dict(span=300))
             for table in sorted(schema.MINUTE_FIRST):  # the watermark's, for a silent host (no upper bound)
-                sql = delivery._SQL.replace("$table", table).replace("$bound", delivery._bound(table))
-                reads[f"delivery {table}"] = (sql, dict(lo=ch_time(at - timedelta(seconds=30)), hosts=["h1"]))
+                reads[f"delivery {table}"] = (delivery.read(table), dict(lo=ch_time(at - timedelta(seconds=30)), hosts=["h1"]))
         for name, (sql, params) in reads.items():
             found = selected(client, sql, {"job": "long", "at": ch_time(at), **params})
             assert found, name
