@@ -1,0 +1,195 @@
+"""Where the step events' decode could go, and what it does to "30 % of raw consume" (issue 26).
+
+For 100,000 step events of a 1,250-host x 8-GPU job in records of 500 events, as the agent sends
+them, one process, each leg repeated and interleaved (the machine is shared: compare within a run):
+
+* msgspec rows (today): `fastwire.decode_fast` per record, structs then the step column builder;
+* pyarrow's JSON reader: the same records, one per line, parsed in C++ against an explicit schema
+  (the phases map inferred as a struct: the reader has no map type), flattened to the events'
+  columns, the event ids back as Python strings (the recent-id window needs them); one thread, and
+  all threads;
+* msgspec columnar (a prototype of a protocol change, not a wire format vigil has): one record per
+  host-batch with one JSON array per field, decoded by msgspec into typed lists with the rows'
+  constraints; the envelope fields job_id and host once per record;
+* broker raw consume (no decode) of 500-event records as long as each format's record: does the
+  broker's read, the denominator of "30 % of raw consume", grow when the record shrinks?
+
+CPU seconds are the process's (with the threads pyarrow starts); wall seconds shown too.
+
+    python bench/wire_decode.py [--repeats 4] [--no-append]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import msgspec
+import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.compute as pc  # type: ignore[import-untyped]
+import pyarrow.json as pj  # type: ignore[import-untyped]
+from analyzer_common import append_results, machine_info
+from confluent_kafka import Producer
+from ingest_throughput import make_steps, raw_consume
+
+from vigil.analyzer.ingest.columns import BUILDERS
+from vigil.contract import encode_batch
+from vigil.contract.fastwire import U32, U64, AwareTs, EventId, Name, NonNeg, decode_fast
+from vigil.kafka.admin import ensure_topics
+from vigil.kafka.broker import EmbeddedBroker
+from vigil.settings import VigilSettings
+
+N, PER_RECORD = 100_000, 500
+_F64 = pa.float64()
+_U32 = pa.uint32()
+EVENT = pa.struct([("kind", pa.string()), ("schema_version", pa.int64()), ("event_id", pa.string()),
+                   ("job_id", pa.string()), ("host", pa.string()), ("ts", pa.timestamp("us", tz="UTC")),
+                   ("rank", _U32), ("local_rank", _U32), ("world_size", _U32),
+                   ("coords", pa.struct([("dp", _U32), ("tp", _U32), ("pp", _U32)])), ("step", pa.uint64()),
+                   ("step_ms", _F64), ("phases", pa.struct([])), ("phase_kinds", pa.struct([])),
+                   ("tokens", pa.uint64()), ("samples", pa.uint64()), ("tflops", _F64), ("mfu", _F64),
+                   ("failed", pa.bool_()), ("dropped", _U32)])
+RECORD = pa.schema([("kind", pa.string()), ("schema_version", pa.int64()), ("events", pa.list_(EVENT))])
+
+
+class StepColumns(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True, gc=False):
+    """The prototype columnar record: what 500 step events of one host would be as one array per field."""
+
+    kind: Literal["step_columns"]
+    schema_version: Literal[1]
+    job_id: Name
+    host: Name
+    event_id: list[EventId]
+    ts: list[AwareTs]
+    rank: list[U32]
+    local_rank: list[U32]
+    world_size: list[Annotated[int, msgspec.Meta(ge=1, le=2**32 - 1)]]
+    dp: list[U32]
+    tp: list[U32]
+    pp: list[U32]
+    step: list[U64]
+    step_ms: list[NonNeg]
+    phases: list[dict[Name, NonNeg]]
+    mfu: list[Annotated[float, msgspec.Meta(ge=0, le=1.5)] | None]
+
+
+_COLUMNAR = msgspec.json.Decoder(StepColumns)
+
+
+def columnar(events: list[Any]) -> bytes:
+    """`events` (one host's) as one columnar record."""
+    def col(name: str) -> list[Any]:
+        return [getattr(e, name) for e in events]
+    return msgspec.json.encode({"kind": "step_columns", "schema_version": 1, "job_id": events[0].job_id,
+                                "host": events[0].host, "event_id": col("event_id"), "ts": col("ts"),
+                                "rank": col("rank"), "local_rank": col("local_rank"), "world_size": col("world_size"),
+                                "dp": [e.coords.dp for e in events], "tp": [e.coords.tp for e in events],
+                                "pp": [e.coords.pp for e in events], "step": col("step"), "step_ms": col("step_ms"),
+                                "phases": col("phases"), "mfu": col("mfu")})
+
+
+def rows_leg(records: list[bytes]) -> None:
+    events = [e for r in records for e in decode_fast(r).events]
+    BUILDERS["step"][1](events)
+
+
+def arrow_leg(blob: bytes, threads: bool) -> None:
+    table = pj.read_json(io.BytesIO(blob), read_options=pj.ReadOptions(use_threads=threads, block_size=1 << 26),
+                         parse_options=pj.ParseOptions(explicit_schema=RECORD, unexpected_field_behavior="infer"))
+    flat = pc.list_flatten(table.column("events")).combine_chunks()
+    flat.field("event_id").to_pylist()
+
+
+def columnar_leg(records: list[bytes]) -> None:
+    for r in records:
+        c = _COLUMNAR.decode(r)
+        n = len(c.event_id)
+        [c.job_id] * n, [c.host] * n  # the envelope's columns, as the builder would repeat them
+
+
+def timed(leg: Callable[[], None], repeats: int) -> tuple[float, float]:
+    """(best CPU s, best wall s) over `repeats` runs of `leg`."""
+    cpu, wall = [], []
+    for _ in range(repeats):
+        c0, w0 = time.process_time(), time.perf_counter()
+        leg()
+        cpu.append(time.process_time() - c0)
+        wall.append(time.perf_counter() - w0)
+    return min(cpu), min(wall)
+
+
+def raw_events_per_s(broker: EmbeddedBroker, bytes_per_event: int, records: int = 1200) -> float:
+    """Broker raw consume, in events/s, of `records` records of 500 events at `bytes_per_event` (content: random hex)."""
+    s = VigilSettings(home=Path(tempfile.mkdtemp()), kafka_bootstrap=broker.bootstrap,
+                      topic_prefix=f"w{uuid.uuid4().hex[:6]}.", topic_partitions=4)
+    ensure_topics(s, broker.bootstrap)
+    topic = s.topic("steps")
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "message.max.bytes": 4_000_000})
+    for i in range(records):
+        payload = os.urandom(bytes_per_event * PER_RECORD // 2).hex().encode()
+        while True:
+            try:
+                p.produce(topic, payload, partition=i % 4)
+                break
+            except BufferError:
+                p.poll(0.1)
+    p.flush(60)
+    return records * PER_RECORD / raw_consume(s, broker.bootstrap, topic, records)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=4)
+    ap.add_argument("--no-append", dest="append", action="store_false")
+    args = ap.parse_args()
+    events = make_steps(N, hosts=1250)
+    by_host: dict[str, list[Any]] = {}
+    for e in events:
+        by_host.setdefault(e.host, []).append(e)
+    rows = [encode_batch(events[i:i + PER_RECORD]) for i in range(0, N, PER_RECORD)]
+    cols = [columnar(hs[i:i + PER_RECORD]) for hs in by_host.values() for i in range(0, len(hs), PER_RECORD)]
+    blob = b"\n".join(rows)
+    row_b, col_b = sum(map(len, rows)) // N, sum(map(len, cols)) // N
+    legs: dict[str, Callable[[], None]] = {
+        "msgspec rows (today: decode_fast + column builder)": lambda: rows_leg(rows),
+        "pyarrow JSON reader, 1 thread (+ flatten, ids to Python)": lambda: arrow_leg(blob, False),
+        "pyarrow JSON reader, all threads (+ flatten, ids to Python)": lambda: arrow_leg(blob, True),
+        "msgspec columnar record (prototype, not vigil's wire)": lambda: columnar_leg(cols)}
+    best: dict[str, tuple[float, float]] = {}
+    for _ in range(args.repeats):  # interleaved: each leg once per round
+        for name, leg in legs.items():
+            c, w = timed(leg, 1)
+            b = best.get(name, (c, w))
+            best[name] = (min(b[0], c), min(b[1], w))
+    broker = EmbeddedBroker(log_path=Path(tempfile.mkdtemp()) / "tansu.log")
+    broker.start()
+    try:
+        raw = {size: max(raw_events_per_s(broker, size) for _ in range(args.repeats // 2 or 1)) for size in (row_b, col_b)}
+    finally:
+        broker.stop()
+    lines = [f"| {name} | {c * 1000:.0f} | {w * 1000:.0f} | {N / w:,.0f} |" for name, (c, w) in best.items()]
+    body = "\n".join([
+        machine_info(), "",
+        f"{N:,} step events of a 1,250-host x 8-GPU job: {len(rows)} row records of {PER_RECORD} ({row_b} bytes per "
+        f"event); as the columnar prototype {len(cols)} records ({col_b} bytes per event). Best of {args.repeats}, "
+        "legs interleaved. Load average at end: " + "/".join(f"{x:.1f}" for x in os.getloadavg()) + ".", "",
+        "| decode | CPU ms per 100k | wall ms per 100k | events/s (wall) |", "| --- | ---: | ---: | ---: |", *lines, "",
+        "| broker raw consume (no decode), 500-event records | events/s | MB/s |", "| --- | ---: | ---: |",
+        *[f"| {size} bytes per event | {v:,.0f} | {v * size / 1e6:.0f} |" for size, v in raw.items()], "",
+        "Command: `python bench/wire_decode.py" + (f" --repeats {args.repeats}" if args.repeats != 4 else "") + "`."])
+    print(body)
+    if args.append:
+        append_results("Wire decode: msgspec rows vs pyarrow's JSON reader vs a columnar record, and raw consume by "
+                       "record size (bench/wire_decode.py)", body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
