@@ -9,8 +9,12 @@ them, one process, each leg repeated and interleaved (the machine is shared: com
   columns, the event ids back as Python strings (the recent-id window needs them); one thread, and
   all threads;
 * msgspec columnar (a prototype of a protocol change, not a wire format vigil has): one record per
-  host-batch with one JSON array per field, decoded by msgspec into typed lists with the rows'
-  constraints; the envelope fields job_id and host once per record;
+  host-batch with one JSON array per field of `StepTiming`, decoded by msgspec into typed lists with the
+  rows' constraints and concatenated into the batch's columns; the envelope fields job_id and host once per record;
+* the ingest's work on one thread, no broker: a 100k batch of each kind of record decoded, staged (in-batch
+  repeats, marks, columns), judged by a fresh recent-id window, inserted into a migrated store (rollups and
+  all, one token-deduplicated block) and added to the window; and the insert alone with the columns ready
+  (the engine's share). The columnar records' columns are checked equal to the rows' first;
 * broker raw consume (no decode) of 500-event records as long as each format's record: does the
   broker's read, the denominator of "30 % of raw consume", grow when the record shrinks?
 
@@ -24,7 +28,6 @@ from __future__ import annotations
 import argparse
 import io
 import os
-import sys
 import tempfile
 import time
 import uuid
@@ -40,14 +43,21 @@ from analyzer_common import append_results, machine_info
 from confluent_kafka import Producer
 from ingest_throughput import make_steps, raw_consume
 
+from vigil.analyzer.ingest.blocks import BlockInserter, Columns
 from vigil.analyzer.ingest.columns import BUILDERS
+from vigil.analyzer.ingest.recent import Marks, RecentIds
+from vigil.analyzer.ingest.staging import stage
+from vigil.app.components import migrate_all
+from vigil.clickhouse.client import connect, open_client
 from vigil.contract import encode_batch
 from vigil.contract.fastwire import U32, U64, AwareTs, EventId, Name, NonNeg, decode_fast
+from vigil.contract.phases import PhaseKind
 from vigil.kafka.admin import ensure_topics
 from vigil.kafka.broker import EmbeddedBroker
 from vigil.settings import VigilSettings
 
 N, PER_RECORD = 100_000, 500
+STORE = f"chdb://{tempfile.mkdtemp(prefix='vigil-bench-w-')}"
 _F64 = pa.float64()
 _U32 = pa.uint32()
 EVENT = pa.struct([("kind", pa.string()), ("schema_version", pa.int64()), ("event_id", pa.string()),
@@ -61,7 +71,8 @@ RECORD = pa.schema([("kind", pa.string()), ("schema_version", pa.int64()), ("eve
 
 
 class StepColumns(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True, gc=False):
-    """The prototype columnar record: what 500 step events of one host would be as one array per field."""
+    """The prototype columnar record: what a host's step events would be as one array per field of `StepTiming`
+    (every field, so the decode is not flattered), with the rows' constraints; job_id and host once."""
 
     kind: Literal["step_columns"]
     schema_version: Literal[1]
@@ -78,22 +89,43 @@ class StepColumns(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     step: list[U64]
     step_ms: list[NonNeg]
     phases: list[dict[Name, NonNeg]]
+    phase_kinds: list[dict[Name, PhaseKind]]
+    tokens: list[U64 | None]
+    samples: list[U64 | None]
+    tflops: list[NonNeg | None]
     mfu: list[Annotated[float, msgspec.Meta(ge=0, le=1.5)] | None]
+    failed: list[bool]
+    dropped: list[U32]
 
 
 _COLUMNAR = msgspec.json.Decoder(StepColumns)
 
 
+_FIELDS = [f for f in StepColumns.__struct_fields__ if f not in ("kind", "schema_version", "job_id", "host")]
+_COORDS = ("dp", "tp", "pp")
+
+
 def columnar(events: list[Any]) -> bytes:
     """`events` (one host's) as one columnar record."""
     def col(name: str) -> list[Any]:
-        return [getattr(e, name) for e in events]
+        return [getattr(e.coords if name in _COORDS else e, name) for e in events]
     return msgspec.json.encode({"kind": "step_columns", "schema_version": 1, "job_id": events[0].job_id,
-                                "host": events[0].host, "event_id": col("event_id"), "ts": col("ts"),
-                                "rank": col("rank"), "local_rank": col("local_rank"), "world_size": col("world_size"),
-                                "dp": [e.coords.dp for e in events], "tp": [e.coords.tp for e in events],
-                                "pp": [e.coords.pp for e in events], "step": col("step"), "step_ms": col("step_ms"),
-                                "phases": col("phases"), "mfu": col("mfu")})
+                                "host": events[0].host, **{f: col(f) for f in _FIELDS}})
+
+
+def columns_of(records: list[bytes]) -> Columns:
+    """A batch of columnar records -> step_timings' columns, as the step builder makes them from rows."""
+    cols: Columns = {n: [] for n in ("event_id", "job_id", "host", *_FIELDS)}
+    for r in records:
+        c = _COLUMNAR.decode(r)
+        n = len(c.event_id)
+        cols["job_id"] += [c.job_id] * n
+        cols["host"] += [c.host] * n
+        for f in _FIELDS:
+            cols[f] += getattr(c, f)
+    del cols["samples"]  # not a column of step_timings (the rows' builder leaves it out too)
+    cols["failed"] = list(map(int, cols["failed"]))
+    return cols
 
 
 def rows_leg(records: list[bytes]) -> None:
@@ -109,10 +141,42 @@ def arrow_leg(blob: bytes, threads: bool) -> None:
 
 
 def columnar_leg(records: list[bytes]) -> None:
-    for r in records:
-        c = _COLUMNAR.decode(r)
-        n = len(c.event_id)
-        [c.job_id] * n, [c.host] * n  # the envelope's columns, as the builder would repeat them
+    columns_of(records)
+
+
+def ingest_rows(records: list[bytes], inserter: BlockInserter) -> None:
+    """The writer's work on one batch of row records, on one thread: decode, stage, window, insert, window."""
+    events = [e for r in records for e in decode_fast(r).events]
+    staged = stage(events)
+    window = RecentIds()
+    group, marks = staged.groups["step"], staged.marks["step"]
+    fresh, unknown, _ = window.split(group, marks)
+    assert len(fresh) == len(group) and not unknown
+    inserter.insert("step_timings", staged.built["step"], uuid.uuid4().hex)
+    window.add_all(group, marks)
+
+
+def ingest_columnar(records: list[bytes], inserter: BlockInserter) -> None:
+    """The same work from columnar records: no per-event object (the window reads the columns' marks)."""
+    cols = columns_of(records)
+    assert len(dict.fromkeys(cols["event_id"])) == len(cols["event_id"])  # in-batch repeats: none here
+    marks = Marks.of_columns(cols)
+    window = RecentIds()
+    rows = range(len(cols["event_id"]))
+    fresh, unknown, _ = window.split(rows, marks)
+    assert len(fresh) == len(rows) and not unknown
+    inserter.insert("step_timings", cols, uuid.uuid4().hex)
+    window.add_all(rows, marks)
+
+
+def check_same(rows: list[bytes], cols: list[bytes]) -> None:
+    """The columnar records give step_timings the very columns the rows' path builds (row order aside)."""
+    built = BUILDERS["step"][1]([e for r in rows for e in decode_fast(r).events])
+    made = columns_of(cols)
+    assert built.keys() == made.keys(), built.keys() ^ made.keys()
+    for name in built:
+        assert dict(zip(built["event_id"], built[name], strict=True)) == dict(
+            zip(made["event_id"], made[name], strict=True)), name
 
 
 def timed(leg: Callable[[], None], repeats: int) -> tuple[float, float]:
@@ -163,6 +227,16 @@ def main() -> None:
         "pyarrow JSON reader, 1 thread (+ flatten, ids to Python)": lambda: arrow_leg(blob, False),
         "pyarrow JSON reader, all threads (+ flatten, ids to Python)": lambda: arrow_leg(blob, True),
         "msgspec columnar record (prototype, not vigil's wire)": lambda: columnar_leg(cols)}
+    check_same(rows, cols)
+    client = connect(STORE, database="wire")
+    migrate_all(client, 3650)
+    inserter = BlockInserter(open_client(STORE, database="wire"))
+    ready = columns_of(cols)
+    legs.update({
+        "ingest on one thread, row records: decode, stage, window, insert, window": lambda: ingest_rows(rows, inserter),
+        "ingest on one thread, columnar records: the same": lambda: ingest_columnar(cols, inserter),
+        "insert alone (columns ready): the engine's share": lambda: inserter.insert("step_timings", ready,
+                                                                                   uuid.uuid4().hex)})
     best: dict[str, tuple[float, float]] = {}
     for _ in range(args.repeats):  # interleaved: each leg once per round
         for name, leg in legs.items():
@@ -192,4 +266,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
