@@ -142,7 +142,7 @@ def replay(client: QueryClient, settings: AnalyzerSettings, job: str, start: dat
     clock = clocks[0]
     step = settings.eval_step_s
     lo = max(start, clock.first_ts) if start else clock.first_ts
-    hi = grid_floor(min(end, clock.last_ts), step) if end else clock.until(step)
+    hi = min(grid_floor(end, step), clock.until(step)) if end else clock.until(step)  # an end past the job's: as none
     book = AlertBook(refresh_s=settings.refresh_s)
     tracker = EpochTracker(job=job, settings=settings.epoch)
     walk = Walk()

@@ -139,6 +139,11 @@ def test_a_crashed_jobs_exits_are_judged_live_as_replay_judges_them(topics: Vigi
     raised = {a.fingerprint for a in alerts if a.status == "firing"}
     assert {"crash/process_exit/h1/rank3", "crash/process_exit/h0/rank0", "crash/error_log/h1/cuda"} <= raised
     assert key(alerts) == key(expected)
+    # a replay told to end after the job's last event judges what one told nothing does (the stopped job's last
+    # instant is the grid instant at or after its last event: live judges it, and so must `--to`)
+    late = replay(connect(clickhouse_dsn, database=database), AnalyzerSettings(), "crash", end=end + timedelta(minutes=5),
+                  stages=as_live())
+    assert key(late) == key(expected)
 
 
 def simulation(job: str, hosts: int, start: datetime, faults: Sequence[str], *, gpus: int = 1, seed: int = 0,
