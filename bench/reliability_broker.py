@@ -29,9 +29,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "chaos"))
 
 from analyzer_common import append_results, machine_info  # noqa: E402
-from services import Service, spooled_steps, stored_steps  # noqa: E402
+from services import analyzer_service, chaos_job, spooled_steps, stored_steps  # noqa: E402
 
-from tests.recovery.live import PY, Live  # noqa: E402
+from tests.recovery.live import Live  # noqa: E402
 from tests.waiting import wait_until  # noqa: E402
 from vigil.analyzer.ingest.loop import INGEST_TOPICS  # noqa: E402
 from vigil.kafka.admin import ensure_topics  # noqa: E402
@@ -62,22 +62,13 @@ def run(tmp: Path, down_s: float) -> str:
                              topic_prefix=f"r{uuid.uuid4().hex[:8]}.", topic_partitions=2)
     ensure_topics(settings, broker.bootstrap)
     live = Live(settings=settings, bootstrap=broker.bootstrap, tmp=tmp, recovery_env={})
-    dsn = f"chdb://{tmp / 'ch'}"
-    analyzer = Service(name="analyzer", argv=["analyzer"], log=tmp / "analyzer.log", running="analyzer running",
-                       env={**live.env, "VIGIL_CLICKHOUSE_DSN": dsn, "VIGIL_ANALYZER_BATCH_S": "0.3"})
-    stop = tmp / "stop"
-    worker = ROOT / "tests" / "chaos" / "chaos_worker.py"
-    command = [PY, "-m", "torch.distributed.run", "--nproc-per-node", "1", str(worker), "--ckpt", str(tmp / "ckpt"),
-               "--stop", str(stop)]
+    analyzer, dsn = analyzer_service(live.env, tmp)
+    command, stop = chaos_job(tmp)
     spool = settings.home / "spool"
     try:
         analyzer.start()
         wait_until(analyzer.ready, 300, "the analyzer to run")
-        for h in HOSTS:
-            live.start_agent(h, command, nodes="2:2", job=JOB)
-        live.start_controller()
-        live.wait_for(lambda s: (j := s.jobs.get(JOB)) is not None and len(j.world) == 2
-                      and all(m.state == "training" for m in j.members.values()), 300, "the job to train")
+        live.start_job(JOB, HOSTS, command, nodes="2:2", timeout=300)
         before = len(spooled_steps(spool))
         os.kill(broker.pid, signal.SIGSTOP)
         peak, t_down = 0, time.monotonic()

@@ -5,6 +5,7 @@ test SIGKILLs and starts again; `ready()` is true once this start printed its "r
 service that exits at start because the broker did not answer in time (its reachability check, on a
 loaded machine right after the broker was stopped) is started again, as its supervisor (systemd,
 Kubernetes) would: counted in `supervised`; any other exit fails the test.
+`analyzer_service` and `chaos_job` are the analyzer process and the training job the real-job tests run.
 `spooled_steps` reads the step records the training ranks wrote (the timer's JSON-lines spool,
 complete lines only): the source side of the event-id count. `stored_steps` reads, in a child
 process (chdb opens one engine per process), how many rows ClickHouse holds per step event id.
@@ -71,6 +72,25 @@ class Service:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             return self.proc.wait(30)
+
+
+WORKER = Path(__file__).with_name("chaos_worker.py")
+
+
+def analyzer_service(env: dict[str, str], tmp: Path) -> tuple[Service, str]:
+    """A `vigil analyzer` process on a chdb store of its own under `tmp`, ingesting in 0.3 s batches: (the service,
+    its store's DSN)."""
+    dsn = f"chdb://{tmp / 'analyzer-ch'}"
+    return Service(name="analyzer", argv=["analyzer"], log=tmp / "analyzer.log", running="analyzer running",
+                   env={**env, "VIGIL_CLICKHOUSE_DSN": dsn, "VIGIL_ANALYZER_BATCH_S": "0.3"}), dsn
+
+
+def chaos_job(tmp: Path) -> tuple[list[str], Path]:
+    """The torchrun command line of chaos_worker.py (one rank per host, checkpoints under `tmp`/ckpt) and the file
+    that ends the job: it trains until the file exists, then takes a few more steps and exits 0."""
+    stop = tmp / "stop"
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", str(WORKER), "--ckpt",
+            str(tmp / "ckpt"), "--stop", str(stop)], stop
 
 
 def spooled_steps(spool: Path) -> list[str]:

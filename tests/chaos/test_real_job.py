@@ -36,11 +36,11 @@ from pathlib import Path
 
 import pytest
 from poison import corpus, valid_ids
-from services import Service, spooled_steps, stored_letters, stored_steps
+from services import Service, analyzer_service, chaos_job, spooled_steps, stored_letters, stored_steps
 from test_poison import produce
 
 from tests.notify.receiver import Receiver
-from tests.recovery.live import PY, Live
+from tests.recovery.live import Live
 from tests.waiting import wait_until
 from vigil.analyzer.ingest.loop import INGEST_TOPICS
 from vigil.app.demo.run import kill_tree
@@ -54,7 +54,6 @@ from vigil.recovery.controller.state import ClusterState
 from vigil.settings import VigilSettings
 
 pytestmark = [pytest.mark.chaos, pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(600)]
-WORKER = Path(__file__).with_name("chaos_worker.py")
 JOB, HOSTS = "job-chaos", ("h0", "h1", "h2")
 
 
@@ -92,25 +91,17 @@ def test_a_real_job_finishes_losing_nothing_while_broker_services_and_a_host_fai
         "VIGIL_RECOVERY_POLICY_DIAGNOSE_HANG": "false", "VIGIL_RECOVERY_POLICY_DIAGNOSE_HARDWARE": "false"})
     receiver = Receiver()
     receiver.up()
-    dsn = f"chdb://{tmp_path / 'analyzer-ch'}"
-    analyzer = Service(name="analyzer", argv=["analyzer"], log=tmp_path / "analyzer.log", running="analyzer running",
-                       env={**live.env, "VIGIL_CLICKHOUSE_DSN": dsn, "VIGIL_ANALYZER_BATCH_S": "0.3"})
+    analyzer, dsn = analyzer_service(live.env, tmp_path)
     notifier = Service(name="notifier", argv=["notify", "run"], log=tmp_path / "notify.log", running="notifier running",
                        env={**live.env, "VIGIL_CLICKHOUSE_DSN": f"chdb://{tmp_path / 'notify-ch'}",
                             "VIGIL_NOTIFY_WEBHOOK_URL": receiver.url, "VIGIL_NOTIFY_GROUP_WAIT_S": "0.5",
                             "VIGIL_NOTIFY_GROUP_INTERVAL_S": "0.5", "VIGIL_NOTIFY_TICK_S": "0.2"})
-    stop = tmp_path / "stop"
-    command = [PY, "-m", "torch.distributed.run", "--nproc-per-node", "1", str(WORKER), "--ckpt", str(tmp_path / "ckpt"),
-               "--stop", str(stop)]
+    command, stop = chaos_job(tmp_path)
     try:
         analyzer.start()
         notifier.start()  # both running before the job starts: on 2 busy cores the starts would slow each other
         wait_until(lambda: analyzer.ready() and notifier.ready(), 300, "the analyzer and the notifier to run")
-        for h in HOSTS:
-            live.start_agent(h, command, nodes="2:3", job=JOB)
-        live.start_controller()
-        live.wait_for(lambda s: (j := s.jobs.get(JOB)) is not None and len(j.world) == 3
-                      and all(m.state == "training" for m in j.members.values()), 240, "the job to train on 3 hosts")
+        live.start_job(JOB, HOSTS, command, nodes="2:3")
 
         # 1. the broker unavailable while the ranks write 30 more step records
         assert broker.pid is not None

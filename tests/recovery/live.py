@@ -87,6 +87,16 @@ class Live:
                 "--", *command]
         self.agents[host] = self._spawn(argv, f"agent-{host}.log", {**self.env, **(env or {})})
 
+    def start_job(self, job: str, hosts: Sequence[str], command: Sequence[str], *, nodes: str,
+                  timeout: float = 240) -> None:
+        """An agent per host and the controller started, then awaited until the job trains on every host."""
+        for h in hosts:
+            self.start_agent(h, command, nodes=nodes, job=job)
+        self.start_controller()
+        self.wait_for(lambda s: (j := s.jobs.get(job)) is not None and len(j.world) == len(hosts)
+                      and all(m.state == "training" for m in j.members.values()), timeout,
+                      f"{job} to train on {len(hosts)} hosts")
+
     def close(self) -> None:
         for proc in self.agents.values():
             if proc.poll() is None:

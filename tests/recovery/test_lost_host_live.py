@@ -8,7 +8,7 @@ powers off is. Asserted: the live analyzer publishes a firing `heartbeat_loss` a
 no other host (its heartbeats stop while h0's and h1's go on); the controller resumes the job on
 h0 and h1; the job, told to end, finishes (both agents exit 0, the controller records `finish`);
 and replaying the stored telemetry over the instants the live analyzer judged (its saved position)
-raises the same alert events, instant for instant.
+raises the same alert events, instant for instant, as the alerts topic holds.
 """
 
 from __future__ import annotations
@@ -16,19 +16,18 @@ from __future__ import annotations
 import json
 import subprocess
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 
-from tests.chaos.services import Service
+from tests.chaos.services import analyzer_service, chaos_job
 from tests.recovery.live import PY, Live
 from tests.waiting import wait_until
+from vigil.analyzer.alerts.view import read_alert_events
 from vigil.app.demo.run import kill_tree
 from vigil.contract import Alert
 from vigil.recovery.controller.state import ClusterState
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(600)]
-WORKER = Path(__file__).parents[1] / "chaos" / "chaos_worker.py"
 JOB, HOSTS, LOST = "job-lost", ("h0", "h1", "h2"), "h2"
 
 REPLAY = """
@@ -62,23 +61,19 @@ def lost_pages(live: Live) -> list[Alert]:
 
 def test_a_real_job_that_loses_a_host_for_good_is_paged_naming_it_and_finishes_on_the_two_left(live: Live) -> None:
     tmp = live.tmp
-    dsn = f"chdb://{tmp / 'analyzer-ch'}"
-    analyzer = Service(name="analyzer", argv=["analyzer"], log=tmp / "analyzer.log", running="analyzer running",
-                       env={**live.env, "VIGIL_CLICKHOUSE_DSN": dsn, "VIGIL_ANALYZER_BATCH_S": "0.3"})
-    stop = tmp / "stop"
-    command = [PY, "-m", "torch.distributed.run", "--nproc-per-node", "1", str(WORKER), "--ckpt", str(tmp / "ckpt"),
-               "--stop", str(stop)]
+    analyzer, dsn = analyzer_service(live.env, tmp)
+    command, stop = chaos_job(tmp)
     try:
         analyzer.start()
         wait_until(analyzer.ready, 300, "the analyzer to run")
-        for h in HOSTS:
-            live.start_agent(h, command, nodes="2:3", job=JOB)
-        live.start_controller()
-        live.wait_for(lambda s: (j := s.jobs.get(JOB)) is not None and len(j.world) == 3
-                      and all(m.state == "training" for m in j.members.values()), 240, "the job to train on 3 hosts")
+        live.start_job(JOB, HOSTS, command, nodes="2:3")
 
         killed = datetime.now(UTC)
         kill_tree(live.agents.pop(LOST))  # the host is gone: its agent, its training, and nothing comes back
+        # paged while h2 is still a member of the running generation: the detector wants 3 of its 5 s heartbeat
+        # intervals of silence, the controller drops a silent member after VIGIL_RECOVERY_MEMBER_STALE_S (30 s here,
+        # live.FAST) and the ranks left time out in gloo before the restart; the restarted run's members exclude h2
+        # (heartbeat.py), so a stale time under ~15 s would leave no page to wait for
         live.wait_for(lambda _s: any(a.status == "firing" for a in lost_pages(live)), 180,
                       f"the analyzer to page {LOST}'s heartbeat loss")
         live.wait_for(resumed_on_two, 300, "the job to train again on h0 and h1")
@@ -87,21 +82,21 @@ def test_a_real_job_that_loses_a_host_for_good_is_paged_naming_it_and_finishes_o
         assert {h: p.returncode for h, p in live.agents.items()} == {"h0": 0, "h1": 0}
         live.wait_for(lambda s: s.job(JOB).finished is not None, 60, "the controller to record the job finished")
 
-        pages = lost_pages(live)
-        assert {a.host for a in pages} == {LOST}, [(a.host, a.subject, a.status) for a in pages]
-        assert analyzer.stop() == 0  # its position saved: the last instant it judged
+        assert analyzer.stop() == 0  # its position saved: every instant up to it has its alerts on the topic
         done = subprocess.run([PY, "-c", REPLAY, dsn, JOB], env=analyzer.env, capture_output=True, text=True,
                               timeout=300)
         assert done.returncode == 0, done.stderr[-3000:]
         replayed = json.loads(done.stdout.strip().splitlines()[-1])
         until = datetime.fromisoformat(replayed["until"])
-        live.fold()
-        judged = sorted([a.ts.isoformat(), a.fingerprint, a.status, a.severity] for a in live.events
-                        if isinstance(a, Alert) and a.job_id == JOB and a.ts <= until)
-        assert any(f[1:3] == [pages[0].fingerprint, "firing"] for f in judged)
-        assert judged == sorted(replayed["alerts"]), "live and replay differ over the instants live judged"
-        print(*judged, sep="\n")
-        print(f"\nlost host: {len(pages)} heartbeat_loss events for {LOST}, first at "
-              f"{min(a.ts for a in pages):%H:%M:%S} (killed {killed:%H:%M:%S}); {len(judged)} alert events of the job, live == replay to {until}")
+        published = [a for a in read_alert_events(live.settings, live.bootstrap) if a.job_id == JOB]  # all of them
+        lost = [a for a in published if a.alert == "heartbeat_loss"]
+        assert lost and {a.host for a in lost} == {LOST}, [(a.host, a.subject, a.status) for a in lost]
+        judged = sorted([a.ts.isoformat(), a.fingerprint, a.status, a.severity] for a in published if a.ts <= until)
+        assert [lost[0].fingerprint, "firing"] in [f[1:3] for f in judged]  # the page is among the instants compared
+        expected = sorted(replayed["alerts"])
+        assert judged == expected, ("live and replay differ over the instants live judged", until,
+                                    [f for f in judged if f not in expected], [f for f in expected if f not in judged])
+        print(f"\nlost host: {LOST} paged at {min(a.ts for a in lost):%H:%M:%S} (killed {killed:%H:%M:%S}); "
+              f"{len(judged)} alert events of the job, live == replay to {until:%H:%M:%S}")
     finally:
         analyzer.stop()
