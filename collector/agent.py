@@ -190,6 +190,7 @@ class Agent:
         except Exception:
             log.exception("final heartbeat failed")
         timeout = self.settings.drain_timeout_s if drain_timeout_s is None else drain_timeout_s
+        self.spool.rescan()  # the spool's files are scanned every 0.5 s: lines written since would stay unread
         done = self.shipper.drain(timeout)
         if refused := sum(self.spool.guard.refused.values()):
             log.warning("refused %d spool lines from the training side: %s", refused, self.spool.guard.counts())

@@ -119,6 +119,11 @@ class SpoolSource:
             self.alerts(raised)
         return Polled(events=events, cursor=cursor)
 
+    def rescan(self) -> None:
+        """Make the next `poll` look at the files again, whenever they were last looked at: the agent's last drain
+        must read what the training side wrote (a new file, lines appended) since the last timed scan."""
+        self._next_scan = 0.0
+
     def commit(self, cursor: Any) -> None:
         self.tailer.commit(cursor)
 
