@@ -32,14 +32,13 @@ JOB, HOSTS, LOST = "job-lost", ("h0", "h1", "h2"), "h2"
 
 REPLAY = """
 import json, sys
-from vigil.analyzer.detect.base import as_utc
 from vigil.analyzer.engine import replay
 from vigil.analyzer.incidents.stage import IncidentStage
+from vigil.analyzer.positions import ClickHousePositions
 from vigil.analyzer.settings import AnalyzerSettings
 from vigil.clickhouse.client import connect
 client, job = connect(sys.argv[1]), sys.argv[2]
-rows = client.query("SELECT position FROM detect_positions FINAL WHERE job_id = {j:String}", parameters={"j": job})
-until = as_utc(rows.result_rows[0][0])  # the driver's datetimes are naive UTC
+until = ClickHousePositions(client=client).load()[job]  # where the live analyzer stopped judging the job
 settings = AnalyzerSettings()
 alerts = replay(client, settings, job, end=until, stages=[IncidentStage(settings)])
 print(json.dumps({"until": until.isoformat(), "alerts": [[a.ts.isoformat(), a.fingerprint, a.status, a.severity]
