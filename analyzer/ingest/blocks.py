@@ -44,8 +44,9 @@ Columns = dict[str, list[Any]]
 
 @dataclass(frozen=True, kw_only=True)
 class Encoded:
-    """One table's rows with each column already encoded as its JSON array (the ingest's decode process makes them:
-    `offload`), with what `check_ranges` reads of them: each integer column's least and greatest value."""
+    """One table's rows with each column already encoded as its JSON array (`encoded`: made ahead of the insert, by
+    `staging` on the consumer's thread or by the decode process, `offload`), with what `check_ranges` reads of them:
+    each integer column's least and greatest value."""
 
     arrays: dict[str, bytes]
     bounds: dict[str, tuple[int, int]]
@@ -61,6 +62,30 @@ _UNMERGED = {"optimize_on_insert": 0}
 _encode = msgspec.json.Encoder().encode
 _RANGE = {f"{s}Int{b}": ((-(2 ** (b - 1)), 2 ** (b - 1) - 1) if s == "" else (0, 2**b - 1))
           for s in ("", "U") for b in (8, 16, 32, 64)}
+
+
+def encoded(cols: Columns) -> Encoded:
+    """`cols` as the insert will send them: each column's JSON array, with each integer column's least and greatest
+    value (what `check_ranges` reads), in C where it can."""
+    return Encoded(arrays={n: _encode(v) for n, v in cols.items()}, bounds=_bounds(cols), rows=height(cols))
+
+
+def _bounds(cols: Columns) -> dict[str, tuple[int, int]]:
+    out: dict[str, tuple[int, int]] = {}
+    for name, values in cols.items():
+        first = values[0] if values else 0.0
+        if type(first) is int:
+            try:
+                out[name] = (min(values), max(values))
+                continue
+            except TypeError:  # a null among them
+                pass
+        elif first is not None:
+            continue  # a float, text, map or time column
+        present = [v for v in values if v is not None]
+        if present and type(present[0]) is int:
+            out[name] = (min(present), max(present))
+    return out
 
 
 def columns(rows: Sequence[dict[str, Any]]) -> Columns:

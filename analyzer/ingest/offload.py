@@ -46,7 +46,7 @@ from typing import Any, cast
 
 import msgspec
 
-from vigil.analyzer.ingest.blocks import Encoded
+from vigil.analyzer.ingest.blocks import Encoded, encoded
 from vigil.analyzer.ingest.columns import BUILDERS
 from vigil.analyzer.ingest.staging import first_of_each
 from vigil.contract.fastwire import HOT_PREFIXES, FastNic, FastStep, Ingestable, decode_hot
@@ -58,7 +58,6 @@ _PREFIXES = tuple(HOT_PREFIXES[k] for k in BUILDERS)
 _KIND_OF = {HOT_PREFIXES[k]: k for k in BUILDERS}
 _PACKED: dict[str, msgspec.msgpack.Decoder[Any]] = {"step": msgspec.msgpack.Decoder(list[FastStep]),
                                                     "nic": msgspec.msgpack.Decoder(list[FastNic])}
-_encode = msgspec.json.Encoder().encode
 _pack = msgspec.msgpack.Encoder().encode
 PIPE_BYTES = 1 << 20  # Linux's default most for an unprivileged process (/proc/sys/fs/pipe-max-size)
 KEEP = 4  # batches whose events the child keeps: the one being written, the next, and room for a retry
@@ -109,31 +108,12 @@ def claim(value: bytes | None) -> int | None:
     return max(1, value.count(b'"job_id"'))
 
 
-def _bounds(cols: dict[str, list[Any]]) -> dict[str, tuple[int, int]]:
-    """Each integer column's least and greatest value (what `blocks.check_ranges` checks), in C where it can."""
-    out: dict[str, tuple[int, int]] = {}
-    for name, values in cols.items():
-        first = values[0] if values else 0.0
-        if type(first) is int:
-            try:
-                out[name] = (min(values), max(values))
-                continue
-            except TypeError:  # a null among them
-                pass
-        elif first is not None:
-            continue  # a float, text, map or time column
-        present = [v for v in values if v is not None]
-        if present and type(present[0]) is int:
-            out[name] = (min(present), max(present))
-    return out
-
-
 def _group(kind: str, events: list[Any], repeats: int) -> Group:
     table, build = BUILDERS[kind]
     cols = build(events)
     for name in _STRINGS:
         cols[name] = list(map(sys.intern, cols[name]))
-    block = Encoded(arrays={n: _encode(v) for n, v in cols.items()}, bounds=_bounds(cols), rows=len(events))
+    block = encoded(cols)
     return Group(table=table, repeats=repeats, block=block, ids=cols["event_id"], jobs=cols["job_id"],
                  hosts=cols["host"], times=list(map(datetime.timestamp, cols["ts"])))
 

@@ -218,7 +218,7 @@ class ClickHouseWriter:
                     fresh += [e for e in unknown if e.event_id not in stored]
                 if fresh:
                     whole = not unknown and len(fresh) == len(group)  # fresh holds every event of the group
-                    tables[table] = staged.built[kind] if whole and kind in staged.built else build(fresh)
+                    tables[table] = staged.encoded[kind] if whole and kind in staged.encoded else build(fresh)
                 continue
             for e in fresh:
                 for table, row in process(e):

@@ -107,6 +107,7 @@ def test_groups_are_the_staged_columns_encoded_and_events_are_the_childs() -> No
         assert group.times == [t.timestamp() for t in cols["ts"]]
         assert group.block.arrays == {n: msgspec.json.encode(v) for n, v in cols.items()}
         assert group.block.rows == len(staged.groups[kind])
+        assert staged.encoded[kind] == group.block, "the consumer's staging encodes the columns as the child does"
         assert set(group.block.bounds) == {n for n, v in cols.items() if any(type(x) is int for x in v)}
         for n, (lo, hi) in group.block.bounds.items():
             present = [v for v in cols[n] if v is not None]
