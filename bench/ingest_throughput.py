@@ -3,7 +3,8 @@
 Every leg reads step-timing events, 500 per record, as `vigil simulate` and the node agent
 produce them, from the embedded broker (Tansu):
 
-* raw consume: a plain confluent-kafka consumer counting records (no decoding);
+* raw consume: a plain confluent-kafka consumer counting records (no decoding): the broker's read, without
+  librdkafka's 1 s queue backoff (`QUEUE_BACKOFF`), and with librdkafka's defaults as the earlier runs read it;
 * engine insert: the same kind of events, decoded and built into columns beforehand (untimed), inserted
   into a migrated store as the writer inserts them (one token-deduplicated JSONColumns block per batch,
   rollups and all): the engine's own share with no per-event Python (the encode of the columns is in it),
@@ -61,14 +62,29 @@ def make_steps(n: int, hosts: int = 64, gpus: int = 8, first_step: int = 0) -> l
             for i in range(n)]
 
 
-def raw_consume(settings: VigilSettings, bootstrap: str, topic: str, records: int) -> float:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"raw-{uuid.uuid4().hex[:6]}", "enable.auto.commit": False})
+QUEUE_BACKOFF = {"fetch.queue.backoff.ms": 10}
+"""The raw read's consumer without librdkafka's queue backoff: after a fetch that leaves more than
+`queued.max.messages.kbytes` (64 MiB) in its local queue, the fetcher waits `fetch.queue.backoff.ms` (1 s by default)
+before the next. One fetch of 500-event records (lz4, ~30 KB each) passes 64 MiB once decompressed (~210 KB
+each), and a consumer that only counts drains that in milliseconds, then waits out the second: with the defaults
+the "raw consume" of 600k events measured ~0.5 s of every call but the first (calls returning 394 and 322 records
+after their 0.5 s timeout), 340-500 k events/s, the denominator of every earlier "share of raw consume"
+(bench/RESULTS.md 2026-12-07)."""
+
+
+def raw_consume(settings: VigilSettings, bootstrap: str, topic: str, records: int,
+                conf: dict[str, int] | None = None) -> float:
+    """Seconds for a plain consumer to read `records` records of `topic` (no decoding): the broker's read, unless
+    `conf` gives it other settings (`{}`: librdkafka's defaults). Each call asks for at most the records still to
+    come, so the last one returns with the last record instead of waiting out its timeout."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"raw-{uuid.uuid4().hex[:6]}", "enable.auto.commit": False,
+                  **(QUEUE_BACKOFF if conf is None else conf)})
     meta = c.list_topics(topic, timeout=10)
     c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in meta.topics[topic].partitions])
     seen = 0
     start = time.perf_counter()
     while seen < records:
-        for m in c.consume(500, timeout=0.5):
+        for m in c.consume(min(500, records - seen), timeout=0.5):
             if m.error() is None:
                 seen += 1
     elapsed = time.perf_counter() - start
@@ -204,6 +220,11 @@ def main() -> None:
     ap.add_argument("--engine-bootstrap", default=None,
                     help="the broker as the ClickHouse server reaches it (default: the embedded broker's address)")
     args = ap.parse_args()
+
+    def share(rate: float, raw_seconds: float) -> str:
+        return (f"{rate * raw_seconds / n * 100:.0f} % of raw consume ({rate * raw_defaults_s / n * 100:.0f} % of the "
+                "defaults' reading)")
+
     args.decode_process = {"auto": None, "on": True, "off": False}[args.decode_process]
     child = ingest_loop.decode_process(args.decode_process)
     load0 = os.getloadavg()
@@ -227,6 +248,7 @@ def main() -> None:
         later.flush(120)
         topic = first.topic("steps")
         raw_s = raw_consume(first, bootstrap, topic, records)
+        raw_defaults_s = raw_consume(first, bootstrap, topic, records, {})
         tune_gc()  # as `vigil up` and `vigil analyzer` run it
         eng_rate, eng_cpu = engine_insert(min(n, 300_000), AnalyzerSettings().batch_events)
         bproc = psutil.Process(broker.pid) if broker.pid else None
@@ -250,15 +272,18 @@ def main() -> None:
              "| --- | --- | --- | --- | --- | --- | --- | --- |",
              f"| produce (EventProducer, encode + send) | | {produce_s:.2f} | {n / produce_s:,.0f} | | | | |",
              f"| broker raw consume (no decode) | | {raw_s:.2f} | {n / raw_s:,.0f} | | | | ceiling |",
+             f"| broker raw consume, librdkafka's defaults (its 1 s queue backoff) | | {raw_defaults_s:.2f} | "
+             f"{n / raw_defaults_s:,.0f} | | | | as the runs before 2026-12-07 read the ceiling |",
              f"| engine insert of columns built beforehand (no per-event Python) | | | | {eng_rate:,.0f} | "
-             f"{20_000_000 / max(1.0, eng_rate):,.0f} | {eng_cpu:.2f} / - | {eng_rate * raw_s / n * 100:.0f} % of raw consume: "
+             f"{20_000_000 / max(1.0, eng_rate):,.0f} | {eng_cpu:.2f} / - | {share(eng_rate, raw_s)}: "
              f"the ceiling of any decode path |",
              f"| analyzer ingest -> ClickHouse | 0 -> {rows:,} | {ing_s:.2f} | {n / ing_s:,.0f} | {steady:,.0f} | "
-             f"{20_000_000 / max(1.0, steady):,.0f} | {cpu[0]:.2f} / {cpu[1]:.2f} | fast decode, window dedup, token inserts, rollups; {batches} batches |",
+             f"{20_000_000 / max(1.0, steady):,.0f} | {cpu[0]:.2f} / {cpu[1]:.2f} | fast decode, window dedup, token inserts, rollups; {batches} batches; "
+             f"{share(steady, raw_s)} |",
              f"| broker raw consume (no decode), again | | {raw2_s:.2f} | {n / raw2_s:,.0f} | | | | ceiling |",
              f"| analyzer ingest -> ClickHouse | {rows2 - n:,} -> {rows2:,} | {ing2_s:.2f} | {n / ing2_s:,.0f} | "
              f"{steady2:,.0f} | {20_000_000 / max(1.0, steady2):,.0f} | {cpu2[0]:.2f} / {cpu2[1]:.2f} | same, after {rows2 - n - rows:,} rows of history "
-             f"were stored in-engine ({grow_s:.0f} s); {batches2} batches |",
+             f"were stored in-engine ({grow_s:.0f} s); {batches2} batches; {share(steady2, raw2_s)} |",
              (f"| ClickHouse Kafka engine -> MV | | {ke_s:.2f} | {ke_events / ke_s:,.0f} | | | | "
               f"counts events only; {ke_events:,} events seen |" if not ke_problem else
               f"| ClickHouse Kafka engine -> MV ({args.engine_dsn.split(':')[0]}) | | - | - | | | | not usable: {ke_problem} |")]
