@@ -176,7 +176,7 @@ def ingest_rows(records: list[bytes], inserter: BlockInserter) -> None:
     group, marks = staged.groups["step"], staged.marks["step"]
     fresh, unknown, _ = window.split(group, marks)
     assert len(fresh) == len(group) and not unknown
-    inserter.insert("step_timings", staged.built["step"], uuid.uuid4().hex)
+    inserter.insert("step_timings", staged.encoded["step"], uuid.uuid4().hex)  # as the writer inserts a staged group
     window.add_all(group, marks)
 
 
