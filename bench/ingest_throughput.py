@@ -221,8 +221,8 @@ def main() -> None:
                     help="the broker as the ClickHouse server reaches it (default: the embedded broker's address)")
     args = ap.parse_args()
 
-    def share(rate: float, raw_seconds: float) -> str:
-        return (f"{rate * raw_seconds / n * 100:.0f} % of raw consume ({rate * raw_defaults_s / n * 100:.0f} % of the "
+    def share(rate: float, raw_seconds: float, defaults_seconds: float) -> str:
+        return (f"{rate * raw_seconds / n * 100:.0f} % of raw consume ({rate * defaults_seconds / n * 100:.0f} % of the "
                 "defaults' reading)")
 
     args.decode_process = {"auto": None, "on": True, "off": False}[args.decode_process]
@@ -256,12 +256,14 @@ def main() -> None:
                                                             args.write_thread, bproc, args.decode_process)
         grow_s = grow_history(max(0, args.stored - rows))
         raw2_s = raw_consume(second, bootstrap, second.topic("steps"), records)
+        raw2_defaults_s = raw_consume(second, bootstrap, second.topic("steps"), records, {})
         ing2_s, steady2, rows2, batches2, cpu2 = analyzer_ingest(second, bootstrap, n, f"ing-{uuid.uuid4().hex[:6]}",
                                                                  args.write_thread, bproc, args.decode_process)
         ke_s, ke_events, ke_problem = kafka_engine(args.engine_dsn, args.engine_bootstrap or bootstrap, topic, records)
     finally:
         broker.stop()
     load1 = os.getloadavg()
+    per_batch = AnalyzerSettings().batch_events * 1000  # ms per batch = this / events per second
     lines = [f"{n:,} step events per leg in {records:,} records of <= 500 events (~{n / records:.0f} per record), "
              f"4 partitions, batches of <= {AnalyzerSettings().batch_events:,} events, "
              f"{'decoded by the decode process' if child else 'decoded in the analyzer (no decode process)'}. Load average (1/5/15 min) at start "
@@ -275,15 +277,16 @@ def main() -> None:
              f"| broker raw consume, librdkafka's defaults (its 1 s queue backoff) | | {raw_defaults_s:.2f} | "
              f"{n / raw_defaults_s:,.0f} | | | | as the runs before 2026-12-07 read the ceiling |",
              f"| engine insert of columns built beforehand (no per-event Python) | | | | {eng_rate:,.0f} | "
-             f"{20_000_000 / max(1.0, eng_rate):,.0f} | {eng_cpu:.2f} / - | {share(eng_rate, raw_s)}: "
+             f"{per_batch / max(1.0, eng_rate):,.0f} | {eng_cpu:.2f} / - | {share(eng_rate, raw_s, raw_defaults_s)}: "
              f"the ceiling of any decode path |",
              f"| analyzer ingest -> ClickHouse | 0 -> {rows:,} | {ing_s:.2f} | {n / ing_s:,.0f} | {steady:,.0f} | "
-             f"{20_000_000 / max(1.0, steady):,.0f} | {cpu[0]:.2f} / {cpu[1]:.2f} | fast decode, window dedup, token inserts, rollups; {batches} batches; "
-             f"{share(steady, raw_s)} |",
+             f"{per_batch / max(1.0, steady):,.0f} | {cpu[0]:.2f} / {cpu[1]:.2f} | fast decode, window dedup, token inserts, rollups; {batches} batches; "
+             f"{share(steady, raw_s, raw_defaults_s)} |",
              f"| broker raw consume (no decode), again | | {raw2_s:.2f} | {n / raw2_s:,.0f} | | | | ceiling |",
+             f"| broker raw consume, librdkafka's defaults, again | | {raw2_defaults_s:.2f} | {n / raw2_defaults_s:,.0f} | | | | |",
              f"| analyzer ingest -> ClickHouse | {rows2 - n:,} -> {rows2:,} | {ing2_s:.2f} | {n / ing2_s:,.0f} | "
-             f"{steady2:,.0f} | {20_000_000 / max(1.0, steady2):,.0f} | {cpu2[0]:.2f} / {cpu2[1]:.2f} | same, after {rows2 - n - rows:,} rows of history "
-             f"were stored in-engine ({grow_s:.0f} s); {batches2} batches; {share(steady2, raw2_s)} |",
+             f"{steady2:,.0f} | {per_batch / max(1.0, steady2):,.0f} | {cpu2[0]:.2f} / {cpu2[1]:.2f} | same, after {rows2 - n - rows:,} rows of history "
+             f"were stored in-engine ({grow_s:.0f} s); {batches2} batches; {share(steady2, raw2_s, raw2_defaults_s)} |",
              (f"| ClickHouse Kafka engine -> MV | | {ke_s:.2f} | {ke_events / ke_s:,.0f} | | | | "
               f"counts events only; {ke_events:,} events seen |" if not ke_problem else
               f"| ClickHouse Kafka engine -> MV ({args.engine_dsn.split(':')[0]}) | | - | - | | | | not usable: {ke_problem} |")]
