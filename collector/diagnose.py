@@ -3,7 +3,8 @@
 A command carries typed parameters (`DiagnoseParams`: which checks, sizes, peers, time limit),
 never a program: the agent builds the argv of its installed `python -m vigil.recovery.diagnostics`
 with this interpreter (`diagnostics_argv`), runs it in a session of its own with its own
-environment plus the job's identity, kills the whole session at the time limit, and ships every
+environment plus the job's identity, kills the whole session at the time limit or when the agent leaves (no
+diagnostics outlive their agent: `stop`), and ships every
 line of its stdout that is a valid `diagnostic` event of this job and host. Other lines are
 kept as the run's output tail. With a warm child waiting (`collector.warmdiag`), the same
 arguments and identity go to it instead of a new interpreter.
@@ -16,6 +17,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -23,6 +25,7 @@ from vigil.collector.warmdiag import SERVE, WarmDiagnostics
 from vigil.contract import Command, DiagnoseParams, Diagnostic, Event, validate_event
 
 TAIL_CHARS = 2000
+STOP_POLL_S = 0.5  # how soon a running diagnostics child is stopped once its agent leaves
 
 
 @dataclass(kw_only=True)
@@ -34,12 +37,15 @@ class DiagnosticRun:
     rejected: int = 0
     tail: str = ""
     warm: bool = False  # it ran in the agent's warm child (collector.warmdiag)
+    stopped: bool = False  # killed because the agent was leaving
 
     @property
     def ok(self) -> bool:
-        return self.returncode == 0 and not self.timed_out
+        return self.returncode == 0 and not self.timed_out and not self.stopped
 
     def error(self) -> str:
+        if self.stopped:
+            return f"stopped after {self.seconds:.1f} s: the agent is leaving"
         if self.timed_out:
             return f"timed out after {self.seconds:.1f} s"
         if self.returncode != 0:
@@ -59,8 +65,9 @@ def diagnostics_argv(p: DiagnoseParams) -> list[str]:
 
 
 def run_diagnostics(command: Command, *, job_id: str, host: str, base_env: dict[str, str],
-                    warm: WarmDiagnostics | None = None) -> DiagnosticRun:
-    """Run the diagnostics `command` orders, in `warm`'s waiting child when it has one, else a new one."""
+                    warm: WarmDiagnostics | None = None, stop: threading.Event | None = None) -> DiagnosticRun:
+    """Run the diagnostics `command` orders, in `warm`'s waiting child when it has one, else a new one. Once `stop`
+    is set (the agent is leaving) the child's process group is killed: no diagnostics outlive their agent."""
     assert command.diagnose is not None  # the contract requires it of a diagnose command
     argv = diagnostics_argv(command.diagnose)
     identity = {"VIGIL_JOB_ID": job_id, "VIGIL_HOST": host, "VIGIL_COMMAND_ID": command.command_id,
@@ -69,14 +76,15 @@ def run_diagnostics(command: Command, *, job_id: str, host: str, base_env: dict[
     proc = warm.take(argv[len(SERVE) - 1:], identity) if warm is not None else None
     run.warm = proc is not None
     try:
-        return _run(proc, argv, {**base_env, **identity}, command.timeout_s, run, job_id=job_id, host=host)
+        return _run(proc, argv, {**base_env, **identity}, command.timeout_s, run, job_id=job_id, host=host,
+                    stop=stop or threading.Event())
     finally:
         if warm is not None:
             warm.refill()  # the next child, once this round is over
 
 
 def _run(proc: subprocess.Popen[bytes] | None, argv: list[str], env: dict[str, str], timeout_s: float,
-         run: DiagnosticRun, *, job_id: str, host: str) -> DiagnosticRun:
+         run: DiagnosticRun, *, job_id: str, host: str, stop: threading.Event) -> DiagnosticRun:
     started = time.monotonic()
     try:
         if proc is None:
@@ -85,15 +93,21 @@ def _run(proc: subprocess.Popen[bytes] | None, argv: list[str], env: dict[str, s
     except OSError as exc:
         run.returncode, run.tail = 127, f"cannot start {argv[0]!r}: {exc.strerror or exc}"
         return run
-    try:
-        out, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        run.timed_out = True
+    deadline = started + timeout_s
+    while True:  # in slices, so the agent's exit is seen (communicate keeps what it read across retries)
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        out, _ = proc.communicate()
+            out, _ = proc.communicate(timeout=max(0.0, min(STOP_POLL_S, deadline - time.monotonic())))
+            break
+        except subprocess.TimeoutExpired:
+            if not stop.is_set() and time.monotonic() < deadline:
+                continue
+            run.timed_out, run.stopped = not stop.is_set(), stop.is_set()
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            out, _ = proc.communicate()
+            break
     run.seconds = time.monotonic() - started
     run.returncode = proc.returncode
     other: list[str] = []

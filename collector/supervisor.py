@@ -123,6 +123,8 @@ class Supervisor:
         finally:
             self._exit.set()
             control.join(timeout=10)
+            if self._diag is not None:
+                self._diag.join(timeout=10)  # its child is killed within STOP_POLL_S of the exit
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             self._announce("left", reason="the job finished" if self._finished else "agent exiting")
@@ -329,7 +331,8 @@ class Supervisor:
         self.agent.emit([ack(command, "started", started=started)])
         self._announce("diagnosing", command_id=command.command_id, reason=command.reason)
         s = self.agent.settings
-        result = run_diagnostics(command, job_id=s.job_id, host=s.host, base_env=self.env, warm=self.warm_diag)
+        result = run_diagnostics(command, job_id=s.job_id, host=s.host, base_env=self.env, warm=self.warm_diag,
+                                 stop=self._exit)
         self.agent.emit(result.events)
         details = {"seconds": round(result.seconds, 3), "events": len(result.events), "tail": result.tail[-500:],
                    "warm": result.warm}

@@ -9,6 +9,7 @@ bench/recovery_time.py's diagnose column.)
 from __future__ import annotations
 
 import os
+import threading
 from datetime import UTC, datetime
 
 import psutil
@@ -69,3 +70,33 @@ def test_a_child_that_died_waiting_means_a_cold_run_and_close_leaves_nothing() -
     assert idle.poll() is not None and not psutil.pid_exists(idle.pid)  # stopped and reaped
     warm.prepare()  # closed: nothing starts
     assert warm._proc is None
+
+
+def test_a_diagnose_running_when_its_agent_leaves_is_stopped_with_its_process_group() -> None:
+    """The agent's exit (`stop`, the supervisor's exit event) kills a round still running: no diagnostics outlive
+    their agent (a demo stopped during a round left one behind)."""
+    stop = threading.Event()
+    cmd = command()
+    assert cmd.diagnose is not None
+    cmd = cmd.model_copy(update={"diagnose": cmd.diagnose.model_copy(update={"master_port": 29417})})
+    mine = "29417"
+
+    def running() -> list[psutil.Process]:
+        out = []
+        for p in psutil.process_iter(["cmdline"]):
+            line = p.info["cmdline"] or []
+            if "vigil.recovery.diagnostics" in line and mine in line:
+                out.append(p)
+        return out
+
+    result: list[DiagnosticRun] = []
+    worker = threading.Thread(target=lambda: result.append(run_diagnostics(
+        cmd, job_id="j", host="h0", base_env=dict(os.environ), stop=stop)))
+    worker.start()
+    wait_until(lambda: bool(running()), 30, "the diagnostics child")
+    stop.set()
+    worker.join(60)
+    assert not worker.is_alive() and result
+    run = result[0]
+    assert run.stopped and not run.timed_out and not run.ok and "the agent is leaving" in run.error()
+    assert running() == []
