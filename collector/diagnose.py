@@ -73,6 +73,9 @@ def run_diagnostics(command: Command, *, job_id: str, host: str, base_env: dict[
     identity = {"VIGIL_JOB_ID": job_id, "VIGIL_HOST": host, "VIGIL_COMMAND_ID": command.command_id,
                 "VIGIL_INCIDENT_ID": command.incident_id}
     run = DiagnosticRun()
+    if stop is not None and stop.is_set():  # the agent is leaving: nothing started, the warm child left waiting
+        run.stopped = True
+        return run
     proc = warm.take(argv[len(SERVE) - 1:], identity) if warm is not None else None
     run.warm = proc is not None
     try:
@@ -101,7 +104,8 @@ def _run(proc: subprocess.Popen[bytes] | None, argv: list[str], env: dict[str, s
         except subprocess.TimeoutExpired:
             if not stop.is_set() and time.monotonic() < deadline:
                 continue
-            run.timed_out, run.stopped = not stop.is_set(), stop.is_set()
+            stopped = stop.is_set()  # read once: a run is stopped or timed out, never both
+            run.timed_out, run.stopped = not stopped, stopped
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:

@@ -123,8 +123,10 @@ class Supervisor:
         finally:
             self._exit.set()
             control.join(timeout=10)
-            if self._diag is not None:
-                self._diag.join(timeout=10)  # its child is killed within STOP_POLL_S of the exit
+            with self._lock:  # no round starts once `_exit` is set (`_diagnose`)
+                diag = self._diag
+            if diag is not None:
+                diag.join(timeout=10)  # its child is killed within STOP_POLL_S of the exit
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             self._announce("left", reason="the job finished" if self._finished else "agent exiting")
@@ -316,14 +318,15 @@ class Supervisor:
 
     def _diagnose(self, command: Command) -> None:
         with self._lock:
-            busy = "training is running here" if self._launcher is not None else (
+            busy = "the agent is leaving" if self._exit.is_set() else "training is running here" if (
+                self._launcher is not None) else (
                 "a diagnosis is running" if self._diag is not None and self._diag.is_alive() else "")
+            if not busy:  # under the lock: `run`'s exit joins the thread it sees
+                self._diag = threading.Thread(target=self._run_diagnosis, args=(command,), name="vigil-run-diagnose",
+                                              daemon=True)
+                self._diag.start()
         if busy:
             self.agent.emit([ack(command, "failed", reason=busy, started=command.ts)])
-            return
-        self._diag = threading.Thread(target=self._run_diagnosis, args=(command,), name="vigil-run-diagnose",
-                                      daemon=True)
-        self._diag.start()
 
     def _run_diagnosis(self, command: Command) -> None:
         before = self.state

@@ -72,31 +72,41 @@ def test_a_child_that_died_waiting_means_a_cold_run_and_close_leaves_nothing() -
     assert warm._proc is None
 
 
-def test_a_diagnose_running_when_its_agent_leaves_is_stopped_with_its_process_group() -> None:
-    """The agent's exit (`stop`, the supervisor's exit event) kills a round still running: no diagnostics outlive
-    their agent (a demo stopped during a round left one behind)."""
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+def test_a_diagnose_running_when_its_agent_leaves_is_stopped_with_its_process_group(warm: bool) -> None:
+    """The agent's exit (`stop`, the supervisor's exit event) kills a round still running, in a cold child or in the
+    warm one it was handed: no diagnostics outlive their agent (a demo stopped during a round left one behind)."""
     stop = threading.Event()
-    cmd = command()
-    assert cmd.diagnose is not None
-    cmd = cmd.model_copy(update={"diagnose": cmd.diagnose.model_copy(update={"master_port": 29417})})
-    mine = "29417"
+    pool = WarmDiagnostics(env=dict(os.environ), refill_delay_s=60.0) if warm else None
 
-    def running() -> list[psutil.Process]:
-        out = []
-        for p in psutil.process_iter(["cmdline"]):
-            line = p.info["cmdline"] or []
-            if "vigil.recovery.diagnostics" in line and mine in line:
-                out.append(p)
-        return out
+    def running() -> list[psutil.Process]:  # this test's own diagnostics children (not another session's)
+        return [p for p in psutil.Process().children(recursive=True)
+                if "vigil.recovery.diagnostics" in (p.cmdline() if p.is_running() else [])]
 
-    result: list[DiagnosticRun] = []
-    worker = threading.Thread(target=lambda: result.append(run_diagnostics(
-        cmd, job_id="j", host="h0", base_env=dict(os.environ), stop=stop)))
-    worker.start()
-    wait_until(lambda: bool(running()), 30, "the diagnostics child")
-    stop.set()
-    worker.join(60)
-    assert not worker.is_alive() and result
-    run = result[0]
-    assert run.stopped and not run.timed_out and not run.ok and "the agent is leaving" in run.error()
-    assert running() == []
+    try:
+        waiting = None
+        if pool is not None:
+            pool.prepare()
+            waiting = pool._proc
+            assert waiting is not None
+        result: list[DiagnosticRun] = []
+        worker = threading.Thread(target=lambda: result.append(run_diagnostics(
+            command(), job_id="j", host="h0", base_env=dict(os.environ), warm=pool, stop=stop)))
+        worker.start()
+        if pool is not None:
+            wait_until(lambda: pool._proc is None, 30, "the warm child taken for the round")
+        else:
+            wait_until(lambda: bool(running()), 30, "the diagnostics child")
+        child = waiting.pid if waiting is not None else running()[0].pid
+        stop.set()
+        worker.join(60)
+        assert not worker.is_alive() and result
+        run = result[0]
+        assert run.warm == warm
+        assert run.stopped and not run.timed_out and not run.ok and "the agent is leaving" in run.error()
+        assert not psutil.pid_exists(child) and running() == []
+        late = run_diagnostics(command(), job_id="j", host="h0", base_env=dict(os.environ), warm=pool, stop=stop)
+        assert late.stopped and not late.events and running() == []  # none starts once the agent is leaving
+    finally:
+        if pool is not None:
+            pool.close()
