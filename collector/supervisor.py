@@ -318,9 +318,14 @@ class Supervisor:
 
     def _diagnose(self, command: Command) -> None:
         with self._lock:
-            busy = "the agent is leaving" if self._exit.is_set() else "training is running here" if (
-                self._launcher is not None) else (
-                "a diagnosis is running" if self._diag is not None and self._diag.is_alive() else "")
+            if self._exit.is_set():
+                busy = "the agent is leaving"
+            elif self._launcher is not None:
+                busy = "training is running here"
+            elif self._diag is not None and self._diag.is_alive():
+                busy = "a diagnosis is running"
+            else:
+                busy = ""
             if not busy:  # under the lock: `run`'s exit joins the thread it sees
                 self._diag = threading.Thread(target=self._run_diagnosis, args=(command,), name="vigil-run-diagnose",
                                               daemon=True)
