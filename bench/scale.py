@@ -2,7 +2,8 @@
 
 A producer process streams what 1,250 hosts x 8 GPUs send: one step event per rank per second,
 4 NIC samples per host per second, a heartbeat (8 GPUs) per host every 2 s, as the agent's
-records (one host's events per record, keyed by host). The analyzer runs in this process as
+records (one host's events per record, keyed by host; steps and NICs as columnar records, as vigil's producers
+write them since 2026-12-07, or as row records with `--rows`). The analyzer runs in this process as
 `vigil up` hosts it (ingest + detectors on the embedded ClickHouse engine). Every 10 s the run
 samples the ingest rate, the consumer lag (records and seconds of event time behind), the
 detector turns (wall time of each `LiveCursor.turn`, which must stay under `detect_interval_s`),
@@ -15,7 +16,7 @@ The run reports when the detectors first returned its `heartbeat_loss` alert, in
 after the fault (the goal: within 15 s, detection physics included: silence is a loss after
 `heartbeat.miss_intervals` x its 2 s interval).
 
-    python bench/scale.py [--minutes 10] [--hosts 1250] [--partitions 8] [--fault-at-s S] [--no-append]
+    python bench/scale.py [--minutes 10] [--hosts 1250] [--partitions 8] [--fault-at-s S] [--rows] [--no-append]
 """
 
 from __future__ import annotations
@@ -71,13 +72,27 @@ def by_class(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, f
     return out
 
 
-def produce(bootstrap: str, prefix: str, hosts: int, gpus: int, nics: int, seconds: int, fault_at: int) -> None:
+def produce(bootstrap: str, prefix: str, hosts: int, gpus: int, nics: int, seconds: int, fault_at: int,
+            rows: bool = False) -> None:
     """The producer process: paced at one simulated step per wall second; host FAULT_HOST silent from `fault_at`."""
     from confluent_kafka import Producer
 
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "compression.type": "lz4",
                   "queue.buffering.max.kbytes": 512 * 1024, "enable.idempotence": True, "acks": "all"})
     enc = msgspec.json.Encoder()
+
+    def record(kind: str, events: list[dict[str, Any]]) -> bytes:
+        """One host's events of one kind as the agent's record: columns (`wire.COLUMNAR`), or rows with `rows`."""
+        if rows:
+            return b'{"kind":"%s","schema_version":1,"events":' % kind.encode() + enc.encode(events) + b"}"
+        cols: dict[str, list[Any]] = {}
+        for name, first in events[0].items():
+            if name == "coords":
+                cols.update({f"coords.{sub}": [e["coords"][sub] for e in events] for sub in first})
+            else:
+                cols[name] = [e[name] for e in events]
+        return (b'{"kind":"%s","schema_version":1,"rows":%d,"columns":' % (kind.encode(), len(events)) +
+                enc.encode(cols) + b"}")
     job, world = "scale-10k", hosts * gpus
     start = time.time()
     for step in range(seconds):
@@ -97,11 +112,11 @@ def produce(bootstrap: str, prefix: str, hosts: int, gpus: int, nics: int, secon
                    "local_rank": g, "world_size": world, "coords": {"dp": h, "tp": g, "pp": 0}, "step": step,
                    "step_ms": 1000.0 * slow, "phases": {"forward": 300.0 * slow, "backward": 520.0, "optimizer": 60.0,
                                                         "comm": 120.0}, "mfu": 0.42} for g in range(gpus)]
-            p.produce(f"{prefix}steps", key=key, value=b'{"kind":"step","schema_version":1,"events":' + enc.encode(ev) + b"}")
+            p.produce(f"{prefix}steps", key=key, value=record("step", ev))
             nic = [{"event_id": f"{host}-n{step}-{n}", "job_id": job, "host": host, "ts": ts, "device": f"mlx5_{n}",
                     "link": "rdma", "tx_bytes": step * 10**10, "rx_bytes": step * 10**10, "tx_bps": 1e10, "rx_bps": 1e10,
                     "interval_s": 1.0} for n in range(nics)]
-            p.produce(f"{prefix}nic", key=key, value=b'{"kind":"nic","schema_version":1,"events":' + enc.encode(nic) + b"}")
+            p.produce(f"{prefix}nic", key=key, value=record("nic", nic))
             if step % 2 == h % 2:
                 hb = [{"event_id": f"{host}-h{step}", "job_id": job, "host": host, "ts": ts, "interval_s": 2.0,
                        "processes": [{"pid": 100 + g, "status": "running", "local_rank": g} for g in range(gpus)],
@@ -124,12 +139,14 @@ def main() -> None:
     ap.add_argument("--fault-at-s", type=int, default=None, help="when host node-00100 falls silent (default: "
                     "minute 8, or 80 %% of a run shorter than 10 minutes)")
     ap.add_argument("--produce", nargs=2, metavar=("BOOTSTRAP", "PREFIX"), help=argparse.SUPPRESS)
+    ap.add_argument("--rows", action="store_true", help="steps and NICs as row records (as agents wrote them before "
+                    "2026-12-07)")
     ap.add_argument("--no-append", dest="append", action="store_false")
     args = ap.parse_args()
     seconds = int(args.minutes * 60)
     fault_at = args.fault_at_s if args.fault_at_s is not None else min(480, int(seconds * 0.8))
     if args.produce:
-        produce(args.produce[0], args.produce[1], args.hosts, args.gpus, args.nics, seconds, fault_at)
+        produce(args.produce[0], args.produce[1], args.hosts, args.gpus, args.nics, seconds, fault_at, args.rows)
         return
 
     from vigil.analyzer import engine
@@ -203,7 +220,7 @@ def main() -> None:
     tune_gc()  # as `vigil up` and `vigil analyzer` run it
     producer = subprocess.Popen([sys.executable, __file__, "--produce", bootstrap, "scale.", "--minutes", str(args.minutes),
                                  "--hosts", str(args.hosts), "--gpus", str(args.gpus), "--nics", str(args.nics),
-                                 "--fault-at-s", str(fault_at)],
+                                 "--fault-at-s", str(fault_at), *(["--rows"] if args.rows else [])],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     produced: list[str] = []
     threading.Thread(target=lambda: produced.extend(producer.stdout or []), daemon=True).start()
@@ -283,7 +300,8 @@ def main() -> None:
     lines = [
         f"{args.hosts:,} hosts x {args.gpus} GPUs ({gpus:,} ranks), 1 step/s, {args.nics} NICs/host at 1 Hz, "
         f"heartbeats every 2 s: ~{args.hosts * (args.gpus + args.nics + 0.5):,.0f} events/s for {args.minutes:g} min, "
-        f"{args.partitions} partitions per topic; analyzer (ingest + detectors, detect_interval_s=2) in one process.",
+        f"{args.partitions} partitions per topic, steps and NICs as {'row' if args.rows else 'columnar'} records; "
+        "analyzer (ingest + detectors, detect_interval_s=2) in one process.",
         f"Load average (1/5/15 min) at start {load0[0]:.1f}/{load0[1]:.1f}/{load0[2]:.1f}, at end "
         f"{load1[0]:.1f}/{load1[1]:.1f}/{load1[2]:.1f} (2 cores shared with other sessions' test runs).",
         "", "| t s | events stored | events/s | lag records | event time behind s | detector turns | max turn s | "

@@ -9,14 +9,15 @@ compare within a run):
   (the phases map inferred as a struct: the reader has no map type), flattened to the events'
   columns, the event ids back as Python strings (the recent-id window needs them); one thread, and
   all threads;
-* msgspec columnar (a prototype of a protocol change, not a wire format vigil has): one record per
-  host-batch with one JSON array per field of `StepTiming`, decoded by msgspec into typed lists with the
+* msgspec columnar: the same events as vigil's producers now write steps (`wire.COLUMNAR`: one record per
+  host-batch, one JSON array per field), read by `colwire.decode_columnar` into typed column lists with the
   rows' constraints and decode_hot's checks (plain ASCII, no sub-microsecond time, UInt64 bounds, UTC times in
-  range), concatenated into the batch's columns; the envelope fields job_id and host once per record;
+  range), concatenated into the batch's step_timings columns (`columns.FROM_COLUMNS`);
 * the ingest's work on one thread, no broker: a 100k batch of each kind of record decoded, staged (in-batch
-  repeats, marks, columns), judged by a fresh recent-id window, inserted into a migrated store (rollups and
-  all, one token-deduplicated block) and added to the window; and the insert alone with the columns ready
-  (the engine's share). The columnar records' columns are checked equal to the rows' first;
+  repeats, marks, columns: `staging.stage` for row records as the consumer decodes them itself, `offload.decode`
+  for columnar ones as the analyzer's `InlineDecode` does), judged by a fresh recent-id window, inserted into a
+  migrated store (rollups and all, one token-deduplicated block) and added to the window; and the insert alone
+  with the columns ready (the engine's share). The columnar records' columns are checked equal to the rows' first;
 * broker raw consume (no decode) of each format's records, lz4-compressed as vigil's producer sends them: does
   the broker's read, the denominator of "30 % of raw consume", grow when the record shrinks?
 
@@ -34,11 +35,9 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
-import msgspec
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 import pyarrow.json as pj  # type: ignore[import-untyped]
@@ -47,28 +46,15 @@ from confluent_kafka import Producer
 from ingest_throughput import make_steps, raw_consume
 
 from vigil.analyzer.ingest.blocks import BlockInserter, Columns
-from vigil.analyzer.ingest.columns import BUILDERS
-from vigil.analyzer.ingest.recent import Marks, RecentIds
+from vigil.analyzer.ingest.columns import BUILDERS, FROM_COLUMNS
+from vigil.analyzer.ingest.offload import decode
+from vigil.analyzer.ingest.recent import RecentIds
 from vigil.analyzer.ingest.staging import stage
 from vigil.app.components import migrate_all
 from vigil.clickhouse.client import connect, open_client
 from vigil.contract import encode_batch
-from vigil.contract.base import EARLIEST, max_age, max_ahead
-from vigil.contract.fastwire import (
-    _SUBMICRO,
-    _TZINFO,
-    _UTC_ID,
-    U32,
-    U64,
-    U64_MAX,
-    AwareTs,
-    EventId,
-    Name,
-    NonNeg,
-    _plain,
-    decode_fast,
-)
-from vigil.contract.phases import PhaseKind
+from vigil.contract.colwire import decode_columnar
+from vigil.contract.fastwire import decode_fast
 from vigil.kafka.admin import ensure_topics
 from vigil.kafka.broker import EmbeddedBroker
 from vigil.settings import VigilSettings
@@ -87,69 +73,12 @@ EVENT = pa.struct([("kind", pa.string()), ("schema_version", pa.int64()), ("even
 RECORD = pa.schema([("kind", pa.string()), ("schema_version", pa.int64()), ("events", pa.list_(EVENT))])
 
 
-class StepColumns(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True, gc=False):
-    """The prototype columnar record: what a host's step events would be as one array per field of `StepTiming`
-    (every field, so the decode is not flattered), with the rows' constraints; job_id and host once."""
-
-    kind: Literal["step_columns"]
-    schema_version: Literal[1]
-    job_id: Name
-    host: Name
-    event_id: list[EventId]
-    ts: list[AwareTs]
-    rank: list[U32]
-    local_rank: list[U32]
-    world_size: list[Annotated[int, msgspec.Meta(ge=1, le=2**32 - 1)]]
-    dp: list[U32]
-    tp: list[U32]
-    pp: list[U32]
-    step: list[U64]
-    step_ms: list[NonNeg]
-    phases: list[dict[Name, NonNeg]]
-    phase_kinds: list[dict[Name, PhaseKind]]
-    tokens: list[U64 | None]
-    samples: list[U64 | None]
-    tflops: list[NonNeg | None]
-    mfu: list[Annotated[float, msgspec.Meta(ge=0, le=1.5)] | None]
-    failed: list[bool]
-    dropped: list[U32]
-
-
-_COLUMNAR = msgspec.json.Decoder(StepColumns)
-
-
-_FIELDS = [f for f in StepColumns.__struct_fields__ if f not in ("kind", "schema_version", "job_id", "host")]
-_COORDS = ("dp", "tp", "pp")
-
-
-def columnar(events: list[Any]) -> bytes:
-    """`events` (one host's) as one columnar record."""
-    def col(name: str) -> list[Any]:
-        return [getattr(e.coords if name in _COORDS else e, name) for e in events]
-    return msgspec.json.encode({"kind": "step_columns", "schema_version": 1, "job_id": events[0].job_id,
-                                "host": events[0].host, **{f: col(f) for f in _FIELDS}})
-
-
 def columns_of(records: list[bytes]) -> Columns:
-    """A batch of columnar records -> step_timings' columns, as the step builder makes them from rows."""
-    cols: Columns = {n: [] for n in ("event_id", "job_id", "host", *_FIELDS)}
-    now = datetime.now(UTC)
-    lo, hi = max(EARLIEST, now - max_age()), now + max_ahead()
-    for r in records:
-        c = _COLUMNAR.decode(r)
-        n = len(c.event_id)
-        # what decode_hot checks of a row record beyond msgspec's constraints, so neither leg is flattered
-        assert _plain(r) and _SUBMICRO.search(r) is None and all(len(getattr(c, f)) == n for f in _FIELDS)
-        assert max(c.step, default=0) <= U64_MAX and max(filter(None, c.tokens), default=0) <= U64_MAX
-        assert max(filter(None, c.samples), default=0) <= U64_MAX
-        assert set(map(id, map(_TZINFO, c.ts))) == _UTC_ID and lo <= min(c.ts) and max(c.ts) <= hi
-        cols["job_id"] += [c.job_id] * n
-        cols["host"] += [c.host] * n
-        for f in _FIELDS:
-            cols[f] += getattr(c, f)
-    del cols["samples"]  # not a column of step_timings (the rows' builder leaves it out too)
-    cols["failed"] = list(map(int, cols["failed"]))
-    return cols
+    """A batch of columnar records -> step_timings' columns (every record taken whole by the fast path)."""
+    parts = [p for r in records if (p := decode_columnar(r, "step")) is not None]
+    assert len(parts) == len(records)
+    cols = {n: [v for p in parts for v in p[n]] for n in parts[0]}
+    return FROM_COLUMNS["step"][1](cols)
 
 
 def rows_leg(records: list[bytes]) -> None:
@@ -181,16 +110,15 @@ def ingest_rows(records: list[bytes], inserter: BlockInserter) -> None:
 
 
 def ingest_columnar(records: list[bytes], inserter: BlockInserter) -> None:
-    """The same work from columnar records: no per-event object (the window reads the columns' marks)."""
-    cols = columns_of(records)
-    assert len(dict.fromkeys(cols["event_id"])) == len(cols["event_id"])  # in-batch repeats: none here
-    marks = Marks.of_columns(cols)
+    """The same work from columnar records, as the analyzer does it: `offload.decode` (columns, in-batch repeats,
+    encoded block, the window's marks) on the consumer's thread, then the window, the insert and the window."""
+    group = decode(list(records), marks=True).groups["step"]
+    assert group.marks is not None and not group.repeats
     window = RecentIds()
-    rows = range(len(cols["event_id"]))
-    fresh, unknown, _ = window.split(rows, marks)
-    assert len(fresh) == len(rows) and not unknown
-    inserter.insert("step_timings", cols, uuid.uuid4().hex)
-    window.add_all(rows, marks)
+    fresh, unknown, _ = window.split(group.ids, group.marks)
+    assert len(fresh) == len(group.ids) and not unknown
+    inserter.insert("step_timings", group.block, uuid.uuid4().hex)
+    window.add_all((), group.marks)
 
 
 def check_same(rows: list[bytes], cols: list[bytes]) -> None:
@@ -242,15 +170,16 @@ def main() -> None:
     by_host: dict[str, list[Any]] = {}
     for e in make_steps(N, hosts=HOSTS):
         by_host.setdefault(e.host, []).append(e)
-    rows = [encode_batch(hs[i:i + PER_RECORD]) for hs in by_host.values() for i in range(0, len(hs), PER_RECORD)]
-    cols = [columnar(hs[i:i + PER_RECORD]) for hs in by_host.values() for i in range(0, len(hs), PER_RECORD)]
+    rows = [encode_batch(hs[i:i + PER_RECORD], rows=True) for hs in by_host.values()
+            for i in range(0, len(hs), PER_RECORD)]
+    cols = [encode_batch(hs[i:i + PER_RECORD]) for hs in by_host.values() for i in range(0, len(hs), PER_RECORD)]
     blob = b"\n".join(rows)
     row_b, col_b = sum(map(len, rows)) // N, sum(map(len, cols)) // N
     legs: dict[str, Callable[[], None]] = {
-        "msgspec rows (today: decode_fast + column builder)": lambda: rows_leg(rows),
+        "msgspec rows (decode_fast + column builder)": lambda: rows_leg(rows),
         "pyarrow JSON reader, 1 thread (+ flatten, ids to Python)": lambda: arrow_leg(blob, False),
         "pyarrow JSON reader, all threads (+ flatten, ids to Python)": lambda: arrow_leg(blob, True),
-        "msgspec columnar record (prototype, not vigil's wire)": lambda: columnar_leg(cols)}
+        "msgspec columnar record (vigil's step records since 2026-12-07)": lambda: columnar_leg(cols)}
     check_same(rows, cols)
     client = connect(STORE, database="wire")
     migrate_all(client, 3650)
@@ -287,7 +216,7 @@ def main() -> None:
         "Command: `python bench/wire_decode.py" + (f" --repeats {args.repeats}" if args.repeats != 4 else "") + "`."])
     print(body)
     if args.append:
-        append_results("Wire decode: msgspec rows vs pyarrow's JSON reader vs a columnar record, and raw consume by "
+        append_results("Wire decode: msgspec rows vs pyarrow's JSON reader vs the columnar record, and raw consume by "
                        "record size (bench/wire_decode.py)", body)
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from vigil.analyzer.ingest.offload import DecodeProcess
+from vigil.analyzer.ingest.offload import DecodeProcess, InlineDecode
 from vigil.analyzer.ingest.writer import ClickHouseDeadLetters, ClickHouseWriter
 from vigil.analyzer.settings import AnalyzerSettings
 from vigil.contract.registry import TELEMETRY_TOPICS
@@ -45,7 +45,8 @@ work and takes cores from the detectors' turns (bench/RESULTS.md)."""
 
 
 def decode_process(setting: bool | None) -> bool:
-    """Whether the ingest decodes step and NIC records in a child process (`offload`)."""
+    """Whether the ingest decodes step and NIC records in a child process (`offload`); without one they are decoded
+    into their columns the same way on the consumer's thread (`offload.InlineDecode`)."""
     if setting is not None:
         return setting
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -76,7 +77,7 @@ class IngestLoop:
             settings=self.settings, bootstrap=self.bootstrap, group_id=self.analyzer.group_id,
             topics=list(INGEST_TOPICS), writer=self.writer, dead_letters=sink,
             max_batch_events=self.analyzer.batch_events, max_batch_s=self.analyzer.batch_s,
-            pipeline=self.analyzer.write_thread, offload=self.decoder,
+            pipeline=self.analyzer.write_thread, offload=self.decoder or InlineDecode(),  # else on the consumer's thread
         )
         self.probe = LagProbe(settings=self.settings, bootstrap=self.bootstrap, group_id=self.analyzer.group_id,
                               topics=INGEST_TOPICS, every_s=self.probe_every_s)

@@ -1,27 +1,29 @@
-"""The hot records decoded in a process of their own: the per-event work of a batch off the ingest's GIL.
+"""The hot records decoded into their groups' columns, in a process of their own or on the consumer's thread.
 
 One consumer's Python holds the GIL for every event it ingests: decoding the record (msgspec),
-building the columns, encoding them for the engine (~0.6 of ~0.9 s per 100k step events, the
-engine's insert running beside it). `offload(values)` does that work for the records of the
-kinds with a column builder (step, nic) in a child process (`DecodeProcess`), while the
-writer inserts the batch before: what comes back is, per kind, the group's columns already
-encoded as JSON arrays, the fields the recent-id window reads, and the accepted events packed
-(msgpack) in case the writer needs them as objects after all.
+building the columns, encoding them for the engine. `decode(values)` does that work for the
+records of the kinds with a column builder (step, nic): a columnar record (`wire.COLUMNAR`, what
+producers write for those kinds) is read straight into columns with no object per event
+(`vigil.contract.colwire`), a row record's events are read into them. What comes back is, per
+kind, the group's columns already encoded as JSON arrays and the fields the recent-id window
+reads. It runs in a child process (`DecodeProcess`, on machines with the cores for it) or on the
+consumer's thread (`InlineDecode`), while the writer inserts the batch before.
 
 What it guarantees (the writer relies on each):
 
-* **The same decisions.** A record is taken only when `fastwire.decode_hot` accepts every
-  event of it, as the consumer's own `decode_fast` would, and every event names its event_id
-  and ts (values a decoder fills in would differ in a second decode); any other record is
-  *declined* and the consumer decodes it itself (pydantic, dead letters with reasons).
+* **The same decisions.** A record is taken only when the fast path accepts every event of it
+  (`fastwire.decode_hot`, `colwire.decode_columnar`), as the consumer's own `decode_fast` would,
+  and every event names its event_id and ts (values a decoder fills in would differ in a second
+  decode); any other record is *declined* and the consumer decodes it itself (pydantic, dead
+  letters with reasons).
 * **The same rows.** A group is `staging.stage` of the taken events: the repeats of an
-  event_id dropped (the first kept, in record order), the columns built by `columns.BUILDERS`;
+  event_id dropped (the first kept, in record order), the columns those of `columns.BUILDERS`;
   the encoded arrays are msgspec's encoding of those columns, so the document the writer
   assembles is byte for byte `blocks.BlockInserter`'s (tests/analyzer/test_offload.py).
-* **The same events when asked.** `Offloaded.events()` gives each taken record's events as the
-  child decoded them (ids and times it filled in included), so a batch that leaves the steady
-  state (a re-send, a re-cut, a value the store refuses) takes the ordinary path with exactly
-  the events whose columns were built.
+* **The same events when asked.** `Offloaded.events()` gives each taken record's events as
+  structs, decoded again from the kept records at the clock of the first decode (a decode is a
+  function of both), so a batch that leaves the steady state (a re-send, a re-cut, a value the
+  store refuses) takes the ordinary path with exactly the events whose columns were built.
 * **Nothing waits on a dead child.** A child that dies, fails or answers nothing for
   `timeout_s` is stopped and started again at the next batch; its batches come back `None`
   and the consumer decodes them itself.
@@ -40,22 +42,31 @@ import time
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
+from itertools import compress
 from multiprocessing.connection import Connection
 from typing import Any, cast
 
 import msgspec
 
 from vigil.analyzer.ingest.blocks import Encoded, encoded
-from vigil.analyzer.ingest.columns import BUILDERS
-from vigil.analyzer.ingest.staging import first_of_each
+from vigil.analyzer.ingest.columns import FROM_COLUMNS
+from vigil.analyzer.ingest.recent import Marks
+from vigil.contract.colwire import (
+    EventColumns,
+    columns_of,
+    decode_columnar,
+    events_of,
+    is_columnar,
+    rows_claimed,
+)
 from vigil.contract.fastwire import HOT_PREFIXES, FastNic, FastStep, Ingestable, decode_hot
 from vigil.kafka.consumer import OffloadLost
 
 log = logging.getLogger(__name__)
 
-_PREFIXES = tuple(HOT_PREFIXES[k] for k in BUILDERS)
-_KIND_OF = {HOT_PREFIXES[k]: k for k in BUILDERS}
+_PREFIXES = tuple(HOT_PREFIXES[k] for k in FROM_COLUMNS)
+_KIND_OF = {HOT_PREFIXES[k]: k for k in FROM_COLUMNS}
 _PACKED: dict[str, msgspec.msgpack.Decoder[Any]] = {"step": msgspec.msgpack.Decoder(list[FastStep]),
                                                     "nic": msgspec.msgpack.Decoder(list[FastNic])}
 _pack = msgspec.msgpack.Encoder().encode
@@ -75,6 +86,7 @@ class Group:
     jobs: list[str]
     hosts: list[str]
     times: list[float]  # event time, epoch seconds (`recent.Marks.of_columns`)
+    marks: Marks | None = None  # what the window reads, made where the ids' hashes are this process's (InlineDecode)
 
 
 @dataclass(kw_only=True)
@@ -105,46 +117,89 @@ def claim(value: bytes | None) -> int | None:
     """The events of a record the child would take (an estimate, for the batch's size), or None: decoded here."""
     if value is None or not value.startswith(_PREFIXES):
         return None
-    return max(1, value.count(b'"job_id"'))
+    return rows_claimed(value) if is_columnar(value) is not None else max(1, value.count(b'"job_id"'))
 
 
-def _group(kind: str, events: list[Any], repeats: int) -> Group:
-    table, build = BUILDERS[kind]
-    cols = build(events)
+def _group(kind: str, events: EventColumns, repeats: int, marks: bool) -> Group:
+    table, make = FROM_COLUMNS[kind]
+    cols = make(events)
     for name in _STRINGS:
         cols[name] = list(map(sys.intern, cols[name]))
     block = encoded(cols)
+    times = list(map(datetime.timestamp, cols["ts"]))
     return Group(table=table, repeats=repeats, block=block, ids=cols["event_id"], jobs=cols["job_id"],
-                 hosts=cols["host"], times=list(map(datetime.timestamp, cols["ts"])))
+                 hosts=cols["host"], times=times,
+                 marks=Marks.made(cols["job_id"], cols["host"], times, list(map(hash, cols["event_id"]))) if marks else None)
 
 
 def _kind(value: bytes | None) -> str | None:
     return next((k for p, k in _KIND_OF.items() if value is not None and value.startswith(p)), None)
 
 
-def decode(values: list[bytes | None]) -> tuple[Offloaded, dict[str, list[Any]]]:
-    """Decode the records the fast path takes whole and make their groups (pure: the child's whole work); also
-    each kind's taken events in record order, for `Offloaded.events`."""
+def _taken(value: bytes | None, now: datetime) -> tuple[str, EventColumns] | None:
+    """A record the fast path takes whole, with every event's id and time given, as its kind and event columns: a
+    columnar record read as columns, a row record's events read into them (`colwire.columns_of`)."""
+    kind = _kind(value)
+    if kind is None or value is None:
+        return None
+    if is_columnar(value) is not None:
+        cols = decode_columnar(value, kind, now)
+        return None if cols is None else (kind, cols)
+    events = decode_hot(value, given=True, now=now)  # ids and times as sent: see the docstring
+    return None if events is None else (kind, columns_of(kind, events))
+
+
+def _first(ids: list[str]) -> list[bool] | None:
+    """Which ids are the first of their value (`staging.first_of_each`'s choice); None when none repeats."""
+    if len(set(ids)) == len(ids):
+        return None
+    seen: set[str] = set()
+    return [not (i in seen or seen.add(i)) for i in ids]  # type: ignore[func-returns-value]
+
+
+def decode(values: list[bytes | None], now: datetime | None = None, marks: bool = False) -> Offloaded:
+    """Decode the records the fast path takes whole and make their groups (pure: the child's whole work, `now` the
+    clock its freshness checks read; `marks`: also the window's marks, for a writer in this process). The batch's
+    repeats of an event_id are dropped across kinds in record order, the first kept, as `staging.stage` drops them."""
+    now = now or datetime.now(UTC)
     counts: list[int | None] = []
     kinds: list[str | None] = []
-    taken: list[Any] = []
+    parts: list[tuple[str, EventColumns]] = []
+    for value in values:
+        got = _taken(value, now)
+        counts.append(None if got is None else len(got[1]["event_id"]))
+        kinds.append(None if got is None else got[0])
+        if got is not None:
+            parts.append(got)
+    keep = _first([i for _kind, cols in parts for i in cols["event_id"]])
+    merged: dict[str, EventColumns] = {}
+    taken: dict[str, int] = defaultdict(int)
+    at = 0
+    for kind, cols in parts:
+        n = len(cols["event_id"])
+        taken[kind] += n
+        if keep is not None and not all(keep[at:at + n]):
+            mask = keep[at:at + n]
+            cols = {name: list(compress(v, mask)) for name, v in cols.items()}
+        at += n
+        if kind not in merged:
+            merged[kind] = {name: list(v) for name, v in cols.items()}
+        else:
+            for name, v in cols.items():
+                merged[kind][name] += v
+    return Offloaded(counts=counts, kinds=kinds, groups={k: _group(k, c, taken[k] - len(c["event_id"]), marks)
+                                                         for k, c in merged.items() if c["event_id"]})
+
+
+def taken_events(values: list[bytes | None], now: datetime) -> dict[str, list[Any]]:
+    """Each kind's taken events of `decode(values, now)`, in record order (repeats included), as the fast-path structs:
+    the same records taken, the same values (a decode is a function of the record and the clock)."""
     by_kind: dict[str, list[Any]] = defaultdict(list)
     for value in values:
-        kind = _kind(value)
-        events = decode_hot(value, given=True) if kind is not None else None  # ids and times as sent: see the docstring
-        if kind is None or events is None:
-            counts.append(None)
-            kinds.append(None)
-            continue
-        counts.append(len(events))
-        kinds.append(kind)
-        taken += events
-        by_kind[kind] += events
-    groups: dict[str, list[Any]] = defaultdict(list)
-    for e in first_of_each(taken):
-        groups[e.kind].append(e)
-    return Offloaded(counts=counts, kinds=kinds,
-                     groups={k: _group(k, g, len(by_kind[k]) - len(g)) for k, g in groups.items()}), dict(by_kind)
+        got = _taken(value, now)
+        if got is not None:
+            by_kind[got[0]] += events_of(*got)
+    return dict(by_kind)
 
 
 def _packed(by_kind: dict[str, list[Any]]) -> dict[str, bytes]:
@@ -153,8 +208,9 @@ def _packed(by_kind: dict[str, list[Any]]) -> dict[str, bytes]:
 
 def _serve(requests: Connection, replies: Connection, keep: int = KEEP) -> None:
     """The child: ("decode", seq, values) -> ("decoded", seq, Offloaded | error text); ("events", seq) ->
-    ("events", seq, packed events | None); until None or a pipe closes. Keeps the last `keep` batches' events."""
-    kept: OrderedDict[int, dict[str, list[Any]]] = OrderedDict()
+    ("events", seq, packed events | None); until None or a pipe closes. Keeps the last `keep` batches' records (and
+    the clock they were read at), to decode them again as events when asked."""
+    kept: OrderedDict[int, tuple[list[bytes | None], datetime]] = OrderedDict()
     while True:
         try:
             msg = requests.recv()
@@ -163,11 +219,13 @@ def _serve(requests: Connection, replies: Connection, keep: int = KEEP) -> None:
         if msg is None:
             return
         if msg[0] == "events":
-            reply: tuple[Any, ...] = ("events", msg[1], _packed(kept[msg[1]]) if msg[1] in kept else None)
+            reply: tuple[Any, ...] = ("events", msg[1], _packed(taken_events(*kept[msg[1]])) if msg[1] in kept else None)
         else:
             _op, seq, values = msg
             try:
-                out, kept[seq] = decode(values)
+                now = datetime.now(UTC)
+                out = decode(values, now)
+                kept[seq] = (values, now)
                 while len(kept) > keep:
                     kept.popitem(last=False)
                 reply = ("decoded", seq, out)
@@ -196,10 +254,14 @@ class InlineDecode:
     """The in-memory implementation: `decode` on the calling thread (tests, and a consumer without a child)."""
 
     claim = staticmethod(claim)
+    decode_s = 0.0  # seconds spent decoding (the calling thread's)
 
     def submit(self, values: list[bytes | None]) -> Pending:
-        out, by_kind = decode(values)
-        out.fetch = lambda: _packed(by_kind)
+        t = time.perf_counter()
+        now = datetime.now(UTC)
+        out = decode(values, now, marks=True)
+        self.decode_s += time.perf_counter() - t
+        out.fetch = lambda: _packed(taken_events(values, now))
         return Pending(None, 0, out)
 
     def close(self) -> None:

@@ -255,7 +255,8 @@ class ClickHouseWriter:
             return None
         marked: dict[str, Marks] = {}
         for kind, g in off.groups.items():
-            marked[kind] = m = Marks.made(g.jobs, g.hosts, g.times, list(map(hash, g.ids)))
+            marked[kind] = m = g.marks if g.marks is not None else Marks.made(g.jobs, g.hosts, g.times,
+                                                                             list(map(hash, g.ids)))
             if self.check_existing:
                 _fresh, unknown, seen = self.recent.split(g.ids, m)
                 if unknown or seen:

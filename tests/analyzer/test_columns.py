@@ -6,16 +6,18 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import msgspec
 import pytest
 from crafted import steps
 
-from tests.backbone.test_fastwire import records
+from tests.backbone.test_fastwire import columnar_records, records
 from vigil.analyzer.ingest.blocks import BlockInserter, columns
-from vigil.analyzer.ingest.columns import BUILDERS
+from vigil.analyzer.ingest.columns import BUILDERS, FROM_COLUMNS
 from vigil.analyzer.ingest.processors import KINDS, process
 from vigil.analyzer.ingest.writer import ClickHouseWriter
 from vigil.clickhouse.client import connect
 from vigil.contract import ParallelCoords, StepTiming, decode_batch
+from vigil.contract.colwire import decode_columnar, events_of, is_columnar
 from vigil.contract.fastwire import decode_fast
 
 
@@ -94,3 +96,21 @@ def test_every_kind_the_analyzer_stores_goes_in_through_json_columns(clickhouse_
     got = {t: int(client.query(f"SELECT count() FROM {t}").result_rows[0][0]) for t in want}
     fed = got.pop("job_phase_kinds") - want.pop("job_phase_kinds")  # a view adds the kinds steps declare
     assert got == want and len(want) >= 14 and fed >= 0
+
+
+@pytest.mark.pure
+@pytest.mark.parametrize("kind", sorted(FROM_COLUMNS))
+def test_a_columnar_record_makes_the_columns_its_events_make(kind: str) -> None:
+    # the offload builds a table's columns from a columnar record's event columns with no object per event: the very
+    # columns the builder makes of the same events one by one
+    taken = 0
+    for value in columnar_records(kind):
+        cols = decode_columnar(value, kind) if is_columnar(value) else None
+        if cols is None:
+            continue
+        taken += 1
+        events = decode_fast(value).events
+        assert FROM_COLUMNS[kind][1](cols) == BUILDERS[kind][1](events) == columns(
+            [row for e in events for _t, row in process(e)])
+        assert [msgspec.to_builtins(e) for e in events_of(kind, cols)] == [msgspec.to_builtins(e) for e in events]
+    assert taken >= 4

@@ -135,3 +135,117 @@ def test_a_record_flagged_without_cause_still_takes_the_fast_path_and_a_real_cau
         value = json.dumps({"kind": "step", "schema_version": 1, "events": [
             {**spec_for("step").example, "ts": RECENT, **edit}]}, separators=(",", ":")).encode()
         assert not any(isinstance(e, FastStep) for e in decode_fast(value).events), edit
+
+
+NESTED = {"step": {"coords"}, "nic": set()}  # the fields a columnar record writes as `field.sub` columns
+
+
+def as_columns(kind: str, events: list[dict[str, Any]]) -> bytes | None:
+    """Row events as one columnar record (None when their fields differ: columns are all or nothing)."""
+    flat = [{f"{k}.{s}": w for k, v in e.items() for s, w in (v.items() if k in NESTED[kind] and isinstance(v, dict)
+                                                            else [(None, v)])} for e in events]
+    flat = [{k.removesuffix(".None"): v for k, v in f.items()} for f in flat]
+    if any(f.keys() != flat[0].keys() for f in flat):
+        return None
+    doc = {"kind": kind, "schema_version": 1, "rows": len(events), "columns": {k: [f[k] for f in flat] for k in flat[0]}}
+    try:
+        return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
+    except UnicodeEncodeError:  # a lone surrogate: only as an escape
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def columnar_records(kind: str) -> list[bytes]:
+    """The corpus's readable records written as columns, and records odd as columns only."""
+    out = []
+    for value in records(kind):
+        try:
+            doc = json.loads(value)
+        except (ValueError, RecursionError):
+            continue
+        events = [{k: v for k, v in e.items() if k not in ("kind", "schema_version")} for e in doc["events"]]
+        if (col := as_columns(kind, events)) is not None:
+            out.append(col)
+    base = json.loads(good_record(kind))["events"]
+    good = json.loads(as_columns(kind, base) or b"")
+    odd: list[dict[str, Any]] = [
+        {**good, "rows": 2}, {**good, "rows": -1}, {**good, "rows": True}, {**good, "rows": "3"}, {**good, "columns": {}},
+        {**good, "columns": []}, {**good, "columns": {**good["columns"], "host": "node-1"}},
+        {**good, "columns": {**good["columns"], "port" if kind == "nic" else "rank": [1, 2]}},
+        {**good, "columns": {k: v for k, v in good["columns"].items() if k != "event_id"}},
+        {**good, "columns": {k: v for k, v in good["columns"].items() if k not in ("local_rank", "port", "coords.tp")}},
+        {**good, "columns": {**good["columns"], "extra_column": [1, 2, 3]}}, {**good, "events": []},
+        {**good, "columns": {**good["columns"], "coords": [{}, {}, {}]}},
+        {**good, "columns": {**good["columns"], "ts": [good["columns"]["ts"][0], STALE, FUTURE]}},
+        {**good, "columns": {**good["columns"], "event_id": ["a" * 8] * 3}},
+    ]
+    out += [json.dumps(d, separators=(",", ":")).encode() for d in odd]
+    out.append(json.dumps({**good, "columns": {"event_id": ["x" * 8] * 3}}).encode())  # not the producer's prefix
+    return out
+
+
+def good_record(kind: str) -> bytes:
+    return next(r for r in records(kind) if f'"{kind}-ok-0000"'.encode() in r)
+
+
+@pytest.mark.parametrize("kind", ["nic", "step"])
+def test_columnar_records_decide_and_store_like_pydantic(kind: str) -> None:
+    fast_hits = 0
+    for value in columnar_records(kind):
+        slow, fast = decode_batch(value), decode_fast(value)
+        assert [r.reason for r in fast.rejected] == [r.reason for r in slow.rejected], value
+        assert rows(fast.events) == rows(slow.events), value
+        for f, s in zip(fast.events, slow.events, strict=True):
+            assert f.ts == s.ts and f.ts.tzinfo is UTC, value
+            pf, ps = payload_of(f), payload_of(s)
+            if b'"event_id"' not in value:
+                pf.pop("event_id"), ps.pop("event_id")
+            assert pf == ps, value
+        fast_hits += sum(isinstance(e, FAST[kind]) for e in fast.events)
+    assert fast_hits >= 6, "the fast path took too few of the columnar records: the corpus no longer tests it"
+
+
+@pytest.mark.parametrize("kind", ["nic", "step"])
+def test_a_columnar_record_reads_as_its_rows(kind: str) -> None:
+    # the same events as rows and as columns: the same events out of both shapes, on both paths; a bad row is
+    # refused alone, with the reason its row record gets
+    for value in (good_record(kind), records(kind)[1]):
+        doc = json.loads(value)
+        col = as_columns(kind, [{k: v for k, v in e.items() if k not in ("kind", "schema_version")} for e in doc["events"]])
+        assert col is not None
+        for decode in (decode_batch, decode_fast):
+            a, b = decode(value), decode(col)
+            assert [payload_of(e) for e in a.events] == [payload_of(e) for e in b.events]
+            assert [(r.reason, r.ahead) for r in a.rejected] == [(r.reason, r.ahead) for r in b.rejected]
+
+
+def test_producers_write_the_hot_kinds_as_columns_and_others_as_rows() -> None:
+    from vigil.contract import encode_batch, validate_event
+    from vigil.contract.colwire import is_columnar, rows_claimed
+
+    for kind, cls in FAST.items():
+        events = [validate_event(kind, {**spec_for(kind).example, "ts": RECENT, "event_id": f"{kind}-{i:06d}"})
+                  for i in range(4)]
+        value = encode_batch(events)
+        assert (is_columnar(value) == kind) is (kind != "heartbeat")
+        assert rows_claimed(value) == (4 if kind != "heartbeat" else 1)
+        assert [payload_of(e) for e in decode_batch(value).events] == [payload_of(e) for e in events]
+        fast = decode_fast(value).events
+        assert [payload_of(e) for e in fast] == [payload_of(e) for e in events]
+        assert all(isinstance(e, cls) for e in fast), "what producers write takes the fast path"
+
+
+def test_a_columnar_record_holds_each_events_json_dump() -> None:
+    # the producer reads the models a column at a time and msgspec writes them: each row must be the event's own
+    # JSON dump (pydantic's), odd values included
+    from vigil.contract import ParallelCoords, encode_batch, validate_event
+    from vigil.contract.wire import rows_of
+
+    step = validate_event("step", {**spec_for("step").example, "ts": RECENT})
+    odd = [step.model_copy(update={"step": BIG - 1, "tokens": BIG - 1, "step_ms": 0.1 + 0.2, "tflops": 1.7976931348623157e308,
+                                   "phases": {'fwd ü"x\\': 1e-300, "b": 5e-324}, "coords": ParallelCoords(dp=2**32 - 1),
+                                   "ts": datetime(2026, 12, 7, 1, 2, 3, tzinfo=UTC), "mfu": None, "host": "nœud\u2028"}),
+           step, step.model_copy(update={"ts": datetime(2026, 12, 7, 1, 2, 3, 999, tzinfo=UTC), "phase_kinds": {}})]
+    nic = validate_event("nic", {**spec_for("nic").example, "ts": RECENT, "extra": {"a": BIG - 1, "ü": 0}})
+    for events in (odd, [nic]):
+        items = rows_of(json.loads(encode_batch(events)))
+        assert items == [e.model_dump(mode="json", exclude={"kind", "schema_version"}) for e in events]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from vigil.contract import Event, StepTiming
+from vigil.contract import Event, StepTiming, decode_batch
 from vigil.errors import DeliveryError
 from vigil.kafka.broker import free_port
 from vigil.kafka.consumer import BatchingConsumer, Unstorable
@@ -240,7 +240,7 @@ def test_records_are_split_to_fit_and_an_event_that_never_fits_is_skipped_and_co
     assert records >= 6 and producer.oversized == 1 and producer.failed == 0
     got = list(read_topics(topics, str(topics.kafka_bootstrap), [topics.topic("logs"), topics.topic("steps")]))
     assert all(len(r.value or b"") <= producer.max_record_bytes for r in got)
-    ids = {e["event_id"] for r in got for e in json.loads(r.value or b"{}")["events"]}
+    ids = {e.event_id for r in got for e in decode_batch(r.value).events}
     assert ids == {e.event_id for e in [*lines, normal]}
 
 

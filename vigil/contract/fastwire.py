@@ -216,10 +216,18 @@ HOT_PREFIXES: dict[str, bytes] = {kind: prefix for kind, (prefix, _d) in zip(("s
 """kind -> how a record of that hot kind begins (as the producer writes it): a record is claimed by its first bytes."""
 
 
-def decode_hot(value: bytes | None, given: bool = False) -> list[FastEvent] | None:
+def decode_hot(value: bytes | None, given: bool = False, now: datetime | None = None) -> list[FastEvent] | None:
     """The events of a hot record when every one of them passes the fast path; None where `decode_fast` would hand
     the record to pydantic (another kind, a record that is not plain, an event msgspec refuses or doubts). With
-    `given`, also None when a step or NIC event lacks its event_id or ts (the decode process: `offload`)."""
+    `given`, also None when a step or NIC event lacks its event_id or ts (the decode process: `offload`); a
+    columnar record always names both (`colwire`). `now`: the clock the freshness checks read (default: now)."""
+    from vigil.contract import colwire  # built on this module's structs: imported once it is whole
+
+    kind = colwire.is_columnar(value)
+    if kind is not None:
+        assert value is not None
+        cols = colwire.decode_columnar(value, kind, now)
+        return None if cols is None else colwire.events_of(kind, cols)
     if value is not None:
         for prefix, decoder in _GIVEN if given else _HOT:
             if value.startswith(prefix):
@@ -231,7 +239,7 @@ def decode_hot(value: bytes | None, given: bool = False) -> list[FastEvent] | No
                     events = list(decoder.decode(value).events)
                 except (msgspec.ValidationError, msgspec.DecodeError, ValueError, RecursionError):
                     return None
-                now = datetime.now(UTC)
+                now = now or datetime.now(UTC)
                 lo, hi = max(EARLIEST, now - max_age()), now + max_ahead()
                 if prefix == _HOT[0][0] and not _steps_fit(events):
                     return None
