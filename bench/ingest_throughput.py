@@ -265,9 +265,10 @@ def main() -> None:
         broker.stop()
     load1 = os.getloadavg()
     per_batch = AnalyzerSettings().batch_events * 1000  # ms per batch = this / events per second
-    lines = [f"{n:,} step events per leg in {records:,} records of <= 500 events (~{n / records:.0f} per record), "
+    lines = [f"{n:,} step events per leg in {records:,} columnar records (as EventProducer writes steps) of <= 500 "
+             f"events (~{n / records:.0f} per record), "
              f"4 partitions, batches of <= {AnalyzerSettings().batch_events:,} events, "
-             f"{'decoded by the decode process' if child else 'decoded in the analyzer (no decode process)'}. Load average (1/5/15 min) at start "
+             f"{'decoded by the decode process' if child else 'decoded on the consumer thread (no decode process)'}. Load average (1/5/15 min) at start "
              f"{load0[0]:.1f}/{load0[1]:.1f}/{load0[2]:.1f}, at end {load1[0]:.1f}/{load1[1]:.1f}/{load1[2]:.1f} "
              "(2 cores shared with other sessions' test runs).",
              "", "| path | stored before -> after | seconds (incl. group join) | events/s | steady events/s | "

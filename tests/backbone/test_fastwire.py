@@ -177,6 +177,10 @@ def columnar_records(kind: str) -> list[bytes]:
         {**good, "columns": {**good["columns"], "coords": [{}, {}, {}]}},
         {**good, "columns": {**good["columns"], "ts": [good["columns"]["ts"][0], STALE, FUTURE]}},
         {**good, "columns": {**good["columns"], "event_id": ["a" * 8] * 3}},
+        *({**good, "columns": {**good["columns"], name: None}} for name in ("local_rank", "coords.dp", "phases", "port",
+                                                                             "extra", "tokens", "rx_bytes")),
+        {**good, "columns": {**good["columns"], "phases.a": [1.0] * 3}}, {**good, "columns": {**good["columns"], "kind": [kind] * 3}},
+        {**good, "columns": {**good["columns"], "schema_version": [2] * 3}},
     ]
     out += [json.dumps(d, separators=(",", ":")).encode() for d in odd]
     out.append(json.dumps({**good, "columns": {"event_id": ["x" * 8] * 3}}).encode())  # not the producer's prefix
@@ -247,5 +251,26 @@ def test_a_columnar_record_holds_each_events_json_dump() -> None:
            step, step.model_copy(update={"ts": datetime(2026, 12, 7, 1, 2, 3, 999, tzinfo=UTC), "phase_kinds": {}})]
     nic = validate_event("nic", {**spec_for("nic").example, "ts": RECENT, "extra": {"a": BIG - 1, "ü": 0}})
     for events in (odd, [nic]):
-        items = rows_of(json.loads(encode_batch(events)))
+        items = rows_of(json.loads(encode_batch(events)), type(events[0]))
         assert items == [e.model_dump(mode="json", exclude={"kind", "schema_version"}) for e in events]
+
+
+def test_a_columnar_record_costs_what_it_sends() -> None:
+    # a column's name goes once on the wire: one that is no field of the kind is refused with the record, never
+    # copied into each of its rows (and each row's reason); the batch estimate is at most what the size can hold
+    from vigil.contract.colwire import rows_claimed
+
+    rows_ = 2000
+    for name in ("x" * 20_000, "phases.fwd", "coords.x"):
+        zeros = ",".join(["0"] * rows_)
+        value = f'{{"kind":"step","schema_version":1,"rows":{rows_},"columns":{{"{name}":[{zeros}]}}}}'.encode()
+        for got in (decode_batch(value), decode_fast(value)):
+            assert not got.events and len(got.rejected) == 1 and len(got.rejected[0].reason) < 120, name
+    value = json.loads(good_record("step"))
+    cols = as_columns("step", [{k: v for k, v in e.items() if k not in ("kind", "schema_version")}
+                               for e in value["events"]])
+    assert cols is not None and rows_claimed(cols) == 3
+    assert rows_claimed(cols.replace(b'"rows":3', b'"rows": \n3')) == 3, "JSON's whitespace is read as JSON reads it"
+    assert rows_claimed(cols.replace(b'"rows":3', b'"rows":1')) == 1, "a claim the decode refuses: the record's fault"
+    for head in (b'"rows":"3"', b'"rows":3e0', b'"rows":' + b"9" * 12):
+        assert rows_claimed(cols.replace(b'"rows":3', head)) >= 3, "unreadable: the most the record can hold"

@@ -30,7 +30,7 @@ from operator import attrgetter
 from typing import Any, Literal
 
 import msgspec
-from msgspec import Struct
+from msgspec import UNSET, Struct, UnsetType
 
 from vigil.contract.base import EARLIEST, max_age, max_ahead
 from vigil.contract.fastwire import (
@@ -81,8 +81,8 @@ def _layout(model: type[Struct]) -> tuple[list[_Field], list[tuple[str, Any, Any
             fields.append(_Field(name=name, attr=attr, default=default))
             if default is None:
                 defs.append((attr, list[g.type], msgspec.field(name=name)))  # type: ignore[name-defined]
-            else:
-                defs.append((attr, list[g.type] | None, msgspec.field(default=None, name=name)))  # type: ignore[name-defined]
+            else:  # left out: UNSET (a column sent as null is no array: pydantic refuses the record)
+                defs.append((attr, list[g.type] | UnsetType, msgspec.field(default=UNSET, name=name)))  # type: ignore[name-defined]
     return fields, defs
 
 
@@ -110,14 +110,17 @@ def is_columnar(value: bytes | None) -> str | None:
 
 
 def rows_claimed(value: bytes) -> int:
-    """The row count a columnar record's head claims (an estimate for sizing a batch: the decode checks it), else 1."""
+    """About how many events a columnar record holds, for sizing a batch: the row count its head claims, at most what
+    its size can hold (a row's event_id alone takes 11 bytes: 8 characters, 2 quotes, a comma), and that most when
+    the head cannot be read (1 for a record that is not columnar). The decode takes a record only when its columns
+    hold exactly the rows claimed."""
+    most = max(1, len(value) // 11)
     kind = is_columnar(value)
     if kind is None:
         return 1
-    start = len(_COLUMNAR[kind])
-    digits = value[start:start + 9]
-    n = len(digits) - len(digits.lstrip(b"0123456789"))
-    return max(1, min(int(digits[:n]), len(value) // 11)) if n else 1  # a row's event_id alone: 8 characters, 2 quotes, a comma
+    head = value[len(_COLUMNAR[kind]):len(_COLUMNAR[kind]) + 32].lstrip(b" \t\r\n")
+    n = len(head) - len(head.lstrip(b"0123456789"))
+    return max(1, min(int(head[:n]), most)) if 0 < n <= 9 else most
 
 
 def _fit(kind: str, cols: EventColumns) -> bool:
@@ -140,7 +143,7 @@ def decode_columnar(value: bytes, kind: str, now: datetime | None = None) -> Eve
     cols: EventColumns = {}
     for f in fields:
         values = getattr(got, f.attr)
-        if values is None:
+        if values is UNSET:
             assert f.default is not None
             values = f.default(rows)
         elif len(values) != rows:

@@ -12,7 +12,8 @@ shapes are read for every kind, so records written before stay readable.
 
 Decoding is per event: one bad event in a batch is reported on its own and its
 neighbours still go through (a columnar record is read as its rows, each judged
-alone; a record whose columns do not all hold `rows` values is rejected whole). An
+alone; a record whose columns are not all arrays of `rows` values, each named after a field of the kind, is
+rejected whole). An
 event off the wire must also be fresh: a `ts` older than `base.max_age()` (the
 retention) is rejected like a bad field.
 """
@@ -90,25 +91,32 @@ def _encode_columns(events: Sequence[Event]) -> bytes:
     return head.encode() + _encode_json(cols) + b"}"
 
 
-def rows_of(doc: dict[str, Any]) -> list[dict[str, Any]] | str:
+def rows_of(doc: dict[str, Any], model: type[BaseModel]) -> list[dict[str, Any]] | str:
     """A columnar record's events as rows (each as a row record's event would be), or why the record is refused:
     `columns` must be a non-empty object of arrays of `rows` values each (so the rows never outnumber the values
-    sent), and a nested field (`coords.dp`) is not also a column of its own (`coords`)."""
+    sent), each named after a field of `model` (a nested model's field as `field.sub`, not also given whole), so
+    what a row holds is bounded by what the record sends (a name sent once never becomes a key of every row)."""
     cols, rows = doc.get("columns"), doc.get("rows")
     if not isinstance(cols, dict) or not cols:
         return "a columnar record needs a non-empty 'columns' object"
     if type(rows) is not int or rows < 0:
         return "a columnar record needs a non-negative integer 'rows'"
+    fields = model.model_fields
     for name, values in cols.items():
+        head, _, sub = name.partition(".")
+        nested = fields[head].annotation if head in fields else None
+        known = sub in nested.model_fields if isinstance(nested, type) and issubclass(nested, BaseModel) else False
+        if not (known if sub else head in fields):
+            return f"column {name[:64]!r} is not a field of {doc.get('kind')} events"
+        if sub and head in cols:
+            return f"column {name!r} is a field of column {head!r}, given as a column of its own"
         if not isinstance(values, list) or len(values) != rows:
             got = f"{len(values)} values" if isinstance(values, list) else "not an array"
             return f"column {name!r}: {got}, the record has {rows} rows"
-        if "." in name and name.split(".", 1)[0] in cols:
-            return f"column {name!r} is a field of column {name.split('.', 1)[0]!r}, given as a column of its own"
     items: list[dict[str, Any]] = [{} for _ in range(rows)]
     for name, values in cols.items():
-        if "." in name:
-            head, sub = name.split(".", 1)
+        head, _, sub = name.partition(".")
+        if sub:
             for item, v in zip(items, values, strict=True):
                 item.setdefault(head, {})[sub] = v
         else:
@@ -151,14 +159,9 @@ def decode_batch(value: bytes | None) -> Decoded:
     except (ValueError, RecursionError) as exc:  # also a number past int's digit limit, nesting past the stack
         text = value[:2048].decode("utf-8", "replace")
         return Decoded(events=[], rejected=[Rejected(reason=f"not JSON: {exc}", payload=text)])
-    if isinstance(doc, dict) and "columns" in doc and "events" not in doc:
-        items = rows_of(doc)
-        if isinstance(items, str):
-            return Decoded(events=[], rejected=[Rejected(reason=items, payload=doc)])
-    elif not isinstance(doc, dict) or not isinstance(doc.get("events"), list):
+    columnar = isinstance(doc, dict) and "columns" in doc and "events" not in doc
+    if not columnar and (not isinstance(doc, dict) or not isinstance(doc.get("events"), list)):
         return Decoded(events=[], rejected=[Rejected(reason="record must be an object with an 'events' list", payload=doc)])
-    else:
-        items = doc["events"]
     kind, version = doc.get("kind"), doc.get("schema_version")
     if not isinstance(kind, str) or not isinstance(version, int):
         return Decoded(events=[], rejected=[Rejected(reason="record needs string 'kind' and integer 'schema_version'", payload=doc)])
@@ -166,6 +169,9 @@ def decode_batch(value: bytes | None) -> Decoded:
         spec = spec_for(kind, version)
     except ValueError as exc:
         return Decoded(events=[], rejected=[Rejected(reason=str(exc), payload=doc)])
+    items = rows_of(doc, spec.model) if columnar else doc["events"]
+    if isinstance(items, str):
+        return Decoded(events=[], rejected=[Rejected(reason=items, payload=doc)])
     events: list[Event] = []
     rejected: list[Rejected] = []
     oldest = datetime.now(UTC) - max_age()
