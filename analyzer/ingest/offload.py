@@ -52,6 +52,7 @@ import msgspec
 from vigil.analyzer.ingest.blocks import Encoded, encoded
 from vigil.analyzer.ingest.columns import FROM_COLUMNS
 from vigil.analyzer.ingest.recent import Marks
+from vigil.analyzer.ingest.staging import first_mask
 from vigil.contract.colwire import (
     EventColumns,
     columns_of,
@@ -149,14 +150,6 @@ def _taken(value: bytes | None, now: datetime) -> tuple[str, EventColumns] | Non
     return None if events is None else (kind, columns_of(kind, events))
 
 
-def _first(ids: list[str]) -> list[bool] | None:
-    """Which ids are the first of their value (`staging.first_of_each`'s choice); None when none repeats."""
-    if len(set(ids)) == len(ids):
-        return None
-    seen: set[str] = set()
-    return [not (i in seen or seen.add(i)) for i in ids]  # type: ignore[func-returns-value]
-
-
 def decode(values: list[bytes | None], now: datetime | None = None, marks: bool = False) -> Offloaded:
     """Decode the records the fast path takes whole and make their groups (pure: the child's whole work, `now` the
     clock its freshness checks read; `marks`: also the window's marks, for a writer in this process). The batch's
@@ -171,7 +164,7 @@ def decode(values: list[bytes | None], now: datetime | None = None, marks: bool 
         kinds.append(None if got is None else got[0])
         if got is not None:
             parts.append(got)
-    keep = _first([i for _kind, cols in parts for i in cols["event_id"]])
+    keep = first_mask([i for _kind, cols in parts for i in cols["event_id"]])
     merged: dict[str, EventColumns] = {}
     taken: dict[str, int] = defaultdict(int)
     at = 0

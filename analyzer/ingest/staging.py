@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import compress
 from operator import attrgetter
 
 from vigil.analyzer.ingest.blocks import Columns, Encoded, encoded
@@ -47,11 +48,18 @@ class Staged:
         return self.events is events and self.size == len(events)
 
 
+def first_mask(ids: Sequence[str]) -> list[bool] | None:
+    """Which ids are the first of their value (the one kept of a repeated event_id); None when none repeats."""
+    if len(set(ids)) == len(ids):
+        return None
+    seen: set[str] = set()
+    return [not (i in seen or seen.add(i)) for i in ids]  # type: ignore[func-returns-value]
+
+
 def first_of_each(events: Sequence[Ingestable]) -> list[Ingestable]:
     """The events without repeats of an event_id (the first one kept), in order."""
-    ids = list(map(_EVENT_ID, events))
-    first = dict(zip(reversed(ids), range(len(ids) - 1, -1, -1), strict=True))  # event_id -> first position
-    return list(events) if len(first) == len(ids) else [events[i] for i in sorted(first.values())]
+    keep = first_mask(list(map(_EVENT_ID, events)))
+    return list(events) if keep is None else list(compress(events, keep))
 
 
 def stage(events: Sequence[Ingestable], build: bool = True) -> Staged:

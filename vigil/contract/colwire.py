@@ -25,25 +25,14 @@ batch that leaves the steady state) that needs the events one by one.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from operator import attrgetter
 from typing import Any, Literal
 
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
-from vigil.contract.base import EARLIEST, max_age, max_ahead
-from vigil.contract.fastwire import (
-    _SUBMICRO,
-    _TZINFO,
-    _UTC_ID,
-    HOT_PREFIXES,
-    U64_MAX,
-    FastEvent,
-    FastNic,
-    FastStep,
-    _plain,
-)
+from vigil.contract.fastwire import HOT_PREFIXES, FastEvent, FastNic, FastStep, _doubted, _times_ok, _u64_fit
 
 EventColumns = dict[str, list[Any]]
 """One kind's events as columns: field name (a nested object's as `name.sub`) -> one value per event."""
@@ -124,15 +113,13 @@ def rows_claimed(value: bytes) -> int:
 
 
 def _fit(kind: str, cols: EventColumns) -> bool:
-    """decode_hot's UInt64 checks, a column at a time in C."""
-    if not all(max(filter(None, cols[n]), default=0) <= U64_MAX for n in _U64[kind]):
-        return False
-    return kind != "nic" or all(max(d.values(), default=0) <= U64_MAX for d in cols["extra"])
+    """decode_hot's UInt64 checks, a column at a time in C (a NIC's `extra` values too)."""
+    return _u64_fit(cols[n] for n in _U64[kind]) and (kind != "nic" or _u64_fit(map(dict.values, cols["extra"])))
 
 
 def decode_columnar(value: bytes, kind: str, now: datetime | None = None) -> EventColumns | None:
     """A columnar record of hot `kind` as event columns when the fast path takes every event of it, else None."""
-    if not _plain(value) or _SUBMICRO.search(value) is not None:
+    if _doubted(value):
         return None
     fields, decoder = _DECODERS[kind]
     try:
@@ -149,12 +136,7 @@ def decode_columnar(value: bytes, kind: str, now: datetime | None = None) -> Eve
         elif len(values) != rows:
             return None
         cols[f.name] = values
-    now = now or datetime.now(UTC)
-    times = cols["ts"]
-    if times and not (set(map(id, map(_TZINFO, times))) == _UTC_ID and
-                      max(EARLIEST, now - max_age()) <= min(times) and max(times) <= now + max_ahead()):
-        return None
-    return cols if _fit(kind, cols) else None
+    return cols if _times_ok(cols["ts"], now) and _fit(kind, cols) else None
 
 
 def columns_of(kind: str, events: list[Any]) -> EventColumns:

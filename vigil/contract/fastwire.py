@@ -27,6 +27,7 @@ The structs are read by the same processors as the models (duck-typed attributes
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from operator import attrgetter
@@ -194,9 +195,14 @@ _TS, _TZINFO = attrgetter("ts"), attrgetter("tzinfo")
 _UTC_ID = {id(UTC)}  # the one UTC object (a zero offset of another tzinfo goes to pydantic, as before)
 
 
+def _u64_fit(columns: Iterable[Iterable[int | None]]) -> bool:
+    """Every value of these integer columns within UInt64, a column at a time in C (`max` over `filter`)."""
+    return all(max(filter(None, col), default=0) <= U64_MAX for col in columns)
+
+
 def _steps_fit(events: list[Any]) -> bool:
-    """Every step's UInt64 fields within UInt64, checked a column at a time in C (`max` over `map`)."""
-    return not events or all(max(filter(None, map(get, events)), default=0) <= U64_MAX for get in _STEP_U64)
+    """Every step's UInt64 fields within UInt64 (`_u64_fit` over their columns)."""
+    return _u64_fit(map(get, events) for get in _STEP_U64)
 
 
 _SUBMICRO = re2.compile(rb"(?s):..:\d\d\.\d{7}")
@@ -210,6 +216,18 @@ instead, ~0.1 us)."""
 def _plain(value: bytes) -> bool:
     """No string in this record can hold a control character: ASCII, no escape, no DEL."""
     return value.isascii() and b"\\" not in value and b"\x7f" not in value
+
+
+def _doubted(value: bytes) -> bool:
+    """A record the fast path leaves to pydantic before decoding it: not plain, or a time finer than the microsecond."""
+    return not _plain(value) or _SUBMICRO.search(value) is not None
+
+
+def _times_ok(times: list[datetime], now: datetime | None) -> bool:
+    """Each time UTC (the one UTC object) and inside the wire's range at `now` (else pydantic says why)."""
+    now = now or datetime.now(UTC)
+    return not times or (set(map(id, map(_TZINFO, times))) == _UTC_ID and max(EARLIEST, now - max_age()) <= min(times)
+                         and max(times) <= now + max_ahead())
 
 
 HOT_PREFIXES: dict[str, bytes] = {kind: prefix for kind, (prefix, _d) in zip(("step", "heartbeat", "nic"), _HOT, strict=True)}
@@ -231,22 +249,15 @@ def decode_hot(value: bytes | None, given: bool = False, now: datetime | None = 
     if value is not None:
         for prefix, decoder in _GIVEN if given else _HOT:
             if value.startswith(prefix):
-                if not _plain(value):  # scanned only for a hot kind: other records go to pydantic unscanned
-                    return None
-                if _SUBMICRO.search(value) is not None:
+                if _doubted(value):  # scanned only for a hot kind: other records go to pydantic unscanned
                     return None
                 try:
                     events = list(decoder.decode(value).events)
                 except (msgspec.ValidationError, msgspec.DecodeError, ValueError, RecursionError):
                     return None
-                now = now or datetime.now(UTC)
-                lo, hi = max(EARLIEST, now - max_age()), now + max_ahead()
                 if prefix == _HOT[0][0] and not _steps_fit(events):
                     return None
-                times = list(map(_TS, events))  # each one UTC, and in range (else pydantic says why)
-                if not times or (set(map(id, map(_TZINFO, times))) == _UTC_ID and lo <= min(times) and max(times) <= hi):
-                    return events
-                return None
+                return events if _times_ok(list(map(_TS, events)), now) else None
     return None
 
 

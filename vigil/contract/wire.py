@@ -73,6 +73,11 @@ def encode_batch(events: Sequence[Event], rows: bool = False) -> bytes:
     return f'{{"kind":"{kind}","schema_version":{version},"events":[{body}]}}'.encode()
 
 
+def _nested(annotation: Any) -> type[BaseModel] | None:
+    """The model of a field that holds one (written as `field.sub` columns), else None."""
+    return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+
+
 def _encode_columns(events: Sequence[Event]) -> bytes:
     """Events of one kind and version as one columnar record (the module docstring's second shape): each field read
     a column at a time (`attrgetter` in C) and encoded by msgspec, which writes these models' values (UTC times as
@@ -83,8 +88,8 @@ def _encode_columns(events: Sequence[Event]) -> bytes:
         if name in ("kind", "schema_version"):
             continue
         values = list(map(attrgetter(name), events))
-        if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel):
-            cols.update({f"{name}.{sub}": list(map(attrgetter(sub), values)) for sub in f.annotation.model_fields})
+        if (nested := _nested(f.annotation)) is not None:
+            cols.update({f"{name}.{sub}": list(map(attrgetter(sub), values)) for sub in nested.model_fields})
         else:
             cols[name] = values
     head = f'{{"kind":"{first.kind}","schema_version":{first.schema_version},"rows":{len(events)},"columns":'
@@ -104,9 +109,8 @@ def rows_of(doc: dict[str, Any], model: type[BaseModel]) -> list[dict[str, Any]]
     fields = model.model_fields
     for name, values in cols.items():
         head, _, sub = name.partition(".")
-        nested = fields[head].annotation if head in fields else None
-        known = sub in nested.model_fields if isinstance(nested, type) and issubclass(nested, BaseModel) else False
-        if not (known if sub else head in fields):
+        nested = _nested(fields[head].annotation) if head in fields else None
+        if not (nested is not None and sub in nested.model_fields if sub else head in fields):
             return f"column {name[:64]!r} is not a field of {doc.get('kind')} events"
         if sub and head in cols:
             return f"column {name!r} is a field of column {head!r}, given as a column of its own"
