@@ -5,8 +5,8 @@ yesterday's, so that valid events are fresh and inside ClickHouse's retention), 
 record for the `steps` topic with what the pipeline must make of it: how many dead letters
 (`letters`: one per refused event, or one for a refused record) and which event ids must be
 stored, once (`stored`). Families: sizes, encodings, numbers, timestamps, identifiers, kinds and
-envelopes, plus records mixing one valid event with refused ones, and re-deliveries of a valid
-event (stored once). The labels are the contract's (`vigil.contract`); `test_poison.py` checks
+envelopes, plus records mixing one valid event with refused ones, re-deliveries of a valid
+event (stored once), and columnar records (the shape producers write steps in). The labels are the contract's (`vigil.contract`); `test_poison.py` checks
 them against `wire.decode_batch` so a wrong label fails there, not in the broker test.
 """
 
@@ -47,6 +47,14 @@ def record(*events: Any, kind: Any = "step", version: Any = 1) -> bytes:
     """As `wire.encode_batch` writes it (compact: the ingest's fast path takes it first), odd values included."""
     return json.dumps({"kind": kind, "schema_version": version, "events": list(events)}, ensure_ascii=False,
                       allow_nan=True, separators=(",", ":")).encode("utf-8", "surrogatepass")
+
+
+def columns(*events: dict[str, Any], rows: Any = None, **extra: Any) -> bytes:
+    """Events of the same fields as the columnar record producers write steps as (`wire.COLUMNAR`), odd parts
+    included: `rows` claimed instead of the count, `extra` columns added as given."""
+    cols = {k: [e[k] for e in events] for k in events[0]} | extra
+    return json.dumps({"kind": "step", "schema_version": 1, "rows": len(events) if rows is None else rows,
+                       "columns": cols}, separators=(",", ":")).encode()
 
 
 def event(n: int, **fields: Any) -> dict[str, Any]:
@@ -175,6 +183,19 @@ def corpus() -> list[Case]:
         n += 3
         mixed = record(event(n - 2), event(n - 1, **{field: value}), event(n, **{field: value}))
         add(f"mixed/{field}={value!r} #{k}", mixed, 2, (eid(n - 2),))
+    n += 3  # columnar records: refused whole, or row by row with the reasons of rows
+    add("columnar/three valid events", columns(event(n - 2), event(n - 1), event(n)), 0, (eid(n - 2), eid(n - 1), eid(n)))
+    n += 2
+    add("columnar/one refused row", columns(event(n - 1), event(n, step_ms=-1.0)), 1, (eid(n - 1),))
+    for name, value in (("rows claimed short", columns(event(n + 1), event(n + 2), rows=1)),
+                        ("rows claimed with whitespace", columns(event(n + 3), rows=5000).replace(b'"rows":5000',
+                                                                                                   b'"rows": 5000')),
+                        ("a null column", columns(event(n + 4), dropped=None)),
+                        ("a column of no field, long", columns(event(n + 5), **{"x" * 100_000: [0]})),
+                        ("a column not an array", columns(event(n + 6), tokens=5))):
+        add(f"columnar/{name}", value, 1)
+    n += 6
+    add("columnar/an event sent before as a row", columns(many[0]), 0, (many[0]["event_id"],))
     for k in range(5):  # a valid event delivered again in a later record: stored once
         n += 1
         add(f"duplicate/first {k}", record(event(n)), 0, (eid(n),))

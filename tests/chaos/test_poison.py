@@ -35,7 +35,7 @@ def test_the_corpus_is_deterministic_broad_and_labelled_as_the_contract_decides(
     cases = corpus()
     assert len(cases) >= 300 and cases == corpus()
     assert {"envelope", "kind", "encoding", "number", "timestamp", "identifier", "size", "mixed",
-            "duplicate"} <= {c.family for c in cases}
+            "duplicate", "columnar"} <= {c.family for c in cases}
     assert sum(c.letters for c in cases) >= 250 and len(valid_ids(cases)) >= 250
     for c in cases:
         d, f = decode_batch(c.value), decode_fast(c.value)  # the contract, and the ingest's fast path
