@@ -28,14 +28,14 @@ from analyzer_common import append_results, machine_info
 from vigil.app.components import migrate_all
 from vigil.clickhouse.client import connect
 from vigil.contract import Alert, Incident, RankRef
-from vigil.dashboard.notify.decider import Decider
-from vigil.dashboard.notify.dispatch import Dispatcher
-from vigil.dashboard.notify.formats import render
-from vigil.dashboard.notify.links import Links
-from vigil.dashboard.notify.outbox import Delivery, Outbox
-from vigil.dashboard.notify.sender import HttpSender
-from vigil.dashboard.notify.settings import NotifySettings
-from vigil.dashboard.notify.silences import new_silence
+from vigil.notify.decider import Decider
+from vigil.notify.dispatch import Dispatcher
+from vigil.notify.formats import render
+from vigil.notify.links import Links
+from vigil.notify.outbox import Delivery, Outbox
+from vigil.notify.sender import HttpSender
+from vigil.notify.settings import NotifySettings
+from vigil.notify.silences import new_silence
 
 KINDS = ("straggler", "error_log", "heartbeat_loss", "traffic_stall", "process_exit")
 

@@ -33,3 +33,8 @@ class DashboardSettings(VigilBaseSettings):
         default=None, min_length=1, max_length=128, pattern=r"^[A-Za-z0-9-]+$",
         description="the reverse proxy's authenticated-user header (e.g. X-Forwarded-User): set, every action "
                     "carries that user as its identity and one without it is refused; unset, the name typed in")
+
+    def base_url(self) -> str:
+        """The dashboard's own address as a browser on this machine reaches it (links from the notifier)."""
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
+        return f"http://{host}:{self.port}"

@@ -73,7 +73,7 @@ RECOVERY_OUTCOMES = _t("recovery_outcomes", "ts job_id incident_id result detect
 RECOVERY_MEMBERS = _t("recovery_members", "ts job_id host state generation last_step step_ms last_step_at repl_buddy "
                       "repl_pushed repl_pushed_bytes repl_staged repl_refused repl_last_step")
 
-# the notifier's own tables (dashboard/notify/migrations)
+# the notifier's own tables (notify/migrations)
 NOTIFY_DELIVERIES = _t("notify_deliveries", "key receiver receiver_kind group_key seq job_id status reason severity "
                                             "title state attempts http_status error latency_ms created updated")
 NOTIFY_SILENCES = _t("notify_silences", "silence_id ts matchers starts_at ends_at created_by reason status")

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from vigil.app.cli.main import build_parser
-from vigil.dashboard.notify.settings import NotifySettings
+from vigil.notify.settings import NotifySettings
 
 pytestmark = pytest.mark.pure
 

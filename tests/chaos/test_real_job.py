@@ -45,11 +45,11 @@ from tests.waiting import wait_until
 from vigil.analyzer.ingest.loop import INGEST_TOPICS
 from vigil.app.demo.run import kill_tree
 from vigil.contract import Outcome, RecoveryAction
-from vigil.dashboard.notify.service import TOPICS as NOTIFY_TOPICS
 from vigil.kafka.admin import ensure_topics
 from vigil.kafka.broker import EmbeddedBroker
 from vigil.kafka.lag import LagProbe
 from vigil.kafka.reader import read_topics
+from vigil.notify.service import TOPICS as NOTIFY_TOPICS
 from vigil.recovery.controller.state import ClusterState
 from vigil.settings import VigilSettings
 

@@ -40,8 +40,8 @@ def ctx(topics: VigilSettings, clickhouse_dsn: str, database: str) -> StackConte
 @pytest.fixture
 def notifier(ctx: StackContext, receiver: Receiver) -> Iterator[Callable[..., Any]]:
     """`notifier(**settings)` starts a NotifyService sending to `receiver` (as 'oncall'); all are stopped after."""
-    from vigil.dashboard.notify.service import NotifyService
-    from vigil.dashboard.notify.settings import NotifySettings
+    from vigil.notify.service import NotifyService
+    from vigil.notify.settings import NotifySettings
 
     started: list[NotifyService] = []
     group = f"notify-{uuid.uuid4().hex[:8]}"

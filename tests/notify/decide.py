@@ -6,10 +6,10 @@ from typing import Any
 
 from tests.notify.events import T0
 from vigil.contract import Event
-from vigil.dashboard.notify.decider import Decider
-from vigil.dashboard.notify.links import Links
-from vigil.dashboard.notify.payload import Notification
-from vigil.dashboard.notify.settings import NotifySettings
+from vigil.notify.decider import Decider
+from vigil.notify.links import Links
+from vigil.notify.payload import Notification
+from vigil.notify.settings import NotifySettings
 
 HOOK = {"kind": "webhook", "url": "http://127.0.0.1:9/hook", "secret": "s3cret"}
 

@@ -10,10 +10,10 @@ import pytest
 
 from tests.notify.decide import Clock, settings
 from tests.notify.events import T0, alert, incident, straggler, xid
-from vigil.dashboard.notify.matchers import alert_labels
-from vigil.dashboard.notify.payload import Notification
-from vigil.dashboard.notify.routing import Router
-from vigil.dashboard.notify.silences import expired, new_silence
+from vigil.notify.matchers import alert_labels
+from vigil.notify.payload import Notification
+from vigil.notify.routing import Router
+from vigil.notify.silences import expired, new_silence
 
 pytestmark = pytest.mark.pure
 

@@ -13,11 +13,11 @@ import pytest
 
 from tests.notify.decide import Clock
 from tests.notify.events import alert, incident, straggler, xid
-from vigil.dashboard.notify.formats import alertmanager, finalize, pagerduty, render, slack
-from vigil.dashboard.notify.payload import Notification
-from vigil.dashboard.notify.sender import backoff_s, verdict_of
-from vigil.dashboard.notify.settings import NotifySettings
-from vigil.dashboard.notify.signing import signature, signed_headers, verify
+from vigil.notify.formats import alertmanager, finalize, pagerduty, render, slack
+from vigil.notify.payload import Notification
+from vigil.notify.sender import backoff_s, verdict_of
+from vigil.notify.settings import NotifySettings
+from vigil.notify.signing import signature, signed_headers, verify
 from vigil.settings import SettingsError
 
 pytestmark = pytest.mark.pure
@@ -42,7 +42,7 @@ def rfc3339(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
-# --- vigil.notification v1 (README "Notification payload") -------------------------------------------
+# --- vigil.notification v1 (docs/notifications.md "Notification payload") -------------------------------------------
 
 V1_FIELDS = {"schema", "version", "key", "receiver", "status", "reason", "sequence", "group", "title", "job_id",
              "severity", "incident", "incident_id", "alerts", "alerts_total", "counts", "links", "created_at"}
@@ -106,7 +106,7 @@ PD_PAYLOAD = {"summary", "source", "severity", "timestamp", "component", "group"
 
 
 def test_pagerduty_events_trigger_and_resolve_by_dedup_key() -> None:
-    from vigil.dashboard.notify.settings import Receiver
+    from vigil.notify.settings import Receiver
 
     pd = Receiver(name="pd", kind="pagerduty", url="https://events.pagerduty.com/v2/enqueue", secret=None,
                   routing_key="R0UTING", timeout_s=5, concurrency=1, max_pending=10)

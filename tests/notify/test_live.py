@@ -14,8 +14,8 @@ from tests.notify.receiver import Receiver, signed_by
 from tests.waiting import wait_until
 from vigil.dashboard.app import RENDERERS
 from vigil.dashboard.callbacks import render_page
-from vigil.dashboard.notify.signing import verify
 from vigil.dashboard.settings import DashboardSettings
+from vigil.notify.signing import verify
 from vigil.service import StackContext
 
 pytestmark = [pytest.mark.kafka, pytest.mark.clickhouse]
@@ -110,9 +110,9 @@ def test_a_receiver_that_was_down_gets_everything_after_in_order_once_per_key(no
 
 def test_a_20_alert_incident_is_one_notification_and_silences_mute(notifier: Any, publish: Any, receiver: Receiver,
                                                                     ctx: StackContext) -> None:
-    from vigil.dashboard.notify.silences import new_silence
     from vigil.dashboard.queries import notifications as q
     from vigil.dashboard.store import Store
+    from vigil.notify.silences import new_silence
 
     svc = notifier(group_wait_s=3.0)
     wait_until(svc.ready.is_set, 60, "the notifier to start")

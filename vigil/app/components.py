@@ -13,13 +13,14 @@ from vigil.analyzer import hosting as analyzer_hosting
 from vigil.analyzer import schema as analyzer_schema
 from vigil.clickhouse.migrations import MigrationReport, MigrationSet, migrate
 from vigil.dashboard import hosting as dashboard_hosting
-from vigil.dashboard.notify import hosting as notify_hosting
-from vigil.dashboard.notify import schema as notify_schema
+from vigil.dashboard.settings import DashboardSettings
+from vigil.notify import hosting as notify_hosting
+from vigil.notify import schema as notify_schema
 from vigil.recovery import hosting as recovery_hosting
 from vigil.service import ServiceSpec
 
 SERVICES: tuple[ServiceSpec, ...] = (analyzer_hosting.SPEC, recovery_hosting.SPEC, dashboard_hosting.SPEC,
-                                     notify_hosting.SPEC)
+                                     notify_hosting.spec(lambda: DashboardSettings.load().base_url()))
 """In start order; `vigil up --no-<name>` leaves one out."""
 
 MIGRATIONS: tuple[MigrationSet, ...] = (analyzer_schema.MIGRATIONS, notify_schema.MIGRATIONS)

@@ -67,8 +67,8 @@ def register(sub: Any) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     from vigil.app.stack.runner import prepare
     from vigil.app.stack.state import resolve_bootstrap
-    from vigil.dashboard.notify.service import NotifyService
-    from vigil.dashboard.notify.settings import NotifySettings
+    from vigil.notify.service import NotifyService
+    from vigil.notify.settings import NotifySettings
 
     settings = VigilSettings.load()
     notify = NotifySettings.load()
@@ -97,9 +97,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     import time
 
     from vigil.app.stack.access import clickhouse_for_cli
-    from vigil.dashboard.notify.settings import NotifySettings
     from vigil.dashboard.queries import notifications as q
     from vigil.dashboard.store import Store
+    from vigil.notify.settings import NotifySettings
 
     notify = NotifySettings.load()
     receivers = notify.resolved_receivers()
@@ -134,12 +134,12 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_test(args: argparse.Namespace) -> int:
-    from vigil.dashboard.notify import NotificationRefused
-    from vigil.dashboard.notify.links import Links, default_base
-    from vigil.dashboard.notify.selftest import send_test
-    from vigil.dashboard.notify.sender import HttpSender
-    from vigil.dashboard.notify.settings import NotifySettings
     from vigil.dashboard.settings import DashboardSettings
+    from vigil.notify import NotificationRefused
+    from vigil.notify.links import Links
+    from vigil.notify.selftest import send_test
+    from vigil.notify.sender import HttpSender
+    from vigil.notify.settings import NotifySettings
 
     notify = NotifySettings.load()
     receivers = notify.resolved_receivers()
@@ -148,7 +148,7 @@ def cmd_test(args: argparse.Namespace) -> int:
         raise ValueError(f"no receiver named {args.receiver!r}; configured: {', '.join(sorted(receivers)) or 'none'}")
     sender = HttpSender()
     try:
-        n, outcome = send_test(receiver, sender, Links(notify.dashboard_url or default_base(DashboardSettings.load())),
+        n, outcome = send_test(receiver, sender, Links(notify.dashboard_url or DashboardSettings.load().base_url()),
                                datetime.now(UTC))
     finally:
         sender.close()
@@ -182,8 +182,8 @@ def known_silences(settings: VigilSettings, bootstrap: str) -> Any:
     """The silences topic folded, with the notifier's ClickHouse copy when it can be read."""
     from vigil.contract import Silence
     from vigil.contract.wire import decode_batch
-    from vigil.dashboard.notify.silences import SilenceBook
     from vigil.kafka.reader import read_topics
+    from vigil.notify.silences import SilenceBook
 
     book = SilenceBook()
     try:
@@ -201,7 +201,7 @@ def known_silences(settings: VigilSettings, bootstrap: str) -> Any:
 
 
 def cmd_silence_add(args: argparse.Namespace) -> int:
-    from vigil.dashboard.notify.silences import new_silence, parse_duration, parse_matchers
+    from vigil.notify.silences import new_silence, parse_duration, parse_matchers
 
     matchers = parse_matchers(args.match)
     duration = parse_duration(args.duration)
@@ -226,7 +226,7 @@ def _describe(s: Any) -> str:
 
 
 def cmd_silence_list(args: argparse.Namespace) -> int:
-    from vigil.dashboard.notify.silences import state_of
+    from vigil.notify.silences import state_of
 
     settings, bootstrap = _kafka()
     now = datetime.now(UTC)
@@ -242,7 +242,7 @@ def cmd_silence_list(args: argparse.Namespace) -> int:
 
 
 def cmd_silence_expire(args: argparse.Namespace) -> int:
-    from vigil.dashboard.notify.silences import expired, state_of
+    from vigil.notify.silences import expired, state_of
 
     settings, bootstrap = _kafka()
     now = datetime.now(UTC)

@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vigil.contract import Alert
-from vigil.dashboard.notify.matchers import Labels, alert_labels, first, matches
-from vigil.dashboard.notify.routing import Match, Router
-from vigil.dashboard.notify.silences import SilenceBook
+from vigil.notify.matchers import Labels, alert_labels, first, matches
+from vigil.notify.routing import Match, Router
+from vigil.notify.silences import SilenceBook
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -15,14 +15,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from vigil.dashboard.notify.classify import Classifier
-from vigil.dashboard.notify.grouping import build_groups
-from vigil.dashboard.notify.links import Links
-from vigil.dashboard.notify.payload import Notification, build
-from vigil.dashboard.notify.planner import NotifyLog, plan
-from vigil.dashboard.notify.routing import Router
-from vigil.dashboard.notify.settings import NotifySettings
-from vigil.dashboard.notify.state import NotifyState
+from vigil.notify.classify import Classifier
+from vigil.notify.grouping import build_groups
+from vigil.notify.links import Links
+from vigil.notify.payload import Notification, build
+from vigil.notify.planner import NotifyLog, plan
+from vigil.notify.routing import Router
+from vigil.notify.settings import NotifySettings
+from vigil.notify.state import NotifyState
 
 
 @dataclass(kw_only=True)

@@ -18,8 +18,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from vigil.contract import Silence
-from vigil.dashboard.notify.payload import Notification
-from vigil.dashboard.notify.planner import Sent
+from vigil.notify.payload import Notification
+from vigil.notify.planner import Sent
 
 TABLE = "notify_deliveries"
 SILENCES = "notify_silences"

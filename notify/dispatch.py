@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from vigil.dashboard.notify.outbox import Delivery, Outbox
-from vigil.dashboard.notify.sender import Sender, backoff_s
-from vigil.dashboard.notify.settings import NotifySettings, Receiver
 from vigil.errors import one_line
+from vigil.notify.outbox import Delivery, Outbox
+from vigil.notify.sender import Sender, backoff_s
+from vigil.notify.settings import NotifySettings, Receiver
 
 log = logging.getLogger(__name__)
 

@@ -20,10 +20,10 @@ from typing import Literal, Protocol
 
 import httpx
 
-from vigil.dashboard.notify.formats import finalize
-from vigil.dashboard.notify.settings import Receiver
-from vigil.dashboard.notify.signing import KEY_HEADER, signed_headers
 from vigil.errors import one_line
+from vigil.notify.formats import finalize
+from vigil.notify.settings import Receiver
+from vigil.notify.signing import KEY_HEADER, signed_headers
 
 # httpx logs every request's URL at INFO, and webhook URLs carry tokens: only its warnings, please.
 logging.getLogger("httpx").setLevel(logging.WARNING)

@@ -3,7 +3,8 @@
 A straggler opens the heatmap, a NIC stall the network page, MFU drift the overview, an
 error, exit or lost heartbeat the host's page; an incident opens its culprit's host page.
 Every notification also links the job's alerts. The base URL is `VIGIL_NOTIFY_DASHBOARD_URL`
-(what on-call can reach), else the dashboard's own listening address.
+(what on-call can reach), else the one the application passes in (the dashboard's own listening
+address: the notifier does not import the dashboard).
 """
 
 from __future__ import annotations
@@ -12,15 +13,9 @@ from dataclasses import dataclass
 from urllib.parse import urlencode
 
 from vigil.contract import Alert, Incident
-from vigil.dashboard.notify.matchers import culprit_hosts
-from vigil.dashboard.settings import DashboardSettings
+from vigil.notify.matchers import culprit_hosts
 
 _PAGE_OF_KIND = {"straggler": "/heatmap", "traffic_stall": "/network", "mfu_drift": "/overview"}
-
-
-def default_base(dashboard: DashboardSettings) -> str:
-    host = "127.0.0.1" if dashboard.host in ("0.0.0.0", "::", "") else dashboard.host
-    return f"http://{host}:{dashboard.port}"
 
 
 @dataclass(frozen=True)

@@ -20,11 +20,11 @@ from functools import cached_property
 from typing import Literal
 
 from vigil.contract import Alert, Incident
-from vigil.dashboard.notify.classify import Classifier, Placement
-from vigil.dashboard.notify.matchers import alert_labels, incident_labels
-from vigil.dashboard.notify.routing import Router
-from vigil.dashboard.notify.settings import SEVERITY_RANK, Timing
-from vigil.dashboard.notify.state import NotifyState
+from vigil.notify.classify import Classifier, Placement
+from vigil.notify.matchers import alert_labels, incident_labels
+from vigil.notify.routing import Router
+from vigil.notify.settings import SEVERITY_RANK, Timing
+from vigil.notify.state import NotifyState
 
 Role = Literal["alert", "listed", "victim"]
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
-from vigil.dashboard.notify.grouping import Group
+from vigil.notify.grouping import Group
 
 Status = Literal["firing", "resolved"]
 Reason = Literal["new", "update", "repeat", "resolved", "test"]

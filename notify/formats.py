@@ -19,8 +19,8 @@ import json
 from typing import Any
 from urllib.parse import urlparse
 
-from vigil.dashboard.notify.payload import encode
-from vigil.dashboard.notify.settings import Receiver, ReceiverKind
+from vigil.notify.payload import encode
+from vigil.notify.settings import Receiver, ReceiverKind
 
 ZERO_TIME = "0001-01-01T00:00:00Z"  # Alertmanager's endsAt of a firing alert
 _SLACK_ALERTS = 10

@@ -17,10 +17,10 @@ from datetime import datetime
 from typing import Any
 
 from vigil.contract import Alert, Incident
-from vigil.dashboard.notify.grouping import Group, Member
-from vigil.dashboard.notify.links import Links
-from vigil.dashboard.notify.planner import Decision, Reason, Sent, Status
-from vigil.dashboard.notify.state import NotifyState
+from vigil.notify.grouping import Group, Member
+from vigil.notify.links import Links
+from vigil.notify.planner import Decision, Reason, Sent, Status
+from vigil.notify.state import NotifyState
 
 SCHEMA = "vigil.notification"
 VERSION = 1

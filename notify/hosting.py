@@ -7,22 +7,23 @@ broker. With no receiver configured there is nothing to deliver, and the probe s
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from vigil.service import Service, ServiceSpec, StackContext
 from vigil.settings import VigilSettings
 
 
-def build(ctx: StackContext) -> Service:
-    from vigil.dashboard.notify.service import NotifyService
+def build(ctx: StackContext, dashboard_base: str = "") -> Service:
+    from vigil.notify.service import NotifyService
 
-    return NotifyService(ctx)
+    return NotifyService(ctx, dashboard_base=dashboard_base)
 
 
 def progress(settings: VigilSettings, bootstrap: str) -> dict[str, Any]:
-    from vigil.dashboard.notify.service import TOPICS
-    from vigil.dashboard.notify.settings import NotifySettings
     from vigil.kafka.lag import group_progress
+    from vigil.notify.service import TOPICS
+    from vigil.notify.settings import NotifySettings
 
     notify = NotifySettings.load()
     receivers = sorted(notify.all_receivers())
@@ -32,4 +33,8 @@ def progress(settings: VigilSettings, bootstrap: str) -> dict[str, Any]:
             "receivers": len(receivers)}
 
 
-SPEC = ServiceSpec(name="notify", help="alert and incident webhooks to on-call", factory=build, probe=progress)
+def spec(dashboard_base: Callable[[], str]) -> ServiceSpec:
+    """The notifier's spec; `dashboard_base` gives the links' base URL when `VIGIL_NOTIFY_DASHBOARD_URL` is unset
+    (the application passes the dashboard's address: the notifier does not import the dashboard)."""
+    return ServiceSpec(name="notify", help="alert and incident webhooks to on-call",
+                       factory=lambda ctx: build(ctx, dashboard_base()), probe=progress)

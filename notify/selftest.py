@@ -12,14 +12,14 @@ import uuid
 from datetime import datetime
 
 from vigil.contract import Alert
-from vigil.dashboard.notify.formats import render
-from vigil.dashboard.notify.grouping import Group, Member
-from vigil.dashboard.notify.links import Links
-from vigil.dashboard.notify.payload import Notification, build
-from vigil.dashboard.notify.planner import Decision
-from vigil.dashboard.notify.sender import Outcome, Sender
-from vigil.dashboard.notify.settings import Receiver, Timing
-from vigil.dashboard.notify.state import NotifyState
+from vigil.notify.formats import render
+from vigil.notify.grouping import Group, Member
+from vigil.notify.links import Links
+from vigil.notify.payload import Notification, build
+from vigil.notify.planner import Decision
+from vigil.notify.sender import Outcome, Sender
+from vigil.notify.settings import Receiver, Timing
+from vigil.notify.state import NotifyState
 
 TEST_JOB = "vigil-test"
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vigil.dashboard.notify.matchers import Labels, first, glob_matches, matches
-from vigil.dashboard.notify.settings import SEVERITY_RANK, NotifySettings, RouteConfig, Timing
+from vigil.notify.matchers import Labels, first, glob_matches, matches
+from vigil.notify.settings import SEVERITY_RANK, NotifySettings, RouteConfig, Timing
 
 DEFAULT_ROUTE = "default"
 

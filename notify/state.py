@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from vigil.contract import Alert, Event, Incident, Silence
-from vigil.dashboard.notify.silences import SilenceBook
+from vigil.notify.silences import SilenceBook
 
 
 @dataclass(kw_only=True)

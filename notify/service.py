@@ -32,20 +32,19 @@ from typing import Any
 
 from vigil.contract import Event, Silence
 from vigil.contract.wire import decode_batch
-from vigil.dashboard.notify.decider import Decider
-from vigil.dashboard.notify.dispatch import Dispatcher
-from vigil.dashboard.notify.formats import render
-from vigil.dashboard.notify.links import Links, default_base
-from vigil.dashboard.notify.outbox import Delivery, Outbox
-from vigil.dashboard.notify.sender import HttpSender, Sender
-from vigil.dashboard.notify.settings import NotifySettings
-from vigil.dashboard.settings import DashboardSettings
 from vigil.errors import one_line
 from vigil.kafka.consumer import BatchId, BatchingConsumer, Unstorable
 from vigil.kafka.deadletter import DeadLetter, KafkaDeadLetters
 from vigil.kafka.lag import LagProbe
 from vigil.kafka.producer import EventProducer
 from vigil.kafka.reader import read_topics
+from vigil.notify.decider import Decider
+from vigil.notify.dispatch import Dispatcher
+from vigil.notify.formats import render
+from vigil.notify.links import Links
+from vigil.notify.outbox import Delivery, Outbox
+from vigil.notify.sender import HttpSender, Sender
+from vigil.notify.settings import NotifySettings
 from vigil.service import StackContext
 from vigil.settings import VigilSettings
 from vigil.signing.gate import Gate
@@ -77,11 +76,11 @@ class NotifyService:
     name = "notify"
 
     def __init__(self, ctx: StackContext, settings: NotifySettings | None = None, *, sender: Sender | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, dashboard_base: str = "") -> None:
         self.ctx = ctx
         self.settings = settings or NotifySettings.load()
         self.receivers = self.settings.resolved_receivers()
-        links = Links(self.settings.dashboard_url or default_base(DashboardSettings.load()))
+        links = Links(self.settings.dashboard_url or dashboard_base)
         self.decider = Decider(settings=self.settings, links=links)
         self.outbox = Outbox(ctx.clickhouse)
         self.clock = clock
