@@ -15,7 +15,7 @@ tensors, snapshots into a tmpfs directory (default under /dev/shm). For each sim
   overhead is the snapshots' blocked time of the steps after the first save over their step time
   (the saves' own blocking is the persisted checkpoint's cost, not counted).
 
-Then buddy replication (the node agent's side, `collector/replication.py`, same machine: hosts are
+Then buddy replication (the node agent's side, `collector/control/replication.py`, same machine: hosts are
 directories): push ms per snapshot to the buddy (read, sha256 while copying, atomic rename, prune),
 staging ms per snapshot into a spare before it starts (the same copy, from a peer's memory), and
 `load_latest` on the host holding the copy (source ``peer``).
@@ -95,9 +95,9 @@ def peer_leg(mib: int, base: Path) -> dict[str, Any]:
     """h0's rank writes 2 snapshots; h0's agent pushes them to h1; a spare h2 stages them; h1 restores (peer)."""
     import torch
 
-    from vigil.collector.buddies import LocalTransport
-    from vigil.collector.replicas import HostStore
-    from vigil.collector.replication import Replicator
+    from vigil.collector.control.buddies import LocalTransport
+    from vigil.collector.control.replicas import HostStore
+    from vigil.collector.control.replication import Replicator
     from vigil.contract import World
     from vigil.recovery.checkpoint import CheckpointConfig, Checkpointer
 

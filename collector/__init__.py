@@ -24,13 +24,11 @@ Modules, one concept each:
     sink         where events go: Kafka, or memory (tests)
     shipper      outbox + timer files -> sink; offsets committed after delivery
     spoolguard   which spool lines the agent accepts: the training side's kinds, its own job and host
-    childenv     the training command's environment: the agent's minus vigil's credentials
     agent        wires the sources, the outbox and the shipper into threads
-    launcher     the child process of `vigil run`: pipes, echo, signals, exit
-    warm         warm start: the next generation's interpreters started ahead, torch imported
-    warmlaunch   (run by path) torchrun's part on one node, for the warm interpreters
-    warmchild    (run by path) one warm interpreter: imports, then runs the entry point on order
-    cli          `vigil run` and `vigil collector`
+    exits        how the training processes ended (attested exits)
+    classifying  the child's output streams classified into LogLine events
+    control/     the node's recovery actuator (`vigil run`'s commands, launches, warm starts,
+                 diagnostics, snapshot replication): imports the telemetry side, never imported by it
 
 Errors (the agent never crashes on bad input; it counts and logs it instead):
 

@@ -8,7 +8,7 @@ rank prefixes to global ranks. Processes that vanish or deny access are skipped.
 Every process that carries a `RANK` is also kept as a `Worker` (pid, rank, local rank,
 torchrun restart count, when it was first seen and when it was seen gone) for the exit
 report; `watch()` is the cheap walk that keeps that list current between heartbeats. A warm
-interpreter (`collector.warm`) learns its `RANK` only after it started, so its environment as
+interpreter (`collector.control.warm`) learns its `RANK` only after it started, so its environment as
 /proc shows it names only its slot (`VIGIL_WARM_SLOT`, its local rank): its rank comes from
 `warm_ranks`, which the launcher sets when it gives the interpreters their world.
 """

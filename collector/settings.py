@@ -64,12 +64,12 @@ class CollectorSettings(VigilBaseSettings):
     drain_timeout_s: float = Field(default=10.0, ge=0, description="at exit, time to deliver what is pending")
     warm_start: bool = Field(default=True, description="`vigil run --nodes` of torchrun: keep the next generation's "
                              "interpreters started with `warm_imports` imported, so a (re)start skips process start "
-                             "and imports (collector.warm); every agent of a job must agree")
+                             "and imports (collector.control.warm); every agent of a job must agree")
     warm_refill_delay_s: float = Field(default=5.0, ge=0, description="after a warm start, when the next "
                                        "generation's interpreters start importing (not during the restart itself)")
     warm_diagnostics: bool = Field(default=True, description="`vigil run --nodes`: keep the next diagnostics child "
                                    "started with torch imported, so a `diagnose` round skips process start and imports "
-                                   "(collector.warmdiag; one idle interpreter per agent)")
+                                   "(collector.control.warmdiag; one idle interpreter per agent)")
     warm_imports: list[str] = Field(default_factory=lambda: ["torch", "torch.distributed", "torch.distributed.checkpoint"],
                                     description="modules a warm interpreter imports before its order (the job's heavy "
                                     "imports; training-side only: never a vigil platform module)")

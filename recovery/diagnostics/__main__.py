@@ -81,7 +81,7 @@ IDENTITY = ("VIGIL_JOB_ID", "VIGIL_HOST", "VIGIL_COMMAND_ID", "VIGIL_INCIDENT_ID
 
 def serve() -> int:
     """`--serve`: import torch and the checks now, then run the one order the agent writes on stdin (a JSON line:
-    `argv`, the arguments above, and `env`, the run's identity). A warm child of the agent (collector.warmdiag)."""
+    `argv`, the arguments above, and `env`, the run's identity). A warm child of the agent (collector.control.warmdiag)."""
     import json
 
     import torch  # noqa: F401  the import a cold run pays when its command comes

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from vigil.collector import torchrun
+from vigil.collector.control import torchrun
 from vigil.collector.exits import launched_exits, read_error_file
 from vigil.collector.logstream import LogStream, split_prefix
 from vigil.collector.procs import Worker

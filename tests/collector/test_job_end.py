@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from vigil.collector.agent import Agent
-from vigil.collector.launcher import Launcher
-from vigil.collector.rendezvous import NodeRange
+from vigil.collector.control.launcher import Launcher
+from vigil.collector.control.rendezvous import NodeRange
+from vigil.collector.control.supervisor import Supervisor
 from vigil.collector.settings import CollectorSettings, resolve_paths
 from vigil.collector.sink import MemorySink, ObservedSink
-from vigil.collector.supervisor import Supervisor
 from vigil.contract import Command, Member, RecoveryAction, World
 
 pytestmark = pytest.mark.pure

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from vigil.collector.buddies import LocalTransport, MemoryTransport
-from vigil.collector.replicas import PEER, HostStore, Refused, read
-from vigil.collector.replication import Replicator, buddy_of, local_ranks
-from vigil.collector.torchrun import nproc_per_node
+from vigil.collector.control.buddies import LocalTransport, MemoryTransport
+from vigil.collector.control.replicas import PEER, HostStore, Refused, read
+from vigil.collector.control.replication import Replicator, buddy_of, local_ranks
+from vigil.collector.control.torchrun import nproc_per_node
 from vigil.contract import World
 from vigil.recovery.checkpoint.snapshot import SnapshotDir
 

@@ -1,4 +1,4 @@
-"""Warm start (collector.warm): a torchrun command runs in interpreters started and warmed before the order,
+"""Warm start (collector.control.warm): a torchrun command runs in interpreters started and warmed before the order,
 and the agent sees it as it sees torchrun: same rank prefixes, exits, failure report, stop."""
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import pytest
 
 from tests.waiting import wait_until
 from vigil.collector.agent import Agent
-from vigil.collector.childenv import child_environment
-from vigil.collector.launcher import Launcher
+from vigil.collector.control.childenv import child_environment
+from vigil.collector.control.launcher import Launcher
+from vigil.collector.control.stopping import ProcessGroups
+from vigil.collector.control.warm import WarmPlan, WarmPool, plan
 from vigil.collector.settings import CollectorSettings, resolve_paths
 from vigil.collector.sink import MemorySink
-from vigil.collector.stopping import ProcessGroups
-from vigil.collector.warm import WarmPlan, WarmPool, plan
 from vigil.contract import ProcessExit
 from vigil.kafka.broker import free_port
 
@@ -221,7 +221,7 @@ def test_a_warm_child_ends_as_the_interpreter_would_threads_joined_atexit_run_ou
         tmp_path: Path, how: str, status: int) -> None:
     import subprocess
 
-    import vigil.collector.warmchild as warmchild
+    import vigil.collector.control.warmchild as warmchild
 
     script = tmp_path / "ending.py"
     script.write_text(ENDING)
@@ -243,7 +243,7 @@ def test_a_warm_child_ends_as_the_interpreter_would_threads_joined_atexit_run_ou
 def test_a_warm_child_runs_a_module_entry_point_as_python_dash_m_would(tmp_path: Path) -> None:
     import subprocess
 
-    import vigil.collector.warmchild as warmchild
+    import vigil.collector.control.warmchild as warmchild
 
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "__init__.py").write_text("")

@@ -1,4 +1,4 @@
-"""Warm diagnostics (collector.warmdiag): a `diagnose` runs in the child the agent started ahead, torch imported.
+"""Warm diagnostics (collector.control.warmdiag): a `diagnose` runs in the child the agent started ahead, torch imported.
 
 Real processes: the agent's own `python -m vigil.recovery.diagnostics --serve` child, ordered through its
 stdin, runs the checks and prints the same `diagnostic` events as a cold run; one that died waiting, or none
@@ -16,8 +16,8 @@ import psutil
 import pytest
 
 from tests.waiting import wait_until
-from vigil.collector.diagnose import DiagnosticRun, run_diagnostics
-from vigil.collector.warmdiag import WarmDiagnostics
+from vigil.collector.control.diagnose import DiagnosticRun, run_diagnostics
+from vigil.collector.control.warmdiag import WarmDiagnostics
 from vigil.contract import Command, DiagnoseParams, Diagnostic
 
 pytestmark = pytest.mark.timeout(180)

@@ -1,5 +1,5 @@
 """A real job restarted warm: after a crash the ranks run in interpreters the agents started (torch imported)
-before the start command, and the job resumes from its checkpoint as it does cold (collector.warm)."""
+before the start command, and the job resumes from its checkpoint as it does cold (collector.control.warm)."""
 
 from __future__ import annotations
 

@@ -41,7 +41,7 @@ def story(tmp: Path) -> Story:
     h.run(lambda: h.training(2))
     for _ in range(10):
         h.turn()
-    held = fleet.members["h0"]  # its latest report carries its snapshot replication (collector.replication)
+    held = fleet.members["h0"]  # its latest report carries its snapshot replication (collector.control.replication)
     fleet.member("h0", held.state, h.now, replication=SnapshotReplication(
         buddy="h1", pushed=12, pushed_bytes=3 << 20, last_step=12, refused={RefusedCopy.IO: 1}))
     events = [*h.fx.events, *fleet.members.values()]

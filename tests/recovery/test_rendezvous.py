@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from vigil.collector.rendezvous import NodeRange, fill, rendezvous_env
-from vigil.collector.torchrun import FLAGS, scan
+from vigil.collector.control.rendezvous import NodeRange, fill, rendezvous_env
+from vigil.collector.control.torchrun import FLAGS, scan
 from vigil.contract import World
 
 pytestmark = pytest.mark.pure

@@ -14,9 +14,9 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from vigil.collector.buddies import LocalTransport
-from vigil.collector.replicas import HostStore, Refused
-from vigil.collector.replication import Replicator
+from vigil.collector.control.buddies import LocalTransport
+from vigil.collector.control.replicas import HostStore, Refused
+from vigil.collector.control.replication import Replicator
 from vigil.contract import Member, SnapshotReplication, World
 from vigil.contract.control import RefusedCopy
 from vigil.recovery.checkpoint.snapshot import SnapshotDir

@@ -192,7 +192,7 @@ def test_a_private_key_from_the_environment_signs_and_is_never_shown(
 def test_the_agent_runs_its_own_diagnostics_with_the_typed_parameters() -> None:
     import sys
 
-    from vigil.collector.diagnose import diagnostics_argv
+    from vigil.collector.control.diagnose import diagnostics_argv
 
     params = DiagnoseParams(group=["h1", "h2"], rank=1, master_addr="10.0.0.1", master_port=29400,
                             checks=["gemm"], gemm_size=64)  # type: ignore[list-item]

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.collector.agent_harness import agent_env, read_events, step_line
-from vigil.collector.childenv import child_environment
+from vigil.collector.control.childenv import child_environment
 from vigil.collector.spoolguard import Refusal, SpoolGuard
 from vigil.contract import StepTiming, validate_event
 from vigil.contract.registry import spec_for

@@ -60,7 +60,7 @@ Address = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]
 
 class DiagnoseParams(BaseModel):
     """What a `diagnose` command asks for: typed parameters, never a program. The agent turns them
-    into the argv of its own installed diagnostics (`collector.diagnose.diagnostics_argv`)."""
+    into the argv of its own installed diagnostics (`collector.control.diagnose.diagnostics_argv`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -123,7 +123,7 @@ class Command(Event):
 
 
 class RefusedCopy(StrEnum):
-    """Why a snapshot copy was not taken (`collector.replicas` refuses, `SnapshotReplication` counts)."""
+    """Why a snapshot copy was not taken (`collector.control.replicas` refuses, `SnapshotReplication` counts)."""
 
     MALFORMED = "malformed"  # no usable marker, or it does not match its directory
     TOO_LARGE = "too_large"  # state.pt above max_rank_bytes
@@ -134,7 +134,7 @@ class RefusedCopy(StrEnum):
 
 class SnapshotReplication(BaseModel):
     """A node agent's buddy replication of its ranks' in-memory snapshots, counted since the agent started
-    (`collector.replication`): copies pushed to the buddy and staged from peers before a start, their bytes,
+    (`collector.control.replication`): copies pushed to the buddy and staged from peers before a start, their bytes,
     the copies refused by reason, and the newest step of its ranks the buddy holds."""
 
     model_config = MODEL_CONFIG

@@ -107,8 +107,8 @@ def _build(args: argparse.Namespace, *, launching: bool) -> tuple[Any, Any, dict
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from vigil.collector.childenv import child_environment
-    from vigil.collector.launcher import Launcher
+    from vigil.collector.control.childenv import child_environment
+    from vigil.collector.control.launcher import Launcher
     from vigil.collector.settings import safe_name
 
     command = list(args.argv)

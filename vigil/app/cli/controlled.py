@@ -1,4 +1,4 @@
-"""`vigil run --nodes MIN:MAX ... -- CMD`: the node agent under recovery control (see collector.supervisor).
+"""`vigil run --nodes MIN:MAX ... -- CMD`: the node agent under recovery control (see collector.control.supervisor).
 
 The agent takes the recovery controller's commands from the `commands` topic instead of
 starting CMD at once, honours the local cordon registry (`$VIGIL_HOME/cordons.json`), and
@@ -30,14 +30,14 @@ def add_options(run: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, *, agent: Any, paths: Any, argv: list[str], env: dict[str, str],
         launcher_for: Callable[[list[str], dict[str, str]], Any]) -> int:
     from vigil.app.stack.state import resolve_bootstrap
-    from vigil.collector.commands import CommandFeed
+    from vigil.collector.control.commands import CommandFeed
+    from vigil.collector.control.rendezvous import NodeRange
+    from vigil.collector.control.supervisor import Supervisor
+    from vigil.collector.control.torchrun import nproc_per_node
+    from vigil.collector.control.warm import WarmPool
+    from vigil.collector.control.warmdiag import WarmDiagnostics
     from vigil.collector.heartbeat import local_ip
-    from vigil.collector.rendezvous import NodeRange
     from vigil.collector.sink import ObservedSink
-    from vigil.collector.supervisor import Supervisor
-    from vigil.collector.torchrun import nproc_per_node
-    from vigil.collector.warm import WarmPool
-    from vigil.collector.warmdiag import WarmDiagnostics
     from vigil.cordons import CordonRegistry, registry_path
     from vigil.kafka.admin import ensure_topics
     from vigil.kafka.follow import Follower
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace, *, agent: Any, paths: Any, argv: list[str], en
 
     def make_launcher(a: list[str], e: dict[str, str]) -> Any:
         launcher = launcher_for(a, e)
-        launcher.warm = pool  # a generation starts in the interpreters warmed for it (collector.warm)
+        launcher.warm = pool  # a generation starts in the interpreters warmed for it (collector.control.warm)
         return launcher
 
     supervisor = Supervisor(agent=agent, argv=argv, env=env, nodes=nodes, make_launcher=make_launcher, feed=feed,
@@ -103,9 +103,9 @@ def _sealer(key: Any) -> Callable[[Any], Any] | None:
 
 def _replicator(s: Any) -> Any:
     """Buddy replication between the agents of this machine (`LocalTransport`: hosts are directories)."""
-    from vigil.collector.buddies import LocalTransport
-    from vigil.collector.replicas import HostStore
-    from vigil.collector.replication import Replicator
+    from vigil.collector.control.buddies import LocalTransport
+    from vigil.collector.control.replicas import HostStore
+    from vigil.collector.control.replication import Replicator
     from vigil.collector.settings import snapshot_memory
 
     def store_of(host: str) -> HostStore:

@@ -6,7 +6,7 @@ with this interpreter (`diagnostics_argv`), runs it in a session of its own with
 environment plus the job's identity, kills the whole session at the time limit or when the agent leaves (no
 diagnostics outlive their agent: `stop`), and ships every
 line of its stdout that is a valid `diagnostic` event of this job and host. Other lines are
-kept as the run's output tail. With a warm child waiting (`collector.warmdiag`), the same
+kept as the run's output tail. With a warm child waiting (`collector.control.warmdiag`), the same
 arguments and identity go to it instead of a new interpreter.
 """
 
@@ -21,7 +21,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from vigil.collector.warmdiag import SERVE, WarmDiagnostics
+from vigil.collector.control.warmdiag import SERVE, WarmDiagnostics
 from vigil.contract import Command, DiagnoseParams, Diagnostic, Event, validate_event
 
 TAIL_CHARS = 2000
@@ -36,7 +36,7 @@ class DiagnosticRun:
     seconds: float = 0.0
     rejected: int = 0
     tail: str = ""
-    warm: bool = False  # it ran in the agent's warm child (collector.warmdiag)
+    warm: bool = False  # it ran in the agent's warm child (collector.control.warmdiag)
     stopped: bool = False  # killed because the agent was leaving
 
     @property

@@ -22,7 +22,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from vigil.collector.warm import IdleProcess
+from vigil.collector.control.warm import IdleProcess
 
 log = logging.getLogger(__name__)
 SERVE = [sys.executable, "-m", "vigil.recovery.diagnostics", "--serve"]

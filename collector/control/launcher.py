@@ -2,7 +2,7 @@
 
 The command runs in its own session with stdout and stderr piped. A torchrun command line
 first gets `--log-dir`/`--tee` so each worker line is attributed to its rank (see
-`collector.torchrun`). One thread per stream echoes each line to the agent's own stream,
+`collector.control.torchrun`). One thread per stream echoes each line to the agent's own stream,
 appends it to numbered segment files (`stdout.000000001.log`, ...: `max_bytes` each, the
 newest `keep` + 1 kept; a disk that refuses is counted in `output_errors`, never raised) and
 queues it for classification on another thread (`collector.classifying`: a bounded queue,
@@ -12,7 +12,7 @@ forwarded to the child (torchrun passes them on to its workers); a second signal
 processes under it are watched every half second; when it ends, each gets its own
 ProcessExit with its own last error and the launcher one naming its first failing rank
 (`collector.exits`). The exit code is the child's (128+N for signal N). Given a `WarmPool`, a torchrun
-command it can run starts in the pool's pre-warmed launcher instead (`collector.warm`), which then
+command it can run starts in the pool's pre-warmed launcher instead (`collector.control.warm`), which then
 stands for torchrun in all of the above.
 """
 
@@ -31,13 +31,13 @@ from typing import IO, Any
 
 import psutil
 
-from vigil.collector import torchrun
 from vigil.collector.agent import Agent
 from vigil.collector.classifying import LineClassifier
+from vigil.collector.control import torchrun
+from vigil.collector.control.warm import WarmPool
+from vigil.collector.control.warm import plan as warm_plan
 from vigil.collector.exits import first_failure, launched_exits, launcher_summary
 from vigil.collector.segments import SegmentWriter
-from vigil.collector.warm import WarmPool
-from vigil.collector.warm import plan as warm_plan
 from vigil.contract import ProcessExit, utcnow
 
 log = logging.getLogger(__name__)
@@ -66,7 +66,7 @@ class Launcher:
     kill_grace_s: float = 30.0
     echo: bool = True
     attribute: bool = True  # torchrun: add --log-dir / --tee so every worker line names its rank
-    warm: WarmPool | None = None  # pre-warmed interpreters to start a torchrun command in (`collector.warm`)
+    warm: WarmPool | None = None  # pre-warmed interpreters to start a torchrun command in (`collector.control.warm`)
     proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
     output_errors: int = field(default=0, init=False)
     unclassified: int = field(default=0, init=False)  # lines dropped because classification fell behind
@@ -122,7 +122,7 @@ class Launcher:
         return got.argv
 
     def _warm_start(self, argv: list[str]) -> subprocess.Popen[bytes] | None:
-        """The pre-warmed launcher ordered to run `argv` (`collector.warm`), or None: start it cold."""
+        """The pre-warmed launcher ordered to run `argv` (`collector.control.warm`), or None: start it cold."""
         if self.warm is None:
             return None
         how = warm_plan(argv, self.env)
@@ -165,7 +165,7 @@ class Launcher:
         else:
             self.kill_tree()
 
-    # ---- recovery control (`collector.supervisor`): stop on request, from any thread ----------
+    # ---- recovery control (`collector.control.supervisor`): stop on request, from any thread ----------
     def terminate(self) -> None:
         """Stop the child as a first forwarded SIGTERM does: torchrun passes it to every worker's
         process group; the tree is killed `kill_grace_s` later. Safe before the child started."""

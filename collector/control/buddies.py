@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from vigil.collector.replicas import STATE, Held, HostStore, Refused, open_regular
+from vigil.collector.control.replicas import STATE, Held, HostStore, Refused, open_regular
 
 
 class Transport(Protocol):

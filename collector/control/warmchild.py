@@ -5,7 +5,7 @@ imported: only the standard library, then the modules named on its command line 
 heavy parts by default; `collector.settings.warm_imports`). A module that fails to import is
 skipped: it is imported again, cold, by the entry point, with the error a cold start would show.
 
-Then it blocks on one JSON line on stdin, the order of `collector.warmlaunch`:
+Then it blocks on one JSON line on stdin, the order of `collector.control.warmlaunch`:
 `{"env": {...}, "cwd": "...", "script": PATH | null, "module": NAME | null, "args": [...]}`. It
 takes that environment (the whole of it: what it was started with is dropped), directory, argv and
 `sys.path[0]` as `python -u SCRIPT ARGS` / `python -u -m MODULE ARGS` would have them, closes its

@@ -1,8 +1,8 @@
 """The local launcher of a warm start: torchrun's part on one node, for interpreters started ahead of time.
 
-`python -u .../warmlaunch.py NPROC CHILD [MODULE ...]`, started by the agent (`collector.warm`) in a
+`python -u .../warmlaunch.py NPROC CHILD [MODULE ...]`, started by the agent (`collector.control.warm`) in a
 session of its own before any start command: it starts NPROC warm interpreters at once
-(`collector.warmchild`, each in its own session, as torchrun starts its workers; `LOCAL_RANK` and
+(`collector.control.warmchild`, each in its own session, as torchrun starts its workers; `LOCAL_RANK` and
 `VIGIL_WARM_SLOT` in their initial environment), echoes their output prefixed `[default<local
 rank>]:` as `torchrun --tee 3` does, and waits for one JSON line on stdin, the agent's order:
 `{env, cwd, script | module, args, nnodes, node_rank, master_addr, master_port, error_dir}`. It gives

@@ -24,8 +24,8 @@ import threading
 from collections import Counter
 from dataclasses import dataclass, field
 
-from vigil.collector.buddies import Transport
-from vigil.collector.replicas import Held, HostStore, Refused
+from vigil.collector.control.buddies import Transport
+from vigil.collector.control.replicas import Held, HostStore, Refused
 from vigil.contract import SnapshotReplication, World
 
 log = logging.getLogger(__name__)

@@ -4,15 +4,15 @@ With `--nodes MIN:MAX` the agent does not start its command by itself. It announ
 (`member` events: waiting, its node range, its address and free ports) and executes the
 controller's commands, acknowledging each with `recovery` events:
 
-* `start`: launch the command for the command's world (`collector.rendezvous` fills torchrun's
+* `start`: launch the command for the command's world (`collector.control.rendezvous` fills torchrun's
   rendezvous options); a start of a newer generation first stops the running one;
 * `stop`: SIGTERM to the command (torchrun passes it to each worker's process group), the tree
   killed after the grace, then whatever outlived it in the remembered process groups
-  (`collector.stopping`); acknowledged once nothing is left;
-* `diagnose`: run the diagnostics argv with its time limit (`collector.diagnose`);
+  (`collector.control.stopping`); acknowledged once nothing is left;
+* `diagnose`: run the diagnostics argv with its time limit (`collector.control.diagnose`);
 * `dump`: record the state of the training processes;
 * (before a `start`) the snapshots its ranks need and do not hold are staged from the new world's
-  other hosts, then its ranks' new snapshots replicate to its buddy (`collector.replication`);
+  other hosts, then its ranks' new snapshots replicate to its buddy (`collector.control.replication`);
 * `finish`: the job is over (the controller saw its command exit 0 on every host): the agent
   acknowledges and exits 0, whether it trained, waited as a spare or was cordoned.
 
@@ -25,7 +25,7 @@ which is what lets the controller act on an exit without waiting for the analyze
 
 While its host is in the cordon registry the agent stops its command and refuses to start.
 It reports progress (first and latest step of the running generation, from the step records
-it ships: `collector.progress`) in `member` events, on every change and every `keepalive_s`.
+it ships: `collector.control.progress`) in `member` events, on every change and every `keepalive_s`.
 The main thread runs the command (the agent's signals reach it there: Ctrl-C ends the
 agent); commands, the cordon check and keep-alives run on a control thread, diagnostics on
 a thread of their own.
@@ -47,14 +47,14 @@ from typing import Any, cast
 import psutil
 
 from vigil.collector.agent import Agent
-from vigil.collector.commands import CommandFeed, ack
-from vigil.collector.diagnose import run_diagnostics
-from vigil.collector.launcher import Launcher, exit_status
-from vigil.collector.progress import Progress
-from vigil.collector.rendezvous import NodeRange, fill, free_ports, rendezvous_env
-from vigil.collector.replication import Replicator
-from vigil.collector.stopping import ProcessGroups
-from vigil.collector.warmdiag import WarmDiagnostics
+from vigil.collector.control.commands import CommandFeed, ack
+from vigil.collector.control.diagnose import run_diagnostics
+from vigil.collector.control.launcher import Launcher, exit_status
+from vigil.collector.control.progress import Progress
+from vigil.collector.control.rendezvous import NodeRange, fill, free_ports, rendezvous_env
+from vigil.collector.control.replication import Replicator
+from vigil.collector.control.stopping import ProcessGroups
+from vigil.collector.control.warmdiag import WarmDiagnostics
 from vigil.contract import Command, HardwareFault, Member, MemberState, World, utcnow
 from vigil.cordons import CordonRegistry, RegistryError
 
@@ -81,7 +81,7 @@ class Supervisor:
     replicator: Replicator | None = None  # buddy replication of the ranks' in-memory snapshots
     nproc: int = 1  # training processes per host (torchrun's --nproc-per-node): which ranks run here
     seal: Callable[[Member], Member] | None = None  # attests member events (the agent role's signer)
-    warm_diag: WarmDiagnostics | None = None  # the next diagnostics child, started ahead (collector.warmdiag)
+    warm_diag: WarmDiagnostics | None = None  # the next diagnostics child, started ahead (collector.control.warmdiag)
     state: MemberState = field(default="waiting", init=False)
     generation: int = field(default=0, init=False)
     world: World | None = field(default=None, init=False)

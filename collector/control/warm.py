@@ -3,9 +3,9 @@
 A cold (re)start of `torchrun ... train.py` pays two interpreter starts and imports before the
 rendezvous: torchrun's own (it imports torch) and then each worker's (torch, its distributed
 and checkpoint packages: ~5 s of CPU per process here). Under recovery control the agent can do
-both ahead of time. `WarmPool` keeps one `collector.warmlaunch` process started (in a session of
-its own, with the training command's scrubbed environment, `collector.childenv`), which keeps
-one `collector.warmchild` interpreter per local rank with `warm_imports` imported. At a `start`,
+both ahead of time. `WarmPool` keeps one `collector.control.warmlaunch` process started (in a session of
+its own, with the training command's scrubbed environment, `collector.control.childenv`), which keeps
+one `collector.control.warmchild` interpreter per local rank with `warm_imports` imported. At a `start`,
 `take` hands it the order (the world from the filled torchrun options, the environment, the
 entry point) and returns it as the generation's child process: the `Launcher` pipes, echoes,
 classifies, signals, kills and reports it as it does torchrun (the same `[defaultN]:` prefixes,
@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vigil.collector.rendezvous import REPLACED
-from vigil.collector.torchrun import parse, scan
+from vigil.collector.control.rendezvous import REPLACED
+from vigil.collector.control.torchrun import parse, scan
 
 log = logging.getLogger(__name__)
 HERE = Path(__file__).resolve().parent

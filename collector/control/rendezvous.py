@@ -18,7 +18,7 @@ import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from vigil.collector.torchrun import scan
+from vigil.collector.control.torchrun import scan
 from vigil.contract import World
 
 REPLACED = frozenset({"--nnodes", "--node-rank", "--master-addr", "--master-port", "--rdzv-backend",

@@ -1,0 +1,36 @@
+"""The house's floor plan: which folder holds which tier, and the import-linter contracts that say so stay whole.
+
+The node-telemetry contract names the collector's root modules one by one (import-linter has no "every sibling but
+one" form); this test fails when a module is added at collector/'s root without being put under that contract.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _contract(cid: str) -> dict[str, object]:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    (contract,) = [c for c in config["tool"]["importlinter"]["contracts"] if c["id"] == cid]
+    return contract
+
+
+@pytest.mark.pure
+def test_every_telemetry_module_is_under_the_node_telemetry_contract() -> None:
+    on_disk = {f"vigil.collector.{p.stem}" for p in (ROOT / "collector").glob("*.py") if p.stem != "__init__"}
+    listed = set(_contract("node-telemetry")["source_modules"])  # type: ignore[arg-type]
+    assert on_disk == listed, f"add to (or drop from) pyproject's node-telemetry contract: {on_disk ^ listed}"
+
+
+@pytest.mark.pure
+def test_every_component_is_a_layer_peer() -> None:
+    layers = _contract("layers")["layers"]
+    peers = {m.strip() for m in layers[1].split("|")}  # type: ignore[index]
+    linked = {f"vigil.{p.name}" for p in (ROOT / "vigil").iterdir() if p.is_symlink()}
+    assert linked <= peers, f"component folders missing from the layers contract: {linked - peers}"
+    assert not (ROOT / "dashboard" / "notify").exists(), "the notifier is its own component (notify/)"
