@@ -1,0 +1,31 @@
+"""`python -m vigil.app.reference [--check]`: write (or check) the generated pages under docs/."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from vigil.app.reference import settings, tables
+
+DOCS = Path(__file__).resolve().parents[3] / "docs"
+PAGES = {"settings.md": settings.page, "tables.md": tables.page}
+
+
+def main(argv: list[str]) -> int:
+    stale = []
+    for name, render in PAGES.items():
+        text = render()
+        path = DOCS / name
+        if "--check" in argv:
+            if not path.exists() or path.read_text(encoding="utf-8") != text:
+                stale.append(name)
+        else:
+            path.write_text(text, encoding="utf-8")
+            print(f"wrote {path}")
+    if stale:
+        print("stale: " + ", ".join(f"docs/{n}" for n in stale) + " (run `python -m vigil.app.reference`)")
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
