@@ -20,7 +20,8 @@ from typing import Any
 
 import re2
 
-SEVERITIES = ("info", "warning", "error", "critical")
+from vigil.contract.severity import SEVERITIES
+
 IGNORE = "ignore"
 
 

@@ -11,13 +11,15 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
+from vigil.contract.severity import WORST_FIRST
+
 # range key -> seconds before the job's latest event (None: the job's whole history)
 RANGES: dict[str, int | None] = {"15m": 900, "1h": 3600, "6h": 6 * 3600, "24h": 24 * 3600, "all": None}
 RANGE_LABELS = {"15m": "last 15 min", "1h": "last hour", "6h": "last 6 hours", "24h": "last 24 hours",
                 "all": "whole job"}
 HEATMAP_VIEWS = ("phase", "window")
 HEATMAP_ROWS = ("worst", "all", "name")
-SEVERITIES = ("critical", "error", "warning", "info")
+SEVERITIES = WORST_FIRST
 STATUSES = ("firing", "resolved")
 
 # the keys every page link keeps; page-specific keys are dropped when moving between pages

@@ -20,10 +20,11 @@ from functools import cached_property
 from typing import Literal
 
 from vigil.contract import Alert, Incident
+from vigil.contract.severity import rank, worst
 from vigil.notify.classify import Classifier, Placement
 from vigil.notify.matchers import alert_labels, incident_labels
 from vigil.notify.routing import Router
-from vigil.notify.settings import SEVERITY_RANK, Timing
+from vigil.notify.settings import Timing
 from vigil.notify.state import NotifyState
 
 Role = Literal["alert", "listed", "victim"]
@@ -76,7 +77,7 @@ class Group:
     def ordered(self) -> tuple[Member, ...]:
         """Firing first, most severe first, then oldest first: the order payloads list them in."""
         return tuple(sorted(self.members, key=lambda m: (m.alert.status != "firing",
-                                                         -SEVERITY_RANK.get(m.alert.severity, 0),
+                                                         -max(0, rank(m.alert.severity)),
                                                          m.alert.first_seen, m.alert.fingerprint)))
 
     def digest(self) -> str:
@@ -102,7 +103,7 @@ class Group:
         if self.incident is not None:
             sevs.append(self.incident.severity)
         sevs = sevs or [m.alert.severity for m in self.members]
-        return max(sevs, key=lambda s: SEVERITY_RANK.get(s, -1), default="info")
+        return worst(sevs)
 
 
 def _owners(state: NotifyState) -> tuple[dict[str, str], dict[tuple[str, str], str]]:

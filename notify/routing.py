@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vigil.contract.severity import rank
 from vigil.notify.matchers import Labels, first, glob_matches, matches
-from vigil.notify.settings import SEVERITY_RANK, NotifySettings, RouteConfig, Timing
+from vigil.notify.settings import NotifySettings, RouteConfig, Timing
 
 DEFAULT_ROUTE = "default"
 
@@ -31,7 +32,7 @@ def route_matches(route: RouteConfig, labels: Labels) -> bool:
     severity = first(labels, "severity")
     if route.severity and severity not in route.severity:
         return False
-    if route.min_severity and SEVERITY_RANK.get(severity, -1) < SEVERITY_RANK[route.min_severity]:
+    if route.min_severity and rank(severity) < rank(route.min_severity):
         return False
     return matches(route.labels, labels)
 

@@ -38,7 +38,6 @@ from vigil.settings import VigilBaseSettings
 
 ReceiverKind = Literal["webhook", "slack", "pagerduty", "alertmanager"]
 PAGERDUTY_URL = "https://events.pagerduty.com/v2/enqueue"
-SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2, "critical": 3}
 _SECRETS = ("url", "secret", "routing_key")
 
 

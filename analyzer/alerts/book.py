@@ -20,13 +20,13 @@ from typing import Any
 
 from vigil.analyzer.detect.base import Finding
 from vigil.contract import Alert
+from vigil.contract.severity import rank
 
 
 def fingerprint(job: str, alert: str, subject: str) -> str:
     return f"{job}/{alert}/{subject}"
 
 
-_LEVELS = {"info": 0, "warning": 1, "error": 2, "critical": 3}
 
 
 def _one_per_fingerprint(job: str, findings: Iterable[Finding]) -> list[Finding]:
@@ -36,7 +36,7 @@ def _one_per_fingerprint(job: str, findings: Iterable[Finding]) -> list[Finding]
     for f in findings:
         fp = fingerprint(job, f.alert, f.subject)
         held = best.get(fp)
-        if held is None or _LEVELS[f.severity] > _LEVELS[held.severity]:
+        if held is None or rank(f.severity) > rank(held.severity):
             best[fp] = f
     return list(best.values())
 

@@ -23,8 +23,8 @@ from typing import Any, Literal, Protocol
 from vigil.analyzer.schema import window
 from vigil.analyzer.settings import AnalyzerSettings
 from vigil.clickhouse.query import QueryClient, QueryResult
+from vigil.contract.severity import Severity as Severity
 
-Severity = Literal["info", "warning", "error", "critical"]
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 RUN_BUCKET_S = 10
 """Seconds of event time per bucket of `job_step_runs` and `job_step_spans` (fixed by migration 0130)."""

@@ -24,14 +24,14 @@ from typing import Any
 from vigil.analyzer.detect.base import AT, EvalContext, Finding, Severity, as_utc, ch_time
 from vigil.analyzer.incidents.errors import HARDWARE_CATEGORIES
 from vigil.analyzer.settings import LogSettings
+from vigil.contract.severity import SEVERITIES, of_rank, rank, sql_rank
 
-_LEVELS: dict[str, int] = {"info": 0, "warning": 1, "error": 2, "critical": 3}
 EXIT_LOOKBACK_S = 86400.0
 PAUSE_GRACE_S = 30.0  # after a pause ends, its stopped ranks' exits may still be arriving
 PAUSE_MAX_S = 600.0  # a pause with no end recorded (the controller died) covers at most this
 
 _LOG_SQL = f"""
-SELECT host, category, max(multiIf(severity = 'critical', 3, severity = 'error', 2, 1)) AS level,
+SELECT host, category, max(greatest(1, {sql_rank('severity')})) AS level,
        count() AS lines, sum(repeats) AS total, min(ts) AS first_ts, max(ts) AS last_ts,
        arraySort(groupUniqArray(64)(rank)) AS ranks, argMax(message, ts) AS message,
        arraySort(groupUniqArray(8)(xid)) AS xids
@@ -81,7 +81,7 @@ class LogDetector:
 
     def detect(self, ctx: EvalContext) -> list[Finding]:
         s = ctx.settings.log
-        sev = [k for k, v in _LEVELS.items() if v >= _LEVELS[s.min_severity]]
+        sev = [k for k in SEVERITIES if rank(k) >= rank(s.min_severity)]
         params: dict[str, Any] = {"lo": ctx.ago(s.resolve_s), "severities": sev, "always": [],
                                   "paused_from": [], "paused_to": []}
         rows = ctx.rows(_LOG_SQL, **params) if ctx.stored("log") else []
@@ -139,7 +139,7 @@ def judge_logs(rows: Sequence[Mapping[str, Any]], s: LogSettings) -> list[Findin
     for r in rows:
         host, category = str(r["host"]), str(r["category"])
         level = int(r["level"])
-        severity: Severity = "critical" if level >= 3 else "error" if level == 2 else "warning"
+        severity: Severity = of_rank(max(level, 1))  # a matched line is at least a warning
         ranks = [int(x) for x in r["ranks"]]
         count = int(r["total"])
         rank_txt = f" ranks {','.join(map(str, ranks))}" if ranks else ""

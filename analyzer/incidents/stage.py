@@ -25,8 +25,7 @@ from vigil.analyzer.incidents.inhibit import inhibit
 from vigil.analyzer.incidents.roster import read_roster
 from vigil.analyzer.settings import AnalyzerSettings
 from vigil.contract import Incident, ParallelCoords
-
-LEVELS: dict[str, int] = {"info": 0, "warning": 1, "error": 2, "critical": 3}
+from vigil.contract.severity import rank
 
 
 class IncidentStage:
@@ -52,7 +51,7 @@ class IncidentStage:
             fps.append([fingerprint(ctx.job, f.alert, f.subject) for f in linked])
             d.evidence["alert_kinds"] = sorted({f.alert for f in linked})
             # an incident is as severe as the worst finding it groups
-            severities.append(max((f.severity for f in linked), key=LEVELS.__getitem__, default="critical"))
+            severities.append(max((f.severity for f in linked), key=rank, default="critical"))
         ids, events = self.book.update(ctx.job, ctx.at, built.drafts, fps, severities, ran, coords, locals_)
         self.events += events
         role: dict[int, tuple[str, str]] = {}
@@ -69,7 +68,7 @@ class IncidentStage:
         iid, kind = link
         evidence = {**f.evidence, "incident_id": iid, "incident_role": kind}
         victim_level = self.settings.incidents.victim_severity
-        if kind == "victim" and LEVELS[f.severity] > LEVELS[victim_level]:
+        if kind == "victim" and rank(f.severity) > rank(victim_level):
             evidence["severity_before"] = f.severity
             return dataclasses.replace(f, severity=victim_level, evidence=evidence)
         return dataclasses.replace(f, evidence=evidence)

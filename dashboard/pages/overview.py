@@ -11,6 +11,7 @@ from __future__ import annotations
 from dash import dcc, html
 from dash.development.base_component import Component
 
+from vigil.contract.severity import WORST_FIRST
 from vigil.dashboard.components import fmt_ms, fmt_pct, graph, notice, panel, sparkline, stat, table
 from vigil.dashboard.figures.overview import step_figure
 from vigil.dashboard.pages.base import PageView
@@ -66,7 +67,7 @@ def _job_detail(v: PageView) -> Component:
     cards = []
     if health is not None:
         firing = sum(health.alerts.values())
-        worst = next((s for s in ("critical", "error", "warning", "info") if health.alerts.get(s)), "")
+        worst = next((s for s in WORST_FIRST if health.alerts.get(s)), "")
         cards = [
             stat("effective training time ratio", fmt_pct(health.ettr),
                  tone="bad" if health.ettr is not None and health.ettr < 0.9 else "",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vigil.contract.severity import sql_rank
 from vigil.dashboard.store import Row, Store
 from vigil.dashboard.tables import ALERT_EVENTS, ALERTS_CURRENT, JOB_CLOCK
 
@@ -39,7 +40,7 @@ SELECT job_id, fingerprint, alert, subject, host, status, severity, summary,
        JSONExtractString(evidence, 'incident_id') AS incident_id, JSONExtractString(evidence, 'incident_role') AS role
 FROM {ALERTS_CURRENT} {_CLOCK}
 WHERE {_FILTER} AND ({{status:String}} = '' OR status = {{status:String}}) AND {_IN_RANGE}
-ORDER BY status = 'firing' DESC, indexOf(['critical', 'error', 'warning', 'info'], severity), updated DESC
+ORDER BY status = 'firing' DESC, -{sql_rank('severity')}, updated DESC
 LIMIT {{limit:UInt32}}
 """
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vigil.contract.severity import WORST_FIRST
 from vigil.dashboard.queries.window import Window, ts_in_window
 from vigil.dashboard.store import Store
 from vigil.dashboard.tables import ALERTS_CURRENT, HOST_PRESENCE, JOB_CLOCK, JOB_STEPS
@@ -39,8 +40,7 @@ presence AS (
           FROM {HOST_PRESENCE} GROUP BY job_id, host) AS p
     INNER JOIN clock AS c ON c.job_id = p.job_id GROUP BY p.job_id),
 firing AS (
-    SELECT job_id, countIf(severity = 'critical') AS critical, countIf(severity = 'error') AS error,
-           countIf(severity = 'warning') AS warning, countIf(severity = 'info') AS info
+    SELECT job_id, {", ".join(f"countIf(severity = '{s}') AS {s}" for s in WORST_FIRST)}
     FROM {ALERTS_CURRENT} WHERE status = 'firing' GROUP BY job_id)
 SELECT c.job_id AS job_id, s.steps AS steps, s.last_step AS last_step, s.median_step_ms AS median_step_ms,
        s.last_step_ms AS last_step_ms, s.last_mfu AS last_mfu,
@@ -103,7 +103,7 @@ def job_health(store: Store) -> dict[str, JobHealth]:
             median_step_ms=_opt_float(r["median_step_ms"]), last_step_ms=_opt_float(r["last_step_ms"]),
             last_mfu=_opt_float(r["last_mfu"]), ettr=_opt_float(r["ettr"]),
             hosts_reporting=int(r["reporting"] or 0), hosts_known=int(r["known"] or 0),
-            alerts={s: int(r[s] or 0) for s in ("critical", "error", "warning", "info")},
+            alerts={s: int(r[s] or 0) for s in WORST_FIRST},
         )
     return out
 

@@ -24,8 +24,9 @@ from vigil.contract.base import (
     UtcDatetime,
 )
 from vigil.contract.phases import PhaseKind
+from vigil.contract.severity import Severity
 
-Severity = Literal["info", "warning", "error", "critical"]
+__all__ = ["Severity"]  # re-exported: the scale lives in vigil.contract.severity
 
 
 class ParallelCoords(BaseModel):
