@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from vigil.contract import Alert, Event, Incident, Silence
+from vigil.contract.latest import supersedes
 from vigil.notify.silences import SilenceBook
 
 
@@ -27,13 +28,13 @@ class NotifyState:
         self.events += 1
         if isinstance(e, Alert):
             held = self.alerts.get(e.fingerprint)
-            if held is not None and (e.ts, e.status == "resolved") <= (held.ts, held.status == "resolved"):
+            if not supersedes(e, held):
                 return False
             self.alerts[e.fingerprint] = e
             return True
         if isinstance(e, Incident):
             inc = self.incidents.get(e.incident_id)
-            if inc is not None and (e.ts, e.status == "resolved") <= (inc.ts, inc.status == "resolved"):
+            if not supersedes(e, inc):
                 return False
             self.incidents[e.incident_id] = e
             return True

@@ -20,6 +20,7 @@ from typing import Any
 
 from vigil.analyzer.detect.base import Finding
 from vigil.contract import Alert
+from vigil.contract.latest import supersedes
 from vigil.contract.severity import rank
 
 
@@ -53,7 +54,7 @@ class AlertBook:
     def restore(self, alerts: Iterable[Alert]) -> None:
         for a in alerts:
             held = self.current.get(a.fingerprint)
-            if held is None or a.ts >= held.ts:
+            if supersedes(a, held):
                 self.current[a.fingerprint] = a
 
     def firing(self, job: str | None = None) -> list[Alert]:

@@ -7,15 +7,16 @@ from collections.abc import Iterable
 from typing import Any
 
 from vigil.contract import Alert
+from vigil.contract.latest import supersedes
 from vigil.settings import VigilSettings
 
 
 def fold(alerts: Iterable[Alert]) -> dict[str, Alert]:
-    """Latest event per fingerprint (by event time, then arrival)."""
+    """Latest event per fingerprint (`vigil.contract.latest`)."""
     out: dict[str, Alert] = {}
     for a in alerts:
         held = out.get(a.fingerprint)
-        if held is None or a.ts >= held.ts:
+        if supersedes(a, held):
             out[a.fingerprint] = a
     return out
 

@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 
 from vigil.analyzer.incidents.build import Draft, Party
 from vigil.contract import Incident, ParallelCoords, RankRef
+from vigil.contract.latest import supersedes
 from vigil.contract.telemetry import Severity
 
 RESOLVED_KEEP = timedelta(days=1)
@@ -57,7 +58,7 @@ class IncidentBook:
     def restore(self, events: Iterable[Incident]) -> None:
         for e in events:
             held = self.current.get(e.incident_id)
-            if held is None or e.ts >= held.ts:
+            if supersedes(e, held):
                 self.current[e.incident_id] = e
 
     def open(self, job: str | None = None) -> list[Incident]:

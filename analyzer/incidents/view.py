@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from vigil.contract import Incident
+from vigil.contract.latest import supersedes
 from vigil.settings import VigilSettings
 
 
@@ -18,11 +19,11 @@ def read_incident_events(settings: VigilSettings, bootstrap: str, timeout: float
 
 
 def current(events: Iterable[Incident], job: str | None = None, include_resolved: bool = True) -> list[Incident]:
-    """The latest event of each incident (by event time), newest first."""
+    """The latest event of each incident (`vigil.contract.latest`), newest first."""
     state: dict[str, Incident] = {}
     for e in events:
         held = state.get(e.incident_id)
-        if held is None or e.ts >= held.ts:
+        if supersedes(e, held):
             state[e.incident_id] = e
     rows = [i for i in state.values() if (job is None or i.job_id == job) and (include_resolved or i.status == "open")]
     return sorted(rows, key=lambda i: (i.first_sign, i.incident_id), reverse=True)

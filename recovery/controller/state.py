@@ -38,6 +38,7 @@ from vigil.contract import (
     is_operator_request,
     utcnow,
 )
+from vigil.contract.latest import supersedes
 from vigil.recovery.controller.compaction import COMPACT_EVERY, SEEN, TOMBSTONES, Retention, forget
 
 INPUT_TOPICS = ("incidents", "alerts", "recovery", "commands")
@@ -206,7 +207,7 @@ class ClusterState:
                 self._action(e)
             elif isinstance(e, Incident):
                 held = self.incidents.get(e.incident_id)
-                if held is None or e.ts >= held.ts:
+                if supersedes(e, held):
                     self.incidents[e.incident_id] = e
             elif isinstance(e, Alert):
                 if e.status == "firing" and (self.alerts_horizon is None or e.first_seen >= self.alerts_horizon):

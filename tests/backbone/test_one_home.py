@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from vigil.analyzer.alerts.view import fold
+from vigil.app.components import migrate_all
 from vigil.clickhouse.client import connect
+from vigil.contract import Alert
+from vigil.contract.latest import SQL_ORDER, order_key, supersedes
 from vigil.contract.severity import SEVERITIES, of_rank, rank, sql_rank, worst
+from vigil.notify.state import NotifyState
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = ("vigil", "collector", "analyzer", "recovery", "dashboard", "notify", "timer", "data")
@@ -51,3 +58,55 @@ def test_sql_rank_is_python_rank(clickhouse_dsn: str) -> None:
     for value in (*SEVERITIES, "fatal", ""):
         (got,), = client.query(f"SELECT {sql_rank('{s:String}')}", parameters={"s": value}).result_rows
         assert got == rank(value), value
+
+
+def _alert(event_id: str, status: str, second: int) -> Alert:
+    at = datetime(2026, 12, 7, 12, 0, second, tzinfo=UTC)
+    return Alert(event_id=event_id, ts=at, job_id="j", host="h1", fingerprint="fp", alert="straggler",
+                 subject="h1/step", status=status, severity="warning", summary=f"{status} {event_id}",  # type: ignore[arg-type]
+                 first_seen=at, last_seen=at)
+
+
+# a firing and a resolved event at the same time, a later firing, and two events tied on time and state
+TIES = [_alert("e-aaaaaaa1", "firing", 1), _alert("e-aaaaaaa2", "resolved", 1),
+        _alert("e-aaaaaaa3", "firing", 0), _alert("e-bbbbbbb1", "firing", 2), _alert("e-bbbbbbb0", "firing", 2)]
+
+
+def _notifier_latest(events: list[Alert]) -> str:
+    state = NotifyState()
+    for e in events:
+        state.apply(e)
+    return state.alerts["fp"].event_id
+
+
+@pytest.mark.pure
+@pytest.mark.parametrize("upto", [3, 5])
+def test_vigil_alerts_and_the_notifier_agree_in_every_arrival_order(upto: int) -> None:
+    events = TIES[:upto]
+    expected = max(events, key=order_key).event_id  # resolved beats firing at 12:00:01; e-bbbbbbb1 beats ...b0
+    for order in itertools.permutations(events):
+        assert fold(order)["fp"].event_id == expected
+        assert _notifier_latest(list(order)) == expected
+        assert not supersedes(order[0], order[0])  # a duplicate changes nothing
+
+
+@pytest.mark.clickhouse
+def test_the_current_views_take_the_same_latest_event(clickhouse_dsn: str) -> None:
+    client = connect(clickhouse_dsn, database=f"t_{uuid.uuid4().hex[:10]}")
+    migrate_all(client, 30)
+    for upto in (3, 5):
+        client.command("TRUNCATE TABLE alert_events")
+        cols = ["event_id", "ts", "job_id", "host", "fingerprint", "alert", "subject", "status", "severity",
+                "summary", "first_seen", "last_seen", "evidence"]
+        client.insert("alert_events", [[a.event_id, a.ts, a.job_id, a.host, a.fingerprint, a.alert, a.subject,
+                                        a.status, a.severity, a.summary, a.first_seen, a.last_seen, "{}"]
+                                       for a in reversed(TIES[:upto])], column_names=cols)
+        (summary,), = client.query("SELECT summary FROM alerts_current WHERE fingerprint = 'fp'").result_rows
+        assert summary == fold(TIES[:upto])["fp"].summary
+
+
+@pytest.mark.pure
+def test_the_views_migration_states_the_rule_as_written_in_python() -> None:
+    sql = (ROOT / "analyzer" / "migrations" / "0200_latest_event_rule.sql").read_text(encoding="utf-8")
+    for table in ("alert_events", "incident_events"):
+        assert f"{SQL_ORDER} AS k FROM {table}" in sql
