@@ -160,3 +160,13 @@ def test_allocation_from_environment_and_relaunch() -> None:
     fake.fail.append(BackendError("slurm backend: squeue: exit 1: Unable to contact slurm controller"))
     with pytest.raises(BackendError, match="contact"):
         running(fake, settings, "42")
+
+
+def test_vigil_run_under_srun_speaks_for_its_slurm_node() -> None:
+    from vigil.app.cli.collector import slurm_identity
+
+    env = {"SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "n[1-3]", "SLURM_PROCID": "2", "SLURMD_NODENAME": "n3"}
+    assert slurm_identity(env) == {"host": "n3", "job_id": "slurm-42"}
+    assert slurm_identity({**env, "VIGIL_HOST": "h", "VIGIL_JOB_ID": "llama"}) == {}
+    assert slurm_identity({**env, "SLURM_JOB_NODELIST": "weird[[x"}) == {"host": "n3", "job_id": "slurm-42"}
+    assert slurm_identity({}) == {}
