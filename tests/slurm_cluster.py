@@ -91,6 +91,16 @@ class SlurmCluster:
         self.run("scancel", "--full", "-u", "root", check=False)
         for n in NODES:
             self.run("scontrol", "update", f"nodename={n}", "state=resume", check=False)
+        self.wait_idle(60.0)
+
+    def wait_idle(self, timeout: float) -> None:
+        """Every node idle (a resumed node is `idle*` until slurmctld's next ping; a job submitted before it
+        answers waits for the scheduler's next cycle)."""
+        deadline = time.monotonic() + timeout
+        while self.states() != dict.fromkeys(NODES, "idle"):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"nodes not idle after {timeout:g}s: {self.states()}")
+            time.sleep(0.2)
 
     def stop(self) -> None:
         for p in reversed(self.procs):
@@ -130,6 +140,7 @@ ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
+SchedulerParameters=bf_interval=1
 StateSaveLocation={r / 'state'}
 SlurmdSpoolDir={r / 'spool'}/%n
 SlurmctldPidFile={r / 'slurmctld.pid'}

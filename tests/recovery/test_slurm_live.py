@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -83,3 +85,17 @@ def test_restart_in_the_allocation_leaves_the_drained_node_out(slurm: SlurmClust
     wait_until(out.exists, 60, f"the fresh job {fresh}'s output")
     assert set(out.read_text().split()) == {"n1", "n3"}
     assert "Requeue=0" in slurm.run("scontrol", "show", "job", "-o", fresh)
+
+
+def test_recipe_is_accepted_and_a_failed_prolog_drains_as_vigil(slurm: SlurmCluster, tmp_path: Path) -> None:
+    deploy = Path(__file__).resolve().parents[2] / "deploy" / "slurm"
+    checked = subprocess.run(["sbatch", "--test-only", "-N", "2-3", "--chdir", str(tmp_path), str(deploy / "vigil.sbatch")],
+                             env=slurm.env, capture_output=True, text=True, check=False)
+    assert checked.returncode == 0 and "to start at" in checked.stderr, checked.stderr  # slurmctld read its #SBATCH lines
+    env = {**slurm.env, "VIGIL_PYTHON": sys.executable, "SLURMD_NODENAME": "n2", "SLURM_JOB_ID": "77",
+           "VIGIL_PROLOG_ARGS": "--checks gemm --gemm-size 256 --gemm-iters 20 --timeout 1e-9"}
+    failed = subprocess.run(["bash", str(deploy / "prolog.sh")], env=env, capture_output=True, text=True, check=False)
+    assert failed.returncode == 1
+    held = backend(slurm).cordoned()
+    assert set(held) == {"n2"} and held["n2"].incident_id == "prolog-77"
+    assert reason_of(slurm, "n2") == "vigil: prolog-77 diagnostics failed (gemm) on n2"
