@@ -170,3 +170,12 @@ def test_vigil_run_under_srun_speaks_for_its_slurm_node() -> None:
     assert slurm_identity({**env, "VIGIL_HOST": "h", "VIGIL_JOB_ID": "llama"}) == {}
     assert slurm_identity({**env, "SLURM_JOB_NODELIST": "weird[[x"}) == {"host": "n3", "job_id": "slurm-42"}
     assert slurm_identity({}) == {}
+
+
+def test_readme_lists_every_slurm_setting() -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "recovery" / "README.md").read_text()
+    section = readme[readme.index("# Slurm node backend"):]
+    table = section[section.index("`SlurmSettings`"):]
+    assert [f for f in SlurmSettings.model_fields if f"`{f}`" not in table] == []
