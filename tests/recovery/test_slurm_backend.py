@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.recovery.slurm_fake import FakeNode, FakeSlurm
 from vigil.recovery.backends import select
-from vigil.recovery.backends.slurm import SlurmBackend, SlurmSettings, make_reason, parse_reason
+from vigil.recovery.backends.slurm import (
+    CliTimeout,
+    SlurmBackend,
+    SlurmSettings,
+    SubprocessCli,
+    make_reason,
+    parse_reason,
+)
 from vigil.recovery.backends.slurm.allocation import Allocation, relaunch_argv, running
 from vigil.recovery.backends.slurm.hostlist import expand
 from vigil.recovery.backends.slurm.nodes import parse_scontrol, parse_sinfo
@@ -173,9 +182,33 @@ def test_vigil_run_under_srun_speaks_for_its_slurm_node() -> None:
 
 
 def test_readme_lists_every_slurm_setting() -> None:
-    from pathlib import Path
-
     readme = (Path(__file__).resolve().parents[2] / "recovery" / "README.md").read_text()
     section = readme[readme.index("# Slurm node backend"):]
     table = section[section.index("`SlurmSettings`"):]
     assert [f for f in SlurmSettings.model_fields if f"`{f}`" not in table] == []
+
+
+def test_the_subprocess_runner_bounds_and_names_failures(tmp_path: Path) -> None:
+    slow, bad = tmp_path / "slow", tmp_path / "bad"
+    slow.write_text("#!/bin/sh\nexec sleep 30\n")
+    bad.write_text("#!/bin/sh\necho 'slurm_load_node error: Unable to contact slurm controller' >&2\nexit 1\n")
+    for f in (slow, bad):
+        f.chmod(0o755)
+    cli = SubprocessCli(conf=str(tmp_path / "slurm.conf"))
+    with pytest.raises(CliTimeout, match=r"no answer within 0\.2s"):
+        cli.run([str(slow), "-h"], timeout_s=0.2)
+    with pytest.raises(BackendError, match="exit 1: slurm_load_node error: Unable to contact"):
+        cli.run([str(bad), "show", "node"], timeout_s=5)
+    with pytest.raises(BackendError, match="cannot run"):
+        cli.run([str(tmp_path / "missing")], timeout_s=5)
+    b = SlurmBackend(SlurmSettings(sinfo=str(slow), command_timeout_s=0.2))
+    with pytest.raises(BackendError, match="read node states"):
+        b.cordoned()
+
+
+def test_the_test_cluster_says_why_it_cannot_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.slurm_cluster import SlurmCluster, Unavailable
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(Unavailable, match="slurm-wlm/munge not installed"):
+        SlurmCluster(tmp_path).start()

@@ -79,12 +79,12 @@ def relaunch_argv(alloc: Allocation, *, alive: bool, exclude: set[str], nodes_mi
     if not 1 <= nodes_min <= nodes_max:
         raise ValueError(f"nodes {nodes_min}..{nodes_max}: need 1 <= MIN <= MAX")
     left = [n for n in alloc.nodes if n not in exclude]
-    skip = ["--exclude=" + exclude_arg(exclude)] if exclude else []
     if alive:
         hi = min(nodes_max, len(left))
         if hi < nodes_min:
             return None
+        inside = exclude & set(alloc.nodes)
         return ["srun", f"--jobid={alloc.job_id}", "-N", f"{nodes_min}-{hi}", "--ntasks-per-node=1",
-                *(["--exclude=" + exclude_arg(exclude & set(alloc.nodes))] if exclude & set(alloc.nodes) else []),
-                *command]
-    return ["sbatch", "--no-requeue", "-N", f"{nodes_min}-{nodes_max}", *skip, script]
+                *(["--exclude=" + exclude_arg(inside)] if inside else []), *command]
+    return ["sbatch", "--no-requeue", "-N", f"{nodes_min}-{nodes_max}",
+            *(["--exclude=" + exclude_arg(exclude)] if exclude else []), script]
