@@ -99,6 +99,7 @@ def test_external_drain_is_evidence_never_overwritten_nor_resumed() -> None:
     b, _ = backend(fake)
     assert b.cordoned() == {}
     assert b.drained()["n3"].reason == "hw check by ops"
+    assert b.drained_by_others() == {"n3": {"reason": "hw check by ops", "by": "ops", "at": b.drained()["n3"].at}}
     cordon = b.cordon("n3", reason="x", incident_id="i", actor="controller")
     assert not cordon.changed and "hw check by ops" in cordon.detail and cordon.data["external"] == "hw check by ops"
     uncordon = b.uncordon("n3", reason="healthy", actor="user:alice")

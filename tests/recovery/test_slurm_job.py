@@ -58,7 +58,9 @@ def test_xid_under_srun_drains_the_node_as_vigil_and_the_job_resumes_on_the_rest
         assert reason_of(slurm, "n3") == "hw check by ops"  # the operator's drain, untouched
 
         status = live.cli("recovery", "status", "--job", job)
-        assert status.returncode == 0 and "n2" in status.stdout, status.stderr
+        assert status.returncode == 0, status.stderr
+        assert re.search(r"cordoned: n2 \(hardware fault", status.stdout), status.stdout
+        assert "drained by others (evidence; vigil never resumes them): n3 (hw check by ops, root)" in status.stdout
         resumed = live.cli("uncordon", "n3", "--job", job, "--reason", "not ours")
         assert resumed.returncode == 0 and "drained by someone else" in resumed.stdout, resumed.stderr
         assert reason_of(slurm, "n3") == "hw check by ops"

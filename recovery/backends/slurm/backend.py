@@ -87,6 +87,11 @@ class SlurmBackend:
         """Every drained node, vigil's and others' (an external drain is evidence about its node)."""
         return {name: node for name, node in self.nodes().items() if node.drained}
 
+    def drained_by_others(self) -> dict[str, dict[str, str]]:
+        """Nodes drained or down with anyone else's reason, for `vigil recovery status`: node -> reason, by, at."""
+        return {n: {"reason": s.reason, "by": s.user, "at": s.at} for n, s in self.nodes().items()
+                if s.reason and not s.ours}
+
     def nodes(self) -> dict[str, NodeState]:
         """Every node's state: one `sinfo` per `read_interval_s` at most; on failure the last read, kept."""
         now = self._clock()
