@@ -59,6 +59,7 @@ def test_restart_in_the_allocation_leaves_the_drained_node_out(slurm: SlurmClust
     cli = SubprocessCli(settings.conf)
     job = slurm.run("sbatch", "--parsable", "-N", "3", "--ntasks-per-node=1", "--wrap", "sleep 600").strip()
     wait_until(lambda: running(cli, settings, job), 30, f"job {job} running")
+    assert not running(cli, settings, "999999")  # a job Slurm does not know: "Invalid job id specified"
     nodelist = slurm.run("squeue", "-h", "-j", job, "-o", "%N").strip()
     alloc = Allocation.from_env({"SLURM_JOB_ID": job, "SLURM_JOB_NODELIST": nodelist, "SLURMD_NODENAME": "n1"})
     assert alloc is not None and alloc.nodes == ("n1", "n2", "n3") == tuple(hostnames(cli, settings, nodelist))
