@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint typecheck browser bench clean
+.PHONY: install demo test lint typecheck browser slurm bench clean
 
 # torch first, pinned: the CPU build is served here; an unpinned torch pulls GBs of CUDA wheels.
 $(STAMP): pyproject.toml
@@ -26,6 +26,15 @@ browser:
 	  else echo "note: chromium-driver missing and not root; browser tests will be skipped"; fi; \
 	fi
 
+# Slurm and munge for the Slurm backend's tests (tests/slurm_cluster.py starts its own daemons; needs root).
+slurm:
+	@if ! command -v slurmctld >/dev/null 2>&1 || ! command -v munged >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null) \
+	      || echo "warning: could not install slurm-wlm and munge; slurm tests will be skipped"; \
+	  else echo "note: slurm-wlm or munge missing and not root; slurm tests will be skipped"; fi; \
+	fi
+
 demo: install
 	$(VENV)/bin/vigil demo
 
@@ -37,7 +46,7 @@ lint: install
 typecheck: install
 	$(VENV)/bin/mypy
 
-test: install browser lint typecheck
+test: install browser slurm lint typecheck
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 bench: install

@@ -3,8 +3,8 @@
 Environment `VIGIL_RECOVERY_<NAME>` or the `[recovery]` table of the `VIGIL_CONFIG` file;
 sections keep flat names where users set them (`VIGIL_RECOVERY_BREAKER_MAX_CORDONS_PER_HOUR`,
 `breaker_max_cordons_per_hour = 3` in `[recovery]`, or `max_cordons_per_hour = 3` in
-`[recovery.breaker]`). The `kubernetes` section configures that node backend
-(`backends.kubernetes.settings`). Durations are wall-clock seconds. See recovery/README.md.
+`[recovery.breaker]`). The `kubernetes` and `slurm` sections configure those node backends
+(`backends.kubernetes.settings`, `backends.slurm.settings`). Durations are wall-clock seconds. See recovery/README.md.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic_settings import SettingsConfigDict
 
 from vigil.recovery.backends.kubernetes.settings import KubernetesSettings
+from vigil.recovery.backends.slurm.settings import SlurmSettings
 from vigil.settings import VigilBaseSettings
 
 PolicyClass = Literal["hardware", "software", "hang"]
@@ -88,7 +89,7 @@ class RecoverySettings(VigilBaseSettings):
 
     mode: Mode = Field(default="auto", description="auto: act; dry-run: decide and publish only; manual: wait for "
                        "`vigil recovery approve`")
-    backend: Literal["local", "kubernetes"] = Field(default="local", description="who cordons and evicts hosts")
+    backend: Literal["local", "kubernetes", "slurm"] = Field(default="local", description="who cordons and evicts hosts")
     lease_group: str = Field(default="vigil-recovery", min_length=1, description="consumer group of the leader "
                              "lease (prefixed with the topic prefix): one active controller per cluster")
     tick_s: float = Field(default=0.25, gt=0, description="how often open recoveries are advanced")
@@ -107,3 +108,4 @@ class RecoverySettings(VigilBaseSettings):
     breaker: BreakerSettings = BreakerSettings()
     diagnostics: DiagnosticsSettings = DiagnosticsSettings()
     kubernetes: KubernetesSettings = KubernetesSettings()
+    slurm: SlurmSettings = SlurmSettings()

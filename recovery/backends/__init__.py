@@ -3,7 +3,8 @@
 `VIGIL_RECOVERY_BACKEND=local` (default): the registry file under `VIGIL_HOME` that node
 agents honour (`backends.local`). `kubernetes`: node cordon, taint, audit annotations and pod
 eviction through the API server (`backends.kubernetes`, configured by the `kubernetes`
-section of the recovery settings).
+section of the recovery settings). `slurm`: drain and resume with vigil's reason through
+`scontrol`/`sinfo` (`backends.slurm`, the `slurm` section).
 """
 
 from __future__ import annotations
@@ -26,4 +27,8 @@ def select(settings: RecoverySettings, core: VigilSettings) -> NodeBackend:
         from vigil.recovery.backends.kubernetes import KubernetesBackend
 
         return KubernetesBackend(settings.kubernetes)
+    if settings.backend == "slurm":
+        from vigil.recovery.backends.slurm import SlurmBackend
+
+        return SlurmBackend(settings.slurm)
     return LocalBackend(CordonRegistry(registry_path(core.home)))

@@ -1,9 +1,9 @@
 """The node backend: how the controller takes a host out of service and puts it back.
 
-One small Protocol, two implementations: `local` (a registry file under `VIGIL_HOME` that the
-node agents honour: `backends.local`) and `kubernetes` (node cordon, a taint, audit
-annotations, eviction of the job's pods through the Eviction API: to be added as
-`backends.kubernetes`). Every call is idempotent: cordoning a cordoned host changes nothing
+One small Protocol, three implementations: `local` (a registry file under `VIGIL_HOME` that the
+node agents honour: `backends.local`), `kubernetes` (node cordon, a taint, audit annotations,
+eviction of the job's pods through the Eviction API: `backends.kubernetes`) and `slurm` (a drain
+with vigil's reason, resumed only when that reason is vigil's: `backends.slurm`). Every call is idempotent: cordoning a cordoned host changes nothing
 and says so (`Change.changed` False), which is what makes a controller restarted mid-action
 safe. Calls raise `BackendError` (naming the host and backend) when the backend fails.
 """

@@ -4,12 +4,14 @@ A test marked `@pytest.mark.recovery_env({...})` gives the controller those extr
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.recovery.live import Live
+from tests.slurm_cluster import SlurmCluster, Unavailable
 from vigil.settings import VigilSettings
 
 
@@ -22,3 +24,27 @@ def live(topics: VigilSettings, broker_bootstrap: str, tmp_path: Path, request: 
         yield setup
     finally:
         setup.close()
+
+
+@pytest.fixture(scope="session")
+def slurm_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """A real Slurm (tests/slurm_cluster.py) for the session; the tests skip, saying why, when it cannot start."""
+    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"))
+    try:
+        cluster.start()
+    except (Unavailable, OSError, subprocess.SubprocessError) as exc:
+        cluster.stop()
+        pytest.skip(f"no Slurm test cluster: {exc}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def slurm(slurm_session: SlurmCluster) -> Iterator[SlurmCluster]:
+    """The session's Slurm, every node resumed and no job left after the test."""
+    try:
+        yield slurm_session
+    finally:
+        slurm_session.reset()

@@ -11,6 +11,7 @@ import argparse
 import os
 import signal
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +68,19 @@ def _settings(args: argparse.Namespace) -> Any:
     from vigil.collector.settings import CollectorSettings
 
     overrides = {field: getattr(args, arg) for arg, field in _OVERRIDES.items() if getattr(args, arg, None) is not None}
-    return CollectorSettings.load(**overrides)
+    return CollectorSettings.load(**{**slurm_identity(os.environ), **overrides})
+
+
+def slurm_identity(env: Mapping[str, str]) -> dict[str, str]:
+    """Under `srun`: the host is the Slurm node this task runs on (the name a drain speaks of) and the job
+    `slurm-<SLURM_JOB_ID>`, unless VIGIL_HOST / VIGIL_JOB_ID (or --host / --job) say otherwise."""
+    from vigil.recovery.backends.slurm.allocation import Allocation
+
+    alloc = Allocation.from_env(env, hostnames=lambda _: [])
+    if alloc is None:
+        return {}
+    out = {"host": alloc.host, "job_id": f"slurm-{alloc.job_id}"}
+    return {k: v for k, v in out.items() if not env.get(f"VIGIL_{k.upper()}")}
 
 
 def _build(args: argparse.Namespace, *, launching: bool) -> tuple[Any, Any, dict[str, str]]:

@@ -101,9 +101,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     from vigil.recovery.settings import RecoverySettings
 
     core, _, state = _state(args)
-    cordoned = select(RecoverySettings.load(), core).cordoned()
-    doc = status(state, datetime.now(UTC), cordoned, args.job)
-    _print(doc, args.json, format_status(doc))
+    backend = select(RecoverySettings.load(), core)
+    doc = status(state, datetime.now(UTC), backend.cordoned(), args.job)
+    text = format_status(doc)
+    if (others := getattr(backend, "drained_by_others", None)) is not None:  # Slurm: others' drains are evidence
+        doc["drained_by_others"] = others()
+        text += "\ndrained by others (evidence; vigil never resumes them): " + (", ".join(
+            f"{n} ({d['reason'][:60]}, {d['by'] or '?'})" for n, d in doc["drained_by_others"].items()) or "none")
+    _print(doc, args.json, text)
     return 0
 
 
