@@ -46,7 +46,8 @@ class SlurmCluster:
         return {**os.environ, "SLURM_CONF": str(self.conf)}
 
     def run(self, *argv: str, timeout: float = 30.0, check: bool = True) -> str:
-        done = subprocess.run(list(argv), env=self.env, capture_output=True, text=True, timeout=timeout, check=False)
+        done = subprocess.run(list(argv), env=self.env, capture_output=True, text=True, timeout=timeout, check=False,
+                              cwd=self.root)  # a job's default output file (slurm-<id>.out) lands here
         if check and done.returncode != 0:
             raise AssertionError(f"{' '.join(argv)}: exit {done.returncode}: {done.stderr.strip()}")
         return done.stdout

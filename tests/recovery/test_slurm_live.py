@@ -57,7 +57,8 @@ def test_restart_in_the_allocation_leaves_the_drained_node_out(slurm: SlurmClust
     b = backend(slurm)
     settings = b.settings
     cli = SubprocessCli(settings.conf)
-    job = slurm.run("sbatch", "--parsable", "-N", "3", "--ntasks-per-node=1", "--wrap", "sleep 600").strip()
+    job = slurm.run("sbatch", "--parsable", "-N", "3", "--ntasks-per-node=1", "--chdir", str(tmp_path),
+                    "--output", str(tmp_path / "slurm-%j.out"), "--wrap", "sleep 600").strip()
     wait_until(lambda: running(cli, settings, job), 30, f"job {job} running")
     assert not running(cli, settings, "999999")  # a job Slurm does not know: "Invalid job id specified"
     nodelist = slurm.run("squeue", "-h", "-j", job, "-o", "%N").strip()
