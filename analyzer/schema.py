@@ -13,6 +13,10 @@ from vigil.clickhouse.migrations import MigrationSet
 
 MIGRATIONS = MigrationSet(owner="analyzer", directory=Path(__file__).parent / "migrations", ids=range(1, 300))
 
+ROLLUP_WINDOW_STEPS = 5
+"""Steps per window of the `phase_host_windows` rollups (`intDiv(step, 5)` in migrations 0100 and 0150: a fact of the
+schema, checked against every migration by tests/backbone/test_one_home.py)."""
+
 MINUTE_FIRST = frozenset({"nic_counters", "heartbeats"})
 """Raw tables sorted by (job_id, `MINUTE`, ...) (migration 0198). The engine does not derive a bound on `MINUTE` from
 one on `ts` (a DateTime64): a read bounded in time names it (`minutes`), or it selects a granule per minute of the

@@ -18,9 +18,6 @@ from pydantic_settings import SettingsConfigDict
 
 from vigil.settings import VigilBaseSettings
 
-ROLLUP_WINDOW_STEPS = 5
-"""Steps per window of the `phase_host_windows` rollup (fixed by migration 0100)."""
-
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from vigil.analyzer.detect.base import EvalContext
-from vigil.analyzer.settings import ROLLUP_WINDOW_STEPS
+from vigil.analyzer.schema import ROLLUP_WINDOW_STEPS
 
 T = TypeVar("T")
 

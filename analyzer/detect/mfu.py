@@ -36,7 +36,8 @@ from typing import Any
 
 from vigil.analyzer.detect.base import AT, RUN, EvalContext, Finding, as_utc, last_complete_step, median
 from vigil.analyzer.detect.phases import job_phases
-from vigil.analyzer.settings import ROLLUP_WINDOW_STEPS, MfuSettings
+from vigil.analyzer.schema import ROLLUP_WINDOW_STEPS
+from vigil.analyzer.settings import MfuSettings
 from vigil.contract.phases import is_waiting
 
 _STEPS_SQL = f"""

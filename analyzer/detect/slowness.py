@@ -24,7 +24,8 @@ from typing import Any
 
 from vigil.analyzer.detect.base import EPOCH, Finding, as_utc, median
 from vigil.analyzer.detect.phases import JobPhases
-from vigil.analyzer.settings import ROLLUP_WINDOW_STEPS, StragglerSettings
+from vigil.analyzer.schema import ROLLUP_WINDOW_STEPS
+from vigil.analyzer.settings import StragglerSettings
 
 W = ROLLUP_WINDOW_STEPS
 

@@ -61,7 +61,8 @@ from vigil.contract.colwire import (
     is_columnar,
     rows_claimed,
 )
-from vigil.contract.fastwire import HOT_PREFIXES, FastNic, FastStep, Ingestable, decode_hot
+from vigil.contract.fastwire import decode_hot
+from vigil.contract.hotkinds import HOT_PREFIXES, FastNic, FastStep, Ingestable
 from vigil.kafka.consumer import OffloadLost
 
 log = logging.getLogger(__name__)

@@ -48,7 +48,7 @@ from vigil.contract import (
     RecoveryAction,
     StepTiming,
 )
-from vigil.contract.fastwire import FastHeartbeat, FastNic, FastStep, Ingestable
+from vigil.contract.hotkinds import HOT_KINDS, FastHeartbeat, FastNic, FastStep, Ingestable
 
 Row = dict[str, Any]
 """One table row, keyed by column name (the writer inserts by these names)."""
@@ -225,6 +225,14 @@ KINDS: dict[str, Callable[[Any], list[TableRow]]] = {
     "incident": _incident, "outcome": _outcome, "member": _member,
     "advice": _advice,
 }
+"""kind -> the rows an event of it becomes: the kinds the analyzer stores."""
+
+NOT_STORED: dict[str, str] = {
+    "command": "the controller's signed orders to agents: what came of them is stored (recovery actions, acks)",
+    "diagnostic": "node diagnostics results: the controller's input; the round's verdict is stored as a recovery action",
+    "silence": "the notifier's: it keeps them in its own table (notify_silences)",
+}
+"""kind -> why the analyzer stores none of its events (every contract kind is in KINDS or here: test_one_home)."""
 
 LOOKUP: dict[str, str] = {
     "step_timings": "step", "heartbeats": "ts", "gpu_stats": "ts", "nic_counters": "ts", "log_lines": "ts",
@@ -234,11 +242,11 @@ LOOKUP: dict[str, str] = {
 """table -> the column bounding a look-up of its stored event_ids (`jobs`, `job_ranks`, `job_phase_kinds` and
 `job_registrations` are keyed by job (and rank, phase or event), have no rollups, and rely on their ReplacingMergeTree)."""
 
-RECENT = frozenset({"step", "heartbeat", "nic"})
+RECENT = frozenset(HOT_KINDS)
 """Kinds a 10,000-GPU job sends thousands of per second: their re-sends are caught by an in-memory window."""
 
 
 def process(event: Ingestable) -> list[TableRow]:
-    """The rows `event` becomes; [] for kinds the analyzer does not store."""
+    """The rows `event` becomes; [] for the kinds the analyzer does not store (`NOT_STORED`)."""
     fn = KINDS.get(event.kind)
     return fn(event) if fn is not None else []

@@ -28,7 +28,7 @@ from vigil.analyzer.ingest.blocks import Columns, Encoded, encoded
 from vigil.analyzer.ingest.columns import BUILDERS
 from vigil.analyzer.ingest.processors import RECENT
 from vigil.analyzer.ingest.recent import Marks
-from vigil.contract.fastwire import Ingestable
+from vigil.contract.hotkinds import Ingestable
 
 _EVENT_ID = attrgetter("event_id")
 

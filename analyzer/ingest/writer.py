@@ -54,7 +54,7 @@ from vigil.analyzer.ingest.processors import LOOKUP, RECENT, Row, TableRow, proc
 from vigil.analyzer.ingest.recent import Marks, RecentIds
 from vigil.analyzer.ingest.staging import Staged, first_of_each, stage
 from vigil.clickhouse.failures import is_data_error, is_transient, splits
-from vigil.contract.fastwire import Ingestable
+from vigil.contract.hotkinds import Ingestable
 from vigil.errors import Unreachable, one_line
 from vigil.kafka.consumer import BatchId, Intent, Partition, Unstorable
 from vigil.kafka.deadletter import DeadLetter, DeadLetterSink, clean_utf8

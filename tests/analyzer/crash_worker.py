@@ -21,7 +21,7 @@ from vigil.analyzer.ingest.writer import ClickHouseWriter
 from vigil.analyzer.settings import AnalyzerSettings
 from vigil.app.components import migrate_all
 from vigil.clickhouse.client import connect
-from vigil.contract.fastwire import Ingestable
+from vigil.contract.hotkinds import Ingestable
 from vigil.kafka.consumer import BatchId, Intent, Partition, Unstorable
 from vigil.kafka.producer import EventProducer
 from vigil.settings import VigilSettings

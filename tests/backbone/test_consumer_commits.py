@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from tests.waiting import wait_until
 from vigil.contract import StepTiming
-from vigil.contract.fastwire import Ingestable
+from vigil.contract.hotkinds import Ingestable
 from vigil.errors import Unreachable
 from vigil.kafka.consumer import BatchId, BatchingConsumer, Intent, Partition, Unstorable
 from vigil.kafka.deadletter import DeadLetter

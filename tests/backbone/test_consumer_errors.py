@@ -12,7 +12,7 @@ import pytest
 from tests.backbone.test_consumer_commits import FirstBatchDown, committed
 from tests.waiting import wait_until
 from vigil.contract import StepTiming
-from vigil.contract.fastwire import Ingestable
+from vigil.contract.hotkinds import Ingestable
 from vigil.errors import Unreachable
 from vigil.kafka.consumer import BatchId, BatchingConsumer, ConsumerFailed, Intent, Partition, Unstorable
 from vigil.kafka.deadletter import DeadLetter

@@ -18,7 +18,7 @@ from tests.backbone.test_consumer_commits import committed
 from tests.backbone.test_consumer_errors import FlakyWriter, Letters, consumer, send
 from tests.waiting import wait_until
 from vigil.contract import StepTiming
-from vigil.contract.fastwire import Ingestable
+from vigil.contract.hotkinds import Ingestable
 from vigil.kafka.consumer import BatchId, BatchingConsumer, ConsumerFailed, Unstorable
 from vigil.kafka.producer import EventProducer
 from vigil.settings import VigilSettings

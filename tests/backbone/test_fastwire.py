@@ -10,7 +10,8 @@ import pytest
 
 from vigil.analyzer.ingest.processors import process
 from vigil.contract import decode_batch, spec_for
-from vigil.contract.fastwire import FastHeartbeat, FastNic, FastStep, decode_fast, payload_of
+from vigil.contract.fastwire import decode_fast, payload_of
+from vigil.contract.hotkinds import FastHeartbeat, FastNic, FastStep
 
 pytestmark = [pytest.mark.pure]
 

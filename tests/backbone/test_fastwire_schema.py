@@ -13,7 +13,7 @@ import pytest
 from pydantic import BaseModel
 
 from vigil.contract import GpuState, Heartbeat, NicCounters, ParallelCoords, ProcessState, StepTiming
-from vigil.contract.fastwire import FastCoords, FastGpu, FastHeartbeat, FastNic, FastProcess, FastStep
+from vigil.contract.hotkinds import FastCoords, FastGpu, FastHeartbeat, FastNic, FastProcess, FastStep
 
 pytestmark = [pytest.mark.pure]
 

@@ -34,3 +34,20 @@ def test_every_component_is_a_layer_peer() -> None:
     linked = {f"vigil.{p.name}" for p in (ROOT / "vigil").iterdir() if p.is_symlink()}
     assert linked <= peers, f"component folders missing from the layers contract: {linked - peers}"
     assert not (ROOT / "dashboard" / "notify").exists(), "the notifier is its own component (notify/)"
+
+
+@pytest.mark.pure
+def test_the_house_has_no_import_circle() -> None:
+    import grimp
+
+    graph = grimp.build_graph("vigil", cache_dir=None, exclude_type_checking_imports=True)  # typing is no circle
+    modules = sorted(graph.modules)
+    # Tarjan-free: a module is in a circle when it can reach itself through what it imports (lazy imports count)
+    circles = []
+    for m in modules:
+        for imported in graph.find_modules_directly_imported_by(m):
+            if imported == m or m.startswith(imported + ".") or imported.startswith(m + "."):
+                continue  # a package and its own module (an __init__ re-exporting it): not a circle between modules
+            if graph.chain_exists(importer=imported, imported=m):
+                circles.append(f"{m} <-> {imported}")
+    assert not circles, "import circles: " + "; ".join(sorted(circles)[:10])

@@ -11,11 +11,17 @@ from pathlib import Path
 import pytest
 
 from vigil.analyzer.alerts.view import fold
+from vigil.analyzer.ingest.processors import KINDS, NOT_STORED, RECENT
+from vigil.analyzer.schema import ROLLUP_WINDOW_STEPS
 from vigil.app.components import migrate_all
 from vigil.clickhouse.client import connect
 from vigil.contract import Alert
+from vigil.contract.hotkinds import HOT_KINDS, HOT_PREFIXES
 from vigil.contract.latest import SQL_ORDER, order_key, supersedes
+from vigil.contract.registry import LATEST
 from vigil.contract.severity import SEVERITIES, of_rank, rank, sql_rank, worst
+from vigil.contract.wire import COLUMNAR
+from vigil.dashboard.queries.heatmap import ROLLUP_STEPS
 from vigil.notify.state import NotifyState
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -110,3 +116,25 @@ def test_the_views_migration_states_the_rule_as_written_in_python() -> None:
     sql = (ROOT / "analyzer" / "migrations" / "0200_latest_event_rule.sql").read_text(encoding="utf-8")
     for table in ("alert_events", "incident_events"):
         assert f"{SQL_ORDER} AS k FROM {table}" in sql
+
+
+@pytest.mark.pure
+def test_every_rollup_migration_and_reader_uses_the_schema_window() -> None:
+    windows = {int(n) for p in sorted((ROOT / "analyzer" / "migrations").glob("*.sql"))
+               for n in re.findall(r"intDiv\(step,\s*(\d+)\)", p.read_text(encoding="utf-8"))}
+    assert windows == {ROLLUP_WINDOW_STEPS}, f"migrations window steps by {windows}, the schema says {ROLLUP_WINDOW_STEPS}"
+    assert ROLLUP_STEPS == ROLLUP_WINDOW_STEPS  # the dashboard's declaration of the table it reads
+
+
+@pytest.mark.pure
+def test_every_kind_is_stored_by_the_analyzer_or_says_why_not() -> None:
+    stored, not_stored = set(KINDS), set(NOT_STORED)
+    assert not stored & not_stored
+    assert stored | not_stored == set(LATEST), f"say whether the analyzer stores {set(LATEST) - stored - not_stored}"
+    assert all(len(why) > 20 for why in NOT_STORED.values())
+
+
+@pytest.mark.pure
+def test_hot_kinds_have_one_home() -> None:
+    assert frozenset(HOT_KINDS) == RECENT and set(HOT_PREFIXES) == set(HOT_KINDS)
+    assert set(HOT_KINDS) >= COLUMNAR

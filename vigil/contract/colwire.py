@@ -5,7 +5,7 @@ list per field of the event (a nested object's fields as `coords.dp`, ...; a fie
 leaves out filled with its default), with no object per event when the record is columnar. It
 is `fastwire.decode_hot` by columns, and it stays exact the same way:
 
-* The columnar decoders are generated from the fast-path structs (`fastwire.FastStep`,
+* The columnar decoders are generated from the fast-path structs (`hotkinds.FastStep`,
   `FastNic`): each field becomes an array of that field's type, with its constraints; so a
   field added to the contract is a column here, and a column the structs do not know sends the
   record to pydantic (`forbid_unknown_fields`). `event_id` and `ts` are required columns: a
@@ -32,7 +32,8 @@ from typing import Any, Literal
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
-from vigil.contract.fastwire import HOT_PREFIXES, FastEvent, FastNic, FastStep, _doubted, _times_ok, _u64_fit
+from vigil.contract.hotkinds import HOT_PREFIXES, FastEvent, FastNic, FastStep
+from vigil.contract.wirechecks import doubted, times_ok, u64_fit
 
 EventColumns = dict[str, list[Any]]
 """One kind's events as columns: field name (a nested object's as `name.sub`) -> one value per event."""
@@ -114,12 +115,12 @@ def rows_claimed(value: bytes) -> int:
 
 def _fit(kind: str, cols: EventColumns) -> bool:
     """decode_hot's UInt64 checks, a column at a time in C (a NIC's `extra` values too)."""
-    return _u64_fit(cols[n] for n in _U64[kind]) and (kind != "nic" or _u64_fit(map(dict.values, cols["extra"])))
+    return u64_fit(cols[n] for n in _U64[kind]) and (kind != "nic" or u64_fit(map(dict.values, cols["extra"])))
 
 
 def decode_columnar(value: bytes, kind: str, now: datetime | None = None) -> EventColumns | None:
     """A columnar record of hot `kind` as event columns when the fast path takes every event of it, else None."""
-    if _doubted(value):
+    if doubted(value):
         return None
     fields, decoder = _DECODERS[kind]
     try:
@@ -136,7 +137,7 @@ def decode_columnar(value: bytes, kind: str, now: datetime | None = None) -> Eve
         elif len(values) != rows:
             return None
         cols[f.name] = values
-    return cols if _times_ok(cols["ts"], now) and _fit(kind, cols) else None
+    return cols if times_ok(cols["ts"], now) and _fit(kind, cols) else None
 
 
 def columns_of(kind: str, events: list[Any]) -> EventColumns:

@@ -72,7 +72,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from vigil.contract.fastwire import Ingestable, decode_fast, payload_of
+from vigil.contract.fastwire import decode_fast, payload_of
+from vigil.contract.hotkinds import Ingestable
 from vigil.errors import DeliveryError, Unreachable, VigilError, one_line
 from vigil.kafka.admin import client_config
 from vigil.kafka.deadletter import DeadLetter, DeadLetterSink
