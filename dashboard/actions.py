@@ -17,7 +17,7 @@ in is ignored), recorded as ``details.identity = "header:<name>"``; unset, the n
     / evict            controller executes against its node backend: the dashboard holds no
                        backend and no cluster credentials
 
-    Refused (VigilError)   the action was not allowed; nothing was published
+    ActionRefused (VigilError)  the action was not allowed; nothing was published
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ ACTIONS: tuple[ActionName, ...] = ("cordon", "uncordon", "evict", "approve")
 _NOT_NAME = re.compile(r"[^A-Za-z0-9@._+-]")
 
 
-class Refused(VigilError):
+class ActionRefused(VigilError):
     """The dashboard did not act: read-only, a wrong token, or an incomplete request."""
 
 
@@ -100,25 +100,25 @@ class Actions:
 
     def perform(self, req: ActionRequest, *, token: str | None, reason: str, who: str = "",
                 headers: Mapping[str, str] | None = None) -> RecoveryAction:
-        """Check, build and publish the action's event; `Refused` (nothing published) otherwise.
+        """Check, build and publish the action's event; `ActionRefused` (nothing published) otherwise.
 
         `headers`: the HTTP request's (the authenticated user is read from them when `user_header` is set)."""
         if not self.enabled or self.token is None or self.publisher is None:
-            raise Refused("read-only dashboard: set VIGIL_DASHBOARD_ACTION_TOKEN to allow actions")
+            raise ActionRefused("read-only dashboard: set VIGIL_DASHBOARD_ACTION_TOKEN to allow actions")
         if not token or not hmac.compare_digest(token.encode(), self.token.get_secret_value().encode()):
-            raise Refused("wrong or missing action token")
+            raise ActionRefused("wrong or missing action token")
         if req.action not in ACTIONS or not req.target or not req.job_id:
-            raise Refused(f"not an action the dashboard takes: {req.action} {req.target!r}")
+            raise ActionRefused(f"not an action the dashboard takes: {req.action} {req.target!r}")
         reason = reason.strip()
         if not reason:
-            raise Refused("say why (the reason is kept with the action)")
+            raise ActionRefused("say why (the reason is kept with the action)")
         identity = "typed"
         if self.user_header:
             wanted = self.user_header.lower()
             user = next((v for k, v in (headers or {}).items() if k.lower() == wanted), "")
             who = _NOT_NAME.sub("_", user.strip())[:200]
             if not who:
-                raise Refused(f"no authenticated user: the reverse proxy's {self.user_header} header is missing")
+                raise ActionRefused(f"no authenticated user: the reverse proxy's {self.user_header} header is missing")
             identity = f"header:{self.user_header}"
         actor = f"dashboard:{who.strip()}"[:256] if who.strip() else "dashboard"
         event = build(req, reason=reason[:2000], actor=actor, identity=identity)

@@ -17,7 +17,7 @@ from typing import Any
 import flask
 from dash import ALL, Dash, Input, Output, State, ctx, no_update
 
-from vigil.dashboard.actions import ACTIONS, ActionRequest, Actions, Refused
+from vigil.dashboard.actions import ACTIONS, ActionRefused, ActionRequest, Actions
 from vigil.errors import VigilError, one_line
 
 _WHAT = {"cordon": "Cordon {target} (no new work; its agent stops the job there)",
@@ -39,7 +39,7 @@ def submit(actions: Actions, pending: dict[str, Any] | None, token: str | None, 
                         target=str(pending.get("target") or ""))
     try:
         event = actions.perform(req, token=token, reason=reason or "", who=name or "", headers=headers)
-    except Refused as exc:
+    except ActionRefused as exc:
         return f"refused: {exc}"
     except VigilError as exc:
         return f"not published: {one_line(exc)}"

@@ -1,15 +1,28 @@
-"""The error tree shared by vigil's services.
+"""The error tree of vigil, drawn whole: every error vigil raises on purpose derives from `VigilError`.
 
     VigilError
-    ├── SettingsError (also ValueError)   bad setting value (vigil.settings)
-    ├── Unreachable                       a broker / ClickHouse / service did not answer
-    ├── DeliveryError                     Kafka did not accept events in time
-    ├── MigrationError                    a ClickHouse migration failed
-    └── StackError                        the embedded stack could not start or stop
+    ├── SettingsError (also ValueError)    a bad setting value; names the setting (vigil.settings)
+    ├── Unreachable                        a broker / ClickHouse / service did not answer
+    │   ├── OffloadLost                    the ingest's decode child died with a batch (vigil.kafka.consumer)
+    │   └── ReadIncomplete                 a topic could not be read to its end in time (vigil.kafka.reader)
+    ├── DeliveryError                      Kafka did not accept events in time
+    ├── MigrationError                     a ClickHouse migration failed
+    ├── StackError                         the embedded stack could not start or stop
+    ├── ConsumerFailed                     a non-transient error stopped a consumer; nothing committed (vigil.kafka.consumer)
+    ├── KeyStoreError                      a signing key is missing, unreadable or malformed (vigil.signing.keys)
+    ├── RegistryError                      the local cordon registry could not be read or written (vigil.cordons)
+    ├── RecoveryError                      the recovery controller's errors (vigil.recovery.errors)
+    │   ├── BackendError                   a node backend call failed; names the host and backend
+    │   │   └── CliTimeout                 a Slurm command ran past its timeout (vigil.recovery.backends.slurm.cli)
+    │   └── NotFound                       no such host, job or recovery
+    ├── StoreError                         a dashboard query failed; says what could not load (vigil.dashboard.store)
+    ├── ActionRefused                      a dashboard action was not allowed; nothing published (vigil.dashboard.actions)
+    └── NotificationRefused                a receiver did not accept a notification (vigil.notify)
 
-Messages are one line that names the setting or address involved, so the CLI can
-print them as they are, without a traceback; `one_line` makes such a line of any
-exception (a driver's multi-line error, an empty message).
+The training side (timer, data, checkpoint) imports nothing of vigil's kernel, so its errors form their own small
+tree (`vigil.recovery.checkpoint.errors`). tests/backbone/test_errors.py fails when this drawing and the classes
+differ. Messages are one line that names the setting or address involved, so the CLI can print them as they are,
+without a traceback; `one_line` makes such a line of any exception (a driver's multi-line error, an empty message).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from vigil.contract import RecoveryAction, decode_batch
-from vigil.dashboard.actions import ActionRequest, Actions, KafkaPublisher, Refused
+from vigil.dashboard.actions import ActionRefused, ActionRequest, Actions, KafkaPublisher
 from vigil.dashboard.service import DashboardService
 from vigil.dashboard.settings import DashboardSettings
 from vigil.settings import VigilSettings
@@ -89,7 +89,7 @@ def test_without_the_right_token_nothing_is_published_with_it_the_request_is(
 def test_approve_is_the_event_vigil_recovery_approve_publishes(topics: VigilSettings, broker_bootstrap: str) -> None:
     actions = Actions(token=None, publisher=KafkaPublisher(settings=topics, bootstrap=broker_bootstrap))
     req = ActionRequest(action="approve", job_id="job-a", target="job-a/host_fault/h2/1")
-    with pytest.raises(Refused):
+    with pytest.raises(ActionRefused):
         actions.perform(req, token=TOKEN, reason="go")
     from pydantic import SecretStr
 
