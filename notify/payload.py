@@ -2,7 +2,7 @@
 
 One document per (group, receiver, sequence number), built when the decision is taken and
 stored with it, so every retry (after a restart too) sends the same bytes. Its fields are
-documented in the README ("Notification payload"); a breaking change bumps `version`. The
+documented in docs/notifications.md ("Notification payload"); a breaking change bumps `version`. The
 idempotency key is made from (receiver, group key, sequence number, and the time of the previous
 decision or of the group's start), stored with the decision and sent with every attempt in the
 `Idempotency-Key` header.

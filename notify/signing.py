@@ -7,7 +7,7 @@
 A receiver recomputes the HMAC over the raw body bytes with its copy of the secret, compares
 in constant time, and rejects timestamps more than a few minutes from its clock (a replayed
 request keeps its old timestamp, and changing it breaks the signature). `verify` is that
-check, for receivers written in Python; the README shows it in a few lines of any language.
+check, for receivers written in Python; docs/notifications.md shows it in a few lines of any language.
 """
 
 from __future__ import annotations
