@@ -51,10 +51,6 @@ class Group:
     incident: Incident | None = None  # None for alerts naming an incident not (yet) seen
     muted_by: str | None = None  # the silence muting the incident itself
 
-    @property
-    def is_incident(self) -> bool:
-        return self.incident_id is not None
-
     def firing(self, include_muted: bool = False) -> tuple[str, ...]:
         """What this group pages about now: alert fingerprints, or `incident:<id>` for a known incident."""
         return self._firing_any if include_muted else self._firing_now

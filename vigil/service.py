@@ -17,7 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from vigil.clickhouse.query import QueryClient
 from vigil.settings import VigilSettings
 
 
@@ -29,11 +28,6 @@ class StackContext:
     bootstrap: str
     clickhouse: Any  # a clickhouse-connect Client (inserts as well as queries)
     clickhouse_dsn: str
-
-    @property
-    def query_client(self) -> QueryClient:
-        client: QueryClient = self.clickhouse
-        return client
 
 
 class Service(Protocol):

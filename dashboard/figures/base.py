@@ -42,10 +42,3 @@ def empty(title: str, message: str, height: int = 240) -> go.Figure:
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
     return styled(fig, title=title, height=height)
-
-
-def rate_label(bps: float) -> str:
-    for unit, scale in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
-        if abs(bps) >= scale:
-            return f"{bps / scale:.2f} {unit}"
-    return f"{bps:.0f} B/s"

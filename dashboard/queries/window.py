@@ -22,11 +22,6 @@ def ts_in_window(col: str = "ts") -> str:
     return f"{col} >= {T0} AND {col} <= {T1}"
 
 
-def ms_of(col: str) -> str:
-    """SQL turning a DateTime/DateTime64 column into epoch milliseconds (Int64)."""
-    return f"toUnixTimestamp64Milli(toDateTime64({col}, 3, 'UTC'))"
-
-
 def to_dt(ms: Any) -> datetime:
     return datetime.fromtimestamp(int(ms) / 1000, tz=UTC)
 
