@@ -35,8 +35,8 @@ class AnalyzerMetrics(Metrics):
     def __init__(self, settings: MetricsSettings | None = None) -> None:
         super().__init__("analyzer", settings)
         self.hosts = LabelCap(self.settings.max_hosts)
-        self.xid = self.counter("vigil_xid_events_total", "GPU Xid errors reported by the hosts' kernel logs and "
-                                "stored (each one, repeats of a flood summary included)", ("host", "xid"))
+        self.xid = self.counter("vigil_xid_events_total", "GPU Xid errors in the hosts' logs (kernel or job "
+                                "output), each one counted once when stored (a flood summary's repeats included)", ("host", "xid"))
         self.dead_letters = self.counter("vigil_ingest_dead_letters_total", "records and events the ingest refused "
                                          "(kept on the dead-letter topic and table)", ("topic", "reason"))
         self.turn = self.histogram("vigil_detect_turn_seconds", "wall time of one detector turn")

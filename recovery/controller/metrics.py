@@ -47,7 +47,7 @@ class RecoveryMetrics(Metrics):
         self.declare("vigil_security_refusals_total", "counter", "decisions and claims refused (unsigned, wrong "
                      "signer, deposed leader, forged checkpoint ...), by what and why", ("what", "problem"))
         self._counted: OrderedDict[str, None] = OrderedDict()
-        self.service: Any = None  # the RecoveryService, read when scraped
+        self.source: Any = None  # the RecoveryService, read when scraped
         self.sampled(self._sample)
 
     @never_raises
@@ -71,7 +71,7 @@ class RecoveryMetrics(Metrics):
                 self.cordoned.inc(len(o.cordoned))
 
     def _sample(self) -> Iterable[Metric]:
-        svc = self.service
+        svc = self.source
         if svc is None:
             return
         yield GaugeMetricFamily("vigil_recovery_leading", self.described("vigil_recovery_leading"),

@@ -69,7 +69,7 @@ class RecoveryService:
         self.claims = Claims(refusals=self.gate.refusals)
         self._producer: EventProducer | None = None
         self.metrics = RecoveryMetrics()
-        self.metrics.service = self
+        self.metrics.source = self
         self._metrics_server = MetricsServer(self.metrics.registry, bind=self.metrics.settings.bind,
                                              port=self.settings.metrics_port) if self.metrics.settings.enabled else None
 
