@@ -152,3 +152,38 @@ def test_metrics_are_served_as_openmetrics_when_asked_on_a_port_read_back() -> N
 
 def test_the_metrics_page_is_current() -> None:
     assert (ROOT / "docs" / "metrics.md").read_text() == page(), "run: python -m vigil.app.metrics_doc"
+
+
+class _Hosted:
+    def __init__(self, name: str, metrics: Metrics | None) -> None:
+        self.name = name
+        if metrics is not None:
+            self.metrics = metrics
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def health(self) -> dict[str, object]:
+        return {"ok": True}
+
+
+def test_the_control_port_serves_every_hosted_services_metrics_with_the_token_only(tmp_path: Path) -> None:
+    from vigil.app.stack.control import ControlServer
+    from vigil.app.stack.runner import hosted_metrics
+
+    analyzer, recovery = AnalyzerMetrics(settings()), RecoveryMetrics(settings())
+    analyzer.stored(log_lines(("h0", 79, 1)))
+    registry = hosted_metrics([_Hosted("analyzer", analyzer), _Hosted("recovery", recovery), _Hosted("x", None)])
+    server = ControlServer(port=0, dsn=f"chdb://{tmp_path / 'unused'}", health=lambda: {"ok": True},
+                           migrate=lambda: {}, metrics=registry)
+    server.start()
+    try:
+        assert httpx.get(f"{server.url}/metrics", timeout=10).status_code == 401
+        got = httpx.get(f"{server.url}/metrics", timeout=10, headers={
+            "Authorization": f"Bearer {server.token}", "Accept": "application/openmetrics-text; version=1.0.0"})
+        assert got.status_code == 200 and got.headers["content-type"].startswith("application/openmetrics-text")
+        assert 'vigil_xid_events_total{host="h0",xid="79"} 1.0' in got.text
+        assert "# TYPE vigil_recovery_duration_seconds histogram" in got.text
+    finally:
+        server.stop()

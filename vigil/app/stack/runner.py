@@ -49,6 +49,13 @@ def prepare(settings: VigilSettings, bootstrap: str, *, rebuild: bool = False) -
     return StackContext(settings=settings, bootstrap=bootstrap, clickhouse=client, clickhouse_dsn=dsn)
 
 
+def hosted_metrics(services: Sequence[Service]) -> CollectorRegistry:
+    """One registry serving every hosted service's own (`metrics`, where it has one): the control port's /metrics."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Union([m.registry for svc in services if isinstance(m := getattr(svc, "metrics", None), Metrics)]))
+    return registry
+
+
 @dataclass(kw_only=True)
 class Stack:
     settings: VigilSettings
@@ -86,11 +93,8 @@ class Stack:
             svc = spec.factory(self.ctx)
             svc.start()
             self.hosted.append(svc)
-        metrics = CollectorRegistry(auto_describe=False)
-        metrics.register(Union([m.registry for svc in self.hosted if isinstance(m := getattr(svc, "metrics", None),
-                                                                                 Metrics)]))
         self.control = ControlServer(port=s.control_port, dsn=self.ctx.clickhouse_dsn, health=self.health,
-                                     migrate=self._migrate, metrics=metrics)
+                                     migrate=self._migrate, metrics=hosted_metrics(self.hosted))
         self.control.start()
         urls = {str(k): str(v) for svc in self.hosted for k, v in self._health_of(svc).get("urls", {}).items()}
         state = StackState(
