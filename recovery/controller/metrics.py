@@ -3,15 +3,17 @@
 An outcome is counted once, by the instance that leads when it folds it, and only an outcome dated
 after this process started: the log is folded from its beginning at every start, and history
 counted again would read as a burst of recoveries (`increase()` takes a restarted counter's value
-as new). Re-deliveries are counted once (the outcome's event id, remembered boundedly). Figures
-the controller keeps (leading, open cases, events folded, security refusals by kind) are read
-when scraped.
+as new). A job's start, scale-up and an operator's resume are cases too (`LIFECYCLE` classes),
+counted by outcome and class only: the
+durations, phases, steps lost and cordons are those of recoveries from a fault. Re-deliveries are
+counted once (the outcome's event id, remembered boundedly). Figures the controller keeps
+(leading, open cases, events folded, security refusals by kind) are read when scraped.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +24,8 @@ from vigil.contract import Event, Outcome, utcnow
 from vigil.metrics import Metrics, MetricsSettings
 from vigil.metrics.registry import never_raises
 
+LIFECYCLE = ("start", "scale", "resume")
+"""Case classes that recover no fault (the engine's own: `Engine._open`'s cls)."""
 PHASES = ("detect", "decide", "pause", "diagnose", "restart", "checkpoint_load")
 STEPS_BUCKETS = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000)
 REMEMBERED = 10_000
@@ -31,9 +35,10 @@ class RecoveryMetrics(Metrics):
     def __init__(self, settings: MetricsSettings | None = None, started: datetime | None = None) -> None:
         super().__init__("recovery", settings)
         self.started = started or utcnow()
-        self.cases = self.counter("vigil_recovery_cases_total", "recoveries ended, by outcome", ("outcome",))
+        self.cases = self.counter("vigil_recovery_cases_total", "recoveries ended, by outcome and class (hardware, "
+                                  "software, hang; a job's start, scale-up, resume)", ("outcome", "class"))
         self.duration = self.histogram("vigil_recovery_duration_seconds", "first sign of a fault to the first "
-                                       "step after the restart (resumed recoveries)")
+                                       "step after the restart (recoveries that resumed)")
         self.phases = self.histogram("vigil_recovery_phase_seconds", "where a recovery's time went, by phase",
                                      ("phase",))
         self.steps_lost = self.histogram("vigil_recovery_steps_lost", "training steps redone after a recovery "
@@ -51,15 +56,19 @@ class RecoveryMetrics(Metrics):
         self.sampled(self._sample)
 
     @never_raises
-    def folded(self, events: Iterable[Event], leading: bool) -> None:
-        """Events just folded: count the outcomes among them (see the module docstring)."""
+    def folded(self, events: Iterable[Event], leading: bool, class_of: Callable[[str], str]) -> None:
+        """Events just folded: count the outcomes among them (see the module docstring); `class_of`: a case's
+        class by its id ("" when unknown)."""
         for o in events:
             if not isinstance(o, Outcome) or not leading or o.ts < self.started or o.event_id in self._counted:
                 continue
             self._counted[o.event_id] = None
             if len(self._counted) > REMEMBERED:
                 self._counted.popitem(last=False)
-            self.cases.labels(outcome=o.result).inc()
+            cls = class_of(o.incident_id) or "unknown"
+            self.cases.labels(o.result, cls).inc()
+            if cls in LIFECYCLE:  # no fault, nothing recovered
+                continue
             if o.total_s is not None:
                 self.duration.observe(o.total_s)
             for phase in PHASES:

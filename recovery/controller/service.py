@@ -114,7 +114,7 @@ class RecoveryService:
                 accepted, alerts = self.gate.admit(self.follower.poll(0.1), seen_at)
                 alerts += self.claims.review(accepted, self.follower.take_ahead(), seen_at)
                 self.state.apply(accepted)
-                self.metrics.folded(accepted, leading=settled)
+                self.metrics.folded(accepted, leading=settled, class_of=self._class_of)
                 if alerts and self._producer is not None:
                     self._producer.send(alerts)
             except Exception as exc:
@@ -131,6 +131,10 @@ class RecoveryService:
                 continue
             next_tick = now + self.settings.tick_s
             self.engine.tick(datetime.now(UTC))
+
+    def _class_of(self, case_id: str) -> str:
+        case = self.state.cases.get(case_id)
+        return case.cls if case is not None else ""
 
     def stop(self) -> None:
         self._stop.set()

@@ -69,10 +69,10 @@ class Prometheus:
             return False
 
     def query(self, promql: str) -> dict[tuple[tuple[str, str], ...], float]:
-        """An instant query: each series' labels (sorted, `instance` and `job` left out) -> its value."""
+        """An instant query: each series' labels (sorted; name, `instance` and `job` left out) -> its value."""
         doc = httpx.get(f"{self.url}/api/v1/query", params={"query": promql}, timeout=10).json()
         assert doc["status"] == "success", doc
-        return {tuple(sorted((k, v) for k, v in r["metric"].items() if k not in ("instance", "job"))): float(r["value"][1])
+        return {tuple(sorted((k, v) for k, v in r["metric"].items() if k not in ("__name__", "instance", "job"))): float(r["value"][1])
                 for r in doc["data"]["result"]}
 
     def stop(self) -> None:

@@ -121,12 +121,17 @@ def outcome(eid: str, ts: datetime, result: str = "resumed") -> Outcome:
 
 def test_an_outcome_is_counted_once_by_the_leader_and_only_after_the_start() -> None:
     m = RecoveryMetrics(settings(), started=T0)
-    m.folded([outcome("o1", T0 + timedelta(seconds=5)), outcome("o1", T0 + timedelta(seconds=5))], leading=True)
-    m.folded([outcome("o1", T0 + timedelta(seconds=5))], leading=True)  # re-delivered
-    m.folded([outcome("o0", T0 - timedelta(seconds=5))], leading=True)  # history folded at start
-    m.folded([outcome("o2", T0 + timedelta(seconds=9), "paged")], leading=False)  # a standby's fold
-    assert value(m, "vigil_recovery_cases_total", outcome="resumed") == 1
-    assert value(m, "vigil_recovery_cases_total", outcome="paged") is None
+    at = T0 + timedelta(seconds=5)
+    hw, start = {"class_of": lambda cid: "hardware"}, {"class_of": lambda cid: "start"}
+    m.folded([outcome("o1", at), outcome("o1", at)], leading=True, **hw)
+    m.folded([outcome("o1", at)], leading=True, **hw)  # re-delivered
+    m.folded([outcome("o0", T0 - timedelta(seconds=5))], leading=True, **hw)  # history folded at start
+    m.folded([outcome("o2", at, "paged")], leading=False, **hw)  # a standby's fold
+    m.folded([outcome("o3", at)], leading=True, **start)  # a job's start: a case, not a recovery from a fault
+    cases = {"outcome": "resumed", "class": "hardware"}
+    assert m.registry.get_sample_value("vigil_recovery_cases_total", cases) == 1
+    assert m.registry.get_sample_value("vigil_recovery_cases_total", {**cases, "outcome": "paged"}) is None
+    assert m.registry.get_sample_value("vigil_recovery_cases_total", {**cases, "class": "start"}) == 1
     assert value(m, "vigil_recovery_duration_seconds_count") == 1
     assert value(m, "vigil_recovery_phase_seconds_count", phase="restart") == 1
     assert value(m, "vigil_recovery_phase_seconds_count", phase="diagnose") is None

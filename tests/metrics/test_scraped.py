@@ -1,7 +1,7 @@
 """A real Prometheus scrapes the live analyzer and controller while a real job meets an Xid and recovers.
 
 Two `vigil run --nodes 1:2` agents run tests/recovery/job_worker.py (DDP over gloo); host h1's rank
-prints an Xid 79 line at step 8 and dies (once). The analyzer (`vigil analyzer`, tests/chaos/services.py)
+prints an Xid 79 line at step 12 and dies (once). The analyzer (`vigil analyzer`, tests/chaos/services.py)
 and the controller (`vigil recovery run`, tests/recovery/live.py) serve /metrics on free ports they
 print; Debian's Prometheus scrapes both every second. Asserted over PromQL: the Xid counter is 1 for
 (h1, 79), one per Xid line the agent published, and stays so after the recovery; the recovery duration
@@ -21,6 +21,7 @@ from tests.metrics.prometheus import BINARY, Prometheus
 from tests.recovery.live import Live, worker
 from tests.waiting import wait_until
 from vigil.contract import LogLine, Outcome
+from vigil.recovery.controller.metrics import LIFECYCLE
 from vigil.settings import VigilSettings
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(600),
@@ -51,9 +52,11 @@ def test_prometheus_counts_one_xid_and_observes_one_recovery_per_case(
     try:
         analyzer.start()
         wait_until(analyzer.ready, 300, "the analyzer to run")
-        args = ["--ckpt", str(tmp_path / "ckpt"), "--fault", "xid", "--fault-host", "h1", "--fault-step", "8",
+        args = ["--ckpt", str(tmp_path / "ckpt"), "--fault", "xid", "--fault-host", "h1", "--fault-step", "12",
                 "--once", str(tmp_path / "xid.once")]
-        live.start_job(JOB, ("h0", "h1"), worker(*args), nodes="1:2")
+        for h in ("h0", "h1"):
+            live.start_agent(h, worker(*args), nodes="1:2", job=JOB)
+        live.start_controller()
         wait_until(lambda: printed_url(tmp_path / "controller.log"), 60, "the controller's metrics URL")
         targets = {"analyzer": printed_url(analyzer.log), "recovery": printed_url(tmp_path / "controller.log")}
         assert all(targets.values()), targets
@@ -62,14 +65,17 @@ def test_prometheus_counts_one_xid_and_observes_one_recovery_per_case(
         def ended() -> list[Outcome]:
             return [e for e in live.events if isinstance(e, Outcome) and e.job_id == JOB]
 
-        live.wait_for(lambda s: any(o.result == "resumed" for o in ended()), 300, "the recovery to resume the job")
+        live.wait_for(lambda s: any(o.result == "resumed" and o.first_sign is not None for o in ended()), 300,
+                      "the Xid's recovery to resume the job")
         xids = {e.event_id for e in live.events if isinstance(e, LogLine) and e.category == "xid"}
         assert len(xids) == 1, "the job prints one Xid line"
         key = (("host", "h1"), ("xid", "79"))
         wait_until(lambda: prometheus.query("vigil_xid_events_total") == {key: 1.0}, 120,
                    "Prometheus to read one Xid of h1 from the analyzer")
         outcomes = {o.event_id: o for o in ended()}
-        durations = sum(1 for o in outcomes.values() if o.total_s is not None)
+        faults = {o.event_id for o in outcomes.values() if (c := live.state.cases.get(o.incident_id)) is not None
+                  and c.cls not in LIFECYCLE}
+        durations = sum(1 for o in outcomes.values() if o.total_s is not None and o.event_id in faults)
         by_outcome = {(("outcome", r),): float(sum(1 for o in outcomes.values() if o.result == r))
                       for r in {o.result for o in outcomes.values()}}
         wait_until(lambda: prometheus.query("sum by (outcome) (vigil_recovery_cases_total)") == by_outcome, 60,
