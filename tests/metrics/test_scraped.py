@@ -65,7 +65,10 @@ def test_prometheus_counts_one_xid_and_observes_one_recovery_per_case(
         def ended() -> list[Outcome]:
             return [e for e in live.events if isinstance(e, Outcome) and e.job_id == JOB]
 
-        live.wait_for(lambda s: any(o.result == "resumed" and o.first_sign is not None for o in ended()), 300,
+        def recovered(o: Outcome) -> bool:
+            return (c := live.state.cases.get(o.incident_id)) is not None and c.cls not in LIFECYCLE
+
+        live.wait_for(lambda s: any(o.result == "resumed" and recovered(o) for o in ended()), 300,
                       "the Xid's recovery to resume the job")
         xids = {e.event_id for e in live.events if isinstance(e, LogLine) and e.category == "xid"}
         assert len(xids) == 1, "the job prints one Xid line"
@@ -73,9 +76,7 @@ def test_prometheus_counts_one_xid_and_observes_one_recovery_per_case(
         wait_until(lambda: prometheus.query("vigil_xid_events_total") == {key: 1.0}, 120,
                    "Prometheus to read one Xid of h1 from the analyzer")
         outcomes = {o.event_id: o for o in ended()}
-        faults = {o.event_id for o in outcomes.values() if (c := live.state.cases.get(o.incident_id)) is not None
-                  and c.cls not in LIFECYCLE}
-        durations = sum(1 for o in outcomes.values() if o.total_s is not None and o.event_id in faults)
+        durations = sum(1 for o in outcomes.values() if o.total_s is not None and recovered(o))
         by_outcome = {(("outcome", r),): float(sum(1 for o in outcomes.values() if o.result == r))
                       for r in {o.result for o in outcomes.values()}}
         wait_until(lambda: prometheus.query("sum by (outcome) (vigil_recovery_cases_total)") == by_outcome, 60,
@@ -87,7 +88,7 @@ def test_prometheus_counts_one_xid_and_observes_one_recovery_per_case(
         steps = prometheus.query("sum(vigil_ingest_events_total)")[()]
         wait_until(lambda: prometheus.query("sum(vigil_ingest_events_total)")[()] > steps, 60, "more events scraped")
         assert prometheus.query("vigil_xid_events_total") == {key: 1.0}
-        print(f"\nprometheus: 1 Xid counted; {len(outcomes)} recoveries ({by_outcome}), {durations} durations observed")
+        print(f"\nprometheus: 1 Xid counted; {len(outcomes)} cases ({by_outcome}), {durations} durations observed")
     finally:
         live.close()
         analyzer.stop()
