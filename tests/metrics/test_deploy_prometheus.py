@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from vigil.app.metrics_doc import services
+from vigil.app.reference.metrics import services
 
 pytestmark = pytest.mark.pure
 HERE = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"

@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from vigil.analyzer.metrics import AnalyzerMetrics
-from vigil.app.metrics_doc import page
+from vigil.app.reference.metrics import page
 from vigil.contract import Alert, Incident, Outcome
 from vigil.kafka.deadletter import DeadLetter
 from vigil.metrics import Metrics, MetricsSettings
@@ -156,7 +156,7 @@ def test_metrics_are_served_as_openmetrics_when_asked_on_a_port_read_back() -> N
 
 
 def test_the_metrics_page_is_current() -> None:
-    assert (ROOT / "docs" / "metrics.md").read_text() == page(), "run: python -m vigil.app.metrics_doc"
+    assert (ROOT / "docs" / "metrics.md").read_text() == page(), "run: python -m vigil.app.reference"
 
 
 class _Hosted:

@@ -8,7 +8,7 @@ from vigil.metrics.registry import Metrics
 
 HEADER = """# Metrics
 
-Generated from the code by `python -m vigil.app.metrics_doc` (a test fails when this page is stale).
+Generated from the code by `python -m vigil.app.reference` (a test fails when this page is stale).
 Every service serves its own `/metrics` (OpenMetrics text) on its metrics port
 (`VIGIL_<SERVICE>_METRICS_PORT`, 0 = a free one; `vigil status` shows each URL); `vigil up` also
 serves every hosted service's families on its control port (`/metrics`, with the control token).
