@@ -52,9 +52,10 @@ def test_status_shows_each_services_metrics_url_and_each_answers(stack: dict[str
     res = vigil(stack, "status")
     assert res.returncode == 0, res.stdout + res.stderr
     urls = dict(re.findall(r"metrics (\S+)\s+(http://\S+/metrics)", res.stdout))
-    assert {"analyzer", "recovery", "(all)"} <= urls.keys(), res.stdout
+    assert {"analyzer", "recovery", "notify", "(all)"} <= urls.keys(), res.stdout
     assert "vigil_ingest_events_total" in httpx.get(urls["analyzer"], timeout=10).text
     assert "vigil_recovery_leading" in httpx.get(urls["recovery"], timeout=10).text
+    assert "vigil_notifications_decided_total" in httpx.get(urls["notify"], timeout=10).text
     token = json.loads((Path(stack["VIGIL_HOME"]) / "stack.json").read_text())["token"]
     both = httpx.get(urls["(all)"], headers={"Authorization": f"Bearer {token}"}, timeout=10).text
     assert "vigil_ingest_events_total" in both and "vigil_recovery_leading" in both

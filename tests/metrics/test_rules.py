@@ -192,3 +192,43 @@ def test_the_control_port_serves_every_hosted_services_metrics_with_the_token_on
         assert "# TYPE vigil_recovery_duration_seconds histogram" in got.text
     finally:
         server.stop()
+
+
+def test_the_notifiers_figures_are_read_per_receiver_and_channel_when_scraped() -> None:
+    from types import SimpleNamespace
+
+    from vigil.notify.dispatch import ReceiverStats
+    from vigil.notify.metrics import NotifyMetrics
+
+    m = NotifyMetrics(settings())
+    assert generate_latest(m.registry).count(b"vigil_") == 0  # nothing before the service is wired
+    refusals = SimpleNamespace(kinds={("silence", "unsigned"): 2})
+    m.source = SimpleNamespace(
+        decided=5, receivers={"oncall": SimpleNamespace(kind="slack"), "hook": SimpleNamespace(kind="webhook")},
+        dispatcher=SimpleNamespace(stats={"oncall": ReceiverStats(delivered=3, failed=1, retries=4),
+                                          "hook": ReceiverStats(delivered=1)}, pending=lambda name: 2),
+        decider=SimpleNamespace(alerts_by_state={"paging": 1, "silenced": 2, "inhibited": 3}),
+        silences_active=lambda: 1, gate=SimpleNamespace(refusals=refusals))
+    assert value(m, "vigil_notifications_sent_total", receiver="oncall", channel="slack") == 3
+    assert value(m, "vigil_notifications_failed_total", receiver="oncall", channel="slack") == 1
+    assert value(m, "vigil_notification_retries_total", receiver="oncall", channel="slack") == 4
+    assert value(m, "vigil_notifications_sent_total", receiver="hook", channel="webhook") == 1
+    assert value(m, "vigil_notifications_decided_total") == 5
+    assert value(m, "vigil_notify_alerts", state="silenced") == 2
+    assert value(m, "vigil_notify_alerts", state="inhibited") == 3
+    assert value(m, "vigil_security_refusals_total", what="silence", problem="unsigned") == 2
+
+
+def test_firing_alerts_are_told_apart_as_paging_silenced_or_inhibited_into_their_incident() -> None:
+    from vigil.notify.decider import alert_states
+    from vigil.notify.grouping import Member
+
+    def group(*members: Member, muted: str | None = None) -> object:
+        from types import SimpleNamespace
+        return SimpleNamespace(members=members, muted_by=muted)
+
+    a, resolved = alert("j", "x"), alert("j", "y").model_copy(update={"status": "resolved"})
+    groups = [group(Member(alert=a, role="alert"), Member(alert=resolved, role="alert")),
+              group(Member(alert=a, role="victim"), Member(alert=a, role="listed", muted_by="s1")),
+              group(Member(alert=a, role="listed"), muted="s2")]
+    assert alert_states(groups) == {"paging": 1, "silenced": 2, "inhibited": 1}  # type: ignore[arg-type]

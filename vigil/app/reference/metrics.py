@@ -9,13 +9,14 @@ from __future__ import annotations
 from vigil.analyzer.metrics import AnalyzerMetrics
 from vigil.metrics import Metrics, MetricsSettings
 from vigil.metrics.catalog import render
+from vigil.notify.metrics import NotifyMetrics
 from vigil.recovery.controller.metrics import RecoveryMetrics
 
 
 def services() -> list[Metrics]:
     """A fresh instance of each service's metrics (their own registries: nothing is served)."""
     settings = MetricsSettings.model_construct(**{k: f.default for k, f in MetricsSettings.model_fields.items()})
-    return [AnalyzerMetrics(settings), RecoveryMetrics(settings)]
+    return [AnalyzerMetrics(settings), RecoveryMetrics(settings), NotifyMetrics(settings)]
 
 
 def page() -> str:
