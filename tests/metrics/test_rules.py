@@ -232,3 +232,13 @@ def test_firing_alerts_are_told_apart_as_paging_silenced_or_inhibited_into_their
               group(Member(alert=a, role="victim"), Member(alert=a, role="listed", muted_by="s1")),
               group(Member(alert=a, role="listed"), muted="s2")]
     assert alert_states(groups) == {"paging": 1, "silenced": 2, "inhibited": 1}  # type: ignore[arg-type]
+
+
+def test_refusals_are_kept_by_what_and_problem_for_the_refusals_metric() -> None:
+    from vigil.signing.policy import Refusal, Refusals
+    from vigil.signing.seal import Problem
+
+    r = Refusals(reporter="controller")
+    for i, problem in enumerate((Problem.UNSIGNED, Problem.UNSIGNED, Problem.WRONG_ROLE)):
+        r.refuse(Refusal(what="incident", problem=problem, detail="", job_id="j", host="h", event_id=f"e{i}"), T0)
+    assert dict(r.kinds) == {("incident", "unsigned"): 2, ("incident", "wrong role"): 1} and r.count == 3
