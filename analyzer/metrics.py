@@ -5,8 +5,8 @@ batch's `log_lines` columns (`stored`: the Xid counter is a true counter, one pe
 stored, `repeats` included, re-sends deduplicated by the writer first); the dead-letter sink
 each written batch of letters; the detector loop each turn (its seconds, the firing alerts, the
 incidents it published). Figures the ingest already keeps (events, duplicates, consumer lag, the
-frontier) are read when scraped. Label values: `host` and `job` bounded (`vigil.metrics.caps`);
-`topic`, `alert`, `severity`, `category`, `cause`, `xid` closed or small by construction; a dead
+frontier) are read when scraped. Label values: `host`, `job` and `xid` bounded (`vigil.metrics.caps`);
+`topic`, `alert`, `severity`, `category`, `cause` closed or small by construction; a dead
 letter's `reason` is its shape (`not_json`: no decodable object; `invalid`: an object refused),
 never its message text.
 """
@@ -27,6 +27,9 @@ from vigil.metrics import Metrics, MetricsSettings
 from vigil.metrics.caps import LabelCap, top
 from vigil.metrics.registry import never_raises
 
+XID_VALUES = 64
+"""Distinct Xid codes with a label value of their own (the rest: `other`). A log line is a claim of the job's
+output as well as the kernel's: a process printing made-up codes must not grow a series per code."""
 COUNTED_INCIDENTS = 10_000
 """Incident ids remembered so that an incident's later events (refined, resolved) are not counted again."""
 
@@ -35,6 +38,7 @@ class AnalyzerMetrics(Metrics):
     def __init__(self, settings: MetricsSettings | None = None) -> None:
         super().__init__("analyzer", settings)
         self.hosts = LabelCap(self.settings.max_hosts)
+        self.xids = LabelCap(XID_VALUES)
         self.xid = self.counter("vigil_xid_events_total", "GPU Xid errors in the hosts' logs (kernel or job "
                                 "output), each one counted once when stored (a flood summary's repeats included)", ("host", "xid"))
         self.dead_letters = self.counter("vigil_ingest_dead_letters_total", "records and events the ingest refused "
@@ -68,7 +72,7 @@ class AnalyzerMetrics(Metrics):
         counts: Counter[tuple[str, str]] = Counter()
         for host, xid, n in zip(cols["host"], cols["xid"], repeats, strict=True):
             if xid is not None:
-                counts[(self.hosts(str(host)), str(xid))] += int(n or 1)
+                counts[(self.hosts(str(host)), self.xids(str(xid)))] += int(n or 1)
         for (host, xid), n in counts.items():
             self.xid.labels(host=host, xid=xid).inc(n)
 

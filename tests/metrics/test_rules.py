@@ -80,6 +80,8 @@ def test_the_xid_counter_counts_each_stored_xid_once_and_bounds_hosts() -> None:
     assert value(m, "vigil_xid_events_total", host="h0", xid="79") == 2
     assert value(m, "vigil_xid_events_total", host="h1", xid="48") == 3  # a flood summary of 3 lines
     assert value(m, "vigil_xid_events_total", host=OTHER, xid="79") == 2
+    m.stored(log_lines(*(("h0", 1000 + i, 1) for i in range(100))))  # made-up codes printed by a job
+    assert value(m, "vigil_xid_events_total", host="h0", xid=OTHER) == 100 - 64 + 2  # 79 and 48 took two of 64
     m.stored({"log_lines": {"host": ["h0"], "xid": [79, 48]}})  # a malformed table is logged, never raised into the writer
     assert value(m, "vigil_xid_events_total", host="h0", xid="79") == 2
 
