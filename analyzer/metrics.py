@@ -58,7 +58,7 @@ class AnalyzerMetrics(Metrics):
         self._counted: OrderedDict[str, None] = OrderedDict()
         self._firing: set[tuple[str, ...]] = set()
         self.ingest: Any = None  # the IngestLoop, read when scraped
-        self.behind_s: float = 0.0
+        self.behind_s: float | None = None  # None until a detector turn (an ingest-only analyzer has none)
         self.sampled(self._sample)
 
     # ---- counted where made ------------------------------------------------------------------------
@@ -106,7 +106,9 @@ class AnalyzerMetrics(Metrics):
 
     # ---- read when scraped -------------------------------------------------------------------------
     def _sample(self) -> Iterable[Metric]:
-        yield GaugeMetricFamily("vigil_detect_behind_seconds", self.described("vigil_detect_behind_seconds"), value=self.behind_s)
+        if self.behind_s is not None:
+            yield GaugeMetricFamily("vigil_detect_behind_seconds", self.described("vigil_detect_behind_seconds"),
+                                    value=self.behind_s)
         ing = self.ingest
         if ing is None:
             return
@@ -118,4 +120,5 @@ class AnalyzerMetrics(Metrics):
         yield lag
         frontier = ing.probe.frontier
         if frontier is not None:
-            yield GaugeMetricFamily("vigil_ingest_behind_seconds", self.described("vigil_ingest_behind_seconds"), value=max(0.0, time.time() - frontier))
+            yield GaugeMetricFamily("vigil_ingest_behind_seconds", self.described("vigil_ingest_behind_seconds"),
+                                    value=max(0.0, time.time() - frontier))
