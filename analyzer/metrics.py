@@ -40,7 +40,8 @@ class AnalyzerMetrics(Metrics):
         self.hosts = LabelCap(self.settings.max_hosts)
         self.xids = LabelCap(XID_VALUES)
         self.xid = self.counter("vigil_xid_events_total", "GPU Xid errors in the hosts' logs (kernel or job "
-                                "output), each one counted once when stored (a flood summary's repeats included)", ("host", "xid"))
+                                "output), each one counted once when stored (a flood summary's repeats included)",
+                                ("host", "xid"))
         self.dead_letters = self.counter("vigil_ingest_dead_letters_total", "records and events the ingest refused "
                                          "(kept on the dead-letter topic and table)", ("topic", "reason"))
         self.turn = self.histogram("vigil_detect_turn_seconds", "wall time of one detector turn")
@@ -112,9 +113,12 @@ class AnalyzerMetrics(Metrics):
         ing = self.ingest
         if ing is None:
             return
-        yield CounterMetricFamily("vigil_ingest_events_total", self.described("vigil_ingest_events_total"), value=ing.stats.events)
-        yield CounterMetricFamily("vigil_ingest_duplicates_total", self.described("vigil_ingest_duplicates_total"), value=ing.writer.skipped_duplicates)
-        lag = GaugeMetricFamily("vigil_ingest_consumer_lag_records", self.described("vigil_ingest_consumer_lag_records"), labels=["topic"])
+        d = self.described
+        yield CounterMetricFamily("vigil_ingest_events_total", d("vigil_ingest_events_total"), value=ing.stats.events)
+        yield CounterMetricFamily("vigil_ingest_duplicates_total", d("vigil_ingest_duplicates_total"),
+                                  value=ing.writer.skipped_duplicates)
+        lag = GaugeMetricFamily("vigil_ingest_consumer_lag_records", d("vigil_ingest_consumer_lag_records"),
+                                labels=["topic"])
         for topic, n in sorted(ing.lag.items()):
             lag.add_metric([str(topic)], n)
         yield lag
