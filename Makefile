@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint typecheck browser slurm bench clean
+.PHONY: install demo test lint typecheck browser slurm prometheus bench clean
 
 # torch first, pinned: the CPU build is served here; an unpinned torch pulls GBs of CUDA wheels.
 $(STAMP): pyproject.toml
@@ -35,6 +35,15 @@ slurm:
 	  else echo "note: slurm-wlm or munge missing and not root; slurm tests will be skipped"; fi; \
 	fi
 
+# Prometheus and promtool for the metrics tests (Debian package; needs root to install).
+prometheus:
+	@if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null) \
+	      || echo "warning: could not install prometheus; the Prometheus tests will be skipped"; \
+	  else echo "note: prometheus missing and not root; the Prometheus tests will be skipped"; fi; \
+	fi
+
 demo: install
 	$(VENV)/bin/vigil demo
 
@@ -46,7 +55,7 @@ lint: install
 typecheck: install
 	$(VENV)/bin/mypy
 
-test: install browser slurm lint typecheck
+test: install browser slurm prometheus lint typecheck
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 bench: install

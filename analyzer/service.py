@@ -34,12 +34,14 @@ from vigil.analyzer.engine import LiveCursor
 from vigil.analyzer.incidents.stage import IncidentStage
 from vigil.analyzer.incidents.view import read_incident_events
 from vigil.analyzer.ingest.loop import IngestLoop
+from vigil.analyzer.metrics import AnalyzerMetrics
 from vigil.analyzer.positions import ClickHousePositions
 from vigil.analyzer.settings import AnalyzerSettings
 from vigil.clickhouse.client import open_client
 from vigil.contract import Event
 from vigil.errors import one_line
 from vigil.kafka.producer import EventProducer
+from vigil.metrics.server import MetricsServer
 from vigil.service import StackContext
 from vigil.signing import Role
 from vigil.signing.setup import signer
@@ -68,6 +70,10 @@ class AnalyzerService:
         self._turn_failed = False
         self.detect_turns = 0
         self.last_error = ""
+        self.metrics = AnalyzerMetrics()
+        self._metrics_server = MetricsServer(self.metrics.registry, bind=self.metrics.settings.bind,
+                                             port=self.settings.metrics_port) if self.metrics.settings.enabled else None
+        self._turn_published: list[Event] = []
 
     def start(self) -> None:
         if self.settings.detect:
@@ -81,6 +87,11 @@ class AnalyzerService:
             else self.ctx.clickhouse
         self.ingest = IngestLoop(settings=self.ctx.settings, analyzer=self.settings, bootstrap=self.ctx.bootstrap,
                                  client=writer_client, producer=dead_letters)
+        self.ingest.writer.on_stored = self.metrics.stored
+        self.ingest.sink.on_written = self.metrics.dead_lettered
+        self.metrics.ingest = self.ingest
+        if self._metrics_server is not None:
+            self._metrics_server.start()
         self._stop.clear()
         self._threads = [
             threading.Thread(target=self.ingest.run, args=(self._stop,), name="analyzer-ingest", daemon=True),
@@ -96,12 +107,16 @@ class AnalyzerService:
             started = time.monotonic()
             self.detect_once()
             took = time.monotonic() - started
+            self.metrics.turned(took, not self._turn_failed, self._turn_published, self.book.firing(),
+                                self.cursor.behind_s)
+            self._turn_published = []
             period = self.settings.detect_interval_s
             wait = period if self._turn_failed else 0.0 if self.cursor.backlog else max(0.0, period - took)
 
     def detect_once(self) -> int:
         """One turn of the detector loop; the number of alert and incident events published."""
         self._turn_failed = False
+        self._turn_published = []
         before = self.alerts_published
         try:
             frontier = self.ingest.frontier if self.ingest is not None else None
@@ -128,6 +143,7 @@ class AnalyzerService:
             self.producer.flush()
         self._unpublished = []
         self.alerts_published += len(events)
+        self._turn_published += events
 
     def stop(self) -> None:
         self._stop.set()
@@ -138,6 +154,8 @@ class AnalyzerService:
             self.producer.flush(10)
         except Exception as exc:
             log.warning("flushing alerts on stop: %s", exc)
+        if self._metrics_server is not None:
+            self._metrics_server.stop()
 
     @property
     def failed(self) -> str:
@@ -172,4 +190,5 @@ class AnalyzerService:
             "instants_judged": self.cursor.instants_judged,
             "detect_backlog": self.cursor.backlog,
             "detect_behind_s": round(self.cursor.behind_s, 1),
+            "metrics_url": self._metrics_server.url if self._metrics_server is not None else "",
         }

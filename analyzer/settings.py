@@ -140,6 +140,8 @@ class AnalyzerSettings(VigilBaseSettings):
     model_config = SettingsConfigDict(env_prefix="VIGIL_ANALYZER_")
     config_section = "analyzer"
 
+    metrics_port: int = Field(default=0, ge=0, le=65535, description="port of the analyzer's /metrics; 0 = a free "
+                              "one (`vigil status` shows it)")
     # ingest
     group_id: str = Field(default="vigil-analyzer", min_length=1)
     batch_events: int = Field(default=100_000, ge=1, description="flush a batch at this many events (so large only while ingest is behind: fewer, larger inserts catch up faster)")

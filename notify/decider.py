@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from vigil.notify.classify import Classifier
-from vigil.notify.grouping import build_groups
+from vigil.notify.grouping import Group, build_groups
 from vigil.notify.links import Links
 from vigil.notify.payload import Notification, build
 from vigil.notify.planner import NotifyLog, plan
@@ -33,6 +33,7 @@ class Decider:
     log: NotifyLog = field(default_factory=NotifyLog)
     since: dict[str, float] = field(default_factory=dict)
     groups_firing: int = 0
+    alerts_by_state: dict[str, int] = field(default_factory=dict)  # firing alerts: paging, silenced, inhibited
 
     def __post_init__(self) -> None:
         self.router = Router(self.settings)
@@ -46,6 +47,7 @@ class Decider:
         outstanding = {fp for sent in self.log.entries.values() if sent.status == "firing" for fp in sent.firing}
         groups = build_groups(self.state, self.router, at, self.classifier, outstanding)
         self.groups_firing = sum(1 for g in groups if g.firing())
+        self.alerts_by_state = alert_states(groups)
         decisions = plan(groups, self.log, self.since, now)
         if not decisions:
             return []
@@ -61,3 +63,15 @@ class Decider:
     def record(self, notifications: Sequence[Notification]) -> None:
         for n in notifications:
             self.log.record(n.group_key, n.receiver, n.sent())
+
+
+def alert_states(groups: Sequence[Group]) -> dict[str, int]:
+    """Firing alerts by what the notifier does with them: page, hold silenced, or fold into their incident's page."""
+    out = dict.fromkeys(("paging", "silenced", "inhibited"), 0)
+    for g in groups:
+        for m in g.members:
+            if m.alert.status != "firing":
+                continue
+            state = "silenced" if m.muted_by or g.muted_by else "inhibited" if m.role == "victim" else "paging"
+            out[state] += 1
+    return out

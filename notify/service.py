@@ -38,10 +38,12 @@ from vigil.kafka.deadletter import DeadLetter, KafkaDeadLetters
 from vigil.kafka.lag import LagProbe
 from vigil.kafka.producer import EventProducer
 from vigil.kafka.reader import read_topics
+from vigil.metrics.server import MetricsServer
 from vigil.notify.decider import Decider
 from vigil.notify.dispatch import Dispatcher
 from vigil.notify.formats import render
 from vigil.notify.links import Links
+from vigil.notify.metrics import NotifyMetrics
 from vigil.notify.outbox import Delivery, Outbox
 from vigil.notify.sender import HttpSender, Sender
 from vigil.notify.settings import NotifySettings
@@ -101,10 +103,16 @@ class NotifyService:
         self.ticks = 0
         self.last_error = ""
         self._dead: _DeadLetters | None = None
+        self.metrics = NotifyMetrics()
+        self.metrics.source = self
+        self._metrics_server = MetricsServer(self.metrics.registry, bind=self.metrics.settings.bind,
+                                             port=self.settings.metrics_port) if self.metrics.settings.enabled else None
 
     # -- lifecycle -------------------------------------------------------------------------------------
 
     def start(self) -> None:
+        if self._metrics_server is not None:
+            self._metrics_server.start()
         self._stop.clear()
         main = threading.Thread(target=self._main, name="notify-main", daemon=True)
         main.start()
@@ -162,6 +170,8 @@ class NotifyService:
         self._threads = []
         self.dispatcher.stop()
         self._http.close()
+        if self._metrics_server is not None:
+            self._metrics_server.stop()
 
     # -- the consumer's writer, and the planner --------------------------------------------------------
 
@@ -209,6 +219,9 @@ class NotifyService:
 
     # -- status ----------------------------------------------------------------------------------------
 
+    def silences_active(self) -> int:
+        return len(self.decider.state.silences.active(datetime.fromtimestamp(self.clock(), UTC)))
+
     def health(self) -> dict[str, Any]:
         now = self.clock()
         receivers: dict[str, Any] = {}
@@ -235,7 +248,8 @@ class NotifyService:
             "rejected": stats.rejected if stats else 0, "lag": sum(self.lag.lag.values()),
             "groups_firing": self.decider.groups_firing, "decided": self.decided, "ticks": self.ticks,
             "refused": self.gate.refused,
-            "silences_active": len(self.decider.state.silences.active(datetime.fromtimestamp(now, UTC))),
+            "silences_active": self.silences_active(),
+            "metrics_url": self._metrics_server.url if self._metrics_server is not None else "",
             "last_error": errors[0] if errors else "",
         }
         if not self.receivers:

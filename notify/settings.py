@@ -163,6 +163,8 @@ class NotifySettings(VigilBaseSettings):
     stuck_after_s: float = Field(default=300.0, gt=0, description="status is bad when a receiver is this far behind")
     resolved_keep_s: float = Field(default=24 * 3600.0, gt=0, description="forget resolved alerts after this long")
     group_id: str = Field(default="vigil-notify", min_length=1, description="Kafka consumer group")
+    metrics_port: int = Field(default=0, ge=0, le=65535, description="port of the notifier's /metrics; 0 = a free "
+                              "one (`vigil status` shows it)")
     dashboard_url: str = Field(default="", description="base URL of the dashboard in links; default: "
                                "http://VIGIL_DASHBOARD_HOST:PORT (set it when on-call reaches the dashboard under "
                                "another name, or its port is 0)")

@@ -90,6 +90,8 @@ class RecoverySettings(VigilBaseSettings):
     mode: Mode = Field(default="auto", description="auto: act; dry-run: decide and publish only; manual: wait for "
                        "`vigil recovery approve`")
     backend: Literal["local", "kubernetes", "slurm"] = Field(default="local", description="who cordons and evicts hosts")
+    metrics_port: int = Field(default=0, ge=0, le=65535, description="port of the controller's /metrics; 0 = a free "
+                              "one (`vigil status` shows it)")
     lease_group: str = Field(default="vigil-recovery", min_length=1, description="consumer group of the leader "
                              "lease (prefixed with the topic prefix): one active controller per cluster")
     tick_s: float = Field(default=0.25, gt=0, description="how often open recoveries are advanced")

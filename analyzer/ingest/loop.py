@@ -69,7 +69,7 @@ class IngestLoop:
     def __post_init__(self) -> None:
         self.writer = ClickHouseWriter(client=self.client, group=self.analyzer.group_id,
                                        window_s=self.analyzer.dedup_window_s)
-        sink = ClickHouseDeadLetters(client=self.client, inner=KafkaDeadLetters(self.producer))
+        self.sink = sink = ClickHouseDeadLetters(client=self.client, inner=KafkaDeadLetters(self.producer))
         self.decoder = DecodeProcess() if decode_process(self.analyzer.decode_process) else None
         if self.decoder is not None:
             self.decoder.start()  # the child imports while the group is joined

@@ -84,6 +84,7 @@ class ClickHouseWriter:
     offloaded_batches: int = 0  # batches inserted from the offload's encoded groups
     offload_fallbacks: int = 0  # batches with offloaded records written from their events instead
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(("stage", "intent", "prepare", "insert"), 0.0))
+    on_stored: Callable[[dict[str, Any]], None] | None = None  # each stored batch's tables (the analyzer's metrics)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
@@ -283,6 +284,8 @@ class ClickHouseWriter:
         for table, cols in prepared.tables.items():
             self._blocks.insert(table, cols, f"{token}:{table}" if token else None)
             self.rows_written += height(cols)
+        if self.on_stored is not None:  # once every table of it is stored: a retried insert is counted once
+            self.on_stored(prepared.tables)
 
     def _isolate(self, events: list[Ingestable], batch: BatchId | None, exc: Exception, path: str) -> list[Unstorable]:
         """Store what can be stored; the events that fail on their own come back with the reason."""
@@ -317,6 +320,7 @@ class ClickHouseDeadLetters:
 
     client: Any
     inner: DeadLetterSink
+    on_written: Callable[[Sequence[DeadLetter]], None] | None = None  # the analyzer's metrics
 
     def write(self, letters: Sequence[DeadLetter]) -> None:
         if not letters:
@@ -329,6 +333,8 @@ class ClickHouseDeadLetters:
         self.client.insert("dead_letters", rows,
                            column_names=["ts", "topic", "partition", "offset", "reason", "payload",
                                          "payload_bytes", "payload_sha256", "payload_truncated"])
+        if self.on_written is not None:
+            self.on_written(letters)
 
 
 def _payload_text(letter: dict[str, Any]) -> str:

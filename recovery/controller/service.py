@@ -30,11 +30,13 @@ from vigil.errors import one_line
 from vigil.kafka.admin import ensure_topics
 from vigil.kafka.follow import Follower
 from vigil.kafka.producer import EventProducer
+from vigil.metrics.server import MetricsServer
 from vigil.recovery.backends import NodeBackend, select
 from vigil.recovery.controller.claims import Claims
 from vigil.recovery.controller.effects import KafkaEffects
 from vigil.recovery.controller.engine import Engine
 from vigil.recovery.controller.lease import Lease
+from vigil.recovery.controller.metrics import RecoveryMetrics
 from vigil.recovery.controller.state import INPUT_TOPICS, ClusterState
 from vigil.recovery.settings import RecoverySettings
 from vigil.settings import VigilSettings
@@ -66,6 +68,10 @@ class RecoveryService:
         self.gate = Gate(verifier=verifier(settings.home), refusals=Refusals(reporter="controller"))
         self.claims = Claims(refusals=self.gate.refusals)
         self._producer: EventProducer | None = None
+        self.metrics = RecoveryMetrics()
+        self.metrics.source = self
+        self._metrics_server = MetricsServer(self.metrics.registry, bind=self.metrics.settings.bind,
+                                             port=self.settings.metrics_port) if self.metrics.settings.enabled else None
 
     def start(self) -> None:
         ensure_topics(self.core, self.bootstrap, INPUT_TOPICS)
@@ -76,6 +82,8 @@ class RecoveryService:
                              fx=KafkaEffects(producer=producer, backend=self.backend))
         self.follower = Follower(settings=self.core, bootstrap=self.bootstrap, topics=INPUT_TOPICS)
         self.lease = Lease(settings=self.core, bootstrap=self.bootstrap, group=self.settings.lease_group)
+        if self._metrics_server is not None:
+            self._metrics_server.start()
         self._stop.clear()
         self._threads = [threading.Thread(target=self._loop, name="recovery-loop", daemon=True),
                          threading.Thread(target=self._hold_lease, name="recovery-lease", daemon=True)]
@@ -106,6 +114,7 @@ class RecoveryService:
                 accepted, alerts = self.gate.admit(self.follower.poll(0.1), seen_at)
                 alerts += self.claims.review(accepted, self.follower.take_ahead(), seen_at)
                 self.state.apply(accepted)
+                self.metrics.folded(accepted, leading=settled, class_of=self._class_of)
                 if alerts and self._producer is not None:
                     self._producer.send(alerts)
             except Exception as exc:
@@ -123,6 +132,10 @@ class RecoveryService:
             next_tick = now + self.settings.tick_s
             self.engine.tick(datetime.now(UTC))
 
+    def _class_of(self, case_id: str) -> str:
+        case = self.state.cases.get(case_id)
+        return case.cls if case is not None else ""
+
     def stop(self) -> None:
         self._stop.set()
         for t in self._threads:
@@ -132,6 +145,8 @@ class RecoveryService:
             self.lease.close()
         if self.follower is not None:
             self.follower.close()
+        if self._metrics_server is not None:
+            self._metrics_server.stop()
 
     def health(self) -> dict[str, Any]:
         alive = bool(self._threads) and all(t.is_alive() for t in self._threads)
@@ -145,4 +160,5 @@ class RecoveryService:
             "events": self.state.applied, "turns": engine.turns if engine else 0,
             "refused": self.gate.refused, "epoch": self.lease.epoch if self.lease else 0,
             "last_error": errors[0] if errors else "",
+            "metrics_url": self._metrics_server.url if self._metrics_server is not None else "",
         }

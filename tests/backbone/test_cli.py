@@ -44,6 +44,23 @@ def test_status_reports_every_part_healthy(stack: dict[str, str]) -> None:
     assert all(part["ok"] for part in doc["parts"].values())
 
 
+def test_status_shows_each_services_metrics_url_and_each_answers(stack: dict[str, str]) -> None:
+    import re
+
+    import httpx
+
+    res = vigil(stack, "status")
+    assert res.returncode == 0, res.stdout + res.stderr
+    urls = dict(re.findall(r"metrics (\S+)\s+(http://\S+/metrics)", res.stdout))
+    assert {"analyzer", "recovery", "notify", "(all)"} <= urls.keys(), res.stdout
+    assert "vigil_ingest_events_total" in httpx.get(urls["analyzer"], timeout=10).text
+    assert "vigil_recovery_leading" in httpx.get(urls["recovery"], timeout=10).text
+    assert "vigil_notifications_decided_total" in httpx.get(urls["notify"], timeout=10).text
+    token = json.loads((Path(stack["VIGIL_HOME"]) / "stack.json").read_text())["token"]
+    both = httpx.get(urls["(all)"], headers={"Authorization": f"Bearer {token}"}, timeout=10).text
+    assert "vigil_ingest_events_total" in both and "vigil_recovery_leading" in both
+
+
 def fresh(spec: EventSpec) -> Event:
     """The contract's example, dated now: its fixed date would age past the wire's 30 days (the stack's default)."""
     return spec.model.model_validate({**spec.example, "ts": datetime.now(UTC)})

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.notify.conftest import SECRET
@@ -129,6 +130,13 @@ def test_a_20_alert_incident_is_one_notification_and_silences_mute(notifier: Any
     doc = req.json()
     assert doc["incident_id"] == inc.incident_id and doc["alerts_total"] == 20 and doc["status"] == "firing"
     assert doc["incident"]["culprits"][0]["host"] == "h00" and svc.health()["silences_active"] == 1
+    # its /metrics: one sent to oncall, the straggler held by the silence, the 20 exits in the incident's page
+    got = svc.metrics.registry.get_sample_value
+    assert got("vigil_notifications_sent_total", {"receiver": "oncall", "channel": "webhook"}) == 1
+    states = {s: got("vigil_notify_alerts", {"state": s}) for s in ("paging", "silenced", "inhibited")}
+    assert states["silenced"] == 1 and (states["paging"] or 0) + (states["inhibited"] or 0) == 20, states
+    assert 'vigil_notifications_sent_total{channel="webhook",receiver="oncall"} 1.0' in \
+        httpx.get(svc.health()["metrics_url"], timeout=10).text
 
     store = Store(client=ctx.clickhouse)
     (sil,) = q.silences(store)

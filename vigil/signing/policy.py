@@ -140,6 +140,7 @@ class Refusals:
 
     reporter: str  # the service or agent that refused: "controller", "agent:<host>", "notifier"
     count: int = 0
+    kinds: Counter[tuple[str, str]] = field(default_factory=Counter)  # (what, problem) -> refusals (metrics)
     _alerted: Counter[str] = field(default_factory=Counter, repr=False)  # fingerprint -> refusals
 
     def fingerprint(self, refusal: Refusal) -> str:
@@ -153,6 +154,7 @@ class Refusals:
     def refuse(self, refusal: Refusal, now: datetime) -> Alert | None:
         """Count and log `refusal`; the security alert to publish the first time its fingerprint is seen."""
         self.count += 1
+        self.kinds[(refusal.what, refusal.problem.value)] += 1
         fingerprint = self.fingerprint(refusal)
         if fingerprint in self._alerted:
             self._alerted[fingerprint] += 1

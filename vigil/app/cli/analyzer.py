@@ -98,7 +98,8 @@ def cmd_analyzer(args: argparse.Namespace) -> int:
     service.start()
     tune_gc()
     role = "ingest + detectors" if analyzer.detect else "ingest only"
-    print(f"analyzer running ({role}): kafka {bootstrap}, clickhouse {shown_dsn(ctx.clickhouse_dsn)}; Ctrl-C stops it.", flush=True)
+    print(f"analyzer running ({role}): kafka {bootstrap}, clickhouse {shown_dsn(ctx.clickhouse_dsn)}; "
+          f"metrics {service.health()['metrics_url'] or 'off'}; Ctrl-C stops it.", flush=True)
     ticks = 0
     try:
         while not stop.wait(1.0) and not service.failed:  # a stopped ingest ends the process, non-zero

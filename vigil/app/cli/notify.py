@@ -80,8 +80,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: stop.set())
     service.start()
     names = ", ".join(f"{r!r}" for r in service.receivers.values()) or "none configured"
-    print(f"notifier running: kafka {bootstrap}, clickhouse {shown_dsn(ctx.clickhouse_dsn)}; receivers: {names}. Ctrl-C stops it.",
-          flush=True)
+    print(f"notifier running: kafka {bootstrap}, clickhouse {shown_dsn(ctx.clickhouse_dsn)}; receivers: {names}; "
+          f"metrics {service.health()['metrics_url'] or 'off'}. Ctrl-C stops it.", flush=True)
     try:
         while not stop.wait(10.0):
             h = service.health()

@@ -76,6 +76,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     service.start()
+    print(f"controller running: metrics {service.health()['metrics_url'] or 'off'}", flush=True)
     try:
         stop.wait(args.duration)
     finally:

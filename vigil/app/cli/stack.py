@@ -113,8 +113,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     else:
         print(f"vigil: {'OK' if report['ok'] else 'DOWN'}  ({report.get('mode')})")
         for name, part in report.get("parts", {}).items():
-            detail = ", ".join(f"{k}={v}" for k, v in part.items() if k != "ok")
+            detail = ", ".join(f"{k}={v}" for k, v in part.items() if k not in ("ok", "metrics_url"))
             print(f"  {'ok ' if part.get('ok') else 'BAD'} {name:<11} {detail}")
+        for name, part in report.get("parts", {}).items():
+            if part.get("metrics_url"):
+                print(f"  metrics {name:<11} {part['metrics_url']}")
+        if report.get("metrics_url"):
+            print(f"  metrics {'(all)':<11} {report['metrics_url']} (Authorization: Bearer <token from stack.json>)")
         if report.get("error"):
             print(f"  {report['error']}")
     return 0 if report["ok"] else 1

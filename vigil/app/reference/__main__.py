@@ -5,10 +5,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from vigil.app.reference import settings, tables
+from vigil.app.reference import metrics, settings, tables
 
 DOCS = Path(__file__).resolve().parents[3] / "docs"
-PAGES = {"settings.md": settings.page, "tables.md": tables.page}
+PAGES = {"settings.md": settings.page, "tables.md": tables.page, "metrics.md": metrics.page}
 
 
 def main(argv: list[str]) -> int:

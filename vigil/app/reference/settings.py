@@ -18,12 +18,13 @@ from pydantic_core import PydanticUndefined
 from vigil.analyzer.settings import AnalyzerSettings
 from vigil.collector.settings import CollectorSettings
 from vigil.dashboard.settings import DashboardSettings
+from vigil.metrics import MetricsSettings
 from vigil.notify.settings import NotifySettings
 from vigil.recovery.settings import RecoverySettings
 from vigil.settings import VigilBaseSettings, VigilSettings
 
 SERVICES: tuple[type[VigilBaseSettings], ...] = (VigilSettings, CollectorSettings, AnalyzerSettings,
-                                                  RecoverySettings, DashboardSettings, NotifySettings)
+                                                  RecoverySettings, DashboardSettings, NotifySettings, MetricsSettings)
 
 
 def _type_name(annotation: Any) -> str:

@@ -4,6 +4,7 @@ chdb runs one engine per process, so while `vigil up` holds it every other
 process (the CLI, a replay) reaches the data through this port:
 
     GET  /health            {"ok": bool, "parts": {name: {...}}}
+    GET  /metrics           every hosted service's Prometheus families (OpenMetrics text when asked for)
     POST /sql {sql, parameters}   {"columns": [...], "rows": [[...]]}   one read statement (see sqlgate)
     POST /migrate           {"applied": [...], "already": [...], "changed": [...]}
 
@@ -26,6 +27,9 @@ from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from uuid import UUID
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
 
 from vigil.app.stack.sqlgate import ReadOnlySql, Refused
 from vigil.clickhouse.client import DATABASE, open_client
@@ -53,9 +57,10 @@ def to_jsonable(value: Any) -> Any:
 class ControlServer:
     def __init__(
         self, *, port: int, dsn: str, health: Callable[[], dict[str, Any]], migrate: Callable[[], dict[str, Any]],
-        token: str | None = None, database: str = DATABASE,
+        token: str | None = None, database: str = DATABASE, metrics: CollectorRegistry | None = None,
     ) -> None:
         self._health, self._migrate = health, migrate
+        self._metrics = metrics or CollectorRegistry(auto_describe=False)
         self.token = token or secrets.token_urlsafe(32)
         self._sql = ReadOnlySql(lambda options: open_client(dsn, database=database, options=options))
         server = self
@@ -84,6 +89,14 @@ class ControlServer:
                     return
                 if self.path == "/health":
                     self._reply(200, server._health())
+                elif self.path == "/metrics":
+                    encode, content_type = choose_encoder(self.headers.get("Accept") or "")
+                    data = encode(server._metrics)
+                    self.send_response(200)
+                    self.send_header("Content-Type", content_type)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
                 else:
                     self._reply(404, {"error": f"no such path {self.path}"})
 

@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 from vigil.app.components import SERVICES, migrate_all
 from vigil.app.stack.control import ControlServer
 from vigil.app.stack.state import StackState, clear_state, read_state, write_state
@@ -24,6 +26,8 @@ from vigil.clickhouse.client import check, connect
 from vigil.errors import StackError
 from vigil.kafka.admin import check_reachable, ensure_topics
 from vigil.kafka.broker import EmbeddedBroker, port_open
+from vigil.metrics import Metrics
+from vigil.metrics.server import Union
 from vigil.redact import shown_dsn
 from vigil.service import Service, ServiceSpec, StackContext
 from vigil.settings import VigilSettings
@@ -43,6 +47,13 @@ def prepare(settings: VigilSettings, bootstrap: str, *, rebuild: bool = False) -
     client = connect(dsn, explicit=settings.clickhouse_dsn is not None)
     migrate_all(client, settings.retention_days, rebuild=rebuild)
     return StackContext(settings=settings, bootstrap=bootstrap, clickhouse=client, clickhouse_dsn=dsn)
+
+
+def hosted_metrics(services: Sequence[Service]) -> CollectorRegistry:
+    """One registry serving every hosted service's own (`metrics`, where it has one): the control port's /metrics."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Union([m.registry for svc in services if isinstance(m := getattr(svc, "metrics", None), Metrics)]))
+    return registry
 
 
 @dataclass(kw_only=True)
@@ -83,7 +94,7 @@ class Stack:
             svc.start()
             self.hosted.append(svc)
         self.control = ControlServer(port=s.control_port, dsn=self.ctx.clickhouse_dsn, health=self.health,
-                                     migrate=self._migrate)
+                                     migrate=self._migrate, metrics=hosted_metrics(self.hosted))
         self.control.start()
         urls = {str(k): str(v) for svc in self.hosted for k, v in self._health_of(svc).get("urls", {}).items()}
         state = StackState(
@@ -114,7 +125,9 @@ class Stack:
                 parts["clickhouse"] = self.store_health.report()
         for svc in self.hosted:
             parts[svc.name] = self._health_of(svc)
-        return {"ok": all(p.get("ok") for p in parts.values()), "pid": os.getpid(), "parts": parts}
+        metrics = f"{self.control.url}/metrics" if self.control is not None else ""
+        return {"ok": all(p.get("ok") for p in parts.values()), "pid": os.getpid(), "parts": parts,
+                "metrics_url": metrics}
 
     def stop(self) -> None:
         if self.control is not None:
