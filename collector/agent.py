@@ -20,7 +20,9 @@ from typing import Any
 
 from vigil.collector.flightrec import FlightRecorderWatcher
 from vigil.collector.gpu import NvmlProbe
+from vigil.collector.gpumap import GpuMap
 from vigil.collector.heartbeat import HeartbeatBuilder, Identity
+from vigil.collector.kernellog import KernelLog, read_boot_id
 from vigil.collector.logstream import LogStream
 from vigil.collector.nic import RateTracker, read_ethernet, read_rdma
 from vigil.collector.offsets import OffsetStore
@@ -81,6 +83,11 @@ class Agent:
                                            processes=self.tracker, gpus=self.gpus,
                                            counters=lambda: (self.outbox.dropped, self.outbox.backlog()))
         self.nic = RateTracker()
+        self.kernel = KernelLog(
+            path=s.kmsg_path, job_id=s.job_id, host=s.host, store=self.store, emit=self.emit,
+            gpus=GpuMap(sysfs_root=s.sysfs_root, probe=self.gpus), rank_of_pid=self.rank_of_pid,
+            boot_id=read_boot_id(s.procfs_root), poll_s=s.poll_interval, flood_burst=s.flood_burst,
+            flood_window_s=s.flood_window_s, clock=self.clock) if s.kmsg_path is not None else None
         self.streams: list[LogStream] = []
         self._file_streams: dict[str, LogStream] = {}
         self._stop = threading.Event()
@@ -101,6 +108,13 @@ class Agent:
                            flood_burst=s.flood_burst, flood_window_s=s.flood_window_s, clock=self.clock, **kw)
         self.streams.append(stream)
         return stream
+
+    def rank_of_pid(self, pid: int) -> tuple[int | None, int | None]:
+        """(rank, local rank) of `pid` when it is one of this host's rank processes."""
+        for w in self.tracker.workers():
+            if w.pid == pid:
+                return w.rank, w.local_rank
+        return None, None
 
     def add_log_dir(self, path: Path) -> None:
         """Also tail `*.log` files under `path` (torchrun's per-rank files when it redirects)."""
@@ -175,6 +189,9 @@ class Agent:
             threading.Thread(target=self._collect, name="vigil-agent-collect", daemon=True),
             threading.Thread(target=self.shipper.run, args=(self._stop,), name="vigil-agent-ship", daemon=True),
         ]
+        if self.kernel is not None:  # its own thread: a read of the kernel log never delays a heartbeat
+            self._threads.append(threading.Thread(target=self.kernel.run, args=(self._stop,),
+                                                  name="vigil-agent-kmsg", daemon=True))
         for t in self._threads:
             t.start()
 
@@ -211,4 +228,5 @@ class Agent:
             "spool_lost_bytes": self.spool.tailer.lost_bytes, "spool_refused": self.spool.guard.counts(),
             "spool_oversized_lines": self.spool.tailer.oversized_lines + self.log_tailer.oversized_lines,
             "log_lines_cut": sum(s.truncated for s in list(self.streams)),
+            **(self.kernel.stats() if self.kernel is not None else {}),
         }
