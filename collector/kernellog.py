@@ -5,7 +5,10 @@ the GPU its PCI address names (`GpuMap`), and the job rank of the pid it names w
 host's ranks (`rank_of_pid`). Its `event_id` derives from (host, boot, sequence number), so a record read again
 is a duplicate downstream removes; the position (boot id + last sequence number) is saved in the agent's
 offsets after the record's events reached the durable outbox: an agent restart resumes after it, and a new
-boot (another boot id) reads the new ring from its start. Records lost before they were read (a sequence gap,
+boot (another boot id) reads the new ring from its start. Only the kernel's own records count (facility 0):
+what a process writes to `/dev/kmsg` gets the user facility and is skipped (counted). A kernel Xid or fatal
+SXid whose catalog action takes the host out is noted in the agent's error memory: a generation that fails
+after it reports it as its fault (`Member.fault`), which a training process's printed line no longer does. Records lost before they were read (a sequence gap,
 a wrapped ring) are counted and reported as a `kernel_log_lost` warning. Floods pass the per-(category, GPU)
 limiter as log lines do. This thread never feeds heartbeats: a stuck read stalls only it.
 """
@@ -27,13 +30,17 @@ from vigil.collector.gpumap import GpuMap
 from vigil.collector.kernelrules import classify_kernel
 from vigil.collector.kmsg import KmsgReader, KmsgRecord
 from vigil.collector.offsets import OffsetStore
+from vigil.collector.summary import ErrorMemory
 from vigil.contract import Event, LogLine, new_event_id, utcnow
+from vigil.contract.xid import HOST_ACTIONS
 
 log = logging.getLogger(__name__)
 STATE_KEY = "kmsg"
 RETRY_OPEN_S = 10.0
 MAX_BACKDATE_S = 86_400.0  # a record's time from the boot clock, unless that puts it further back than this
 
+KERNEL_FACILITY = 0  # what userspace writes to /dev/kmsg gets LOG_USER (1) or above: never a kernel fact
+FAULTS = {"xid": "xid", "sxid": "nvlink"}  # kernel facts the agent attests as its ranks' hardware fault (Member.fault)
 RankOfPid = Callable[[int], tuple[int | None, int | None]]  # pid -> (rank, local rank)
 
 
@@ -58,8 +65,10 @@ class KernelLog:
     flood_burst: int = 20
     flood_window_s: float = 10.0
     clock: Callable[[], float] = time.monotonic
+    memory: ErrorMemory | None = None  # the agent's: a host fault here is what a failed generation reports
     reader: KmsgReader | None = field(default=None, init=False)
     facts: int = 0
+    user_records: int = 0  # records userspace wrote to the log (facility >= 1): not the kernel's word
     _reported_lost: int = field(default=0, init=False)
     _oom_pids: deque[int] = field(default_factory=lambda: deque(maxlen=64), init=False, repr=False)
     _limiter: FloodLimiter[LogLine] = field(init=False, repr=False)
@@ -117,6 +126,9 @@ class KernelLog:
             self._save()
 
     def handle(self, record: KmsgRecord) -> list[LogLine]:
+        if record.facility != KERNEL_FACILITY:
+            self.user_records += 1
+            return []
         fact = classify_kernel(record.message)
         if fact is None:
             return []
@@ -132,6 +144,8 @@ class KernelLog:
             job_id=self.job_id, host=self.host, ts=self._when(record), rank=rank, local_rank=local,
             category=fact.category, severity=fact.severity, message=record.message[:8192], xid=fact.xid,
             source="kernel", action=fact.action, gpu_index=gpu, gpu_uuid=uuid[:256], pci=fact.pci, pid=fact.pid)
+        if self.memory is not None and fact.action in HOST_ACTIONS and fact.category in FAULTS:
+            self.memory.note_fault(FAULTS[fact.category], record.message[:2048], event.ts)
         emitted = self._limiter.offer((fact.category, gpu, fact.pci), event, self.clock())
         return [self._repeat(e, n) if n > 1 else e for e, n in emitted]
 
@@ -146,7 +160,7 @@ class KernelLog:
 
     def stats(self) -> dict[str, int]:
         r = self.reader
-        return {"kernel_facts": self.facts, "kernel_lost": r.lost if r else 0,
+        return {"kernel_facts": self.facts, "kernel_user_records": self.user_records, "kernel_lost": r.lost if r else 0,
                 "kernel_wrapped": r.wrapped if r else 0, "kernel_malformed": r.malformed if r else 0}
 
     @staticmethod
