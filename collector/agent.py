@@ -22,6 +22,7 @@ from vigil.collector.flightrec import FlightRecorderWatcher
 from vigil.collector.gpu import NvmlProbe
 from vigil.collector.gpumap import GpuMap
 from vigil.collector.heartbeat import HeartbeatBuilder, Identity
+from vigil.collector.ibhealth import IbHealth, read_ports
 from vigil.collector.kernellog import KernelLog, read_boot_id
 from vigil.collector.logstream import LogStream
 from vigil.collector.nic import RateTracker, read_ethernet, read_rdma
@@ -83,6 +84,7 @@ class Agent:
                                            processes=self.tracker, gpus=self.gpus,
                                            counters=lambda: (self.outbox.dropped, self.outbox.backlog()))
         self.nic = RateTracker()
+        self.ib = IbHealth(job_id=s.job_id, host=s.host, polling_s=s.ib_polling_s, report_s=s.ib_report_s)
         self.kernel = KernelLog(
             path=s.kmsg_path, job_id=s.job_id, host=s.host, store=self.store, emit=self.emit,
             gpus=GpuMap(sysfs_root=s.sysfs_root, probe=self.gpus), rank_of_pid=self.rank_of_pid,
@@ -134,6 +136,7 @@ class Agent:
                         interval_s=round(r.interval_s, 6), extra=r.sample.extra)
             for r in self.nic.update(samples, self.clock())
         ])
+        self.emit(self.ib.update(read_ports(s.sysfs_root), self.clock()))  # port state and error counters
 
     def scan_files(self) -> None:
         traces = self.fr.scan()

@@ -24,6 +24,7 @@ Mode = Literal["auto", "dry-run", "manual"]
 DEFAULT_ALERT_TRIGGERS: dict[str, PolicyClass] = {
     "error_log:xid": "hardware", "error_log:ecc": "hardware", "error_log:nvlink": "hardware",
     "error_log:sxid": "hardware", "error_log:pcie_aer": "hardware", "error_log:host_memory": "hardware",
+    "error_log:ib_port_down": "hardware", "error_log:ib_port_polling": "hardware",
     "heartbeat_loss": "hardware", "traffic_stall": "hang",
 }
 
