@@ -53,6 +53,9 @@ def parse() -> argparse.Namespace:
     p.add_argument("--fault-host", default="")
     p.add_argument("--fault-step", type=int, default=-1)
     p.add_argument("--once", default="")
+    p.add_argument("--xid", action="append", default=[], metavar="CODE:HOST:STEP",
+                   help="the driver reports Xid CODE for HOST's rank at STEP (once: --once-dir), and the rank dies")
+    p.add_argument("--once-dir", default="")
     return p.parse_args()
 
 
@@ -60,7 +63,27 @@ def load_batch(step: int) -> torch.Tensor:
     raise ValueError(f"corrupt sample in shard {step % 7} (user code)")
 
 
+XID_TEXT = {31: "Ch 00000008, intr 10000000. MMU Fault: ENGINE GRAPHICS faulted @ 0x7f23_4a600000",
+            79: "GPU has fallen off the bus."}
+
+
+def driver_xids(args: argparse.Namespace, step: int) -> None:
+    """`--xid CODE:HOST:STEP`: the driver's record in this host's kernel log, then the CUDA error the rank sees."""
+    for spec in args.xid:
+        code, host, at = spec.split(":")
+        if step != int(at) or os.environ.get("VIGIL_HOST") != host or int(os.environ.get("LOCAL_RANK", "0")) != 0:
+            continue
+        once = Path(args.once_dir) / f"xid-{code}-{host}-{at}.once"
+        if once.exists():
+            continue
+        once.touch()
+        assert kernel_xid(int(code), XID_TEXT.get(int(code), "")), "no FAKE_KMSG to stand in for the kernel log"
+        raise RuntimeError("CUDA error: an illegal memory access was encountered" if code == "31"
+                           else "CUDA error: unspecified launch failure")
+
+
 def fault(args: argparse.Namespace, step: int) -> None:
+    driver_xids(args, step)
     if args.fault == "none" or step != args.fault_step or os.environ.get("VIGIL_HOST") != args.fault_host:
         return
     if int(os.environ.get("LOCAL_RANK", "0")) != 0:
