@@ -26,6 +26,7 @@ from vigil.collector.ibhealth import IbHealth, read_ports
 from vigil.collector.kernellog import KernelLog, read_boot_id
 from vigil.collector.logstream import LogStream
 from vigil.collector.nic import RateTracker, read_ethernet, read_rdma
+from vigil.collector.nvmlevents import NvmlEvents
 from vigil.collector.offsets import OffsetStore
 from vigil.collector.outbox import Outbox
 from vigil.collector.procs import ProcessTracker
@@ -84,6 +85,9 @@ class Agent:
                                            processes=self.tracker, gpus=self.gpus,
                                            counters=lambda: (self.outbox.dropped, self.outbox.backlog()))
         self.nic = RateTracker()
+        module = self.gpus.module
+        self.nvml_events = NvmlEvents(nvml=module, job_id=s.job_id, host=s.host, emit=self.emit,
+                                      memory=self.memory) if module is not None else None
         self.ib = IbHealth(job_id=s.job_id, host=s.host, polling_s=s.ib_polling_s, report_s=s.ib_report_s)
         self.kernel = KernelLog(
             path=s.kmsg_path, job_id=s.job_id, host=s.host, store=self.store, emit=self.emit,
@@ -195,6 +199,9 @@ class Agent:
         if self.kernel is not None:  # its own thread: a read of the kernel log never delays a heartbeat
             self._threads.append(threading.Thread(target=self.kernel.run, args=(self._stop,),
                                                   name="vigil-agent-kmsg", daemon=True))
+        if self.nvml_events is not None:  # waits on NVML's event set: a thread of its own
+            self._threads.append(threading.Thread(target=self.nvml_events.run, args=(self._stop,),
+                                                  name="vigil-agent-nvml", daemon=True))
         for t in self._threads:
             t.start()
 

@@ -92,6 +92,11 @@ class NvmlProbe:
             retired_pages=sum(len(r) for r in retired if r is not None) if any(r is not None for r in retired) else None,
         )
 
+    @property
+    def module(self) -> Any:
+        """The NVML module (pynvml) when available, for the event waiter (`collector.nvmlevents`)."""
+        return self._nvml if self.available else None
+
     def bus_ids(self) -> dict[str, tuple[int, str]]:
         """Each GPU's PCI bus id (NVML's spelling, `00000000:3B:00.0`) -> (index, UUID); empty without NVML."""
         if not self.available:
