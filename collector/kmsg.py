@@ -36,7 +36,9 @@ class KmsgRecord:
 
 
 def _unescape(raw: bytes) -> str:
-    return _ESCAPE.sub(lambda m: bytes([int(m[1], 16)]), raw).decode("utf-8", "replace")
+    if b"\\x" in raw:
+        raw = _ESCAPE.sub(lambda m: bytes([int(m[1], 16)]), raw)
+    return raw.decode("utf-8", "replace")
 
 
 def parse_record(raw: bytes) -> KmsgRecord | None:
@@ -44,17 +46,18 @@ def parse_record(raw: bytes) -> KmsgRecord | None:
     raw = raw[:MAX_RECORD]
     head, _, rest = raw.partition(b"\n")
     prefix, sep, message = head.partition(b";")
-    parts = prefix.split(b",")
-    if not sep or len(parts) < 4 or not all(p.isdigit() for p in parts[:3]):
+    parts = prefix.split(b",", 3)
+    if not sep or len(parts) < 4 or not (parts[0].isdigit() and parts[1].isdigit() and parts[2].isdigit()):
         return None
-    pri, seq, usec = (int(p) for p in parts[:3])
+    pri = int(parts[0])
     fields: dict[str, str] = {}
-    for line in rest.split(b"\n"):
-        if line.startswith(b" ") and b"=" in line:
-            key, _, value = line[1:].partition(b"=")
-            fields[_unescape(key)] = _unescape(value)
-    return KmsgRecord(seq=seq, usec=usec, level=pri & 7, facility=pri >> 3, message=_unescape(message).rstrip("\r"),
-                      fields=fields)
+    if rest:
+        for line in rest.split(b"\n"):
+            if line.startswith(b" ") and b"=" in line:
+                key, _, value = line[1:].partition(b"=")
+                fields[_unescape(key)] = _unescape(value)
+    return KmsgRecord(seq=int(parts[1]), usec=int(parts[2]), level=pri & 7, facility=pri >> 3,
+                      message=_unescape(message).rstrip("\r"), fields=fields)
 
 
 @dataclass(kw_only=True)
