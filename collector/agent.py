@@ -20,9 +20,13 @@ from typing import Any
 
 from vigil.collector.flightrec import FlightRecorderWatcher
 from vigil.collector.gpu import NvmlProbe
+from vigil.collector.gpumap import GpuMap
 from vigil.collector.heartbeat import HeartbeatBuilder, Identity
+from vigil.collector.ibhealth import IbHealth, read_ports
+from vigil.collector.kernellog import KernelLog, read_boot_id
 from vigil.collector.logstream import LogStream
 from vigil.collector.nic import RateTracker, read_ethernet, read_rdma
+from vigil.collector.nvmlevents import NvmlEvents
 from vigil.collector.offsets import OffsetStore
 from vigil.collector.outbox import Outbox
 from vigil.collector.procs import ProcessTracker
@@ -81,6 +85,15 @@ class Agent:
                                            processes=self.tracker, gpus=self.gpus,
                                            counters=lambda: (self.outbox.dropped, self.outbox.backlog()))
         self.nic = RateTracker()
+        module = self.gpus.module
+        self.nvml_events = NvmlEvents(nvml=module, job_id=s.job_id, host=s.host, emit=self.emit,
+                                      memory=self.memory) if module is not None else None
+        self.ib = IbHealth(job_id=s.job_id, host=s.host, polling_s=s.ib_polling_s, report_s=s.ib_report_s)
+        self.kernel = KernelLog(
+            path=s.kmsg_path, job_id=s.job_id, host=s.host, store=self.store, emit=self.emit,
+            gpus=GpuMap(sysfs_root=s.sysfs_root, probe=self.gpus), rank_of_pid=self.rank_of_pid,
+            boot_id=read_boot_id(s.procfs_root), poll_s=s.poll_interval, flood_burst=s.flood_burst,
+            flood_window_s=s.flood_window_s, clock=self.clock, memory=self.memory) if s.kmsg_path is not None else None
         self.streams: list[LogStream] = []
         self._file_streams: dict[str, LogStream] = {}
         self._stop = threading.Event()
@@ -102,6 +115,13 @@ class Agent:
         self.streams.append(stream)
         return stream
 
+    def rank_of_pid(self, pid: int) -> tuple[int | None, int | None]:
+        """(rank, local rank) of `pid` when it is one of this host's rank processes."""
+        for w in self.tracker.workers():
+            if w.pid == pid:
+                return w.rank, w.local_rank
+        return None, None
+
     def add_log_dir(self, path: Path) -> None:
         """Also tail `*.log` files under `path` (torchrun's per-rank files when it redirects)."""
         if path not in self.log_dirs:
@@ -120,6 +140,7 @@ class Agent:
                         interval_s=round(r.interval_s, 6), extra=r.sample.extra)
             for r in self.nic.update(samples, self.clock())
         ])
+        self.emit(self.ib.update(read_ports(s.sysfs_root), self.clock()))  # port state and error counters
 
     def scan_files(self) -> None:
         traces = self.fr.scan()
@@ -175,6 +196,12 @@ class Agent:
             threading.Thread(target=self._collect, name="vigil-agent-collect", daemon=True),
             threading.Thread(target=self.shipper.run, args=(self._stop,), name="vigil-agent-ship", daemon=True),
         ]
+        if self.kernel is not None:  # its own thread: a read of the kernel log never delays a heartbeat
+            self._threads.append(threading.Thread(target=self.kernel.run, args=(self._stop,),
+                                                  name="vigil-agent-kmsg", daemon=True))
+        if self.nvml_events is not None:  # waits on NVML's event set: a thread of its own
+            self._threads.append(threading.Thread(target=self.nvml_events.run, args=(self._stop,),
+                                                  name="vigil-agent-nvml", daemon=True))
         for t in self._threads:
             t.start()
 
@@ -211,4 +238,5 @@ class Agent:
             "spool_lost_bytes": self.spool.tailer.lost_bytes, "spool_refused": self.spool.guard.counts(),
             "spool_oversized_lines": self.spool.tailer.oversized_lines + self.log_tailer.oversized_lines,
             "log_lines_cut": sum(s.truncated for s in list(self.streams)),
+            **(self.kernel.stats() if self.kernel is not None else {}),
         }

@@ -92,6 +92,27 @@ class NvmlProbe:
             retired_pages=sum(len(r) for r in retired if r is not None) if any(r is not None for r in retired) else None,
         )
 
+    @property
+    def module(self) -> Any:
+        """The NVML module (pynvml) when available, for the event waiter (`collector.nvmlevents`)."""
+        return self._nvml if self.available else None
+
+    def bus_ids(self) -> dict[str, tuple[int, str]]:
+        """Each GPU's PCI bus id (NVML's spelling, `00000000:3B:00.0`) -> (index, UUID); empty without NVML."""
+        if not self.available:
+            return {}
+        nv = self._nvml
+        out: dict[str, tuple[int, str]] = {}
+        for i in range(int(_try(nv.nvmlDeviceGetCount) or 0)):
+            h = _try(nv.nvmlDeviceGetHandleByIndex, i)
+            pci = _try(nv.nvmlDeviceGetPciInfo, h) if h is not None else None
+            if pci is None:
+                continue
+            bus, uuid = pci.busId, _try(nv.nvmlDeviceGetUUID, h)
+            out[bus.decode() if isinstance(bus, bytes) else str(bus)] = (
+                i, uuid.decode() if isinstance(uuid, bytes) else str(uuid or ""))
+        return out
+
     def close(self) -> None:
         if self.available:
             _try(self._nvml.nvmlShutdown)

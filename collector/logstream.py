@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Literal
 from vigil.collector.flood import FloodLimiter
 from vigil.collector.rules import Rule, classify
 from vigil.collector.summary import ErrorMemory, Key, last_line
-from vigil.contract import HARDWARE_FAULTS, LogLine, new_event_id, utcnow
+from vigil.contract import LogLine, new_event_id, utcnow
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -113,9 +113,7 @@ class LogStream:
             return out
         match = classify(text, self.rules)
         if match is not None:
-            self.memory.note_error(key, text.strip(), now)
-            if match.category in HARDWARE_FAULTS:
-                self.memory.note_fault(match.category, text.strip(), now)
+            self.memory.note_error(key, text.strip(), now)  # a hardware line printed here is a claim, never a fault
             event = self._event(key, match.category, match.severity, text, match.xid, now)
             out += self._limit(event)
         return out

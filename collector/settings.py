@@ -44,8 +44,14 @@ class CollectorSettings(VigilBaseSettings):
     heartbeat_interval: float = Field(default=2.0, gt=0)
     nic_interval: float = Field(default=1.0, gt=0)
     poll_interval: float = Field(default=0.5, gt=0, description="how often spool/log/FR files are checked")
+    ib_polling_s: float = Field(default=30.0, gt=0, description="an InfiniBand port seen up whose link stays in "
+                                "Polling this long is a fault (ib_port_polling)")
+    ib_report_s: float = Field(default=60.0, gt=0, description="growth of a port's error counters is reported at "
+                               "most this often (with the growth since the last report)")
     nic_exclude: str = r"^(lo|docker\d*|veth.*|virbr.*|br-.*|cni.*|flannel.*)$"
 
+    kmsg_path: Path | None = Field(default=Path("/dev/kmsg"), description="the kernel log followed for hardware "
+                                   "facts (Xid, SXid, AER, link down, EDAC/MCE, OOM-killer); unset or empty: none")
     rules: list[dict[str, Any]] = Field(default_factory=list, description="user log rules, tried before built-ins")
     rules_file: Path | None = Field(default=None, description="TOML file with [[rules]] tables")
     flood_burst: int = Field(default=20, ge=1, description="events per (category, rank) per window before summarising")
@@ -103,8 +109,13 @@ class CollectorSettings(VigilBaseSettings):
             raise ValueError(f"a warm interpreter imports training-side modules only, not {', '.join(platform)}")
         return v
 
+    @field_validator("kmsg_path", mode="before")
+    @classmethod
+    def _none_when_empty(cls, v: Any) -> Any:
+        return None if v is None or str(v).strip() == "" else v
+
     @field_validator("sysfs_root", "procfs_root", "spool_dir", "fr_dir", "output_dir", "state_dir", "rules_file",
-                     "snapshot_root")
+                     "snapshot_root", "kmsg_path")
     @classmethod
     def _expand(cls, v: Path | None) -> Path | None:
         return v.expanduser() if v is not None else None

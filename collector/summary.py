@@ -6,9 +6,9 @@ classified error line, each with the time it was printed, and parse torchrun's f
 report: every entry of "Failures:" and the "Root Cause (first observed failure)" (time, rank,
 local rank, exit code, pid, signal, error file, message). Lines inside that report are
 torchrun quoting its workers: `note_line` says so, and the stream does not classify them
-again. `summarize` gives the one-line error of a plain (non-launcher) child. The latest line of
-each hardware category (`HARDWARE_FAULTS`) is kept too: a failed command's agent names it in its
-report (`fault_since`). Pure logic.
+again. `summarize` gives the one-line error of a plain (non-launcher) child. The latest hardware
+fault of each category (`HARDWARE_FAULTS`) the kernel log or NVML reported is kept too (`note_fault`,
+never from a process's output): a failed command's agent names it in its report (`fault_since`). Pure logic.
 
 Bounded whatever the output: a report starts only where torchrun starts one (its
 "Failures:" or "Root Cause" line right after a `----` rule, so a user's own
@@ -122,7 +122,8 @@ class ErrorMemory:
         _remember(self.errors, key, OwnError(text=line, at=at, is_traceback=False))
 
     def note_fault(self, category: str, line: str, at: datetime) -> None:
-        """A classified line of a hardware category (`HARDWARE_FAULTS`: Xid, ECC, NVLink, GPU lost)."""
+        """A hardware fault the kernel log or NVML reported (`HARDWARE_FAULTS`: Xid, ECC, NVLink, GPU lost) whose
+        catalog action takes the host out; never a line a training process printed (a claim)."""
         self.faults[category] = OwnError(text=line, at=at, is_traceback=False)
 
     def fault_since(self, since: datetime | None) -> tuple[str, OwnError] | None:

@@ -24,6 +24,8 @@ Mode = Literal["auto", "dry-run", "manual"]
 
 DEFAULT_ALERT_TRIGGERS: dict[str, PolicyClass] = {
     "error_log:xid": "hardware", "error_log:ecc": "hardware", "error_log:nvlink": "hardware",
+    "error_log:sxid": "hardware", "error_log:pcie_aer": "hardware", "error_log:host_memory": "hardware",
+    "error_log:ib_port_down": "hardware", "error_log:ib_port_polling": "hardware",
     "heartbeat_loss": "hardware", "traffic_stall": "hang",
 }
 
@@ -62,6 +64,11 @@ class PolicySettings(_Section):
         description="critical alerts that start a recovery: `alert` or `alert:category` -> class")
     max_trigger_age_s: float = Field(default=900.0, gt=0, description="older incidents and alerts are history, "
                                      "never acted on")
+    repeat_faults: int = Field(default=3, ge=0, description="a host suspected by this many hardware or hang "
+                               "recoveries within repeat_window_s is cordoned whatever its diagnostics say "
+                               "(fleet memory); 0: off")
+    repeat_window_s: float = Field(default=86_400.0, gt=0, le=86_400.0, description="the window of repeat_faults "
+                                   "(at most a day: the controller keeps a day of finished recoveries)")
     scale_up: bool = Field(default=True, description="restart with more nodes when an eligible host waits")
     scale_up_wait_s: float = Field(default=30.0, ge=0, description="how long a new host waits before a scale-up")
 

@@ -13,6 +13,12 @@ while the recovery controller pauses or halts the job (`recovery_actions`: from 
 no crash cascade either; so are the error lines its stopped ranks print in those windows
 (SIGTERM tracebacks, peers' connection errors), except hardware lines (Xid, ECC, NVLink),
 which are facts about the host whoever stopped the job.
+
+Where a line came from decides what it may do (issue 49): lines the agent read from the hardware's own
+reports (`source` kernel, nvml, sysfs) carry the Xid catalog's action, which the alert quotes (`evidence`
+source, action, gpus, and `host_fault` when the action takes the GPU or host out); a hardware line a training
+process printed (`source` process: Xid, ECC, NVLink) is a claim about itself, its own alert (`<host>/<category>/
+claim`) at most a warning, never a host fault.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from vigil.analyzer.detect.base import AT, EvalContext, Finding, Severity, as_ut
 from vigil.analyzer.incidents.errors import HARDWARE_CATEGORIES
 from vigil.analyzer.settings import LogSettings
 from vigil.contract.severity import SEVERITIES, of_rank, rank, sql_rank
+from vigil.contract.xid import ATTESTED_SOURCES, HOST_ACTIONS, XidAction
 
 EXIT_LOOKBACK_S = 86400.0
 PAUSE_GRACE_S = 30.0  # after a pause ends, its stopped ranks' exits may still be arriving
@@ -34,13 +41,14 @@ _LOG_SQL = f"""
 SELECT host, category, max(greatest(1, {sql_rank('severity')})) AS level,
        count() AS lines, sum(repeats) AS total, min(ts) AS first_ts, max(ts) AS last_ts,
        arraySort(groupUniqArray(64)(rank)) AS ranks, argMax(message, ts) AS message,
-       arraySort(groupUniqArray(8)(xid)) AS xids
+       arraySort(groupUniqArray(8)(xid)) AS xids, source = 'process' AND category IN {{hardware:Array(String)}} AS claim,
+       argMax(source, ts) AS src, groupUniqArray(8)(action) AS actions, arraySort(groupUniqArray(16)(gpu_index)) AS gpus
 FROM log_lines
 WHERE job_id = {{job:String}} AND ts > {{lo:DateTime64(3, 'UTC')}} AND ts <= {AT}
   AND severity IN {{severities:Array(String)}}
   AND (category IN {{always:Array(String)}} OR NOT arrayExists((a, b) -> ts >= a AND ts <= b,
        {{paused_from:Array(DateTime64(3, 'UTC'))}}, {{paused_to:Array(DateTime64(3, 'UTC'))}}))
-GROUP BY host, category
+GROUP BY host, category, claim
 """
 
 _EXIT_SQL = f"""
@@ -83,6 +91,7 @@ class LogDetector:
         s = ctx.settings.log
         sev = [k for k in SEVERITIES if rank(k) >= rank(s.min_severity)]
         params: dict[str, Any] = {"lo": ctx.ago(s.resolve_s), "severities": sev, "always": [],
+                                  "hardware": sorted(HARDWARE_CATEGORIES),
                                   "paused_from": [], "paused_to": []}
         rows = ctx.rows(_LOG_SQL, **params) if ctx.stored("log") else []
         if not rows:
@@ -134,22 +143,40 @@ def paused_windows(rows: Sequence[Mapping[str, Any]]) -> list[tuple[datetime, da
     return out
 
 
+ACTION_ORDER = (XidAction.REBOOT_THEN_CHECK, XidAction.CORDON, XidAction.INVESTIGATE, XidAction.RESET_GPU,
+                XidAction.RESTART_JOB, XidAction.WATCH)
+"""The strongest first: the action an alert of several lines quotes."""
+
+
+def strongest_action(actions: Sequence[str]) -> XidAction | None:
+    known = [a for a in ACTION_ORDER if a.value in actions]
+    return known[0] if known else None
+
+
 def judge_logs(rows: Sequence[Mapping[str, Any]], s: LogSettings) -> list[Finding]:
     out = []
     for r in rows:
         host, category = str(r["host"]), str(r["category"])
-        level = int(r["level"])
+        claim = bool(r.get("claim"))
+        level = min(int(r["level"]), 1) if claim else int(r["level"])  # a process's hardware claim: a warning
         severity: Severity = of_rank(max(level, 1))  # a matched line is at least a warning
         ranks = [int(x) for x in r["ranks"]]
         count = int(r["total"])
         rank_txt = f" ranks {','.join(map(str, ranks))}" if ranks else ""
+        source = "process" if claim else str(r.get("src") or "process")
+        action = strongest_action([str(a) for a in r.get("actions", [])]) if source in ATTESTED_SOURCES else None
+        said = (f" [source {source}, catalog action {action.value}]" if action is not None else
+                " [a claim the training process printed, not a kernel fact]" if claim else "")
         out.append(Finding(
-            alert="error_log", subject=f"{host}/{category}", host=host, severity=severity,
+            alert="error_log", subject=f"{host}/{category}{'/claim' if claim else ''}", host=host, severity=severity,
             since=as_utc(r["first_ts"]),
-            summary=f"{host}{rank_txt} {category}: {str(r['message'])[:300]} ({count} lines)",
+            summary=f"{host}{rank_txt} {category}{said}: {str(r['message'])[:300]} ({count} lines)",
             evidence={"host": host, "category": category, "ranks": ranks, "lines": count,
                       "xids": [int(x) for x in r["xids"]], "message": str(r["message"])[:2000],
-                      "first_line": as_utc(r["first_ts"]).isoformat(), "last_line": as_utc(r["last_ts"]).isoformat()},
+                      "first_line": as_utc(r["first_ts"]).isoformat(), "last_line": as_utc(r["last_ts"]).isoformat(),
+                      "source": source, "action": action.value if action is not None else None,
+                      "gpus": [int(x) for x in r.get("gpus", []) if x is not None],
+                      "host_fault": action in HOST_ACTIONS},
         ))
     return out
 

@@ -13,7 +13,8 @@ Three shapes, from the detectors' findings at the instant (nothing is remembered
   as a collective hang, a host that stopped reporting is the culprit, else the first
   failure is named on weak evidence.
 * host_fault: a crash cascade whose culprit's host showed hardware errors (Xid, ECC, NVLink
-  lines; or its own message says so) within `hardware_window_s` before its failure.
+  lines the hardware reported and whose catalog action takes the host out: `errors.host_fault`; or its
+  own message says so) within `hardware_window_s` before its failure.
 
 `error_log` findings join the incident whose host and ranks they are about, from its first
 sign on; the culprit's own lines are its evidence, the others are victims'. A hardware
@@ -30,7 +31,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from vigil.analyzer.detect.base import Finding, as_utc
-from vigil.analyzer.incidents.errors import HARDWARE_CATEGORIES, Cause, cause_of, is_timeout, kind_of
+from vigil.analyzer.incidents.errors import Cause, cause_of, host_fault, is_timeout, kind_of
 from vigil.analyzer.settings import IncidentSettings
 from vigil.contract import IncidentCategory
 
@@ -112,7 +113,7 @@ def _hardware(logs: Sequence[Finding], host: str, lo: datetime, hi: datetime) ->
     out = []
     for f in logs:
         ev = f.evidence
-        if f.host == host and ev.get("category") in HARDWARE_CATEGORIES:
+        if f.host == host and host_fault(ev):
             first = as_utc(ev["first_line"]) if ev.get("first_line") else f.since
             if lo <= first <= hi:
                 out.append(f)
@@ -250,7 +251,7 @@ def build(findings: Sequence[Finding], at: datetime, s: IncidentSettings) -> Bui
     linked = {id(f) for d in drafts for f in d.culprit_findings + d.victim_findings}
     for f in logs:  # a hardware line waits a moment for the crash it may cause, so one incident pages, not two
         first = as_utc(f.evidence["first_line"]) if f.evidence.get("first_line") else f.since
-        if f.evidence.get("category") in HARDWARE_CATEGORIES and id(f) not in linked and \
+        if host_fault(f.evidence) and id(f) not in linked and \
                 (at - first).total_seconds() < s.hardware_settle_s:
             held.append(f)
     return Built(drafts=drafts, held=held)

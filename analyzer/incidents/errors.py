@@ -12,7 +12,8 @@ other error of its own). Pure logic.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 Kind = Literal["peer", "teardown", "own"]
 Cause = Literal["hardware", "network", "software", "unknown"]
@@ -30,6 +31,15 @@ HARDWARE = re.compile(r"nvlink|\bxid\b|\becc\b|uncorrectable|fallen off the bus|
 NETWORK = re.compile(r"NET/IB|ibv_\w+|\bRDMA\b|link (?:is )?down|Network is unreachable|No route to host|\bmlx5",
                      re.IGNORECASE)
 HARDWARE_CATEGORIES = frozenset({"xid", "ecc", "nvlink"})
+
+
+def host_fault(evidence: Mapping[str, Any]) -> bool:
+    """Whether an `error_log` finding is a hardware fault of its host: what the hardware reported and the Xid
+    catalog's action takes out (`evidence.host_fault`); a finding from before sources were told apart: its
+    category."""
+    if "host_fault" in evidence:
+        return bool(evidence["host_fault"])
+    return evidence.get("category") in HARDWARE_CATEGORIES
 
 
 def kind_of(message: str, signal: str | None) -> Kind:

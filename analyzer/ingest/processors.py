@@ -105,7 +105,8 @@ def _log(e: LogLine) -> list[TableRow]:
     return [("log_lines", {
         "event_id": e.event_id, "job_id": e.job_id, "host": e.host, "ts": e.ts, "rank": e.rank,
         "local_rank": e.local_rank, "stream": e.stream, "category": e.category, "severity": e.severity,
-        "message": e.message, "xid": e.xid, "repeats": e.repeats})]
+        "message": e.message, "xid": e.xid, "repeats": e.repeats,
+        "source": e.source, "action": e.action.value if e.action is not None else "", "gpu_index": e.gpu_index})]
 
 
 def _exit(e: ProcessExit) -> list[TableRow]:

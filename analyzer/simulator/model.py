@@ -34,6 +34,7 @@ from vigil.analyzer.simulator.faults import Fault
 from vigil.analyzer.simulator.layout import Layout
 from vigil.analyzer.simulator.nodes import GpuFault, Level, NodeReports, NodeState
 from vigil.contract import Event, JobRegistered, LogLine, ProcessExit, StepTiming
+from vigil.contract.xid import xid_entry
 
 COMPUTE: dict[str, float] = {"forward": 0.30, "backward": 0.52, "optimizer": 0.06}  # shares of step_ms
 COMM_SHARE = 0.12  # the gradient all-reduce itself
@@ -328,7 +329,8 @@ class Simulation:
                 out.append(LogLine(
                     event_id=self._id(), job_id=cfg.job, host=f.host, ts=t0 + timedelta(milliseconds=50),
                     rank=rank, local_rank=rank % lay.gpus_per_host, stream="stderr", category="xid",
-                    severity="critical", xid=code,
+                    severity=xid_entry(code).severity, xid=code, source="kernel", action=xid_entry(code).action,
+                    gpu_index=rank % lay.gpus_per_host,
                     message=f"NVRM: Xid (PCI:0000:{0x18 + rank % lay.gpus_per_host:02x}:00): {code}, pid=4242, "
                             "GPU has fallen off the bus."))
             if f.kind == "process_exit" and i == f.start and h not in silent:

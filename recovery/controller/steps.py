@@ -18,6 +18,7 @@ from typing import Any
 from vigil.contract import Alert, Command, DiagnoseParams, Event, RecoveryAction, World
 from vigil.recovery.backends.base import CordonInfo
 from vigil.recovery.controller.effects import Effects
+from vigil.recovery.controller.fleetmemory import repeat_offenders
 from vigil.recovery.controller.plan import alive, cordon_allowance, plan_world
 from vigil.recovery.controller.state import Case, ClusterState, Step
 from vigil.recovery.errors import BackendError
@@ -154,7 +155,7 @@ def pause(ctx: Ctx, case: Case) -> bool:
 def condemned(ctx: Ctx, case: Case) -> list[str]:
     """Hosts this case takes out: strong hardware culprits (without diagnostics, every hardware culprit but
     the victims: weak ones only an exit named, beside a strong one — a peer that exited because the
-    culprit's GPU fell off), then the diagnostics' faulty hosts, then slow ones (`policy.cordon_slow`)."""
+    culprit's GPU fell off), then suspects whose faults repeat (`fleetmemory`), then the diagnostics' faulty hosts, then slow ones (`policy.cordon_slow`)."""
     out: list[str] = []
     if case.cls == "hardware":
         culprits = case.details.get("culprits", [])
@@ -162,6 +163,7 @@ def condemned(ctx: Ctx, case: Case) -> list[str]:
         diagnosed = "diagnose" in case.plan
         out += [str(c["host"]) for c in culprits
                 if c.get("strong") or not (diagnosed or (strong and c.get("from_exit")))]
+    out += repeat_offenders(ctx.state, case, ctx.settings.policy)  # fleet memory: whatever a self-test says
     verdicts = verdicts_of(case)
     out += sorted(h for h, v in verdicts.items() if v == "faulty")
     if ctx.settings.policy.cordon_slow:

@@ -5,7 +5,12 @@
   is software, network and unknown causes are `policy.other_as`; its culprits, `strong` unless
   the incident's confidence is weak;
 * a firing critical `Alert` named in `policy.alert_triggers` (`alert` or `alert:category`,
-  e.g. `error_log:xid`): its host is the culprit, strong for hardware log lines;
+  e.g. `error_log:xid`): its host is the culprit, strong for hardware log lines. An `error_log` alert that
+  quotes its source reads the Xid catalog's action (`catalog_class`): what the hardware reported (kernel, nvml,
+  sysfs) and the catalog says takes the GPU out (reset_gpu, cordon, reboot_then_check, investigate) is hardware
+  with a strong culprit — no GPU reset is available to the node backends, so the host is cordoned; an
+  application Xid (restart_job, severity error suffices) restarts the job without a cordon; `watch` starts
+  nothing; a line a training process printed (source process) is a claim and starts nothing by itself;
 * a member of the running generation that exited non-zero (or by a signal) and no incident or
   alert explained within `policy.exit_grace_s`: class `policy.exit_as`, the first host that
   exited is the culprit (MegaScale's driver watching its executors' processes). An exit its
@@ -28,7 +33,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from vigil.contract import HARDWARE_FAULTS, Incident, IncidentCategory, Member
+from vigil.contract import HARDWARE_FAULTS, Alert, Incident, IncidentCategory, Member
+from vigil.contract.xid import XidAction, decides
 from vigil.recovery.controller.state import ClusterState
 from vigil.recovery.settings import PolicyClass, PolicySettings
 
@@ -97,7 +103,7 @@ def triggers(state: ClusterState, policy: PolicySettings, now: datetime) -> list
             summary=inc.summary))
     for key, alert in state.alerts.items():
         tid = key
-        if tid in state.merged or alert.severity != "critical" or alert.ts < oldest:
+        if tid in state.merged or alert.ts < oldest:
             continue
         if not _controlled(state, alert.job_id):
             continue
@@ -105,9 +111,12 @@ def triggers(state: ClusterState, policy: PolicySettings, now: datetime) -> list
         cls = policy.alert_triggers.get(f"{alert.alert}:{category}") or policy.alert_triggers.get(alert.alert)
         if cls is None:
             continue
+        cls, strong, restart = catalog_class(alert, cls)
+        if cls is None or (alert.severity != "critical" and not restart):
+            continue
         host = str(alert.evidence.get("host") or alert.host)
         culprits = () if host in ("*", "") else (
-            Culprit(host=host, strong=category in HARDWARE_FAULTS, message=alert.summary[:500]),)
+            Culprit(host=host, strong=strong, message=alert.summary[:500]),)
         out.append(Trigger(
             trigger_id=tid, job_id=alert.job_id, cls=cls, source="alert", category=alert.alert,
             cause="hardware" if cls == "hardware" else "unknown", culprits=culprits, first_sign=alert.first_seen,
@@ -137,6 +146,23 @@ def triggers(state: ClusterState, policy: PolicySettings, now: datetime) -> list
                     f"{len(failed)} of {len(job.world)} hosts exited"
                     + (" (attested by its agent)" if first.signature else "")))
     return sorted(out, key=lambda t: t.detected)
+
+
+def catalog_class(alert: Alert, cls: PolicyClass) -> tuple[PolicyClass | None, bool, bool]:
+    """(class, strong culprit, an application fault to restart) of a triggering alert: an `error_log` alert that
+    quotes its source by the Xid catalog's action (see the module's doc); any other as configured."""
+    ev = alert.evidence
+    category = str(ev.get("category", ""))
+    if alert.alert != "error_log" or "source" not in ev:  # not a log line, or from before sources were told apart
+        return cls, category in HARDWARE_FAULTS, False
+    if not decides(str(ev["source"])):
+        return None, False, False  # what a training process printed: a claim, never a decision
+    action = ev.get("action")
+    if action == XidAction.WATCH.value:
+        return None, False, False
+    if action == XidAction.RESTART_JOB.value:
+        return "software", False, True
+    return cls, bool(ev.get("host_fault")), False
 
 
 def _fault(state: ClusterState, m: Member, oldest: datetime, policy: PolicySettings) -> Trigger | None:

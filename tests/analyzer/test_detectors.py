@@ -141,7 +141,7 @@ def test_exits_while_the_recovery_controller_pauses_the_job_are_not_failures(cli
 
     def line(host: str, rank: int | None, at: float, category: str) -> LogLine:
         return LogLine(job_id="pz", host=host, rank=rank, category=category, severity="error", message=category,
-                       ts=T0 + timedelta(seconds=at))
+                       ts=T0 + timedelta(seconds=at), source="kernel" if category == "xid" else "process")
 
     # rank 3 crashes at 10 s; the controller pauses the job 12-15 s (its ranks 0-2 stop at 13-14 s, printing their
     # SIGTERM tracebacks; an Xid is logged meanwhile); later, after the pause and its grace, rank 1 fails on its own
@@ -284,3 +284,33 @@ def test_writer_completes_an_event_cut_off_between_its_tables(clickhouse_dsn: st
     count = lambda t: int(client.query(f"SELECT count() FROM {t} WHERE job_id = 'cut'").result_rows[0][0])  # noqa: E731
     assert (count("heartbeats"), count("gpu_stats")) == (1, 4)
     assert w.write([hb]) == [] and (count("heartbeats"), count("gpu_stats")) == (1, 4)
+
+
+def test_the_alert_says_the_source_and_the_catalog_action(clickhouse_dsn: str, database: str) -> None:
+    """Kernel Xids quote the catalog (31: restart the job, no host fault; 79: reboot, a host fault); the same
+    Xid 79 printed by a training process is a claim: its own alert, a warning, never a host fault (issue 49)."""
+    from vigil.contract.xid import xid_entry
+
+    def kernel(host: str, code: int, at: float, gpu: int) -> LogLine:
+        e = xid_entry(code)
+        return LogLine(job_id="src", host=host, rank=gpu, category="xid", severity=e.severity, xid=code, ts=T0 +
+                       timedelta(seconds=at), source="kernel", action=e.action, gpu_index=gpu,
+                       message=f"NVRM: Xid (PCI:0000:3b:00): {code}, pid=1, name=python")
+
+    printed = LogLine(job_id="src", host="h0002", rank=0, category="xid", severity="critical", xid=79,
+                      ts=T0 + timedelta(seconds=5), message="NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.")
+    load(clickhouse_dsn, database, [kernel("h0000", 31, 5, 2), kernel("h0001", 79, 5, 1), kernel("h0001", 92, 6, 1),
+                                    printed, *heartbeats("src", 3, 20)])
+    got = evaluate(connect(clickhouse_dsn, database=database), AnalyzerSettings(log={"min_severity": "warning"}),
+                   AlertBook(), "src", T0 + timedelta(seconds=10))
+    logs = {a.fingerprint: a for a in got if a.alert == "error_log"}
+    assert set(logs) == {"src/error_log/h0000/xid", "src/error_log/h0001/xid", "src/error_log/h0002/xid/claim"}
+    app, gone, claim = (logs[f"src/error_log/{h}"] for h in ("h0000/xid", "h0001/xid", "h0002/xid/claim"))
+    assert (app.severity, app.evidence["source"], app.evidence["action"], app.evidence["host_fault"],
+            app.evidence["gpus"]) == ("error", "kernel", "restart_job", False, [2])
+    assert "source kernel, catalog action restart_job" in app.summary
+    assert (gone.severity, gone.evidence["action"], gone.evidence["host_fault"]) == ("critical", "reboot_then_check",
+                                                                                     True)
+    assert (claim.severity, claim.evidence["source"], claim.evidence["action"], claim.evidence["host_fault"]) == (
+        "warning", "process", None, False)
+    assert "not a kernel fact" in claim.summary

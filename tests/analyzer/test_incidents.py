@@ -101,6 +101,24 @@ def test_a_hardware_line_waits_hardware_settle_s_for_its_crash_then_pages_alone(
     assert d.category == "host_fault" and xid in d.culprit_findings
 
 
+def test_only_a_reported_host_fault_makes_a_crash_a_host_fault() -> None:
+    """A kernel Xid 31 before a crash is the application's (catalog: restart the job): a crash cascade, software;
+    a kernel Xid 79 makes it a host fault; a training process's printed Xid (a claim) never does (issue 49)."""
+    illegal = "RuntimeError: CUDA error: an illegal memory access was encountered"
+
+    def xid(code: int, source: str, host_fault: bool) -> Finding:
+        f = log("host-1", "xid", [2], 0.0, "error")
+        return Finding(**{**f.__dict__, "evidence": {**f.evidence, "xids": [code], "source": source,
+                                                     "host_fault": host_fault}})
+
+    app, gone, claim = xid(31, "kernel", False), xid(79, "kernel", True), xid(79, "process", False)
+    assert build([app], at(1), S).held == [] and build([gone], at(1), S).held == [gone]
+    for finding, category, cause in ((app, "crash_cascade", "software"), (gone, "host_fault", "hardware"),
+                                     (claim, "crash_cascade", "software")):
+        (d,) = build([finding, exit_("host-1", 2, illegal, 0.5, 1.0)], at(S.settle_s + 5), S).drafts
+        assert (d.category, d.cause) == (category, cause), finding.evidence
+
+
 def hang_finding() -> Finding:
     return Finding(alert="collective_hang", subject="host-1/rank3", host="host-1", severity="critical", since=at(0),
                    summary="collective hang: host-1 rank 3 never joined gloo:all_reduce",

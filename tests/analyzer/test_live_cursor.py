@@ -88,7 +88,8 @@ def test_an_xid_pages_within_seconds_though_the_job_hangs_right_after(clickhouse
     onset = sim.step_starts[62] + timedelta(seconds=1)
     batches[1 + 62].append(LogLine(  # in the batch of step 62, as the agent ships it
         event_id="xh-xid-1", job_id="xh", host="sim-host-0005", ts=onset, rank=10, local_rank=0, stream="stderr",
-        category="xid", severity="critical", xid=79, message="NVRM: Xid (PCI:0000:18:00): 79, GPU has fallen off the bus."))
+        category="xid", severity="critical", xid=79, source="kernel", action="reboot_then_check",
+        message="NVRM: Xid (PCI:0000:18:00): 79, GPU has fallen off the bus."))
     client = connect(clickhouse_dsn, database=database)
     settings = AnalyzerSettings()
     cursor = LiveCursor(settings=settings, book=AlertBook(refresh_s=settings.refresh_s))

@@ -29,6 +29,16 @@ class FakeNode:
             (d / "hw_counters").mkdir(exist_ok=True)
             (d / "hw_counters" / name).write_text(f"{value}\n")
 
+    def set_ib_port(self, dev: str, *, state: str, phys: str, port: int = 1, **counters: int) -> None:
+        """The port's `state` (ACTIVE, DOWN, ...), `phys_state` (LinkUp, Polling, ...) and error counters."""
+        d = self.rdma_dir(dev, port)
+        codes = {"DOWN": 1, "INIT": 2, "ARMED": 3, "ACTIVE": 4, "Sleep": 1, "Polling": 2, "Disabled": 3,
+                 "LinkUp": 5, "LinkErrorRecovery": 6}
+        (d / "state").write_text(f"{codes.get(state, 0)}: {state}\n")
+        (d / "phys_state").write_text(f"{codes.get(phys, 0)}: {phys}\n")
+        for name, value in counters.items():
+            (d / "counters" / name).write_text(f"{value}\n")
+
     def set_eth(self, counters: dict[str, tuple[int, int]]) -> None:
         """Rewrite net/dev with (rx_bytes, tx_bytes) per interface (lo always included)."""
         lines = ["Inter-|   Receive                                                |  Transmit",

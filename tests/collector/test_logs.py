@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -201,20 +202,34 @@ def test_classification_falls_behind_without_blocking_the_reader() -> None:
     assert len(emitted) == 50 - c.dropped
 
 
-def test_the_memory_keeps_the_first_hardware_error_of_a_generation() -> None:
-    """What a failed command's agent names in its attested report (`Member.fault`): the first hardware line printed
-    since the generation started; a CUDA error is a symptom, never a hardware fault by itself."""
+def test_the_memory_keeps_the_first_kernel_hardware_fault_of_a_generation(tmp_path: Path) -> None:
+    """What a failed command's agent names in its attested report (`Member.fault`): the first hardware fault the
+    kernel reported since the generation started and whose catalog action takes the host out. A line a rank
+    printed is a claim, never a fault (issue 49); an application Xid (31) and a CUDA error are not host faults."""
     from datetime import UTC, datetime, timedelta
+
+    from vigil.collector.gpumap import GpuMap
+    from vigil.collector.kernellog import KernelLog
+    from vigil.collector.kmsg import KmsgRecord
+    from vigil.collector.offsets import OffsetStore
 
     memory = ErrorMemory()
     s = stream(memory=memory)
-    t0 = datetime(2026, 11, 27, tzinfo=UTC)
-    s.feed(b"[rank4]: NVRM: Xid (PCI:0000:3b:00): 48, An uncorrectable double bit error", at=t0)  # an older generation
-    start = t0 + timedelta(seconds=10)
-    assert memory.fault_since(start) is None
+    start = datetime.now(UTC) - timedelta(seconds=30)
+    s.feed(b"[rank4]: NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.", at=start)
     s.feed(b"[rank4]: RuntimeError: CUDA error: an illegal memory access was encountered", at=start)
-    assert memory.fault_since(start) is None
-    s.feed(b"[rank4]: NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.", at=start + timedelta(seconds=1))
-    s.feed(b"[rank4]: NVLink: fatal error detected on link 2", at=start + timedelta(seconds=2))
+    assert memory.fault_since(start) is None  # printed by the training process: a claim
+    kernel = KernelLog(path=tmp_path / "kmsg", job_id="j", host="h", store=OffsetStore(path=tmp_path / "o.json"),
+                       emit=lambda _: None, gpus=GpuMap(sysfs_root=tmp_path), rank_of_pid=lambda _: (None, None),
+                       memory=memory)
+
+    def record(seq: int, message: str, facility: int = 0) -> KmsgRecord:
+        return KmsgRecord(seq=seq, usec=int(time.monotonic() * 1e6), level=3, facility=facility, message=message)
+
+    kernel.handle(record(1, "NVRM: Xid (PCI:0000:3b:00): 31, pid=1234, name=python, MMU Fault"))
+    kernel.handle(record(2, "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.", facility=1))
+    assert memory.fault_since(start) is None and kernel.user_records == 1  # an application Xid; a user's record
+    kernel.handle(record(3, "NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', GPU has fallen off the bus."))
     got = memory.fault_since(start)
     assert got is not None and got[0] == "xid" and "fallen off the bus" in got[1].text
+

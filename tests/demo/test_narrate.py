@@ -26,3 +26,16 @@ def test_a_fresh_start_another_job_or_no_data_say_nothing() -> None:
     fresh = DataSegment(epoch=0, ranks=6, samples_left=1 << 20, samples_done=0, exact=True)
     assert narrate(job(fresh)) is None and narrate(job(None)) is None
     assert narrate(job(fresh.model_copy(update={"samples_done": 5}), job_id="other")) is None
+
+
+def test_a_kernel_xid_is_told_with_its_source_and_catalog_action() -> None:
+    from vigil.contract import LogLine
+    from vigil.contract.xid import XidAction
+
+    xid = LogLine(job_id=TORCH_JOB, host="demo-host-0", category="xid", severity="critical", xid=79, source="kernel",
+                  action=XidAction.REBOOT_THEN_CHECK, gpu_index=0,
+                  message="NVRM: Xid (PCI:0000:3b:00): 79, pid=42, name=python, GPU has fallen off the bus.")
+    assert narrate(xid) == ("Hardware  demo-host-0 GPU 0: Xid 79 [source kernel, catalog action reboot_then_check] "
+                            "NVRM: Xid (PCI:0000:3b:00): 79, pid=42, name=python, GPU has fallen off the bus.")
+    assert narrate(xid.model_copy(update={"source": "process", "action": None})) is None  # a printed claim
+    assert narrate(xid.model_copy(update={"job_id": "other"})) is None

@@ -29,6 +29,20 @@ from vigil.recovery.checkpoint import CheckpointConfig, Checkpointer, TrainState
 from vigil.timer import StepTimer, TimerConfig
 
 
+def kernel_xid(code: int, text: str) -> bool:
+    """Stand in for the NVIDIA driver: append an Xid record to this host's fake kernel log (`FAKE_KMSG`, which its
+    agent follows as /dev/kmsg); False when there is none. A printed Xid is only the process's claim (issue 49)."""
+    path = os.environ.get("FAKE_KMSG")
+    if not path:
+        return False
+    with open(path, "a+") as fh:
+        fh.seek(0)
+        seq = sum(1 for line in fh if not line.startswith(" ")) + 1
+        fh.write(f"3,{seq},{int(time.monotonic() * 1e6)},-;NVRM: Xid (PCI:0000:3b:00): {code}, pid={os.getpid()}, "
+                 f"name=python, {text}\n")
+    return True
+
+
 def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser()
     p.add_argument("--ckpt", required=True)
@@ -39,6 +53,9 @@ def parse() -> argparse.Namespace:
     p.add_argument("--fault-host", default="")
     p.add_argument("--fault-step", type=int, default=-1)
     p.add_argument("--once", default="")
+    p.add_argument("--xid", action="append", default=[], metavar="CODE:HOST:STEP",
+                   help="the driver reports Xid CODE for HOST's rank at STEP (once: --once-dir), and the rank dies")
+    p.add_argument("--once-dir", default="")
     return p.parse_args()
 
 
@@ -46,7 +63,27 @@ def load_batch(step: int) -> torch.Tensor:
     raise ValueError(f"corrupt sample in shard {step % 7} (user code)")
 
 
+XID_TEXT = {31: "Ch 00000008, intr 10000000. MMU Fault: ENGINE GRAPHICS faulted @ 0x7f23_4a600000",
+            79: "GPU has fallen off the bus."}
+
+
+def driver_xids(args: argparse.Namespace, step: int) -> None:
+    """`--xid CODE:HOST:STEP`: the driver's record in this host's kernel log, then the CUDA error the rank sees."""
+    for spec in args.xid:
+        code, host, at = spec.split(":")
+        if step != int(at) or os.environ.get("VIGIL_HOST") != host or int(os.environ.get("LOCAL_RANK", "0")) != 0:
+            continue
+        once = Path(args.once_dir) / f"xid-{code}-{host}-{at}.once"
+        if once.exists():
+            continue
+        once.touch()
+        assert kernel_xid(int(code), XID_TEXT.get(int(code), "")), "no FAKE_KMSG to stand in for the kernel log"
+        raise RuntimeError("CUDA error: an illegal memory access was encountered" if code == "31"
+                           else "CUDA error: unspecified launch failure")
+
+
 def fault(args: argparse.Namespace, step: int) -> None:
+    driver_xids(args, step)
     if args.fault == "none" or step != args.fault_step or os.environ.get("VIGIL_HOST") != args.fault_host:
         return
     if int(os.environ.get("LOCAL_RANK", "0")) != 0:
@@ -56,8 +93,9 @@ def fault(args: argparse.Namespace, step: int) -> None:
             return
         Path(args.once).touch()
     if args.fault == "xid":
-        print(f"NVRM: Xid (PCI:0000:3b:00): 79, pid={os.getpid()}, GPU has fallen off the bus.", file=sys.stderr,
-              flush=True)
+        if not kernel_xid(79, "GPU has fallen off the bus."):
+            print(f"NVRM: Xid (PCI:0000:3b:00): 79, pid={os.getpid()}, GPU has fallen off the bus.", file=sys.stderr,
+                  flush=True)
         raise RuntimeError("CUDA error: unspecified launch failure")
     if args.fault == "hang":
         print(f"[worker] hanging at step {step}", flush=True)

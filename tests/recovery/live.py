@@ -85,7 +85,10 @@ class Live:
         argv = [PY, "-m", "vigil", "run", "--host", host, "--job", job, "--nodes", nodes, "--rdzv-addr", "127.0.0.1",
                 "--keepalive", "2", "--kill-grace", "10", "--heartbeat-interval", "5", *(["--spare"] if spare else []),
                 "--", *command]
-        self.agents[host] = self._spawn(argv, f"agent-{host}.log", {**self.env, **(env or {})})
+        kmsg = self.tmp / f"kmsg-{host}"  # the host's kernel log: the workers' Xid faults go there (FAKE_KMSG)
+        kmsg.touch()
+        self.agents[host] = self._spawn(argv, f"agent-{host}.log", {**self.env, "VIGIL_KMSG_PATH": str(kmsg),
+                                                                    "FAKE_KMSG": str(kmsg), **(env or {})})
 
     def start_job(self, job: str, hosts: Sequence[str], command: Sequence[str], *, nodes: str,
                   timeout: float = 240) -> None:

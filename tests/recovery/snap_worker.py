@@ -36,6 +36,20 @@ from vigil.recovery.checkpoint import CheckpointConfig, Checkpointer, RNGState, 
 from vigil.timer import StepTimer, TimerConfig
 
 
+def kernel_xid(code: int, text: str) -> bool:
+    """Stand in for the NVIDIA driver: append an Xid record to this host's fake kernel log (`FAKE_KMSG`, which its
+    agent follows as /dev/kmsg); False when there is none. A printed Xid is only the process's claim (issue 49)."""
+    path = os.environ.get("FAKE_KMSG")
+    if not path:
+        return False
+    with open(path, "a+") as fh:
+        fh.seek(0)
+        seq = sum(1 for line in fh if not line.startswith(" ")) + 1
+        fh.write(f"3,{seq},{int(time.monotonic() * 1e6)},-;NVRM: Xid (PCI:0000:3b:00): {code}, pid={os.getpid()}, "
+                 f"name=python, {text}\n")
+    return True
+
+
 def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser()
     p.add_argument("--ckpt", required=True)
@@ -72,8 +86,9 @@ def fault(args: argparse.Namespace, step: int, when: str) -> None:
         once.parent.mkdir(parents=True, exist_ok=True)
         once.write_text(f"{time.time():.6f}")  # the onset, for the benchmark
         if kind == "xid":
-            print(f"NVRM: Xid (PCI:0000:3b:00): 79, pid={os.getpid()}, GPU has fallen off the bus.", file=sys.stderr,
-                  flush=True)
+            if not kernel_xid(79, "GPU has fallen off the bus."):
+                print(f"NVRM: Xid (PCI:0000:3b:00): 79, pid={os.getpid()}, GPU has fallen off the bus.",
+                      file=sys.stderr, flush=True)
             raise RuntimeError("CUDA error: unspecified launch failure (the GPU fell off the bus)")
         if kind == "hang":
             print(f"[snap_worker] hanging in step {step}", flush=True)

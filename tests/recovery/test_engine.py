@@ -489,4 +489,4 @@ def test_without_diagnostics_every_hardware_culprit_but_an_exits_victim_goes(tmp
     culprits = [{"host": "h2", "strong": True}, {"host": "h1", "strong": False},
                 {"host": "h0", "strong": False, "from_exit": True}]
     mixed = Case(case_id="mixed", job_id=JOB, details={"class": "hardware", "steps": plan, "culprits": culprits})
-    assert condemned(SimpleNamespace(settings=h.engine.settings), mixed) == ["h2", "h1"]  # type: ignore[arg-type]
+    assert condemned(SimpleNamespace(settings=h.engine.settings, state=h.engine.state), mixed) == ["h2", "h1"]  # type: ignore[arg-type]

@@ -46,6 +46,7 @@ def test_xid_on_one_of_three_hosts_cordons_it_and_training_resumes_on_two_from_t
                   or xid, 120, "the Xid line of h2")
     line = xid[0]
     assert line.host == "h2" and line.xid == 79
+    assert line.source == "kernel" and line.action == "reboot_then_check"  # from h2's (fake) kernel log, not stdout
     before = max(c.step for c in committed(live, job) if c.ts <= line.ts)
     inc = Incident(job_id=job, host="h2", incident_id=f"{job}/host_fault/h2/xid79", category="host_fault",
                    cause="hardware", status="open", severity="critical", summary="h2 rank 2: Xid 79, GPU fell off the bus",

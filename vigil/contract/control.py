@@ -180,9 +180,10 @@ class Member(Event):
     command_id: str = Field(default="", max_length=256, description="the command that caused this state")
     reason: str = Field(default="", max_length=2048)
     replication: SnapshotReplication | None = Field(default=None, description="its snapshot replication, when it replicates")
-    fault: HardwareFault | None = Field(default=None, description="exited: the hardware error its ranks printed in "
-                                        "this generation (a line the agent classified), what `reason` quotes; "
-                                        "attested, its host is the failure's strong culprit")
+    fault: HardwareFault | None = Field(default=None, description="exited: the hardware fault of this generation "
+                                        "the agent read from the kernel log or NVML (never a line its ranks "
+                                        "printed), what `reason` quotes; attested, its host is the failure's "
+                                        "strong culprit")
     signature: str = Field(default="", max_length=512, description="<role>/<key id>/<base64 Ed25519>: the "
                            "agent's attestation (vigil.signing); empty: an unattested fact")
 

@@ -25,6 +25,7 @@ from vigil.contract.base import (
 )
 from vigil.contract.phases import PhaseKind
 from vigil.contract.severity import Severity
+from vigil.contract.xid import LogSource, XidAction
 
 __all__ = ["Severity"]  # re-exported: the scale lives in vigil.contract.severity
 
@@ -124,7 +125,11 @@ class NicCounters(Event):
 
 
 class LogLine(Event):
-    """A classified stdout/stderr line (or a summary of a rate-limited flood)."""
+    """A classified line (or a summary of a rate-limited flood): a training process's stdout/stderr, or a record
+    of the host's kernel log (`source` kernel). `source` says who made the claim: only a `kernel`, `nvml` or
+    `sysfs` fact may decide (`vigil.contract.xid.decides`); a `process` line is what the training code printed.
+    `action` is the Xid catalog's action for an Xid the hardware reported (and the source's own for other
+    kernel facts); `gpu_index`/`gpu_uuid` the GPU its PCI address names, `pid` the process the record names."""
 
     kind: Literal["log"] = "log"
     schema_version: Literal[1] = 1
@@ -136,6 +141,13 @@ class LogLine(Event):
     message: str = Field(max_length=8192)
     xid: I32 | None = None
     repeats: U32 = Field(default=1, ge=1, description=">1 when this line summarises a flood")
+    source: LogSource = Field(default="process", description="kernel, nvml, sysfs: the hardware's own report; "
+                              "process: a training process's output (a claim)")
+    action: XidAction | None = Field(default=None, description="what the fact calls for (the Xid catalog's action)")
+    gpu_index: U32 | None = None
+    gpu_uuid: Text = ""
+    pci: Text = Field(default="", description="the PCI address the record names")
+    pid: U32 | None = Field(default=None, description="the process the record names (OOM-killer, Xid pid=)")
 
 
 class ProcessExit(Event):

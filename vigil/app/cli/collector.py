@@ -20,7 +20,7 @@ _OVERRIDES = {
     "spool_dir": "spool_dir", "fr_dir": "fr_dir", "state_dir": "state_dir", "output_dir": "output_dir",
     "heartbeat_interval": "heartbeat_interval", "nic_interval": "nic_interval", "rules_file": "rules_file",
     "kill_grace": "kill_grace_s", "drain_timeout": "drain_timeout_s", "log_dir": "log_dirs", "match": "process_match",
-    "delivery_timeout": "delivery_timeout_s",
+    "delivery_timeout": "delivery_timeout_s", "kmsg": "kmsg_path",
 }
 
 
@@ -35,6 +35,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fr-dir", type=Path, metavar="DIR", help="Flight Recorder dumps (default $VIGIL_HOME/fr)")
     p.add_argument("--state-dir", type=Path, metavar="DIR",
                    help="outbox and offsets (default $VIGIL_HOME/agent/<host>)")
+    p.add_argument("--kmsg", metavar="PATH", help="kernel log to follow for hardware faults (default /dev/kmsg; "
+                   "'' for none; VIGIL_KMSG_PATH)")
     p.add_argument("--rules-file", type=Path, metavar="FILE", help="TOML file of [[rules]] (pattern, category, severity)")
     p.add_argument("--delivery-timeout", type=float, metavar="S", help="Kafka delivery timeout (default 5)")
     p.add_argument("--drain-timeout", type=float, metavar="S", help="at exit, seconds to deliver what is pending (default 10)")

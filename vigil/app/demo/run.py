@@ -5,7 +5,9 @@ notifier), then side by side:
 1. a real PyTorch job: `train.py`, data-parallel on gloo, 6 ranks as 3 hosts, each host a `vigil run
    --nodes 2:3 -- torchrun ...` agent under recovery control (the controller starts it, node
    count elastic 2..3, a checkpoint every `CKPT_EVERY` steps); one rank is slowed part-way, and
-   at step `XID_AT` rank 0, on `demo-host-0`, prints an Xid 79 and dies: the controller pauses the
+   at step `XID_AT` rank 0, on `demo-host-0`, dies of an Xid 79 that the demo writes to that host's fake
+   kernel log (`<home>/demo/kmsg/<host>`, which its agent follows as /dev/kmsg; the terminal shows the Xid
+   with its source and the catalog's action): the controller pauses the
    job, cordons that host (the Xid names it: no diagnostics to wait for) and restarts the job on the
    other two from the freshest state: the ranks renumber (`demo-host-1` now runs ranks 0 and 1, whose
    state died with `demo-host-0`), so each restores its rank's snapshot of the step before from the
@@ -34,7 +36,7 @@ from pathlib import Path
 import psutil
 
 from vigil.app.stack.runner import Stack
-from vigil.contract import Event, JobRegistered, Outcome, RecoveryAction
+from vigil.contract import Event, JobRegistered, LogLine, Outcome, RecoveryAction
 from vigil.kafka.follow import Follower
 from vigil.redact import shown_dsn
 from vigil.settings import VigilSettings
@@ -93,7 +95,11 @@ class Demo:
         hang_once = self.settings.home / "demo" / "hang.once"
         hang_once.unlink(missing_ok=True)
         for host in HOSTS:
+            kmsg = self.settings.home / "demo" / "kmsg" / host  # the host's kernel log: the Xid is written there
+            kmsg.parent.mkdir(parents=True, exist_ok=True)
+            kmsg.touch()  # kept across demo runs: its sequence numbers go on where the agent's saved position is
             env = {**os.environ, "VIGIL_KAFKA_BOOTSTRAP": bootstrap, "OMP_NUM_THREADS": "1",
+                   "VIGIL_KMSG_PATH": str(kmsg), "DEMO_FAKE_KMSG": str(kmsg),
                    "VIGIL_SPOOL_DIR": str(self.settings.home / "demo" / "spool" / host),
                    "VIGIL_HANG_FLOOR_S": str(HANG_FLOOR_S),
                    "VIGIL_SNAPSHOT_ROOT": str(self.settings.home / "demo" / "shm")}  # each host's snapshot memory
@@ -154,6 +160,8 @@ def narrate(event: Event) -> str | None:
         return None
     if isinstance(event, JobRegistered):
         return resplit_line(event)
+    if isinstance(event, LogLine):
+        return kernel_line(event)
     if isinstance(event, Outcome):
         if event.category == "start":
             return f"Recovery  {TORCH_JOB} started on {', '.join(event.hosts)} (generation {event.generation})"
@@ -173,6 +181,17 @@ def narrate(event: Event) -> str | None:
     return None
 
 
+def kernel_line(event: LogLine) -> str | None:
+    """A hardware fault the host's kernel reported, with its source and the Xid catalog's action (None: a
+    process's own line)."""
+    if event.source == "process" or event.category in ("kernel_log_lost",):
+        return None
+    gpu = f" GPU {event.gpu_index}" if event.gpu_index is not None else ""
+    what = f"Xid {event.xid}" if event.xid is not None else event.category
+    action = f", catalog action {event.action.value}" if event.action is not None else ""
+    return f"Hardware  {event.host}{gpu}: {what} [source {event.source}{action}] {event.message[:160]}"
+
+
 def resplit_line(event: JobRegistered) -> str | None:
     """The data re-split of a resumed start, as the job's rank 0 reported it (None on a fresh start)."""
     d = event.data
@@ -186,7 +205,7 @@ def resplit_line(event: JobRegistered) -> str | None:
 def follow_recovery(settings: VigilSettings, bootstrap: str, stop: threading.Event) -> None:
     """Print the torch job's recovery as it happens (the demo's terminal tells the story too)."""
     try:
-        follower = Follower(settings=settings, bootstrap=bootstrap, topics=["recovery", "jobs"])
+        follower = Follower(settings=settings, bootstrap=bootstrap, topics=["recovery", "jobs", "logs"])
     except Exception as exc:
         print(f"Recovery  (not followed: {exc})", flush=True)
         return
@@ -221,7 +240,7 @@ vigil demo is running.  Open {dash}
 What to look at (give it a minute or two to develop):
   Overview  two jobs: {TORCH_JOB} (real PyTorch, 6 ranks on 3 hosts, then 4 on 2) and {SIM_JOB}
             ({sim_hosts} simulated hosts).
-  Recovery  at step {XID_AT} rank 0, on {HOSTS[0]}, prints an Xid 79 and dies: the recovery controller
+  Recovery  at step {XID_AT} rank 0, on {HOSTS[0]}, dies of an Xid 79 from its kernel log: the recovery controller
             pauses the job, cordons {HOSTS[0]} and restarts the job on {HOSTS[1]} and {HOSTS[2]} from the
             snapshots of the step before that each host's buddy held in memory (the ranks renumber:
             {HOSTS[1]} takes over ranks 0 and 1, whose copies it held for {HOSTS[0]}); the lines below tell

@@ -108,6 +108,20 @@ def first_time(marker: str) -> bool:
         return False
 
 
+def driver_xid(code: int, text: str) -> bool:
+    """The demo's stand-in for the NVIDIA driver: append an Xid record, in the kernel's `/dev/kmsg` format, to this
+    host's fake kernel log (`DEMO_FAKE_KMSG`), which its agent follows; False when there is none."""
+    path = os.environ.get("DEMO_FAKE_KMSG")
+    if not path:
+        return False
+    with open(path, "a+") as fh:
+        fh.seek(0)
+        seq = sum(1 for line in fh if not line.startswith(" ")) + 1
+        fh.write(f"3,{seq},{int(time.monotonic() * 1e6)},-;NVRM: Xid (PCI:0000:3b:00): {code}, pid={os.getpid()}, "
+                 f"name=python, {text}\n")
+    return True
+
+
 def register_job(args: argparse.Namespace, world: int, data: dict[str, object] | None = None) -> None:
     """Rank 0 under recovery control: the job's topology as a `job` event line in the spool (the agent ships it),
     with what the data sampler re-split at this start (`data`)."""
@@ -215,8 +229,9 @@ def main(argv: list[str] | None = None) -> int:
                 with timer.phase("optimizer"):
                     opt.step()
             if picked(args.xid_rank, rank) and step >= args.xid_at and first_time(args.xid_once):
-                print(f"NVRM: Xid (PCI:0000:3b:00): 79, pid={os.getpid()}, GPU has fallen off the bus.",
-                      file=sys.stderr, flush=True)
+                if not driver_xid(79, "GPU has fallen off the bus."):  # the kernel's word; else a printed claim
+                    print(f"NVRM: Xid (PCI:0000:3b:00): 79, pid={os.getpid()}, GPU has fallen off the bus.",
+                          file=sys.stderr, flush=True)
                 if args.xid_dies:
                     raise RuntimeError("CUDA error: unspecified launch failure (the GPU fell off the bus)")
             if rank == 0 and step % 20 == 0:

@@ -1,0 +1,58 @@
+"""Which GPU a PCI address names: NVML's bus ids where NVML answers, else the nvidia driver's devices in sysfs.
+
+The driver names a GPU by a short PCI address (`PCI:0000:3b:00` in an Xid line), NVML by a long one
+(`00000000:3B:00.0`), sysfs by `0000:3b:00.0`: `pci_key` reduces each to (domain, bus, device). Without
+NVML, the GPUs bound to the nvidia driver (`<sysfs>/bus/pci/drivers/nvidia/<address>`) in PCI order give
+the index NVML would (its default enumeration is PCI bus order), and no UUID.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vigil.collector.gpu import NvmlProbe
+
+_ADDRESS = re.compile(r"^(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})(?:\.[0-7])?$")
+PciKey = tuple[int, int, int]
+
+
+def pci_key(address: str) -> PciKey | None:
+    """(domain, bus, device) of a PCI address in any of the driver's, NVML's or sysfs's spellings."""
+    m = _ADDRESS.match(address.strip().removeprefix("PCI:"))
+    if m is None:
+        return None
+    return int(m[1] or "0", 16), int(m[2], 16), int(m[3], 16)
+
+
+def sysfs_gpus(sysfs_root: Path) -> dict[PciKey, tuple[int, str]]:
+    """The nvidia driver's devices in PCI order: key -> (index, "")."""
+    try:
+        names = [p.name for p in (sysfs_root / "bus" / "pci" / "drivers" / "nvidia").iterdir()]
+    except OSError:
+        return {}
+    keys = sorted(k for n in names if (k := pci_key(n)) is not None)
+    return {k: (i, "") for i, k in enumerate(keys)}
+
+
+@dataclass(kw_only=True)
+class GpuMap:
+    """PCI address -> (GPU index, UUID), read once and again when an address is not known."""
+
+    sysfs_root: Path
+    probe: NvmlProbe | None = None
+    _map: dict[PciKey, tuple[int, str]] = field(default_factory=dict, init=False)
+
+    def refresh(self) -> None:
+        found = self.probe.bus_ids() if self.probe is not None else {}
+        self._map = {k: v for a, v in found.items() if (k := pci_key(a)) is not None} or sysfs_gpus(self.sysfs_root)
+
+    def lookup(self, address: str) -> tuple[int | None, str]:
+        key = pci_key(address)
+        if key is None:
+            return None, ""
+        if key not in self._map:
+            self.refresh()
+        index, uuid = self._map.get(key, (None, ""))
+        return index, uuid

@@ -1,0 +1,168 @@
+"""The kernel log source: follow `/dev/kmsg` on a thread of its own and ship its hardware facts as `source=kernel`.
+
+Each record `kernelrules` recognises becomes a `LogLine` with the fact's category, severity and catalog action,
+the GPU its PCI address names (`GpuMap`), and the job rank of the pid it names when that pid is one of this
+host's ranks (`rank_of_pid`). Its `event_id` derives from (host, boot, sequence number), so a record read again
+is a duplicate downstream removes; the position (boot id + last sequence number) is saved in the agent's
+offsets after the record's events reached the durable outbox: an agent restart resumes after it, and a new
+boot (another boot id) reads the new ring from its start. Only the kernel's own records count (facility 0):
+what a process writes to `/dev/kmsg` gets the user facility and is skipped (counted). A kernel Xid or fatal
+SXid whose catalog action takes the host out is noted in the agent's error memory: a generation that fails
+after it reports it as its fault (`Member.fault`), which a training process's printed line no longer does. Records lost before they were read (a sequence gap,
+a wrapped ring) are counted and reported as a `kernel_log_lost` warning. Floods pass the per-(category, GPU)
+limiter as log lines do. This thread never feeds heartbeats: a stuck read stalls only it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from vigil.collector.flood import FloodLimiter
+from vigil.collector.gpumap import GpuMap
+from vigil.collector.kernelrules import classify_kernel
+from vigil.collector.kmsg import KmsgReader, KmsgRecord
+from vigil.collector.offsets import OffsetStore
+from vigil.collector.summary import ErrorMemory
+from vigil.contract import Event, LogLine, new_event_id, utcnow
+from vigil.contract.xid import HOST_ACTIONS
+
+log = logging.getLogger(__name__)
+STATE_KEY = "kmsg"
+RETRY_OPEN_S = 10.0
+MAX_BACKDATE_S = 86_400.0  # a record's time from the boot clock, unless that puts it further back than this
+
+KERNEL_FACILITY = 0  # what userspace writes to /dev/kmsg gets LOG_USER (1) or above: never a kernel fact
+FAULTS = {"xid": "xid", "sxid": "nvlink"}  # kernel facts the agent attests as its ranks' hardware fault (Member.fault)
+RankOfPid = Callable[[int], tuple[int | None, int | None]]  # pid -> (rank, local rank)
+
+
+def read_boot_id(procfs_root: Path) -> str:
+    try:
+        return (procfs_root / "sys" / "kernel" / "random" / "boot_id").read_text().strip()[:64]
+    except OSError:
+        return ""
+
+
+@dataclass(kw_only=True)
+class KernelLog:
+    path: Path
+    job_id: str
+    host: str
+    store: OffsetStore
+    emit: Callable[[Sequence[Event]], None]
+    gpus: GpuMap
+    rank_of_pid: RankOfPid
+    boot_id: str = ""
+    poll_s: float = 0.5
+    flood_burst: int = 20
+    flood_window_s: float = 10.0
+    clock: Callable[[], float] = time.monotonic
+    memory: ErrorMemory | None = None  # the agent's: a host fault here is what a failed generation reports
+    reader: KmsgReader | None = field(default=None, init=False)
+    facts: int = 0
+    user_records: int = 0  # records userspace wrote to the log (facility >= 1): not the kernel's word
+    _reported_lost: int = field(default=0, init=False)
+    _oom_pids: deque[int] = field(default_factory=lambda: deque(maxlen=64), init=False, repr=False)
+    _limiter: FloodLimiter[LogLine] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._limiter = FloodLimiter(burst=self.flood_burst, window_s=self.flood_window_s)
+
+    def open(self) -> bool:
+        saved = self.store.get(STATE_KEY) or {}
+        same_boot = isinstance(saved, dict) and saved.get("boot") == self.boot_id and isinstance(saved.get("seq"), int)
+        reader = KmsgReader(path=self.path, after_seq=saved["seq"] if same_boot else None,
+                            from_end=not isinstance(saved, dict) or "boot" not in saved)
+        try:
+            reader.open()
+        except OSError as exc:
+            if self.reader is None:
+                log.warning("kernel log %s not readable (%s): no kernel facts (retried every %.0f s)",
+                            self.path, exc.strerror, RETRY_OPEN_S)
+            self.reader = self.reader or reader
+            return False
+        self.reader = reader
+        self._save()
+        log.info("following the kernel log %s after record %s", self.path, reader.last_seq)
+        return True
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.is_set() and not self.open():
+            stop.wait(RETRY_OPEN_S)
+        reader = self.reader
+        try:
+            while reader is not None and not stop.is_set():
+                self.poll()
+                reader.wait(self.poll_s)
+        finally:
+            if reader is not None:
+                reader.close()
+            self.emit([self._repeat(e, n) for e, n in self._limiter.drain()])
+
+    def poll(self) -> None:
+        """Read what is new, emit its facts, then save the position."""
+        assert self.reader is not None
+        records = self.reader.read()
+        out: list[LogLine] = []
+        for record in records:
+            out += self.handle(record)
+        out += [self._repeat(e, n) for e, n in self._limiter.due(self.clock())]
+        missing = self.reader.lost - self._reported_lost
+        if missing > 0:
+            self._reported_lost = self.reader.lost
+            out.append(LogLine(job_id=self.job_id, host=self.host, category="kernel_log_lost", severity="warning",
+                               source="kernel", message=f"{missing} kernel log records lost before they were read "
+                               f"({self.reader.lost} in all; the ring buffer wrapped {self.reader.wrapped} times)"))
+        self.emit(out)
+        if records:
+            self._save()
+
+    def handle(self, record: KmsgRecord) -> list[LogLine]:
+        if record.facility != KERNEL_FACILITY:
+            self.user_records += 1
+            return []
+        fact = classify_kernel(record.message)
+        if fact is None:
+            return []
+        if fact.category == "oom" and fact.pid is not None:
+            if fact.pid in self._oom_pids:
+                return []  # the same kill's second line
+            self._oom_pids.append(fact.pid)
+        gpu, uuid = self.gpus.lookup(fact.pci) if fact.pci else (None, "")
+        rank, local = self.rank_of_pid(fact.pid) if fact.pid is not None else (None, None)
+        self.facts += 1
+        event = LogLine(
+            event_id=hashlib.sha256(f"{self.host}|{self.boot_id}|{record.seq}".encode()).hexdigest()[:32],
+            job_id=self.job_id, host=self.host, ts=self._when(record), rank=rank, local_rank=local,
+            category=fact.category, severity=fact.severity, message=record.message[:8192], xid=fact.xid,
+            source="kernel", action=fact.action, gpu_index=gpu, gpu_uuid=uuid[:256], pci=fact.pci, pid=fact.pid)
+        if self.memory is not None and fact.action in HOST_ACTIONS and fact.category in FAULTS:
+            self.memory.note_fault(FAULTS[fact.category], record.message[:2048], event.ts)
+        emitted = self._limiter.offer((fact.category, gpu, fact.pci), event, self.clock())
+        return [self._repeat(e, n) if n > 1 else e for e, n in emitted]
+
+    def _when(self, record: KmsgRecord) -> datetime:
+        now = time.time()
+        at = now - time.monotonic() + record.usec / 1e6
+        return datetime.fromtimestamp(at, UTC) if now - MAX_BACKDATE_S <= at <= now + 1 else utcnow()
+
+    def _save(self) -> None:
+        if self.reader is not None and self.reader.last_seq is not None:
+            self.store.save(**{STATE_KEY: {"boot": self.boot_id, "seq": self.reader.last_seq}})
+
+    def stats(self) -> dict[str, int]:
+        r = self.reader
+        return {"kernel_facts": self.facts, "kernel_user_records": self.user_records, "kernel_lost": r.lost if r else 0,
+                "kernel_wrapped": r.wrapped if r else 0, "kernel_malformed": r.malformed if r else 0}
+
+    @staticmethod
+    def _repeat(event: LogLine, repeats: int) -> LogLine:
+        return event.model_copy(update={"repeats": repeats, "event_id": new_event_id(), "ts": utcnow()})

@@ -1,0 +1,114 @@
+"""The kernel log reader and classifier (pure): record format, positions, gaps, and each line class."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from kmsg_lines import (
+    AER,
+    AER_CORRECTED,
+    EDAC_CE,
+    EDAC_UE,
+    LINK_DOWN,
+    MCE,
+    NOISE,
+    OOM,
+    OOM_KILL,
+    SXID,
+    XID,
+    FakeKmsg,
+)
+
+from vigil.collector.gpumap import GpuMap, pci_key
+from vigil.collector.kernelrules import classify_kernel
+from vigil.collector.kmsg import MAX_RECORD, KmsgReader, parse_record
+from vigil.contract.xid import XidAction
+
+pytestmark = pytest.mark.pure
+
+
+def test_a_record_with_its_continuation_lines_and_escapes() -> None:
+    r = parse_record(b"4,1234,5678901,-,caller=T12;mlx5_core 0000:5e:00.0: tab\\x09here \\x5c ok\n"
+                     b" SUBSYSTEM=pci\n DEVICE=+pci:0000:5e:00.0\n")
+    assert r is not None
+    assert (r.seq, r.usec, r.level, r.facility) == (1234, 5678901, 4, 0)
+    assert r.message == "mlx5_core 0000:5e:00.0: tab\there \\ ok"
+    assert r.fields == {"SUBSYSTEM": "pci", "DEVICE": "+pci:0000:5e:00.0"}
+    assert parse_record(b"not a record") is None and parse_record(b"a,b,c,-;x") is None
+    assert len(parse_record(b"6,1,1,-;" + b"x" * 100_000).message) < MAX_RECORD  # type: ignore[union-attr]
+
+
+def test_the_reader_follows_resumes_and_counts_gaps(tmp_path: Path) -> None:
+    kmsg = FakeKmsg(tmp_path / "kmsg")
+    kmsg.write("boot 1", "boot 2")
+    first = KmsgReader(path=kmsg.path, from_end=True)
+    first.open()
+    assert first.last_seq == 2 and first.read() == []  # a first start: what the log holds is history
+    kmsg.write("a", "b")
+    assert [r.message for r in first.read()] == ["a", "b"]
+    kmsg.write("c", skip=3)  # three records the ring overwrote before anyone read them
+    assert [r.message for r in first.read()] == ["c"] and first.lost == 3
+    first.close()
+    kmsg.write("d")
+    again = KmsgReader(path=kmsg.path, after_seq=first.last_seq)  # a restart from the saved position
+    again.open()
+    assert [r.message for r in again.read()] == ["d"] and again.lost == 0
+    fresh = KmsgReader(path=kmsg.path)  # a new boot: the ring from its start
+    fresh.open()
+    assert [r.message for r in fresh.read()][:2] == ["boot 1", "boot 2"]
+
+
+def test_a_partial_last_line_waits_for_its_end(tmp_path: Path) -> None:
+    path = tmp_path / "kmsg"
+    path.write_bytes(b"3,1,10,-;NVRM: Xid (PCI:0000:3b:00): 7")
+    reader = KmsgReader(path=path)
+    reader.open()
+    assert reader.read() == []
+    with open(path, "ab") as fh:
+        fh.write(b"9, pid=1, name=x, GPU has fallen off the bus.\n")
+    (record,) = reader.read()
+    assert classify_kernel(record.message).xid == 79  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("line", "category", "severity", "action", "xid", "pci", "pid"), [
+    (XID[13], "xid", "error", XidAction.RESTART_JOB, 13, "0000:3b:00", 4242),
+    (XID[31], "xid", "error", XidAction.RESTART_JOB, 31, "0000:3b:00", 4242),
+    (XID[48], "xid", "critical", XidAction.RESET_GPU, 48, "0000:86:00", 4243),
+    (XID[79], "xid", "critical", XidAction.REBOOT_THEN_CHECK, 79, "0000:86:00", None),
+    (XID[94], "xid", "error", XidAction.RESET_GPU, 94, "0000:3b:00", 4242),
+    ("NVRM: Xid (PCI:0000:3b:00): 999, pid=1, something new", "xid", "critical", XidAction.INVESTIGATE, 999,
+     "0000:3b:00", 1),
+    (SXID, "sxid", "critical", XidAction.CORDON, None, "0000:c5:00.0", None),
+    (AER, "pcie_aer", "critical", XidAction.REBOOT_THEN_CHECK, None, "0000:86:00.0", None),
+    (AER_CORRECTED, "pcie_aer", "warning", XidAction.WATCH, None, "0000:3b:00.0", None),
+    (LINK_DOWN, "nic_link_down", "error", XidAction.WATCH, None, "0000:5e:00.0", None),
+    (OOM, "oom", "error", XidAction.RESTART_JOB, None, "", 4242),
+    (OOM_KILL, "oom", "error", XidAction.RESTART_JOB, None, "", 4242),
+    (EDAC_UE, "host_memory", "critical", XidAction.CORDON, None, "", None),
+    (EDAC_CE, "host_memory", "warning", XidAction.WATCH, None, "", None),
+    (MCE, "mce", "error", XidAction.INVESTIGATE, None, "", None),
+])
+def test_each_line_class(line: str, category: str, severity: str, action: XidAction, xid: int | None, pci: str,
+                         pid: int | None) -> None:
+    fact = classify_kernel(line)
+    assert fact is not None
+    assert (fact.category, fact.severity, fact.action, fact.xid, fact.pci, fact.pid) == \
+        (category, severity, action, xid, pci, pid)
+
+
+def test_noise_and_lookalikes_are_nothing() -> None:
+    assert classify_kernel(NOISE) is None
+    assert classify_kernel("python[4242]: printed NVRM Xid 79 to be funny") is None
+    assert classify_kernel("x" * 8000 + " NVRM: Xid (PCI:0000:3b:00): 79, pid=1") is not None  # linear, bounded
+
+
+def test_pci_addresses_name_gpus_through_sysfs(tmp_path: Path) -> None:
+    driver = tmp_path / "bus" / "pci" / "drivers" / "nvidia"
+    for address in ("0000:86:00.0", "0000:3b:00.0", "0000:5e:00.0"):
+        (driver / address).mkdir(parents=True)
+    (driver / "new_id").touch()  # the driver's own files are not devices
+    gpus = GpuMap(sysfs_root=tmp_path)
+    assert gpus.lookup("0000:3b:00") == (0, "") and gpus.lookup("PCI:0000:86:00") == (2, "")
+    assert gpus.lookup("0000:99:00") == (None, "") and gpus.lookup("garbage") == (None, "")
+    assert pci_key("00000000:3B:00.0") == pci_key("0000:3b:00") == (0, 0x3B, 0)
