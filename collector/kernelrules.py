@@ -23,7 +23,8 @@ from typing import Any
 
 import re2
 
-from vigil.contract.xid import Severity, XidAction, xid_entry
+from vigil.contract.severity import Severity
+from vigil.contract.xid import XidAction, xid_entry
 
 
 @dataclass(frozen=True, kw_only=True)
