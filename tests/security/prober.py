@@ -1,10 +1,9 @@
 """An attacker in a training job: tries to read, trace and write the processes that hold a platform identity.
 
-`python prober.py [--wait FILE] [--read PATH ...] PID ...`: for each PID (`ppid`: its parent's), opening `/proc/PID/environ` and
+`python prober.py [--wait FILE] [--read PATH | --write PATH ...] PID ...`: for each PID (`ppid`: its parent's), opening `/proc/PID/environ` and
 `/proc/PID/mem` for reading, `/proc/PID/fd/0` for writing (a waiting process's order channel) and a
-ptrace attach; for each PATH (`--read`), reading the file. Prints one JSON object: `{"uid": ..., "pid":
-{PID: {what: "ok" | errno name}}, "read": {PATH: "ok" | errno name}, "found": [secret-looking strings
-it saw]}`. With `--wait FILE` it first waits for FILE to exist (the test looks at the agent meanwhile).
+ptrace attach; for each PATH, reading it (`--read`) or creating it (`--write`). Prints one JSON object: `{"uid": ..., "pid":
+{PID: {what: "ok" | errno name}}, "read" | "write": {PATH: "ok" | errno name}, "env": [its variables]}`. With `--wait FILE` it first waits for FILE to exist (the test looks at the agent meanwhile).
 Standard library only.
 """
 
@@ -55,16 +54,22 @@ def main(argv: list[str]) -> None:
         while not os.path.exists(argv[1]):
             time.sleep(0.05)
         argv = argv[2:]
-    while argv[:1] == ["--read"]:
-        reads.append(argv[1])
+    writes: list[str] = []
+    while argv[:1] in (["--read"], ["--write"]):
+        (reads if argv[0] == "--read" else writes).append(argv[1])
         argv = argv[2:]
     pids = [str(os.getppid()) if p == "ppid" else p for p in argv]
+    def write(path: str) -> None:
+        with open(path, "xb") as fh:
+            fh.write(b"planted")
+
     def read(path: str) -> None:
         with open(path, "rb") as fh:
             fh.read()
 
     out = {"uid": os.getuid(), "pid": {p: probe(int(p)) for p in pids}, "env": sorted(os.environ),
-           "read": {path: attempt(lambda path=path: read(path)) for path in reads}}
+           "read": {path: attempt(lambda path=path: read(path)) for path in reads},
+           "write": {path: attempt(lambda path=path: write(path)) for path in writes}}
     print(json.dumps(out), flush=True)
 
 

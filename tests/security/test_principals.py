@@ -1,7 +1,8 @@
 """Two principals on a node: a training job reads, traces and writes nothing of the processes holding an identity.
 
 A real `vigil run` launches `prober.py` (tests/security), which attacks its agent (`/proc/<ppid>/environ`,
-`mem`, a ptrace attach) and the agent's key file, as another uid (`vigil run --user 65534`, the agent
+`mem`, a ptrace attach) and `vigil up`'s key directory (reading every private key, planting a public one),
+as another uid (`vigil run --user 65534`, the agent
 root) and as the agent's own uid (`vigil run` itself as 65534). The warm interpreters and the warm
 diagnostics child, waiting for their order, are attacked the same way, their order channel
 (`/proc/<pid>/fd/0`) included; once ordered, a warm interpreter is the training process, dumpable again.
@@ -25,6 +26,7 @@ import psutil
 import pytest
 
 from tests.waiting import wait_until
+from vigil.app.stack.state import guard
 from vigil.collector.control.warm import WarmPlan, WarmPool, stop_idle
 from vigil.collector.control.warmdiag import WarmDiagnostics
 from vigil.collector.principal import RunAs
@@ -50,7 +52,6 @@ REFUSED = {"EACCES", "EPERM", "ENXIO"}
 def home() -> Iterator[Path]:
     """A VIGIL_HOME uid 65534 may use (pytest's tmp_path is root's only)."""
     path = Path(tempfile.mkdtemp(prefix="vigil-principal-"))
-    os.chown(path, NOBODY, NOBODY)
     path.chmod(0o755)
     yield path
     shutil.rmtree(path, ignore_errors=True)
@@ -63,10 +64,10 @@ def agent_env(home: Path) -> dict[str, str]:
     return env
 
 
-def attack_through_vigil_run(home: Path, options: list[str], reads: list[str], **popen: Any) -> dict[str, Any]:
+def attack_through_vigil_run(home: Path, options: list[str], files: list[str], **popen: Any) -> dict[str, Any]:
     go = home / "go"
-    argv = [*VIGIL_AS_ANYONE, "run", "--drain-timeout", "1", "--delivery-timeout", "1", *options, "--", SYSTEM_PYTHON, PROBER,
-            "--wait", str(go), *(a for path in reads for a in ("--read", path)), "ppid"]
+    argv = [*VIGIL_AS_ANYONE, "run", "--drain-timeout", "1", "--delivery-timeout", "1", *options, "--", SYSTEM_PYTHON,
+            PROBER, "--wait", str(go), *files, "ppid"]
     agent = subprocess.Popen(argv, env=agent_env(home), cwd=home, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              **popen)
     try:
@@ -87,19 +88,26 @@ def assert_refused(got: dict[str, str], *what: str) -> None:
         assert got[name] in REFUSED, (name, got)
 
 
-def test_a_job_of_another_uid_reads_nothing_of_its_agent_nor_its_key(home: Path) -> None:
-    store = KeyStore(home / "keys")
-    store.ensure((Role.AGENT,))
-    (key,) = (home / "keys").glob("agent.*.key")
-    got = attack_through_vigil_run(home, ["--user", str(NOBODY)], [str(key)])
+def test_a_job_of_another_uid_reads_nothing_of_its_agent_nor_of_the_stacks_keys(home: Path) -> None:
+    keys = home / "keys"  # laid out as `vigil up` does
+    guard(home, keys)
+    KeyStore(keys).ensure()
+    guard(home, keys)
+    private = sorted(str(k) for k in keys.glob("*.key"))
+    assert len(private) == len(Role)
+    planted = str(keys / "agent.planted.pub")
+    got = attack_through_vigil_run(home, ["--user", str(NOBODY)],
+                                   [*(a for k in private for a in ("--read", k)), "--write", planted])
     assert got["uid"] == NOBODY
     (agent,) = got["pid"].values()
     assert_refused(agent, "environ", "mem", "ptrace")
-    assert got["read"][str(key)] in REFUSED
+    assert all(got["read"][k] in REFUSED for k in private), got["read"]
+    assert got["write"][planted] in REFUSED and not Path(planted).exists()
     assert not {"VIGIL_KAFKA_EXTRA", "VIGIL_HOME"} & set(got["env"])
 
 
 def test_a_job_of_the_agents_own_uid_reads_nothing_of_it(home: Path) -> None:
+    os.chown(home, NOBODY, NOBODY)
     got = attack_through_vigil_run(home, [], [], user=NOBODY, group=NOBODY, extra_groups=[])
     assert got["uid"] == NOBODY
     (agent,) = got["pid"].values()
