@@ -17,10 +17,10 @@ root: `run_as` refuses clearly otherwise. Linux only; elsewhere `protect` return
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import grp
 import os
 import pwd
+import secrets
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +33,7 @@ SECRET_VARS: tuple[str, ...] = ("VIGIL_SIGNING_PRIVATE_KEY", "VIGIL_KAFKA_EXTRA"
 
 
 def _prctl(option: int, value: int) -> int:
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    libc = ctypes.CDLL(None, use_errno=True)  # the process's own symbols: libc is loaded (no ldconfig child)
     return int(libc.prctl(option, value, 0, 0, 0))
 
 
@@ -127,3 +127,29 @@ def run_as(user: str | None, group: str | None) -> RunAs | None:
     if uid == 0:
         raise ValueError("--user: the training command must not run as root")
     return RunAs(uid=uid, gid=gid, groups=groups)
+
+
+def job_key_file(folder: Path, job: str, run_as: RunAs | None) -> Path:
+    """The job's snapshot and checkpoint integrity key (`vigil.recovery.checkpoint.integrity`): a random key in
+    `folder/<job>.key`, mode 0600, the command's uid's (the folder 0700, or 0711 when the command runs as another
+    uid: it opens the file by name, nobody lists the folder). Made once, by whichever agent of the job is first
+    (written aside, then linked into place): the agents of one job on one machine share it."""
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    folder.chmod(0o711 if run_as is not None else 0o700)
+    path = folder / f"{job}.key"
+    if not path.exists():
+        tmp = folder / f".{job}.{secrets.token_hex(4)}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, secrets.token_hex(32).encode())
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink()
+    if run_as is not None:
+        os.chown(path, run_as.uid, run_as.gid)
+    return path

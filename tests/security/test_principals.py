@@ -71,7 +71,10 @@ def attack_through_vigil_run(home: Path, options: list[str], files: list[str], *
     agent = subprocess.Popen(argv, env=agent_env(home), cwd=home, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              **popen)
     try:
-        wait_until(lambda: agent.poll() is not None or psutil.Process(agent.pid).children(), what="the agent's child")
+        def launched() -> bool:
+            return agent.poll() is not None or any(PROBER in c.cmdline() for c in psutil.Process(agent.pid).children())
+
+        wait_until(launched, what="the agent's child")
         with open(f"/proc/{agent.pid}/environ", "rb") as fh:  # root reads it: the secret was scrubbed
             assert SECRET.encode() not in fh.read()
         go.touch()
@@ -103,7 +106,9 @@ def test_a_job_of_another_uid_reads_nothing_of_its_agent_nor_of_the_stacks_keys(
     assert_refused(agent, "environ", "mem", "ptrace")
     assert all(got["read"][k] in REFUSED for k in private), got["read"]
     assert got["write"][planted] in REFUSED and not Path(planted).exists()
-    assert not {"VIGIL_KAFKA_EXTRA", "VIGIL_HOME"} & set(got["env"])
+    assert not {"VIGIL_KAFKA_EXTRA", "VIGIL_HOME"} & set(got["env"]) and "VIGIL_CHECKPOINT_KEY_FILE" in got["env"]
+    job_key = home / "jobkeys" / "job.key"  # the job's snapshot/checkpoint key: its own uid's, 0600
+    assert (job_key.stat().st_uid, job_key.stat().st_mode & 0o777) == (NOBODY, 0o600)
 
 
 def test_a_job_of_the_agents_own_uid_reads_nothing_of_it(home: Path) -> None:

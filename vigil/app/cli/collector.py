@@ -77,7 +77,7 @@ def _build(args: argparse.Namespace, *, launching: bool) -> tuple[Any, Any, dict
     """(agent, paths, child environment additions); the agent's process made non-dumpable first."""
     from vigil.app.stack.state import resolve_bootstrap
     from vigil.collector.agent import Agent
-    from vigil.collector.principal import protect
+    from vigil.collector.principal import job_key_file, protect
     from vigil.collector.procs import ProcessTracker
     from vigil.collector.settings import resolve_paths, safe_name, snapshot_memory
     from vigil.collector.sink import KafkaSink
@@ -99,6 +99,8 @@ def _build(args: argparse.Namespace, *, launching: bool) -> tuple[Any, Any, dict
         fr_prefix = os.environ.get("TORCH_FR_DUMP_TEMP_FILE") or str(paths.fr_dir / host / "nccl_trace_rank_")
         child_env["TORCH_FR_DUMP_TEMP_FILE"] = fr_prefix
         Path(fr_prefix).parent.mkdir(parents=True, exist_ok=True)
+        child_env["VIGIL_CHECKPOINT_KEY_FILE"] = os.environ.get("VIGIL_CHECKPOINT_KEY_FILE") or str(
+            job_key_file(core.home / "jobkeys", safe_name(settings.job_id), who))  # a file: never in the environment
         if who is not None:  # `--user`: the command writes its spool, traces and snapshots as its own uid
             for folder in (spool_roots[0], Path(fr_prefix).parent, snapshot_memory(settings, settings.host)):
                 who.give(folder)
