@@ -1,8 +1,9 @@
-"""Hostile inputs of the node side stay bounded: a tiny Flight Recorder pickle that expands to a graph of
-billions of paths, and log lines with unbounded rank prefixes and tracebacks."""
+"""Hostile inputs stay bounded: a tiny Flight Recorder pickle that expands to a graph of billions of paths,
+log lines with unbounded rank prefixes and tracebacks, and a record of thousands of bad events (its dead letters)."""
 
 from __future__ import annotations
 
+import json
 import pickle
 from pathlib import Path
 
@@ -11,6 +12,8 @@ import pytest
 from vigil.collector.flightrec import MAX_TRACE_BYTES, FlightRecorderWatcher
 from vigil.collector.logstream import MAX_OPEN_TRACEBACKS, TRACEBACK_HEADER, LogStream
 from vigil.collector.rules import load_rules
+from vigil.contract.fastwire import decode_fast
+from vigil.kafka.deadletter import PER_RECORD, per_record
 
 pytestmark = pytest.mark.pure
 
@@ -54,3 +57,12 @@ def test_open_tracebacks_per_stream_are_bounded() -> None:
     out = [e for n in range(10_000) for e in s.feed(f"[rank{n}]: {TRACEBACK_HEADER}")]
     assert len(s._tracebacks) == MAX_OPEN_TRACEBACKS
     assert len(out) == 10_000 - MAX_OPEN_TRACEBACKS  # each further one ended the oldest
+
+
+def test_a_record_of_many_bad_events_makes_a_bounded_number_of_dead_letters() -> None:
+    record = json.dumps({"kind": "step", "schema_version": 1, "events": [{"bogus": n} for n in range(30_000)]}).encode()
+    decoded = decode_fast(record)
+    assert len(decoded.rejected) == 30_000
+    letters = per_record(((r.reason, r.payload) for r in decoded.rejected), topic="t", partition=0, offset=7)
+    assert len(letters) == PER_RECORD + 1 and sum(d.count for d in letters) == 30_000
+    assert sum(len(d.to_json()) for d in letters) < 64 * 1024 and letters[-1].document()["count"] == 30_000 - PER_RECORD
