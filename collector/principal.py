@@ -129,27 +129,31 @@ def run_as(user: str | None, group: str | None) -> RunAs | None:
     return RunAs(uid=uid, gid=gid, groups=groups)
 
 
-def job_key_file(folder: Path, job: str, run_as: RunAs | None) -> Path:
-    """The job's snapshot and checkpoint integrity key (`vigil.recovery.checkpoint.integrity`): a random key in
-    `folder/<job>.key`, mode 0600, the command's uid's (the folder 0700, or 0711 when the command runs as another
-    uid: it opens the file by name, nobody lists the folder). Made once, by whichever agent of the job is first
-    (written aside, then linked into place): the agents of one job on one machine share it."""
+def job_key_file(folder: Path, job: str, run_as: RunAs | None, given: Path | None = None) -> Path:
+    """The job's snapshot and checkpoint integrity key (`vigil.recovery.checkpoint.integrity`) in `folder/<job>.key`,
+    mode 0600, the command's uid's (the folder 0700, or 0711 when the command runs as another uid: it opens the file
+    by name, nobody lists the folder). `given` (the operator's key file, e.g. a Secret shared by every node of the
+    job, readable by the agent only) is copied there; else a random key is made once, by whichever agent of the job
+    is first (written aside, then linked into place): the agents of one job on one machine share it."""
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     folder.chmod(0o711 if run_as is not None else 0o700)
     path = folder / f"{job}.key"
-    if not path.exists():
+    if given is not None or not path.exists():
         tmp = folder / f".{job}.{secrets.token_hex(4)}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            os.write(fd, secrets.token_hex(32).encode())
+            os.write(fd, given.read_bytes().strip() if given is not None else secrets.token_hex(32).encode())
         finally:
             os.close(fd)
         try:
-            os.link(tmp, path)
+            if given is not None:
+                os.replace(tmp, path)
+            else:
+                os.link(tmp, path)
         except FileExistsError:
             pass
         finally:
-            tmp.unlink()
+            tmp.unlink(missing_ok=True)
     if run_as is not None:
         os.chown(path, run_as.uid, run_as.gid)
     return path

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 TRAINING_VARS: frozenset[str] = frozenset({
     "VIGIL_JOB_ID", "VIGIL_HOST", "VIGIL_SPOOL_DIR", "VIGIL_TIMER", "VIGIL_TP", "VIGIL_PP",
-    "VIGIL_FLOPS_PER_STEP", "VIGIL_GPU_PEAK_TFLOPS", "VIGIL_SNAPSHOT_DIR", "VIGIL_CHECKPOINT_KEY_FILE",
+    "VIGIL_FLOPS_PER_STEP", "VIGIL_GPU_PEAK_TFLOPS", "VIGIL_SNAPSHOT_DIR",
 })
 TRAINING_PREFIXES: tuple[str, ...] = ("VIGIL_HANG_", "VIGIL_DIAG_")
 """`VIGIL_HANG_*`: the timer's hang watchdog; `VIGIL_DIAG_*`: the node diagnostics' own knobs (they run in the

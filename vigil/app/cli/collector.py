@@ -99,8 +99,9 @@ def _build(args: argparse.Namespace, *, launching: bool) -> tuple[Any, Any, dict
         fr_prefix = os.environ.get("TORCH_FR_DUMP_TEMP_FILE") or str(paths.fr_dir / host / "nccl_trace_rank_")
         child_env["TORCH_FR_DUMP_TEMP_FILE"] = fr_prefix
         Path(fr_prefix).parent.mkdir(parents=True, exist_ok=True)
-        child_env["VIGIL_CHECKPOINT_KEY_FILE"] = os.environ.get("VIGIL_CHECKPOINT_KEY_FILE") or str(
-            job_key_file(core.home / "jobkeys", safe_name(settings.job_id), who))  # a file: never in the environment
+        given = os.environ.get("VIGIL_CHECKPOINT_KEY_FILE")  # the operator's, shared by the job's nodes; else made here
+        child_env["VIGIL_CHECKPOINT_KEY_FILE"] = str(job_key_file(  # a file of the command's uid, never the key itself
+            core.home / "jobkeys", safe_name(settings.job_id), who, Path(given) if given else None))
         if who is not None:  # `--user`: the command writes its spool, traces and snapshots as its own uid
             for folder in (spool_roots[0], Path(fr_prefix).parent, snapshot_memory(settings, settings.host)):
                 who.give(folder)
