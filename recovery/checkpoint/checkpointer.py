@@ -302,6 +302,9 @@ class Checkpointer:
         return step
 
     def _load_persisted(self, state: MutableMapping[str, Any]) -> int | None:
+        if self.topology.rank == 0:  # planted (a marker without the job's key): never read, reported, pruned later
+            self._report_rejected(tuple((step, self.layout.path(name), f"{name}: commit marker not made with the "
+                                         "job's integrity key") for step, name in self.layout.forged()))
         try:
             report = load_latest(state, topology=self.topology, layout=self.layout, reader_factory=self._reader)
         except RestoreError as exc:

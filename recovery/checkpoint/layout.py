@@ -119,6 +119,18 @@ class Layout:
         """Attempts committed by an older vigil (a marker without digests): never restored, worth a warning."""
         return [n for n in self.attempts() if _format(self.store.read_small(self.store.join(n, MARKER))) == LEGACY]
 
+    def forged(self) -> list[tuple[int, str]]:
+        """(step, name) of the attempts whose marker is well formed but not made with the job's key: planted."""
+        if self.key is None:
+            return []
+        out = []
+        for name in self.attempts():
+            raw = self.store.read_small(self.store.join(name, MARKER))
+            parsed = parse_name(name)
+            if parsed is not None and _format(raw) == FORMAT and self.read_commit(name) is None:
+                out.append((parsed[0], name))
+        return out
+
     def committed(self) -> list[Commit]:
         """Every complete checkpoint, newest first."""
         found = [c for n in self.attempts() if (c := self.read_commit(n)) is not None]

@@ -69,6 +69,9 @@ def test_a_planted_checkpoint_with_a_recomputed_marker_never_runs_its_pickle_and
     with Checkpointer(cfg(tmp_path)) as ckpt:
         assert ckpt.load_latest({"w": w}) == 1 and torch.equal(w, torch.full((4,), 1.0))
     assert not sentinel.exists()
+    spool = [json.loads(ln) for f in sorted((tmp_path / "spool").rglob("*.jsonl")) for ln in f.read_text().splitlines()]
+    (failed,) = [e for e in spool if e.get("phase") == "failed"]  # the controller raises it as a security alert
+    assert failed["step"] == 9 and failed["unverified"] and "integrity key" in failed["error"]
     save(tmp_path, 2)
     assert not planted.exists() and not sentinel.exists()
 
