@@ -11,6 +11,12 @@ Dumps written by the step timer's hang watchdog carry a `vigil` object beside to
 keys (the rank's process groups with their global ranks, its last step, what triggered
 the dump, where its training thread was); it becomes the trace's `group_ranks`,
 `step`, `trigger` and `stack`.
+
+Bounded whatever the dump says (a pickle's memo makes a 233-byte file a graph of billions of paths):
+only the entry fields torch writes and the analyzer reads are kept (`ENTRY_FIELDS`, the rest
+dropped), each value cut to `MAX_ITEMS` items per list, `MAX_DEPTH` levels and `MAX_TEXT` characters,
+at most `MAX_GROUPS` process groups and `MAX_RANKS` ranks over all groups, and the entries, newest
+first, to `MAX_TRACE_BYTES` of JSON in all.
 """
 
 from __future__ import annotations
@@ -31,6 +37,13 @@ from vigil.contract import CollectiveEntry, CollectiveTrace
 
 log = logging.getLogger(__name__)
 MAX_DUMP_BYTES = 256 << 20
+MAX_TRACE_BYTES = 1 << 20
+MAX_ITEMS, MAX_DEPTH, MAX_TEXT, MAX_GROUPS, MAX_RANKS = 16, 3, 256, 256, 1 << 17
+ENTRY_FIELDS = frozenset({
+    "record_id", "pg_id", "process_group", "collective_seq_id", "p2p_seq_id", "op_id", "profiling_name", "state",
+    "retired", "is_p2p", "timeout_ms", "time_created_ns", "time_discovered_started_ns",
+    "time_discovered_completed_ns", "duration_ms", "input_sizes", "output_sizes", "input_dtypes", "output_dtypes",
+    "frames", "thread_id", "thread_name"})
 _RANK = re.compile(r"(\d+)(?:\.(?:json|pkl|pickle))?$")
 
 
@@ -63,31 +76,61 @@ def rank_from_name(name: str) -> int | None:
 
 
 def _seq(value: Any) -> int | None:
+    if not isinstance(value, (int, str)) or (isinstance(value, str) and len(value) > 32):
+        return None
     try:
         return int(value)
     except (TypeError, ValueError):
         return None
 
 
+def bounded(value: Any, depth: int = 0) -> Any:
+    """`value` cut to plain JSON of at most `MAX_DEPTH` levels, `MAX_ITEMS` items a level, `MAX_TEXT` characters."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return value if not isinstance(value, int) or abs(value) < 1 << 63 else None
+    if isinstance(value, str):
+        return value[:MAX_TEXT]
+    if depth >= MAX_DEPTH:
+        return None
+    if isinstance(value, (list, tuple)):
+        return [bounded(v, depth + 1) for v in value[:MAX_ITEMS]]
+    if isinstance(value, dict):
+        return {str(k)[:MAX_TEXT]: bounded(v, depth + 1) for k, v in list(value.items())[:MAX_ITEMS]}
+    return None
+
+
+def _entry(raw: dict[str, Any]) -> dict[str, Any]:
+    item = {k: bounded(raw[k]) for k in ENTRY_FIELDS if k in raw}
+    if isinstance(item.get("frames"), list):
+        item["frames"] = item["frames"][:3]
+    return item
+
+
 def to_trace(doc: dict[str, Any], *, job_id: str, host: str, rank: int, max_entries: int = 500,
              dumped_at: datetime | None = None) -> CollectiveTrace:
     entries: list[CollectiveEntry] = []
     groups: dict[str, str] = {}
-    for raw in doc.get("entries", [])[-max_entries:]:
+    budget = MAX_TRACE_BYTES
+    raws = doc.get("entries", [])[-max_entries:]
+    for raw in reversed(raws):  # the newest first: they are what a hang is about
         if not isinstance(raw, dict):
             continue
-        item = {k: (v[:3] if k == "frames" and isinstance(v, list) else v) for k, v in raw.items()}
+        item = _entry(raw)
+        budget -= len(json.dumps(item, default=str))
+        if budget < 0:
+            break
         pg = item.get("process_group")
-        if isinstance(pg, (list, tuple)) and len(pg) == 2:
+        if isinstance(pg, list) and len(pg) == 2 and len(groups) < MAX_GROUPS:
             groups[str(pg[0])] = str(pg[1])
         try:
             entries.append(CollectiveEntry.model_validate(item))
         except ValidationError as exc:
             log.debug("flight recorder entry skipped: %s", exc)
+    entries.reverse()
     started: dict[str, int] = {}
     completed: dict[str, int] = {}
     status = doc.get("pg_status")
-    for pg_id, st in (status.items() if isinstance(status, dict) else []):
+    for pg_id, st in (list(status.items())[:MAX_GROUPS] if isinstance(status, dict) else []):
         if isinstance(st, dict):
             if (s := _seq(st.get("last_started_collective"))) is not None:
                 started[str(pg_id)] = s
@@ -96,15 +139,22 @@ def to_trace(doc: dict[str, Any], *, job_id: str, host: str, rank: int, max_entr
     raw_extra = doc.get("vigil")
     extra: dict[str, Any] = raw_extra if isinstance(raw_extra, dict) else {}
     group_ranks: dict[str, list[int]] = {}
-    for name, ranks in (extra.get("group_ranks") or {}).items():
-        if isinstance(ranks, list) and all(isinstance(r, int) and r >= 0 for r in ranks):
-            group_ranks[str(name)] = sorted(ranks)
+    named = extra.get("group_ranks")
+    left = MAX_RANKS
+    for name, ranks in (list(named.items())[:MAX_GROUPS] if isinstance(named, dict) else []):
+        if isinstance(ranks, list) and len(ranks) <= left and all(isinstance(r, int) and r >= 0 for r in ranks):
+            group_ranks[str(name)[:MAX_TEXT]] = sorted(ranks)
+            left -= len(ranks)
     step = _seq(extra.get("step"))
     return CollectiveTrace(job_id=job_id, host=host, rank=rank, process_groups=groups, entries=entries,
                            last_started_seq=started, last_completed_seq=completed, dumped_at=dumped_at,
-                           group_ranks=group_ranks, trigger=str(extra.get("trigger") or "")[:64],
+                           group_ranks=group_ranks, trigger=_text(extra.get("trigger"))[:64],
                            step=step if step is not None and step >= 0 else None,
-                           stack=str(extra.get("stack") or "")[-8192:])
+                           stack=_text(extra.get("stack"))[-8192:])
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""  # never str() of what may be a graph of billions of paths
 
 
 @dataclass(kw_only=True)

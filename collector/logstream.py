@@ -12,7 +12,9 @@ feeds lines and passes the clock.
 
 A line is classified on its first `MAX_LINE` characters at most: a longer one is cut, marked
 `…[N chars cut]` and counted (`truncated`), so the work per line is bounded (the rules are
-RE2: linear in that bound).
+RE2: linear in that bound). A rank prefix is at most 7 digits (a longer one is text of the line,
+classified with it), and at most `MAX_OPEN_TRACEBACKS` tracebacks are assembled at once per stream
+(one per rank prefix): a further one ends the oldest.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from vigil.contract import LogLine, new_event_id, utcnow
 if TYPE_CHECKING:
     from datetime import datetime
 
-PREFIX = re.compile(r"^\[(?P<role>[A-Za-z_]+)(?P<n>\d+)\]:\s?")
+PREFIX = re.compile(r"^\[(?P<role>[A-Za-z_]{1,32})(?P<n>\d{1,7})\]:\s?")  # a longer one is not a prefix: the line
+MAX_OPEN_TRACEBACKS = 64  # per stream; one more ends the oldest (as if its exception line had come)
 MAX_PREFIXES = 2
 TRACEBACK_HEADER = "Traceback (most recent call last):"
 MAX_LINE = 8192
@@ -109,6 +112,8 @@ class LogStream:
             collecting.append(text)  # the exception line ends the traceback
             out += self._traceback_done(key, now)
         elif text.startswith(TRACEBACK_HEADER):
+            if len(self._tracebacks) >= MAX_OPEN_TRACEBACKS:
+                out += self._traceback_done(next(iter(self._tracebacks)), now)
             self._tracebacks[key] = [text]
             return out
         match = classify(text, self.rules)

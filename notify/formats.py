@@ -63,11 +63,12 @@ def _culprit(doc: dict[str, Any]) -> str:
 def slack(doc: dict[str, Any]) -> dict[str, Any]:
     status = doc["status"]
     summary = doc["incident"]["summary"] if doc.get("incident") else doc["title"].split(": ", 1)[-1]
-    lines = [f"{_EMOJI.get(doc['severity'], '')} *{status.upper()}* · {doc['severity']} · job `{_esc(doc['job_id'])}`",
+    lines = [f"{_EMOJI.get(doc['severity'], '')} *{_esc(status.upper())}* · {_esc(doc['severity'])} · "
+             f"job `{_esc(doc['job_id'])}`",
              _esc(summary)]
     if culprit := _culprit(doc):
         lines.append(f"*Culprit:* {_esc(culprit)}")
-    alerts = [f"• {a['status']} *{a['alert']}* {_esc(a['subject'])}: {_esc(a['summary'])}"
+    alerts = [f"• {_esc(a['status'])} *{_esc(a['alert'])}* {_esc(a['subject'])}: {_esc(a['summary'])}"
               for a in doc["alerts"][:_SLACK_ALERTS]]
     if doc["alerts_total"] > _SLACK_ALERTS:
         alerts.append(f"… and {doc['alerts_total'] - _SLACK_ALERTS} more")
@@ -82,7 +83,9 @@ def slack(doc: dict[str, Any]) -> dict[str, Any]:
         {"type": "button", "text": {"type": "plain_text", "text": "Alerts of the job"}, "url": doc["links"]["alerts"]}]})
     blocks.append({"type": "context", "elements": [
         {"type": "mrkdwn", "text": _esc(f"vigil · {doc['reason']} · group {doc['group']['key']} · #{doc['sequence']}")[:3000]}]})
-    return {"text": doc["title"][:3000], "blocks": blocks, "unfurl_links": False}
+    # every field escaped: the top-level text (the notification's) is mrkdwn too, and a forged alert's title,
+    # name or status must not mention <!channel> or plant a link
+    return {"text": _esc(doc["title"])[:3000], "blocks": blocks, "unfurl_links": False}
 
 
 def _source(doc: dict[str, Any]) -> str:

@@ -68,7 +68,7 @@ class _DeadLetters:
         self.count = 0
 
     def write(self, letters: Sequence[DeadLetter]) -> None:
-        self.count += len(letters)
+        self.count += sum(d.count for d in letters)
         for d in letters:
             log.warning("notify: rejected input from %s[%d]@%d: %s", d.topic, d.partition, d.offset, d.reason)
         self._inner.write([d for d in letters if d.topic in self._own])

@@ -6,8 +6,10 @@ variables, only those the training side reads (`TRAINING_VARS`, `TRAINING_PREFIX
 step timer's and the checkpointer's identity, spool, snapshot directory and tuning knobs, and the node
 diagnostics', which the agent runs in the same environment). Everything else of
 vigil's (``VIGIL_KAFKA_EXTRA`` with its SASL password, ``VIGIL_CLICKHOUSE_DSN``, key paths,
-any future secret) never reaches the child: an allowlist, so a new setting is withheld
-until someone decides the training side needs it. Pure logic.
+``VIGIL_HOME``, where `vigil up` keeps state and keys, any future secret) never reaches the child: an
+allowlist, so a new setting is withheld until someone decides the training side needs it (`vigil run`
+names the spool, trace and snapshot paths itself). The agent's own process is closed to the child too
+(`collector.principal`). Pure logic.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 TRAINING_VARS: frozenset[str] = frozenset({
-    "VIGIL_JOB_ID", "VIGIL_HOST", "VIGIL_SPOOL_DIR", "VIGIL_HOME", "VIGIL_TIMER", "VIGIL_TP", "VIGIL_PP",
+    "VIGIL_JOB_ID", "VIGIL_HOST", "VIGIL_SPOOL_DIR", "VIGIL_TIMER", "VIGIL_TP", "VIGIL_PP",
     "VIGIL_FLOPS_PER_STEP", "VIGIL_GPU_PEAK_TFLOPS", "VIGIL_SNAPSHOT_DIR",
 })
 TRAINING_PREFIXES: tuple[str, ...] = ("VIGIL_HANG_", "VIGIL_DIAG_")

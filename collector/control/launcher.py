@@ -37,6 +37,7 @@ from vigil.collector.control import torchrun
 from vigil.collector.control.warm import WarmPool
 from vigil.collector.control.warm import plan as warm_plan
 from vigil.collector.exits import first_failure, launched_exits, launcher_summary
+from vigil.collector.principal import RunAs
 from vigil.collector.segments import SegmentWriter
 from vigil.contract import ProcessExit, utcnow
 
@@ -67,6 +68,7 @@ class Launcher:
     echo: bool = True
     attribute: bool = True  # torchrun: add --log-dir / --tee so every worker line names its rank
     warm: WarmPool | None = None  # pre-warmed interpreters to start a torchrun command in (`collector.control.warm`)
+    run_as: RunAs | None = None  # `vigil run --user/--group`: the command's uid/gid (None: the agent's)
     proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
     output_errors: int = field(default=0, init=False)
     unclassified: int = field(default=0, init=False)  # lines dropped because classification fell behind
@@ -80,7 +82,8 @@ class Launcher:
         argv = self._attributed()
         try:
             self.proc = self._warm_start(argv) or subprocess.Popen(
-                argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                **(self.run_as.popen() if self.run_as is not None else {}))
         except OSError as exc:
             message = f"cannot start {self.argv[0]!r}: {exc.strerror or exc}"
             print(f"vigil run: {message}", file=sys.stderr, flush=True)
@@ -114,6 +117,8 @@ class Launcher:
             return list(self.argv)
         got = torchrun.with_attribution(self.argv, self.output_dir / "torchelastic")
         if got.log_dir is not None:
+            if self.run_as is not None:  # torchrun, as the command's uid, writes its per-rank files there
+                self.run_as.give(got.log_dir)
             if got.injected:
                 torchrun.prune_runs(got.log_dir)
             if got.redirected:

@@ -106,6 +106,14 @@ def _real_dir(path: Path) -> None:
             raise OSError(f"{d}: not a directory")
 
 
+def _hand_over(paths: list[Path], owner: os.stat_result) -> None:
+    """The agent's copies made the snapshot root owner's (`vigil run --user`: the ranks' uid), modes 0700/0600."""
+    for p in paths:
+        os.chmod(p, 0o700 if p.is_dir() else 0o600)
+        if os.geteuid() == 0 and owner.st_uid != 0:
+            os.chown(p, owner.st_uid, owner.st_gid)
+
+
 class HostStore:
     """The snapshot memory of one host for one job (see the module docstring)."""
 
@@ -161,9 +169,9 @@ class HostStore:
         tmp = target / f".in-{held.name}-{secrets.token_hex(4)}"
         try:
             _real_dir(target)
-            tmp.mkdir()
+            tmp.mkdir(mode=0o700)
             h, copied = hashlib.sha256(), 0
-            with open(tmp / STATE, "wb") as out:
+            with open(os.open(tmp / STATE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as out:
                 while chunk := data.read(1 << 20):
                     copied += len(chunk)
                     if copied > held.size or copied > self.max_rank_bytes:
@@ -173,6 +181,7 @@ class HostStore:
             if h.hexdigest() != held.sha256:
                 return Refused.DIGEST
             (tmp / MARKER).write_bytes(held.marker)
+            _hand_over([target.parent, target, tmp, tmp / STATE, tmp / MARKER], self.root.stat())
             for old in self.held(held.rank, own=False):
                 if old.step >= held.step:
                     shutil.rmtree(old.path, ignore_errors=True)

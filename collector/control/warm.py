@@ -28,6 +28,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import threading
 import uuid
@@ -38,6 +39,7 @@ from typing import Any
 
 from vigil.collector.control.rendezvous import REPLACED
 from vigil.collector.control.torchrun import parse, scan
+from vigil.collector.principal import RunAs
 
 log = logging.getLogger(__name__)
 HERE = Path(__file__).resolve().parent
@@ -114,6 +116,22 @@ class IdleProcess:
     def prepare(self) -> None:
         raise NotImplementedError
 
+    @staticmethod
+    def _spawn(argv: list[str], env: Mapping[str, str], stderr: int, **kw: Any) -> subprocess.Popen[bytes]:
+        """`argv` started in a session of its own, its order channel (stdin) one end of a socket pair: unlike a
+        pipe, a socket cannot be opened again through `/proc/<pid>/fd/0`, so nobody but the agent writes its order."""
+        mine, theirs = socket.socketpair()
+        try:
+            proc = subprocess.Popen(argv, env=dict(env), stdin=theirs.fileno(), stdout=subprocess.PIPE, stderr=stderr,
+                                    start_new_session=True, **kw)
+        except BaseException:
+            mine.close()
+            raise
+        finally:
+            theirs.close()
+        proc.stdin = os.fdopen(mine.detach(), "wb")
+        return proc
+
     def _pop(self, refill: bool = True) -> subprocess.Popen[bytes] | None:
         """The waiting process, if alive (with `refill`, the next one starts `refill_delay_s` later)."""
         with self._lock:
@@ -162,10 +180,11 @@ class WarmPool(IdleProcess):
     nproc: int
     env: dict[str, str]  # the training command's environment (scrubbed), without a world
     imports: list[str]
+    run_as: RunAs | None = None  # `vigil run --user/--group`: the interpreters run as the command's uid/gid
 
     @classmethod
     def for_command(cls, argv: Sequence[str], env: dict[str, str], imports: list[str],
-                    refill_delay_s: float = 5.0) -> WarmPool | None:
+                    refill_delay_s: float = 5.0, run_as: RunAs | None = None) -> WarmPool | None:
         """The pool for a controlled command (its rendezvous options are the controller's to fill), or None."""
         opts = scan(argv)
         kept = [tok for i, tok in enumerate(argv) if opts is None or not any(
@@ -174,7 +193,8 @@ class WarmPool(IdleProcess):
         if isinstance(how, str):
             log.info("warm start: off for this command (%s)", how)
             return None
-        return cls(python=how.python, nproc=how.nproc, env=env, imports=imports, refill_delay_s=refill_delay_s)
+        return cls(python=how.python, nproc=how.nproc, env=env, imports=imports, refill_delay_s=refill_delay_s,
+                   run_as=run_as)
 
     def prepare(self) -> None:
         """Start the next launcher and interpreters unless they are (never raises)."""
@@ -184,8 +204,8 @@ class WarmPool(IdleProcess):
             argv = [self.python, "-u", str(HERE / "warmlaunch.py"), str(self.nproc), str(HERE / "warmchild.py"),
                     *self.imports]
             try:
-                self._proc = subprocess.Popen(argv, env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                              stderr=subprocess.PIPE, start_new_session=True)
+                self._proc = self._spawn(argv, self.env, subprocess.PIPE,
+                                         **(self.run_as.popen() if self.run_as is not None else {}))
             except OSError as exc:
                 log.warning("warm start: cannot start %s (%s); the next start is cold", argv[0], exc)
                 self._proc = None

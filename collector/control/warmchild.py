@@ -41,6 +41,18 @@ import types
 from typing import NoReturn
 
 
+def dumpable(on: bool) -> None:
+    """prctl(PR_SET_DUMPABLE): off while it waits for its order, so no other process of its uid reads or writes
+    it through /proc or ptrace (`collector.principal`); Linux only, best effort."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(4, int(on), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+
+
 def warm(modules: list[str]) -> None:
     for name in modules:
         try:
@@ -152,10 +164,12 @@ def close_outermost_first(files: list[io.IOBase]) -> None:
 
 
 def main() -> None:
+    dumpable(False)
     warm(sys.argv[1:])
     line = sys.stdin.readline()
     if not line.strip():
         sys.exit(0)
+    dumpable(True)  # from here on it is the training process, of the training uid
     status, interrupted = 0, False
     try:
         run(json.loads(line))

@@ -40,8 +40,7 @@ class WarmDiagnostics(IdleProcess):
             if self._closed or (self._proc is not None and self._proc.poll() is None):
                 return
             try:
-                self._proc = subprocess.Popen(self.argv, env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                              stderr=subprocess.STDOUT, start_new_session=True)
+                self._proc = self._spawn(self.argv, self.env, subprocess.STDOUT)
             except OSError as exc:
                 log.warning("warm diagnostics: cannot start %s (%s); the next round starts cold", self.argv[0], exc)
                 self._proc = None

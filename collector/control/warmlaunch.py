@@ -41,6 +41,18 @@ POLL_S = 0.05
 RULE, END = "-" * 60, "=" * 60
 
 
+def dumpable(on: bool) -> None:
+    """prctl(PR_SET_DUMPABLE): off while it waits for its order, so no other process of its uid reads or writes
+    it through /proc or ptrace (`collector.principal`); Linux only, best effort."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(4, int(on), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+
+
 class Stop(Exception):
     pass
 
@@ -144,7 +156,23 @@ def shutdown(procs: list[subprocess.Popen[bytes]], sig: int) -> None:
             p.wait()
 
 
+def spawn(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """A warm interpreter in a session of its own, its order channel a socket (never reopened via /proc)."""
+    mine, theirs = socket.socketpair()
+    try:
+        p = subprocess.Popen(argv, env=env, stdin=theirs.fileno(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             start_new_session=True)
+    except BaseException:
+        mine.close()
+        raise
+    finally:
+        theirs.close()
+    p.stdin = os.fdopen(mine.detach(), "wb")
+    return p
+
+
 def main() -> int:
+    dumpable(False)
     nproc, child, imports = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _on_signal)
@@ -152,8 +180,7 @@ def main() -> int:
     try:
         for lr in range(nproc):
             env = dict(os.environ, LOCAL_RANK=str(lr), VIGIL_WARM_SLOT=str(lr))
-            p = subprocess.Popen([sys.executable, "-u", child, *imports], env=env, stdin=subprocess.PIPE,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+            p = spawn([sys.executable, "-u", child, *imports], env)
             procs.append(p)
             prefix = f"[default{lr}]:".encode()
             pumps += [pump(p.stdout, sys.stdout.buffer, prefix, lock), pump(p.stderr, sys.stderr.buffer, prefix, lock)]

@@ -50,6 +50,7 @@ from vigil.recovery.checkpoint.errors import (
     StagingFailed,
 )
 from vigil.recovery.checkpoint.events import EventLog, resolve_identity
+from vigil.recovery.checkpoint.integrity import job_key
 from vigil.recovery.checkpoint.layout import Commit, Layout, dir_name
 from vigil.recovery.checkpoint.memory import Snapshots, assign, choose
 from vigil.recovery.checkpoint.persist import Job, Persister, describe
@@ -87,7 +88,7 @@ class Checkpointer:
     def __init__(self, config: CheckpointConfig) -> None:
         self.config = config
         self.topology = build_topology(config.dp_group, config.collective_timeout_s)
-        self.layout = Layout(open_store(config.directory))
+        self.layout = Layout(open_store(config.directory), key=job_key())
         identity = resolve_identity(job_id=config.job_id, host=config.host)
         spool_dir = Path(config.spool_dir).expanduser() if config.spool_dir is not None else None
         self.events = EventLog.open(
@@ -301,6 +302,9 @@ class Checkpointer:
         return step
 
     def _load_persisted(self, state: MutableMapping[str, Any]) -> int | None:
+        if self.topology.rank == 0:  # planted (a marker without the job's key): never read, reported, pruned later
+            self._report_rejected(tuple((step, self.layout.path(name), f"{name}: commit marker not made with the "
+                                         "job's integrity key") for step, name in self.layout.forged()))
         try:
             report = load_latest(state, topology=self.topology, layout=self.layout, reader_factory=self._reader)
         except RestoreError as exc:

@@ -17,8 +17,9 @@ digests), or a directory planted without one, never counts.
 
 `verify` re-hashes a committed checkpoint before it is restored: a missing, changed or
 extra file is a mismatch (the caller reports it and tries the next older one). The digests
-detect corruption and tampering after the commit; they do not authenticate the writer
-(whoever can write the directory can write a marker too).
+detect corruption and tampering after the commit; with the job's integrity key (`integrity`)
+the marker's ``mac`` also authenticates the writer: a marker planted by whoever can write the
+directory but holds no key is not a commit (never restored, no file of it read; pruned).
 
 Each attempt has its own directory (the token), so re-saving a step after a restart never
 mixes with a torn attempt of the same step, nor overwrites a committed one in place.
@@ -39,6 +40,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from vigil.recovery.checkpoint.integrity import authentic, seal
 from vigil.recovery.checkpoint.stores import Store
 
 MARKER = "_COMMITTED"
@@ -81,8 +83,9 @@ class Commit:
 class Layout:
     """Attempt directories, commit markers and retention under one checkpoint root."""
 
-    def __init__(self, store: Store) -> None:
-        self.store = store
+    def __init__(self, store: Store, key: bytes | None = None) -> None:
+        """`key`: the job's integrity key (`integrity`): a marker without its valid mac is not a commit."""
+        self.store, self.key = store, key
 
     def path(self, name: str) -> str:
         return self.store.join(name)
@@ -98,7 +101,8 @@ class Layout:
             return None
         try:
             doc = json.loads(raw)
-            if doc.get("format") != FORMAT or doc.get("step") != parsed[0] or doc.get("token") != parsed[1]:
+            if doc.get("format") != FORMAT or doc.get("step") != parsed[0] or doc.get("token") != parsed[1] \
+                    or not authentic(doc, self.key):
                 return None
             files = doc["files"]
             if not isinstance(files, dict) or not files or not all(
@@ -114,6 +118,18 @@ class Layout:
     def unverifiable(self) -> list[str]:
         """Attempts committed by an older vigil (a marker without digests): never restored, worth a warning."""
         return [n for n in self.attempts() if _format(self.store.read_small(self.store.join(n, MARKER))) == LEGACY]
+
+    def forged(self) -> list[tuple[int, str]]:
+        """(step, name) of the attempts whose marker is well formed but not made with the job's key: planted."""
+        if self.key is None:
+            return []
+        out = []
+        for name in self.attempts():
+            raw = self.store.read_small(self.store.join(name, MARKER))
+            parsed = parse_name(name)
+            if parsed is not None and _format(raw) == FORMAT and self.read_commit(name) is None:
+                out.append((parsed[0], name))
+        return out
 
     def committed(self) -> list[Commit]:
         """Every complete checkpoint, newest first."""
@@ -155,6 +171,7 @@ class Layout:
             "committed_at_iso": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
             "world_size": world_size, "bytes": nbytes, "files": files,
         }  # fmt: skip
+        doc = seal(doc, self.key)
         self.store.write_atomic(self.store.join(name, MARKER), json.dumps(doc, sort_keys=True).encode())
         return Commit(name=name, path=self.path(name), step=parsed[0], committed_at=now, world_size=world_size,
                       nbytes=nbytes, files=files)  # fmt: skip

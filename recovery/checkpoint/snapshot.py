@@ -11,8 +11,10 @@ A snapshot is rank-local (no collective to write it): the caller stages the stat
 buffers (`staging.Stager`, the checkpointer's own staging) on the training thread, and the
 writer thread of this module saves it, hashes it and writes the marker. A snapshot counts
 only when its marker names the directory's step and token, this rank and world size, and the
-sha256 of ``state.pt``; `held` re-hashes before listing it, so a torn or altered snapshot is
-never restored. Retention: the newest `keep` complete snapshots survive each write; incomplete
+sha256 of ``state.pt`` and, with the job's integrity key (`integrity`), carries its mac: a
+snapshot planted with a recomputed marker is never listed, and pruned. `held` re-hashes before
+listing it, so a torn or altered snapshot is never restored. The job's snapshot root and each
+rank's folder are this uid's, mode 0700 (one of another uid is refused), every file 0600. Retention: the newest `keep` complete snapshots survive each write; incomplete
 attempts are removed. Memory bound: at most ``keep + 1`` snapshots on the tmpfs (the one being
 written), each the size of the rank's state, plus one staged copy in the process.
 
@@ -37,6 +39,7 @@ from typing import Any
 
 import torch
 
+from vigil.recovery.checkpoint.integrity import authentic, job_key, private_dir, seal
 from vigil.recovery.checkpoint.staging import Staged
 
 log = logging.getLogger("vigil.recovery.checkpoint")
@@ -78,18 +81,23 @@ class SnapshotDir:
         """`any_replica`: list the snapshots of any rank and world size (a replica's state serves every rank)."""
         self.root, self.rank, self.world_size, self.keep = root, rank, world_size, keep
         self.any_replica = any_replica
+        self.key = job_key()  # the job's integrity key (`integrity`): a marker without its mac is not a snapshot
 
     def write(self, step: int, state_dict: dict[str, Any]) -> Snapshot:
         """Save `state_dict` as the snapshot of `step`, marker last; prune. Raises OSError on failure."""
         name = f"snap-{step:010d}-{secrets.randbits(32):08x}"
-        path = self.root / name
-        path.mkdir(parents=True, exist_ok=False)
+        private_dir(self.root.parent)  # the job's snapshot root: this uid's only (another's: PermissionError)
+        path = private_dir(self.root) / name
+        path.mkdir(mode=0o700, exist_ok=False)
         try:
-            torch.save(state_dict, path / STATE)
-            doc = {"format": FORMAT, "step": step, "token": name[-8:], "rank": self.rank,
-                   "world_size": self.world_size, "sha256": _sha256(path / STATE), "written_at": time.time()}  # fmt: skip
+            with open(os.open(path / STATE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as fh:
+                torch.save(state_dict, fh)
+            doc = seal({"format": FORMAT, "step": step, "token": name[-8:], "rank": self.rank,
+                        "world_size": self.world_size, "sha256": _sha256(path / STATE), "written_at": time.time()},
+                       self.key)  # fmt: skip
             tmp = path / f"{MARKER}.tmp"
-            tmp.write_bytes(json.dumps(doc, sort_keys=True).encode())
+            with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as fh:
+                fh.write(json.dumps(doc, sort_keys=True).encode())
             os.replace(tmp, path / MARKER)
         except BaseException:
             shutil.rmtree(path, ignore_errors=True)
@@ -107,7 +115,8 @@ class SnapshotDir:
         if m is None or not isinstance(doc, dict):
             return None
         ok = (doc.get("format") == FORMAT and doc.get("step") == int(m.group(1)) and doc.get("token") == m.group(2)
-              and (self.any_replica or (doc.get("rank") == self.rank and doc.get("world_size") == self.world_size)))  # fmt: skip
+              and (self.any_replica or (doc.get("rank") == self.rank and doc.get("world_size") == self.world_size))
+              and authentic(doc, self.key))  # fmt: skip
         return int(m.group(1)) if ok else None
 
     def _names(self) -> list[str]:

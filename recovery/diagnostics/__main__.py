@@ -7,6 +7,8 @@ the round (ok, elapsed: this host's own time) as JSON lines on stdout, which the
 ships; exits 0 when every test passed, 1 otherwise. Identity from `VIGIL_JOB_ID`,
 `VIGIL_HOST`, `VIGIL_COMMAND_ID`, `VIGIL_INCIDENT_ID` (set by the agent). `--serve` alone: a warm
 child that imports first and takes its arguments and identity from one line of stdin (`serve`).
+Either way the process is non-dumpable (`protect`): it runs the agent's code as the agent's uid, so
+training code of that uid neither reads it nor writes its order through /proc or ptrace.
 """
 
 from __future__ import annotations
@@ -79,6 +81,17 @@ def main(argv: list[str] | None = None) -> int:
 IDENTITY = ("VIGIL_JOB_ID", "VIGIL_HOST", "VIGIL_COMMAND_ID", "VIGIL_INCIDENT_ID")
 
 
+def protect() -> None:
+    """prctl(PR_SET_DUMPABLE, 0) (Linux; best effort)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+
+
 def serve() -> int:
     """`--serve`: import torch and the checks now, then run the one order the agent writes on stdin (a JSON line:
     `argv`, the arguments above, and `env`, the run's identity). A warm child of the agent (collector.control.warmdiag)."""
@@ -97,4 +110,5 @@ def serve() -> int:
 
 
 if __name__ == "__main__":
+    protect()
     sys.exit(serve() if sys.argv[1:] == ["--serve"] else main())

@@ -102,7 +102,7 @@ def test_no_default_password_ships_and_each_role_gets_only_its_own_kafka_princip
         kafka = [s for s in secrets if s.startswith("vigil-kafka-")]
         assert len(kafka) == 1, c["name"]
         role = kafka[0].removeprefix("vigil-kafka-")
-        assert "User:vigil-$role" in acls and (f"acl {role} " in acls or role == "admin")
+        assert "User:vigil-$role" in acls and (f"topics {role} " in acls or role == "admin")
         assert ("vigil-clickhouse" in secrets) == (c["name"] != "collector")  # the node agent holds no store credential
 
 

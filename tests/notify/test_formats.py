@@ -95,8 +95,13 @@ def test_slack_escapes_what_mrkdwn_would_read_as_markup() -> None:
     c = Clock()
     c.feed(alert("j", "error_log", "h1/<script>"))
     (n,) = c.at(10)
-    sections = [b["text"]["text"] for b in slack(n.doc)["blocks"] if b["type"] == "section"]
+    message = slack(n.doc)
+    sections = [b["text"]["text"] for b in message["blocks"] if b["type"] == "section"]
     assert "<script>" not in "".join(sections) and "&lt;script&gt;" in "".join(sections)
+    n.doc["title"], n.doc["alerts"][0]["alert"] = "<!channel> <https://evil|vigil>", "<!here>"
+    message = slack(n.doc)  # a forged alert's every field: the notification's top-level text included
+    shown = message["text"] + "".join(b["text"]["text"] for b in message["blocks"] if b["type"] == "section")
+    assert "<!" not in shown and "<https" not in shown and "&lt;!channel&gt;" in message["text"]
 
 
 # --- PagerDuty Events API v2: https://developer.pagerduty.com/docs/events-api-v2/trigger-events/ --------

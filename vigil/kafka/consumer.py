@@ -76,7 +76,7 @@ from vigil.contract.fastwire import decode_fast, payload_of
 from vigil.contract.hotkinds import Ingestable
 from vigil.errors import DeliveryError, Unreachable, VigilError, one_line
 from vigil.kafka.admin import client_config
-from vigil.kafka.deadletter import DeadLetter, DeadLetterSink
+from vigil.kafka.deadletter import DeadLetter, DeadLetterSink, per_record
 from vigil.kafka.membership import Membership
 from vigil.settings import VigilSettings
 
@@ -536,8 +536,8 @@ class BatchingConsumer:
         t = time.perf_counter()
         decoded = decode_fast(value)
         self.stats.decode_s += time.perf_counter() - t
-        letters.extend(DeadLetter(reason=r.reason, topic=topic, partition=partition, offset=offset, payload=r.payload)
-                       for r in decoded.rejected)
+        letters.extend(per_record(((r.reason, r.payload) for r in decoded.rejected), topic=topic,
+                                  partition=partition, offset=offset))  # bounded: the first K, then a summary
         return decoded.events
 
     def _submit(self, batch: _Batch) -> None:
@@ -607,7 +607,7 @@ class BatchingConsumer:
             if self._recheck.get((r.topic, r.partition), -1) <= r.last:
                 self._recheck.pop((r.topic, r.partition), None)
         self.stats.events += stored
-        self.stats.rejected += len(letters)
+        self.stats.rejected += sum(letter.count for letter in letters)
         self.stats.batches += 1
         self.stats.replayed_batches += bid.first_attempt is not None
         self.stats.rechecked_batches += bid.recheck

@@ -10,13 +10,18 @@ and `payload_sha256`, which identify the original in its source topic. The reaso
 cut to `REASON_MAX` characters. So a dead letter always fits a record: a poison record
 of any size cannot make writing its own dead letter fail; nor can one whose strings are not
 valid UTF-8 (a lone surrogate escape): the letter's text is made valid, its hash is of the original.
+
+Letters are bounded per record too (`per_record`): the first `PER_RECORD` rejected events of one record
+get a letter each, the rest one summary letter (`count`: how many it stands for, with their reasons
+counted), so a 900 KB record of tiny bad events makes a handful of letters, not hundreds of megabytes.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -26,6 +31,7 @@ from vigil.kafka.producer import EventProducer
 
 PAYLOAD_HEAD = 4096
 REASON_MAX = 1024
+PER_RECORD = 10
 
 
 def bounded(payload: Any) -> dict[str, Any]:
@@ -52,14 +58,35 @@ class DeadLetter:
     partition: int
     offset: int
     payload: Any
+    count: int = 1  # the rejected events it stands for (> 1: a record's summary letter)
 
     def document(self) -> dict[str, Any]:
         """What is stored of the letter (bounded: see the module docstring)."""
         return {"reason": self.reason[:REASON_MAX], "topic": self.topic, "partition": self.partition,
-                "offset": self.offset, **bounded(self.payload), "ts": datetime.now(UTC).isoformat()}
+                "offset": self.offset, **bounded(self.payload), "ts": datetime.now(UTC).isoformat(),
+                **({"count": self.count} if self.count != 1 else {})}
 
     def to_json(self) -> bytes:
         return clean_utf8(json.dumps(self.document(), default=str, ensure_ascii=False)).encode()
+
+
+def per_record(rejected: Iterable[tuple[str, Any]], *, topic: str, partition: int, offset: int,
+               first: int = PER_RECORD) -> list[DeadLetter]:
+    """The letters of one record's rejected (reason, payload) events: the `first` ones, then one summary."""
+    letters: list[DeadLetter] = []
+    rest: Counter[str] = Counter()
+    for reason, payload in rejected:
+        if len(letters) < first:
+            letters.append(DeadLetter(reason=reason, topic=topic, partition=partition, offset=offset, payload=payload))
+        else:
+            rest[reason[:200]] += 1
+    if rest:
+        n = sum(rest.values())
+        letters.append(DeadLetter(
+            reason=f"{n} more events of this record rejected (the first {first} have letters of their own)",
+            topic=topic, partition=partition, offset=offset, count=n,
+            payload={"reasons": dict(rest.most_common(20)), "distinct_reasons": len(rest)}))
+    return letters
 
 
 class DeadLetterSink(Protocol):

@@ -51,6 +51,9 @@ def register(sub: Any) -> None:
     run.add_argument("--kill-grace", type=float, metavar="S",
                      help="after forwarding SIGINT/SIGTERM, kill the tree after S seconds (default 30)")
     run.add_argument("--no-echo", action="store_true", help="do not echo the child's output")
+    run.add_argument("--user", metavar="USER", help="run the command (and its warm interpreters) as this user "
+                     "(name or uid; the agent keeps its own and must be root)")
+    run.add_argument("--group", metavar="GROUP", help="... and this group (default: the user's)")
     from vigil.app.cli import controlled
 
     controlled.add_options(run)
@@ -86,20 +89,23 @@ def slurm_identity(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def _build(args: argparse.Namespace, *, launching: bool) -> tuple[Any, Any, dict[str, str]]:
-    """(agent, paths, child environment additions)."""
+    """(agent, paths, child environment additions); the agent's process made non-dumpable first."""
     from vigil.app.stack.state import resolve_bootstrap
     from vigil.collector.agent import Agent
+    from vigil.collector.principal import job_key_file, protect
     from vigil.collector.procs import ProcessTracker
     from vigil.collector.settings import resolve_paths, safe_name, snapshot_memory
     from vigil.collector.sink import KafkaSink
     from vigil.settings import VigilSettings
 
+    protect()  # before any secret is read: training code of this uid reads and traces nothing of the agent
     core = VigilSettings.load()
     settings = _settings(args)
     paths = resolve_paths(settings, core.home)
     host = safe_name(settings.host)
     child_env: dict[str, str] = {}
     fr_dirs: list[tuple[Path, str]] = []
+    who = getattr(args, "run_as", None)
     if launching:
         spool_roots = [paths.spool_dir / host]
         child_env = {"VIGIL_JOB_ID": settings.job_id, "VIGIL_HOST": settings.host,
@@ -108,6 +114,12 @@ def _build(args: argparse.Namespace, *, launching: bool) -> tuple[Any, Any, dict
         fr_prefix = os.environ.get("TORCH_FR_DUMP_TEMP_FILE") or str(paths.fr_dir / host / "nccl_trace_rank_")
         child_env["TORCH_FR_DUMP_TEMP_FILE"] = fr_prefix
         Path(fr_prefix).parent.mkdir(parents=True, exist_ok=True)
+        given = os.environ.get("VIGIL_CHECKPOINT_KEY_FILE")  # the operator's, shared by the job's nodes; else made here
+        child_env["VIGIL_CHECKPOINT_KEY_FILE"] = str(job_key_file(  # a file of the command's uid, never the key itself
+            core.home / "jobkeys", safe_name(settings.job_id), who, Path(given) if given else None))
+        if who is not None:  # `--user`: the command writes its spool, traces and snapshots as its own uid
+            for folder in (spool_roots[0], Path(fr_prefix).parent, snapshot_memory(settings, settings.host)):
+                who.give(folder)
         fr_dirs.append((Path(fr_prefix).parent, Path(fr_prefix).name))
     else:
         spool_roots = [paths.spool_dir]
@@ -124,8 +136,10 @@ def _build(args: argparse.Namespace, *, launching: bool) -> tuple[Any, Any, dict
 def cmd_run(args: argparse.Namespace) -> int:
     from vigil.collector.control.childenv import child_environment
     from vigil.collector.control.launcher import Launcher
+    from vigil.collector.principal import run_as, scrub_secrets
     from vigil.collector.settings import safe_name
 
+    args.run_as = run_as(args.user, args.group)  # refused (not root, no such user) before anything starts
     command = list(args.argv)
     if command[:1] == ["--"]:
         command = command[1:]
@@ -140,13 +154,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         return Launcher(argv=argv, env=env, agent=agent,
                         output_dir=paths.output_dir / safe_name(s.job_id) / safe_name(s.host),
                         max_bytes=int(s.output_max_mb * 2**20), keep=s.output_keep, kill_grace_s=s.kill_grace_s,
-                        echo=not args.no_echo, attribute=s.attribute_ranks)
+                        echo=not args.no_echo, attribute=s.attribute_ranks, run_as=args.run_as)
 
     if args.nodes:  # under recovery control: the controller starts, stops and restarts the command
         from vigil.app.cli import controlled
 
         return controlled.run(args, agent=agent, paths=paths, argv=command, env=env, launcher_for=launcher_for)
     launcher = launcher_for(command, env)
+    scrub_secrets()  # every setting was read: no secret stays in the agent's environment
     agent.start()
     try:
         status = launcher.run()
@@ -156,7 +171,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_collector(args: argparse.Namespace) -> int:
+    from vigil.collector.principal import scrub_secrets
+
     agent, _paths, _env = _build(args, launching=False)
+    scrub_secrets()
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

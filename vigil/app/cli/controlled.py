@@ -37,6 +37,7 @@ def run(args: argparse.Namespace, *, agent: Any, paths: Any, argv: list[str], en
     from vigil.collector.control.warm import WarmPool
     from vigil.collector.control.warmdiag import WarmDiagnostics
     from vigil.collector.heartbeat import local_ip
+    from vigil.collector.principal import scrub_secrets
     from vigil.collector.sink import ObservedSink
     from vigil.cordons import CordonRegistry, registry_path
     from vigil.kafka.admin import ensure_topics
@@ -61,7 +62,8 @@ def run(args: argparse.Namespace, *, agent: Any, paths: Any, argv: list[str], en
                            done_file=paths.state_dir / "commands.json", gate=gate, emit=agent.emit)
 
     replicator = _replicator(s) if s.replicate_snapshots else None
-    pool = WarmPool.for_command(argv, env, list(s.warm_imports), s.warm_refill_delay_s) if s.warm_start else None
+    pool = WarmPool.for_command(argv, env, list(s.warm_imports), s.warm_refill_delay_s,
+                                run_as=args.run_as) if s.warm_start else None
     diag = WarmDiagnostics(env=env) if s.warm_diagnostics else None
 
     def make_launcher(a: list[str], e: dict[str, str]) -> Any:
@@ -74,6 +76,7 @@ def run(args: argparse.Namespace, *, agent: Any, paths: Any, argv: list[str], en
                             address=args.rdzv_addr or local_ip(), spare=args.spare, keepalive_s=args.keepalive,
                             replicator=replicator, nproc=nproc_per_node(argv), seal=_sealer(signer(Role.AGENT, core.home)),
                             warm_diag=diag)
+    scrub_secrets()  # the agent's key and credentials were read: none stays in its environment
     agent.sink = ObservedSink(inner=agent.sink, observe=supervisor.progress.observe)
     agent.shipper.sink = agent.sink
     agent.start()

@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 
 from vigil.app.components import SERVICES, migrate_all
 from vigil.app.stack.control import ControlServer
-from vigil.app.stack.state import StackState, clear_state, read_state, write_state
+from vigil.app.stack.state import StackState, clear_state, guard, read_state, write_state
 from vigil.app.stack.store_health import StoreHealth
 from vigil.clickhouse.client import check, connect
 from vigil.errors import StackError
@@ -70,8 +70,10 @@ class Stack:
         s = self.settings
         if (running := read_state(s)) is not None:
             raise StackError(f"a stack is already running under VIGIL_HOME={s.home} (pid {running.pid}); `vigil down` first")
-        s.home.mkdir(parents=True, exist_ok=True)
-        key_store(s.home).ensure()
+        keys = key_store(s.home)
+        guard(s.home, keys.directory)  # another uid (a job under `vigil run --user`) reaches no key, no token
+        keys.ensure()
+        guard(s.home, keys.directory)
         try:
             return self._start()
         except BaseException:

@@ -84,3 +84,21 @@ def resolve_bootstrap(settings: VigilSettings) -> str:
             "start one with `vigil up --detach`, or set VIGIL_KAFKA_BOOTSTRAP"
         )
     return state.bootstrap
+
+
+def guard(home: Path, keys: Path) -> None:
+    """`vigil up`'s own directories closed to other uids (a job run with `vigil run --user`): `home` and the key
+    directory owned by this uid (else StackError) and writable by it alone (a job cannot add a trusted public key
+    or swap a file), every private key in it mode 0600 (the public keys stay readable: agents verify with them)."""
+    inside = keys.absolute().is_relative_to(home.absolute())  # a key directory elsewhere (a mounted Secret) is
+    for folder in (home, keys) if inside else (home,):         # the operator's to lay out
+        folder.mkdir(parents=True, exist_ok=True)
+        st = folder.stat()
+        if st.st_uid != os.geteuid():
+            raise StackError(f"{folder} belongs to uid {st.st_uid}, not to this user ({os.geteuid()}): refusing to "
+                             "keep keys and the control token under it")
+        if st.st_mode & 0o022:
+            folder.chmod(st.st_mode & 0o755)
+    for key in keys.glob("*.key") if inside else ():
+        if key.stat().st_mode & 0o077:
+            key.chmod(0o600)
