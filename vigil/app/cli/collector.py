@@ -75,9 +75,11 @@ def _build(args: argparse.Namespace, *, launching: bool) -> tuple[Any, Any, dict
     from vigil.app.stack.state import resolve_bootstrap
     from vigil.collector.agent import Agent
     from vigil.collector.procs import ProcessTracker
-    from vigil.collector.settings import resolve_paths, safe_name, snapshot_memory
+    from vigil.collector.settings import resolve_paths, snapshot_memory
     from vigil.collector.sink import KafkaSink
     from vigil.settings import VigilSettings
+    from vigil.trainside import env
+    from vigil.trainside.identity import safe_name
 
     core = VigilSettings.load()
     settings = _settings(args)
@@ -87,17 +89,16 @@ def _build(args: argparse.Namespace, *, launching: bool) -> tuple[Any, Any, dict
     fr_dirs: list[tuple[Path, str]] = []
     if launching:
         spool_roots = [paths.spool_dir / host]
-        child_env = {"VIGIL_JOB_ID": settings.job_id, "VIGIL_HOST": settings.host,
-                     "VIGIL_SPOOL_DIR": str(spool_roots[0]),
-                     "VIGIL_SNAPSHOT_DIR": str(snapshot_memory(settings, settings.host))}
-        fr_prefix = os.environ.get("TORCH_FR_DUMP_TEMP_FILE") or str(paths.fr_dir / host / "nccl_trace_rank_")
-        child_env["TORCH_FR_DUMP_TEMP_FILE"] = fr_prefix
+        child_env = {env.JOB_ID: settings.job_id, env.HOST: settings.host, env.SPOOL_DIR: str(spool_roots[0]),
+                     env.SNAPSHOT_DIR: str(snapshot_memory(settings, settings.host))}
+        fr_prefix = os.environ.get(env.FR_DUMP_PREFIX) or str(paths.fr_dir / host / "nccl_trace_rank_")
+        child_env[env.FR_DUMP_PREFIX] = fr_prefix
         Path(fr_prefix).parent.mkdir(parents=True, exist_ok=True)
         fr_dirs.append((Path(fr_prefix).parent, Path(fr_prefix).name))
     else:
         spool_roots = [paths.spool_dir]
         fr_dirs.append((paths.fr_dir, ""))
-        if prefix := os.environ.get("TORCH_FR_DUMP_TEMP_FILE"):
+        if prefix := os.environ.get(env.FR_DUMP_PREFIX):
             fr_dirs.append((Path(prefix).parent, Path(prefix).name))
     sink = KafkaSink(settings=core, bootstrap=lambda: resolve_bootstrap(core), timeout_s=settings.delivery_timeout_s)
     agent = Agent(settings=settings, paths=paths, sink=sink, spool_roots=spool_roots, fr_dirs=fr_dirs,
@@ -109,7 +110,7 @@ def _build(args: argparse.Namespace, *, launching: bool) -> tuple[Any, Any, dict
 def cmd_run(args: argparse.Namespace) -> int:
     from vigil.collector.control.childenv import child_environment
     from vigil.collector.control.launcher import Launcher
-    from vigil.collector.settings import safe_name
+    from vigil.trainside.identity import safe_name
 
     command = list(args.argv)
     if command[:1] == ["--"]:
