@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 PREFIX = "VIGIL_"  # every name of vigil's own starts so (the agent withholds those not listed below from a child)
 JOB_ID = "VIGIL_JOB_ID"  # the job this process belongs to (default "default")
@@ -52,6 +54,7 @@ INHERITED_PREFIXES: tuple[str, ...] = (HANG_PREFIX, DIAG_PREFIX)
 DIAGNOSTICS_IDENTITY: tuple[str, ...] = (JOB_ID, HOST, COMMAND_ID, INCIDENT_ID)
 """What the agent hands a diagnostics run (and a warm diagnostics child takes from its order line)."""
 _OFF = ("0", "false", "off", "no")
+N = TypeVar("N", int, float)
 
 
 def text(name: str) -> str:
@@ -66,32 +69,25 @@ def flag(name: str) -> bool:
 
 def integer(name: str, minimum: int) -> int | None:
     """The variable as an int >= `minimum`; None when unset, empty or malformed (warned)."""
-    raw = text(name)
-    if not raw:
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        warnings.warn(f"vigil: ignoring {name}={raw!r} (not an integer)", RuntimeWarning, stacklevel=2)
-        return None
-    if value < minimum:
-        warnings.warn(f"vigil: ignoring {name}={raw!r} (below {minimum})", RuntimeWarning, stacklevel=2)
-        return None
-    return value
+    return _parsed(name, int, lambda v: v >= minimum, "not an integer", f"below {minimum}")
 
 
 def number(name: str) -> float | None:
     """The variable as a float > 0; None when unset, empty or anything else (warned)."""
+    return _parsed(name, float, lambda v: v > 0, "not a number", "must be > 0")  # NaN is not > 0
+
+
+def _parsed(name: str, convert: Callable[[str], N], valid: Callable[[N], bool], malformed: str, out: str) -> N | None:
     raw = text(name)
     if not raw:
         return None
     try:
-        value = float(raw)
+        value = convert(raw)
     except ValueError:
-        warnings.warn(f"vigil: ignoring {name}={raw!r} (not a number)", RuntimeWarning, stacklevel=2)
-        return None
-    if not value > 0:  # also NaN
-        warnings.warn(f"vigil: ignoring {name}={raw!r} (must be > 0)", RuntimeWarning, stacklevel=2)
+        value = None
+    why = malformed if value is None else "" if valid(value) else out
+    if why:
+        warnings.warn(f"vigil: ignoring {name}={raw!r} ({why})", RuntimeWarning, stacklevel=3)
         return None
     return value
 
