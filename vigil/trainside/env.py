@@ -42,6 +42,7 @@ MASTER_ADDR = "VIGIL_MASTER_ADDR"  # where rank 0's store listens
 MASTER_PORT = "VIGIL_MASTER_PORT"  # and on which port
 HOSTS = "VIGIL_HOSTS"  # the hosts, comma-separated, in node-rank order
 FR_DUMP_PREFIX = "TORCH_FR_DUMP_TEMP_FILE"  # torch's: Flight Recorder dumps go to <prefix><rank> (set by the agent)
+WARM_SLOT = "VIGIL_WARM_SLOT"  # the local rank a warm interpreter waits to serve (warm launcher; the agent reads /proc)
 RANK = "RANK"  # torchrun's: this process's global rank (torch.distributed's wins once initialised)
 WORLD_SIZE = "WORLD_SIZE"  # torchrun's: how many ranks the job has
 LOCAL_RANK = "LOCAL_RANK"  # torchrun's: this process's index on its host
