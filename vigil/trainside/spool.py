@@ -3,8 +3,9 @@
 Both the step timer (one record per step, batched every `flush_interval_s`) and the checkpointer (a few events per
 save, `flush_interval_s=0`: each written at once) write through it, to the files `spoolfile` lays out. Guarantees:
 
-* `put` is O(1) and never blocks nor raises: a bounded queue (at most `queue_size` records); a record that does not
-  fit, or comes after `close`, is dropped and counted. `count_dropped` adds records the caller lost itself.
+* `put` is O(1), lock-free and never blocks nor raises: a bounded queue (at most `queue_size` records, plus one per
+  other thread putting at the same instant); a record that does not fit, or comes after `close`, is dropped and
+  counted. `count_dropped` adds records the caller lost itself.
 * Rendering (`render`, e.g. a step to its dict), ``event_id`` generation and every byte of I/O happen on the writer
   thread, started by the first `put` (a spool never used costs no thread), or at once when it has an `idle_hook`
   to call every `flush_interval_s` (the timer's poll of finished CUDA steps).
@@ -51,7 +52,7 @@ class SpoolWriter(Generic[T]):
         self._render, self._idle_hook, self._qmax = render, idle_hook, queue_size
         self._interval, self._retry_s, self._exit_timeout = flush_interval_s or None, retry_s, exit_timeout_s
         self._q: deque[T] = deque()
-        self._lock = threading.Lock()  # guards _q's bound, _dropped_hot, _stopping, _thread, _tokens
+        self._lock = threading.Lock()  # guards _dropped_hot, _stopping, the thread's start and _tokens
         self._dropped_hot = 0
         self._dropped_write = 0  # writer thread only
         self._reported = 0
@@ -61,6 +62,7 @@ class SpoolWriter(Generic[T]):
         self._wake = threading.Event()
         self._stopping = False
         self._thread: threading.Thread | None = None
+        self._kick = True
         self.closed = False
         self.written = 0
         if idle_hook is not None:  # it runs every flush interval, records or not
@@ -69,16 +71,21 @@ class SpoolWriter(Generic[T]):
     # ---- any thread -------------------------------------------------------------------------
     def put(self, item: T) -> bool:
         """Queue one item; False (and counted) when it had to be dropped. Never blocks, never raises."""
-        with self._lock:
-            if self._stopping or len(self._q) >= self._qmax:
-                self._dropped_hot += 1
-                return False
-            self._q.append(item)
-            if self._thread is None:
-                self._start()
+        if self._stopping or len(self._q) >= self._qmax:  # no lock on this path: deque ops are atomic
+            self.count_dropped(1)
+            return False
+        self._q.append(item)
+        if self._kick:  # the thread is not started yet, or each record is written at once
+            self._kick_writer()
+        return True
+
+    def _kick_writer(self) -> None:
+        if self._thread is None:
+            with self._lock:
+                if self._thread is None and not self._stopping:
+                    self._start()
         if self._interval is None:
             self._wake.set()
-        return True
 
     def count_dropped(self, n: int) -> None:
         """Count records lost before reaching the queue (reported with the next record written)."""
@@ -87,8 +94,9 @@ class SpoolWriter(Generic[T]):
 
     @property
     def dropped(self) -> int:
-        """Records dropped so far, for any reason."""
-        return self._dropped_hot + self._dropped_write
+        """Records dropped so far, for any reason (once closed, whatever a racing `put` left queued too)."""
+        left = len(self._q) if self.closed and (self._thread is None or not self._thread.is_alive()) else 0
+        return self._dropped_hot + self._dropped_write + left
 
     @property
     def current_path(self) -> Path | None:
@@ -118,6 +126,7 @@ class SpoolWriter(Generic[T]):
         atexit.unregister(self._atexit)
 
     def _start(self) -> None:
+        self._kick = self._interval is None
         self._thread = threading.Thread(target=self._run, name=f"vigil-{self.name}-spool", daemon=True)
         self._thread.start()
         atexit.register(self._atexit)
