@@ -46,7 +46,6 @@ from vigil.timer.identity import Identity, resolve_identity
 from vigil.timer.step import Step, render
 from vigil.timer.watchdog import HangWatchdog
 from vigil.trainside import env
-from vigil.trainside.env import default_spool_dir
 from vigil.trainside.identity import resolve_rank
 from vigil.trainside.spool import SpoolWriter
 from vigil.trainside.spoolfile import location
@@ -82,7 +81,7 @@ class StepTimer:
         self._peak_arg = cfg.gpu_peak_tflops
         self._peak: float | None = None
         sp = cfg.spool
-        self._spool_dir = Path(sp.directory).expanduser() if sp.directory is not None else default_spool_dir()
+        self._spool_dir = Path(sp.directory).expanduser() if sp.directory is not None else env.default_spool_dir()
         self._spool_opts: dict[str, Any] = dict(
             max_bytes=sp.max_file_bytes, keep_files=sp.keep_files, queue_size=sp.queue_size,
             flush_interval_s=sp.flush_interval_s, retry_s=sp.retry_s,
