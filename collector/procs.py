@@ -23,9 +23,10 @@ from datetime import datetime
 import psutil
 
 from vigil.contract import ProcessState, utcnow
+from vigil.trainside import env
 
 MAX_PROCESSES = 256
-WARM_SLOT = "VIGIL_WARM_SLOT"
+WARM_SLOT = env.WARM_SLOT  # the warm launcher (stdlib only, run by path) spells it out itself
 
 
 def _env_int(env: dict[str, str], name: str) -> int | None:

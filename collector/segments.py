@@ -10,7 +10,7 @@ the number of segments (the oldest go first); callers with their own bound (the 
 counts what it drops) delete through `delete`.
 
 Errors are `OSError`s for the caller to decide on: the outbox falls back to memory,
-output capture counts and goes on. The timer's spool (`vigil.timer.spool`) is the same
+output capture counts and goes on. The timer's spool (`vigil.trainside.spool`) is the same
 idea inside the training process, which imports nothing of the agent.
 """
 

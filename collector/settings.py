@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 from pydantic import Field, field_validator
 
 from vigil.settings import VigilBaseSettings
+from vigil.trainside.identity import safe_name
 
 TRAINING_SIDE = ("vigil.timer", "vigil.recovery.checkpoint", "vigil.data")  # stdlib + torch only (import-linter)
 
@@ -137,12 +138,6 @@ class AgentPaths:
     @property
     def offsets_file(self) -> Path:
         return self.state_dir / "offsets.json"
-
-
-def safe_name(value: str) -> str:
-    """`value` as one safe path component (same rule as the timer's)."""
-    cleaned = re.sub(r"[^A-Za-z0-9._-]", "_", value).strip(".")
-    return cleaned[:128] or "_"
 
 
 def resolve_paths(settings: CollectorSettings, home: Path) -> AgentPaths:

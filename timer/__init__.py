@@ -12,10 +12,11 @@ See `timer/README.md` for the environment variables and the spool format.
 """
 
 from vigil.timer.config import HangConfig, SpoolConfig, TimerConfig
-from vigil.timer.core import StepTimer, default_spool_dir
+from vigil.timer.core import StepTimer
 from vigil.timer.identity import Identity
 from vigil.timer.mfu import PEAK_BF16_TFLOPS, peak_for_device
 from vigil.timer.step import Step
+from vigil.trainside.env import default_spool_dir
 
 __all__ = ["PEAK_BF16_TFLOPS", "HangConfig", "Identity", "SpoolConfig", "Step", "StepTimer", "TimerConfig", "default_spool_dir",
            "peak_for_device"]

@@ -18,7 +18,7 @@ from typing import Any
 
 @dataclass(frozen=True, kw_only=True)
 class SpoolConfig:
-    """Where and how step records are written for the node agent (see `timer.spool`)."""
+    """Where and how step records are written for the node agent (see `vigil.trainside.spool`)."""
 
     directory: str | os.PathLike[str] | None = None  # None: VIGIL_SPOOL_DIR, else $VIGIL_HOME/spool
     max_file_bytes: int = 16 << 20

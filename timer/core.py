@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import atexit
 import functools
-import os
 import warnings
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -43,26 +42,17 @@ from vigil.timer import mfu
 from vigil.timer.clocks import CudaClock, HostClock
 from vigil.timer.config import TimerConfig
 from vigil.timer.contexts import NULL, NULL_STEP, PhaseContext, StepContext
-from vigil.timer.identity import Identity, resolve_identity, safe_name
-from vigil.timer.spool import SpoolWriter
+from vigil.timer.identity import Identity, resolve_identity
 from vigil.timer.step import Step, render
 from vigil.timer.watchdog import HangWatchdog
+from vigil.trainside import env
+from vigil.trainside.identity import resolve_rank
+from vigil.trainside.spool import SpoolWriter
+from vigil.trainside.spoolfile import location
 
 P = ParamSpec("P")
 PHASE_KINDS = ("compute", "comm", "wait")  # vigil.contract.phases.PhaseKind (the timer imports nothing of vigil)
 R = TypeVar("R")
-
-
-def default_spool_dir() -> Path:
-    """`VIGIL_SPOOL_DIR`, else ``$VIGIL_HOME/spool`` (``VIGIL_HOME`` defaults to ``~/.vigil``)."""
-    explicit = os.environ.get("VIGIL_SPOOL_DIR")
-    if explicit:
-        return Path(explicit).expanduser()
-    return Path(os.environ.get("VIGIL_HOME") or "~/.vigil").expanduser() / "spool"
-
-
-def _env_enabled(name: str = "VIGIL_TIMER") -> bool:
-    return os.environ.get(name, "1").strip().lower() not in ("0", "false", "off", "no")
 
 
 class StepTimer:
@@ -82,7 +72,7 @@ class StepTimer:
         cfg = config if config is not None else TimerConfig()
 
         self.config = cfg
-        self.enabled = _env_enabled() if cfg.enabled is None else bool(cfg.enabled)
+        self.enabled = env.flag(env.TIMER) if cfg.enabled is None else bool(cfg.enabled)
         self._id_args: dict[str, Any] = dict(
             job_id=cfg.job_id, host=cfg.host, rank=cfg.rank, local_rank=cfg.local_rank, world_size=cfg.world_size,
             coords=cfg.coords,
@@ -91,7 +81,7 @@ class StepTimer:
         self._peak_arg = cfg.gpu_peak_tflops
         self._peak: float | None = None
         sp = cfg.spool
-        self._spool_dir = Path(sp.directory).expanduser() if sp.directory is not None else default_spool_dir()
+        self._spool_dir = Path(sp.directory).expanduser() if sp.directory is not None else env.default_spool_dir()
         self._spool_opts: dict[str, Any] = dict(
             max_bytes=sp.max_file_bytes, keep_files=sp.keep_files, queue_size=sp.queue_size,
             flush_interval_s=sp.flush_interval_s, retry_s=sp.retry_s,
@@ -113,7 +103,7 @@ class StepTimer:
             self._clock = HostClock(self._emit)
         self._watchdog: HangWatchdog | None = None
         hang = cfg.hang
-        if self.enabled and (_env_enabled("VIGIL_HANG_WATCHDOG") if hang.enabled is None else hang.enabled):
+        if self.enabled and (env.flag(env.HANG_WATCHDOG) if hang.enabled is None else hang.enabled):
             self._watchdog = HangWatchdog(hang, rank=self._rank)
         self._closed = False
         if self.enabled:
@@ -225,13 +215,7 @@ class StepTimer:
     # ---- plumbing -----------------------------------------------------------------------
     def _rank(self) -> int:
         """This process's rank (the watchdog names its dump with it)."""
-        if self.identity is not None:
-            return self.identity.rank
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            return int(dist.get_rank())
-        return int(os.environ.get("RANK", "0") or 0)
+        return self.identity.rank if self.identity is not None else resolve_rank(self.config.rank)
 
     @property
     def watchdog(self) -> HangWatchdog | None:
@@ -248,8 +232,7 @@ class StepTimer:
         ident = resolve_identity(**self._id_args)
         self.identity = ident
         self._peak = mfu.resolve_peak(self._peak_arg, self._clock.device_name)
-        directory = self._spool_dir / safe_name(ident.job_id)
-        stem = f"{safe_name(ident.host)}-rank{ident.rank}"
+        directory, stem = location(self._spool_dir, ident)
         flops, peak = self._flops, self._peak
         writer: SpoolWriter[Step] = SpoolWriter(
             directory, stem, lambda s: render(s, ident, flops, peak),

@@ -14,8 +14,7 @@ peak explicitly when you know better.
 
 from __future__ import annotations
 
-import os
-import warnings
+from vigil.trainside import env
 
 # Substring of torch.cuda.get_device_name() -> dense BF16 TFLOP/s. Matched
 # case-insensitively, longest key first, so "GB200" wins over "B200" and "A100" over "A10".
@@ -66,28 +65,13 @@ def peak_for_device(device_name: str) -> float | None:
     return None
 
 
-def _env_float(name: str) -> float | None:
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        warnings.warn(f"timer: ignoring {name}={raw!r} (not a number)", RuntimeWarning, stacklevel=3)
-        return None
-    if not value > 0:
-        warnings.warn(f"timer: ignoring {name}={raw!r} (must be > 0)", RuntimeWarning, stacklevel=3)
-        return None
-    return value
-
-
 def resolve_flops(explicit: float | None) -> float | None:
     """FLOPs per step per rank: the argument, else `VIGIL_FLOPS_PER_STEP`."""
     if explicit is not None:
         if explicit < 0:
             raise ValueError(f"flops_per_step must be >= 0, got {explicit}")
         return float(explicit)
-    return _env_float("VIGIL_FLOPS_PER_STEP")
+    return env.number(env.FLOPS_PER_STEP)
 
 
 def resolve_peak(explicit: float | None, device_name: str | None) -> float | None:
@@ -96,7 +80,7 @@ def resolve_peak(explicit: float | None, device_name: str | None) -> float | Non
         if not explicit > 0:
             raise ValueError(f"gpu_peak_tflops must be > 0, got {explicit}")
         return float(explicit)
-    from_env = _env_float("VIGIL_GPU_PEAK_TFLOPS")
+    from_env = env.number(env.GPU_PEAK_TFLOPS)
     if from_env is not None:
         return from_env
     return peak_for_device(device_name) if device_name else None

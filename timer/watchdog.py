@@ -38,26 +38,18 @@ from pathlib import Path
 from typing import Any
 
 from vigil.timer.config import HangConfig
+from vigil.trainside import env
 
 DumpFn = Callable[[], bytes]
 MIN_TIMEOUT_S = 1.0
 
 
-def _env_float(name: str) -> float | None:
-    raw = os.environ.get(name, "").strip()
-    try:
-        return float(raw) if raw else None
-    except ValueError:
-        return None
-
-
 def default_prefix() -> str:
     """`TORCH_FR_DUMP_TEMP_FILE` (set by `vigil run`), else ``$VIGIL_HOME/fr/nccl_trace_rank_``."""
-    explicit = os.environ.get("TORCH_FR_DUMP_TEMP_FILE")
+    explicit = env.text(env.FR_DUMP_PREFIX)
     if explicit:
         return explicit
-    home = Path(os.environ.get("VIGIL_HOME") or "~/.vigil").expanduser()
-    return str(home / "fr" / "nccl_trace_rank_")
+    return str(env.home() / "fr" / "nccl_trace_rank_")
 
 
 def torch_dump() -> bytes:
@@ -97,10 +89,10 @@ class HangWatchdog:
     def __init__(self, config: HangConfig, *, rank: Callable[[], int], dump: DumpFn = torch_dump,
                  groups: Callable[[], dict[str, list[int]]] = torch_groups,
                  ready: Callable[[], bool] = distributed_ready, clock: Callable[[], float] = time.monotonic) -> None:
-        env_timeout = _env_float("VIGIL_HANG_TIMEOUT_S")
+        env_timeout = env.number(env.HANG_TIMEOUT_S)
         self.fixed_s = config.timeout_s if config.timeout_s is not None else env_timeout
-        self.factor = config.factor if config.factor is not None else (_env_float("VIGIL_HANG_FACTOR") or 5.0)
-        floor = config.floor_s if config.floor_s is not None else _env_float("VIGIL_HANG_FLOOR_S")
+        self.factor = config.factor if config.factor is not None else (env.number(env.HANG_FACTOR) or 5.0)
+        floor = config.floor_s if config.floor_s is not None else env.number(env.HANG_FLOOR_S)
         self.floor_s = floor if floor is not None else 10.0
         self.warmup = config.warmup_steps
         self.poll_s = config.poll_s

@@ -16,17 +16,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-TRAINING_VARS: frozenset[str] = frozenset({
-    "VIGIL_JOB_ID", "VIGIL_HOST", "VIGIL_SPOOL_DIR", "VIGIL_TIMER", "VIGIL_TP", "VIGIL_PP",
-    "VIGIL_FLOPS_PER_STEP", "VIGIL_GPU_PEAK_TFLOPS", "VIGIL_SNAPSHOT_DIR",
-})
-TRAINING_PREFIXES: tuple[str, ...] = ("VIGIL_HANG_", "VIGIL_DIAG_")
+from vigil.trainside import env
+
+TRAINING_VARS: frozenset[str] = env.INHERITED  # named, with their meaning, in vigil.trainside.env
+TRAINING_PREFIXES: tuple[str, ...] = env.INHERITED_PREFIXES
 """`VIGIL_HANG_*`: the timer's hang watchdog; `VIGIL_DIAG_*`: the node diagnostics' own knobs (they run in the
 same environment as training: vigil.recovery.diagnostics reads `VIGIL_DIAG_SLOWDOWN`). No credential."""
 
 
 def for_training(name: str) -> bool:
-    return not name.startswith("VIGIL_") or name in TRAINING_VARS or name.startswith(TRAINING_PREFIXES)
+    return not name.startswith(env.PREFIX) or name in TRAINING_VARS or name.startswith(TRAINING_PREFIXES)
 
 
 def child_environment(agent_env: Mapping[str, str], additions: Mapping[str, str]) -> dict[str, str]:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from vigil.collector.control.warmdiag import SERVE, WarmDiagnostics
 from vigil.contract import Command, DiagnoseParams, Diagnostic, Event, validate_event
+from vigil.trainside import env
 
 TAIL_CHARS = 2000
 STOP_POLL_S = 0.5  # how soon a running diagnostics child is stopped once its agent leaves
@@ -70,8 +71,8 @@ def run_diagnostics(command: Command, *, job_id: str, host: str, base_env: dict[
     is set (the agent is leaving) the child's process group is killed: no diagnostics outlive their agent."""
     assert command.diagnose is not None  # the contract requires it of a diagnose command
     argv = diagnostics_argv(command.diagnose)
-    identity = {"VIGIL_JOB_ID": job_id, "VIGIL_HOST": host, "VIGIL_COMMAND_ID": command.command_id,
-                "VIGIL_INCIDENT_ID": command.incident_id}
+    identity = {env.JOB_ID: job_id, env.HOST: host, env.COMMAND_ID: command.command_id,
+                env.INCIDENT_ID: command.incident_id}
     run = DiagnosticRun()
     if stop is not None and stop.is_set():  # the agent is leaving: nothing started, the warm child left waiting
         run.stopped = True

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from vigil.collector.control.torchrun import scan
 from vigil.contract import World
+from vigil.trainside import env
 
 REPLACED = frozenset({"--nnodes", "--node-rank", "--master-addr", "--master-port", "--rdzv-backend",
                       "--rdzv-endpoint", "--rdzv-id", "--rdzv-conf", "--standalone", "--max-restarts"})
@@ -64,9 +65,9 @@ def fill(argv: Sequence[str], world: World) -> list[str]:
 
 def rendezvous_env(world: World) -> dict[str, str]:
     """The world for the training command's environment (also set for torchrun commands)."""
-    return {"VIGIL_GENERATION": str(world.generation), "VIGIL_NNODES": str(world.nnodes),
-            "VIGIL_NODE_RANK": str(world.node_rank), "VIGIL_MASTER_ADDR": world.master_addr,
-            "VIGIL_MASTER_PORT": str(world.master_port), "VIGIL_HOSTS": ",".join(world.hosts)}
+    return {env.GENERATION: str(world.generation), env.NNODES: str(world.nnodes),
+            env.NODE_RANK: str(world.node_rank), env.MASTER_ADDR: world.master_addr,
+            env.MASTER_PORT: str(world.master_port), env.HOSTS: ",".join(world.hosts)}
 
 
 def free_ports(count: int, host: str = "") -> list[int]:

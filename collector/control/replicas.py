@@ -31,11 +31,12 @@ from pathlib import Path
 from typing import BinaryIO
 
 from vigil.contract.control import RefusedCopy
+from vigil.trainside.snapshot import FORMAT, MARKER, PEER, STATE
+from vigil.trainside.snapshot import NAME as _NAME
 
-FORMAT = "vigil-snapshot/1"  # the marker format of vigil.recovery.checkpoint.snapshot (training side)
-MARKER, STATE, PEER = "_COMMITTED", "state.pt", "peer"
+__all__ = ["FORMAT", "MARKER", "PEER", "STATE", "Held", "HostStore", "Refused", "open_regular", "read"]
+
 MAX_MARKER_BYTES = 4096
-_NAME = re.compile(r"^snap-(\d{10,})-([0-9a-f]{8})$")
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 
 

@@ -49,7 +49,7 @@ from vigil.recovery.checkpoint.errors import (
     SaveFailed,
     StagingFailed,
 )
-from vigil.recovery.checkpoint.events import EventLog, resolve_identity
+from vigil.recovery.checkpoint.events import EventLog
 from vigil.recovery.checkpoint.integrity import job_key
 from vigil.recovery.checkpoint.layout import Commit, Layout, dir_name
 from vigil.recovery.checkpoint.memory import Snapshots, assign, choose
@@ -58,6 +58,7 @@ from vigil.recovery.checkpoint.restore import RestoreReport, load_latest
 from vigil.recovery.checkpoint.snapshot import PEER, default_snapshot_dir
 from vigil.recovery.checkpoint.staging import Staged, Stager
 from vigil.recovery.checkpoint.stores import default_reader, default_writer, open_store
+from vigil.trainside.identity import resolve_identity
 
 log = logging.getLogger("vigil.recovery.checkpoint")
 

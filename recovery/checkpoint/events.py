@@ -13,61 +13,33 @@ kind ``checkpoint``, schema_version 1). Per save:
 * rank 0, at restore: ``failed`` with ``unverified: true`` for each checkpoint whose files do not
   match its commit marker (the controller raises it as a `security` alert).
 
-Identity follows the step timer: job `VIGIL_JOB_ID` (default ``default``), host
-`VIGIL_HOST` (default the host name), rank from torch.distributed, else `RANK`, else 0.
-Lines go to ``<spool>/<job>/<host>-rank<rank>.ckpt-<seq>.jsonl`` (see `spool`). Emitting
-never blocks and never raises: a failure to build or queue an event is counted.
+Identity is the training side's (`vigil.trainside.identity`, as the step timer's): job `VIGIL_JOB_ID` (default
+``default``), host `VIGIL_HOST` (default the host name), rank from torch.distributed, else `RANK`, else 0. Lines
+go through the training side's spool (`vigil.trainside.spool`, stream ``ckpt``, each written at once) to
+``<spool>/<job>/<host>-rank<rank>.ckpt-<seq>.jsonl``. Emitting never blocks and never raises: a failure to build
+or queue an event is counted.
 """
 
 from __future__ import annotations
 
-import os
-import re
-import socket
 import uuid
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-import torch.distributed as dist
-
-from vigil.recovery.checkpoint.spool import EventSpool
+from vigil.trainside.env import default_spool_dir
+from vigil.trainside.identity import Identity
+from vigil.trainside.spool import SpoolWriter
+from vigil.trainside.spoolfile import location
 
 Phase = Literal["staged", "persisted", "committed", "failed", "skipped", "restored"]
 MAX_ERROR = 2000
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+STREAM = "ckpt"  # the file infix that keeps these lines apart from the step timer's
+EventSpool = SpoolWriter[dict[str, Any]]
 
 
-@dataclass(frozen=True, kw_only=True)
-class Identity:
-    job_id: str
-    host: str
-    rank: int
-
-
-def resolve_identity(*, job_id: str | None = None, host: str | None = None) -> Identity:
-    job = job_id or os.environ.get("VIGIL_JOB_ID") or "default"
-    hostname = host or os.environ.get("VIGIL_HOST") or socket.gethostname() or "localhost"
-    if dist.is_available() and dist.is_initialized():
-        rank = dist.get_rank()
-    else:
-        raw = os.environ.get("RANK", "0").strip()
-        rank = int(raw) if raw.isdigit() else 0
-    return Identity(job_id=job[:256], host=hostname[:256], rank=rank)
-
-
-def default_spool_dir() -> Path:
-    """`VIGIL_SPOOL_DIR`, else ``$VIGIL_HOME/spool`` (``VIGIL_HOME`` defaults to ``~/.vigil``)."""
-    explicit = os.environ.get("VIGIL_SPOOL_DIR")
-    if explicit:
-        return Path(explicit).expanduser()
-    return Path(os.environ.get("VIGIL_HOME") or "~/.vigil").expanduser() / "spool"
-
-
-def safe_name(value: str) -> str:
-    """`value` made safe as one path component (for file names only)."""
-    return _UNSAFE.sub("_", value).strip(".")[:128] or "_"
+def _as_is(record: dict[str, Any]) -> dict[str, Any]:
+    return record
 
 
 class EventLog:
@@ -83,9 +55,11 @@ class EventLog:
     ) -> EventLog:
         if not enabled:
             return cls(identity, None)
-        directory = (spool_dir or default_spool_dir()) / safe_name(identity.job_id)
-        stem = f"{safe_name(identity.host)}-rank{identity.rank}"
-        return cls(identity, EventSpool(directory, stem, max_bytes=max_bytes, keep_files=keep_files))
+        directory, stem = location(spool_dir or default_spool_dir(), identity)
+        spool: EventSpool = SpoolWriter(directory, stem, _as_is, stream=STREAM, name="checkpoint",
+                                        what="checkpoint events", max_bytes=max_bytes, keep_files=keep_files,
+                                        queue_size=1024, flush_interval_s=0, retry_s=0)  # fmt: skip
+        return cls(identity, spool)
 
     def emit(
         self,

@@ -26,7 +26,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-KEY_FILE_VAR = "VIGIL_CHECKPOINT_KEY_FILE"
+from vigil.trainside import env
+
+KEY_FILE_VAR = env.CHECKPOINT_KEY_FILE
 MAC = "mac"
 _cache: dict[str, bytes] = {}
 

@@ -7,6 +7,8 @@
     <snapshot_dir>/peer/<rank>/          the same, copied here by the node agent from another host
                                          (buddy replication, or staged for a rank that moved here)
 
+(The names and the marker's ``format`` live in `vigil.trainside.snapshot`, shared with the node agent.)
+
 A snapshot is rank-local (no collective to write it): the caller stages the state into host
 buffers (`staging.Stager`, the checkpointer's own staging) on the training thread, and the
 writer thread of this module saves it, hashes it and writes the marker. A snapshot counts
@@ -28,7 +30,6 @@ import json
 import logging
 import os
 import queue
-import re
 import secrets
 import shutil
 import threading
@@ -41,23 +42,11 @@ import torch
 
 from vigil.recovery.checkpoint.integrity import authentic, job_key, private_dir, seal
 from vigil.recovery.checkpoint.staging import Staged
+from vigil.trainside.snapshot import FORMAT, MARKER, PEER, STATE, default_snapshot_dir, snapshot_name
+from vigil.trainside.snapshot import NAME as _NAME
 
 log = logging.getLogger("vigil.recovery.checkpoint")
-MARKER = "_COMMITTED"
-PEER = "peer"  # <snapshot_dir>/peer/<rank>: the node agent's copies from other hosts
-FORMAT = "vigil-snapshot/1"
-STATE = "state.pt"
-_NAME = re.compile(r"^snap-(\d{10,})-([0-9a-f]{8})$")
-
-
-def default_snapshot_dir(job_id: str) -> Path:
-    """Where this host's snapshots of the job live: `VIGIL_SNAPSHOT_DIR` (set by `vigil run`: the agent's
-    per-host memory, where it also puts the copies it holds for peers), else /dev/shm/vigil/<job> where
-    /dev/shm exists (tmpfs), else the temp dir's vigil-shm/vigil/<job>."""
-    if explicit := os.environ.get("VIGIL_SNAPSHOT_DIR"):
-        return Path(explicit).expanduser()
-    base = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(os.environ.get("TMPDIR", "/tmp")) / "vigil-shm"
-    return base / "vigil" / job_id
+__all__ = ["FORMAT", "MARKER", "PEER", "STATE", "Snapshot", "SnapshotDir", "SnapshotWriter", "default_snapshot_dir"]
 
 
 def _sha256(path: Path) -> str:
@@ -85,7 +74,7 @@ class SnapshotDir:
 
     def write(self, step: int, state_dict: dict[str, Any]) -> Snapshot:
         """Save `state_dict` as the snapshot of `step`, marker last; prune. Raises OSError on failure."""
-        name = f"snap-{step:010d}-{secrets.randbits(32):08x}"
+        name = snapshot_name(step, secrets.randbits(32))
         private_dir(self.root.parent)  # the job's snapshot root: this uid's only (another's: PermissionError)
         path = private_dir(self.root) / name
         path.mkdir(mode=0o700, exist_ok=False)

@@ -5,7 +5,8 @@ GEMM, intra-node all-to-all, then the all-reduce with the other hosts of its gro
 hosts the group's store). Prints one `diagnostic` event per test and one `check` event for
 the round (ok, elapsed: this host's own time) as JSON lines on stdout, which the agent
 ships; exits 0 when every test passed, 1 otherwise. Identity from `VIGIL_JOB_ID`,
-`VIGIL_HOST`, `VIGIL_COMMAND_ID`, `VIGIL_INCIDENT_ID` (set by the agent). `--serve` alone: a warm
+`VIGIL_HOST` (else this host's name in --group), `VIGIL_COMMAND_ID`, `VIGIL_INCIDENT_ID` (set by the agent;
+`vigil.trainside.env.DIAGNOSTICS_IDENTITY`). `--serve` alone: a warm
 child that imports first and takes its arguments and identity from one line of stdin (`serve`).
 Either way the process is non-dumpable (`protect`): it runs the agent's code as the agent's uid, so
 training code of that uid neither reads it nor writes its order through /proc or ptrace.
@@ -19,6 +20,9 @@ import sys
 import time
 from collections.abc import Callable
 from typing import Any
+
+from vigil.trainside import env
+from vigil.trainside.identity import resolve_host, resolve_job
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -44,10 +48,9 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parse(argv)
     group = [h for h in args.group.split(",") if h]
-    base: dict[str, Any] = {"job_id": os.environ.get("VIGIL_JOB_ID", "default"),
-                            "host": os.environ.get("VIGIL_HOST") or group[args.rank],
-                            "incident_id": os.environ.get("VIGIL_INCIDENT_ID", ""),
-                            "command_id": os.environ.get("VIGIL_COMMAND_ID", ""), "round": args.round, "group": group}
+    base: dict[str, Any] = {"job_id": resolve_job(), "host": resolve_host(fallback=group[args.rank]),
+                            "incident_id": env.text(env.INCIDENT_ID), "command_id": env.text(env.COMMAND_ID),
+                            "round": args.round, "group": group}
 
     def emit(test: str, ok: bool, values: dict[str, float], error: str = "") -> None:
         print(Diagnostic(test=test, ok=ok, values=values, error=error[:4096], **base).model_dump_json(), flush=True)  # type: ignore[arg-type]
@@ -78,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if ok else 1
 
 
-IDENTITY = ("VIGIL_JOB_ID", "VIGIL_HOST", "VIGIL_COMMAND_ID", "VIGIL_INCIDENT_ID")
+IDENTITY = env.DIAGNOSTICS_IDENTITY
 
 
 def protect() -> None:

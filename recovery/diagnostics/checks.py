@@ -15,7 +15,6 @@ passes its time limit. Imports torch: run only in the diagnostics child process.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -24,6 +23,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import HashStore, PrefixStore, TCPStore
+
+from vigil.trainside import env
 
 
 class CheckFailed(Exception):
@@ -48,10 +49,7 @@ def _sync(device: torch.device) -> None:
 
 
 def slowdown() -> float:
-    try:
-        return max(1.0, float(os.environ.get("VIGIL_DIAG_SLOWDOWN", "1")))
-    except ValueError:
-        return 1.0
+    return max(1.0, env.number(env.DIAG_SLOWDOWN) or 1.0)
 
 
 def gemm(n: int, iters: int, timeout_s: float) -> Measure:

@@ -1,7 +1,8 @@
 """The house's floor plan: which folder holds which tier, and the import-linter contracts that say so stay whole.
 
 The node-telemetry contract names the collector's root modules one by one (import-linter has no "every sibling but
-one" form); this test fails when a module is added at collector/'s root without being put under that contract.
+one" form); this test fails when a module is added at collector/'s root without being put under that contract. Likewise
+the trainside contract names every other package of vigil/: the training side's leaf must stay stdlib-only.
 """
 
 from __future__ import annotations
@@ -51,3 +52,24 @@ def test_the_house_has_no_import_circle() -> None:
             if graph.chain_exists(importer=imported, imported=m):
                 circles.append(f"{m} <-> {imported}")
     assert not circles, "import circles: " + "; ".join(sorted(circles)[:10])
+
+
+def _names(cid: str, key: str) -> set[str]:
+    value = _contract(cid)[key]
+    assert isinstance(value, list)
+    return {str(m) for m in value}
+
+
+@pytest.mark.pure
+def test_the_training_sides_leaf_is_a_stdlib_only_kernel_package() -> None:
+    leaf = ROOT / "vigil" / "trainside"
+    assert leaf.is_dir() and not leaf.is_symlink(), "vigil/trainside is part of the kernel, not a component"
+    siblings = {f"vigil.{p.stem}" for p in (ROOT / "vigil").iterdir()
+                if p.name not in ("trainside", "__init__.py", "__main__.py", "__pycache__")}
+    assert _names("trainside", "source_modules") == {"vigil.trainside"}
+    forbidden = _names("trainside", "forbidden_modules")
+    assert siblings <= forbidden, f"add to pyproject's trainside contract: {siblings - forbidden}"
+    assert {"torch"} | _names("training-side", "forbidden_modules") <= forbidden
+    assert "vigil.trainside" not in _names("training-side", "forbidden_modules")
+    bottom = _contract("layers")["layers"][-1]  # type: ignore[index]
+    assert "vigil.trainside" in {m.strip() for m in str(bottom).split("|")}, "the leaf sits in the kernel's bottom"

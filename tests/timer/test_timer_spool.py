@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from timer_testutil import read_records, spool_files, timer_config
 
-import vigil.timer.spool
+import vigil.trainside.spoolfile
 from vigil.timer import StepTimer
-from vigil.timer.spool import SpoolWriter
+from vigil.trainside.spool import SpoolWriter
 
 pytestmark = pytest.mark.pure
 
@@ -84,7 +84,7 @@ def test_full_queue_drops_and_reports_the_count(tmp_path: Path) -> None:
 def test_disk_full_mid_write_leaves_only_complete_lines(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_write = vigil.timer.spool._os_write
+    real_write = vigil.trainside.spoolfile._os_write
     state = {"full": True}
 
     def half_then_enospc(fd: int, data: Any) -> int:
@@ -96,7 +96,7 @@ def test_disk_full_mid_write_leaves_only_complete_lines(
     t = make(tmp_path, retry_s=0.0)
     run_steps(t, 2)
     assert t.flush()
-    monkeypatch.setattr(vigil.timer.spool, "_os_write", half_then_enospc)
+    monkeypatch.setattr(vigil.trainside.spoolfile, "_os_write", half_then_enospc)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         run_steps(t, 3)
@@ -128,7 +128,7 @@ def test_writer_flush_and_close_are_bounded_and_lines_are_whole(tmp_path: Path) 
 
 
 def test_a_stuck_disk_never_blocks_training(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real_write = vigil.timer.spool._os_write
+    real_write = vigil.trainside.spoolfile._os_write
     entered, release = threading.Event(), threading.Event()
 
     def stuck_write(fd: int, data: Any) -> int:
@@ -136,7 +136,7 @@ def test_a_stuck_disk_never_blocks_training(tmp_path: Path, monkeypatch: pytest.
         release.wait()  # the disk hangs until the test releases it
         return real_write(fd, data)
 
-    monkeypatch.setattr(vigil.timer.spool, "_os_write", stuck_write)
+    monkeypatch.setattr(vigil.trainside.spoolfile, "_os_write", stuck_write)
     t = make(tmp_path, queue_size=5, flush_interval_s=0.01)
     run_steps(t, 1)
     assert entered.wait(10)  # the spool thread is now stuck in write()
@@ -150,7 +150,7 @@ def test_a_stuck_disk_never_blocks_training(tmp_path: Path, monkeypatch: pytest.
 
 
 def test_a_write_failing_after_rotation_counts_only_the_unwritten(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real, calls = vigil.timer.spool._os_write, [0]
+    real, calls = vigil.trainside.spoolfile._os_write, [0]
 
     def second_write_fails(fd: int, data: Any) -> int:
         calls[0] += 1
@@ -158,7 +158,7 @@ def test_a_write_failing_after_rotation_counts_only_the_unwritten(tmp_path: Path
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(fd, data)
 
-    monkeypatch.setattr(vigil.timer.spool, "_os_write", second_write_fails)
+    monkeypatch.setattr(vigil.trainside.spoolfile, "_os_write", second_write_fails)
     w: SpoolWriter[int] = SpoolWriter(tmp_path, "s", lambda i: {"i": i}, max_bytes=100, keep_files=None,
                                       flush_interval_s=3600)
     with warnings.catch_warnings():

@@ -94,9 +94,11 @@ def _build(args: argparse.Namespace, *, launching: bool) -> tuple[Any, Any, dict
     from vigil.collector.agent import Agent
     from vigil.collector.principal import job_key_file, protect
     from vigil.collector.procs import ProcessTracker
-    from vigil.collector.settings import resolve_paths, safe_name, snapshot_memory
+    from vigil.collector.settings import resolve_paths, snapshot_memory
     from vigil.collector.sink import KafkaSink
     from vigil.settings import VigilSettings
+    from vigil.trainside import env
+    from vigil.trainside.identity import safe_name
 
     protect()  # before any secret is read: training code of this uid reads and traces nothing of the agent
     core = VigilSettings.load()
@@ -108,14 +110,13 @@ def _build(args: argparse.Namespace, *, launching: bool) -> tuple[Any, Any, dict
     who = getattr(args, "run_as", None)
     if launching:
         spool_roots = [paths.spool_dir / host]
-        child_env = {"VIGIL_JOB_ID": settings.job_id, "VIGIL_HOST": settings.host,
-                     "VIGIL_SPOOL_DIR": str(spool_roots[0]),
-                     "VIGIL_SNAPSHOT_DIR": str(snapshot_memory(settings, settings.host))}
-        fr_prefix = os.environ.get("TORCH_FR_DUMP_TEMP_FILE") or str(paths.fr_dir / host / "nccl_trace_rank_")
-        child_env["TORCH_FR_DUMP_TEMP_FILE"] = fr_prefix
+        child_env = {env.JOB_ID: settings.job_id, env.HOST: settings.host, env.SPOOL_DIR: str(spool_roots[0]),
+                     env.SNAPSHOT_DIR: str(snapshot_memory(settings, settings.host))}
+        fr_prefix = os.environ.get(env.FR_DUMP_PREFIX) or str(paths.fr_dir / host / "nccl_trace_rank_")
+        child_env[env.FR_DUMP_PREFIX] = fr_prefix
         Path(fr_prefix).parent.mkdir(parents=True, exist_ok=True)
-        given = os.environ.get("VIGIL_CHECKPOINT_KEY_FILE")  # the operator's, shared by the job's nodes; else made here
-        child_env["VIGIL_CHECKPOINT_KEY_FILE"] = str(job_key_file(  # a file of the command's uid, never the key itself
+        given = os.environ.get(env.CHECKPOINT_KEY_FILE)  # the operator's, shared by the job's nodes; else made here
+        child_env[env.CHECKPOINT_KEY_FILE] = str(job_key_file(  # a file of the command's uid, never the key itself
             core.home / "jobkeys", safe_name(settings.job_id), who, Path(given) if given else None))
         if who is not None:  # `--user`: the command writes its spool, traces and snapshots as its own uid
             for folder in (spool_roots[0], Path(fr_prefix).parent, snapshot_memory(settings, settings.host)):
@@ -124,7 +125,7 @@ def _build(args: argparse.Namespace, *, launching: bool) -> tuple[Any, Any, dict
     else:
         spool_roots = [paths.spool_dir]
         fr_dirs.append((paths.fr_dir, ""))
-        if prefix := os.environ.get("TORCH_FR_DUMP_TEMP_FILE"):
+        if prefix := os.environ.get(env.FR_DUMP_PREFIX):
             fr_dirs.append((Path(prefix).parent, Path(prefix).name))
     sink = KafkaSink(settings=core, bootstrap=lambda: resolve_bootstrap(core), timeout_s=settings.delivery_timeout_s)
     agent = Agent(settings=settings, paths=paths, sink=sink, spool_roots=spool_roots, fr_dirs=fr_dirs,
@@ -137,7 +138,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from vigil.collector.control.childenv import child_environment
     from vigil.collector.control.launcher import Launcher
     from vigil.collector.principal import run_as, scrub_secrets
-    from vigil.collector.settings import safe_name
+    from vigil.trainside.identity import safe_name
 
     args.run_as = run_as(args.user, args.group)  # refused (not root, no such user) before anything starts
     command = list(args.argv)
