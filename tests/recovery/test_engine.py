@@ -176,6 +176,20 @@ def test_a_checkpoint_resets_the_crash_loop_count(tmp_path: Path) -> None:
     assert not [e for e in h.fx.events if isinstance(e, Outcome) and e.result == "halted"]
 
 
+@pytest.mark.parametrize("forged", ["unattested", "foreign host"])
+def test_only_an_attested_commit_of_the_jobs_host_resets_the_crash_loop_count(tmp_path: Path, forged: str) -> None:
+    fleet = Fleet(job=JOB, hosts=["h0", "h1", "h2"])
+    h = started(Harness.build(fleet, tmp_path, policy_crash_loops=1))
+    h.feed([*fleet.crash("h1", h.now), incident(JOB, "h1", cause="software", category="crash_cascade", at=h.now)])
+    h.run(lambda: h.training(2))
+    h.turn()
+    claim = fleet.commit(40, h.now, attested=forged != "unattested")
+    h.feed([c.model_copy(update={"host": "elsewhere"}) for c in claim] if forged == "foreign host" else claim)
+    h.turn()
+    h.feed([*fleet.crash("h1", h.now), incident(JOB, "h1", cause="software", category="crash_cascade", at=h.now)])
+    h.run(lambda: any(isinstance(e, Outcome) and e.result == "halted" for e in h.fx.events))
+
+
 def test_circuit_breaker_cordons_up_to_the_limit_then_pages_once(tmp_path: Path) -> None:
     fleet = Fleet(job=JOB, hosts=["h0", "h1", "h2", "h3"], nodes=(1, 4, 1))
     h = started(Harness.build(fleet, tmp_path, breaker_max_cordons_per_hour=1), hosts=4)

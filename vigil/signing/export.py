@@ -7,8 +7,8 @@
   retired keys disappear and rotated ones are accepted on the next re-read;
 * ``vigil-signing-<role>`` for every role: the role's current private key as
   `VIGIL_SIGNING_PRIVATE_KEY` (PEM) and `VIGIL_SIGNING_KEY_ID`, given (``envFrom``) only to that
-  role's service: the recovery controller, the detecting analyzer, the dashboard; the agent's to
-  the `vigil run` wrappers in the training jobs' own pods (no manifest here).
+  role's service: the recovery controller, the detecting analyzer, the dashboard. Agents' keys are
+  per host (`vigil keys issue HOST`): one Secret per node, made by whoever provisions the node.
 
 Pure: reads the key store, returns dicts; `vigil keys export-k8s` writes them (mode 0600).
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vigil.signing.keys import KeyStore, KeyStoreError, Role
+from vigil.signing.keys import SERVICES, KeyStore, KeyStoreError, Role
 
 PUBLIC_SECRET = "vigil-signing-public"
 
@@ -39,7 +39,7 @@ def kubernetes_secrets(store: KeyStore, namespace: str) -> dict[str, dict[str, A
     if not public:
         raise KeyStoreError(f"no public keys in {store.directory} (run `vigil keys create`)")
     out = {PUBLIC_SECRET: _secret(PUBLIC_SECRET, namespace, public)}
-    for role in Role:
+    for role in SERVICES:
         kid, _ = store.private_key(role)  # checks it is a readable Ed25519 key
         pem = (store.directory / f"{role.value}.{kid}.key").read_text()
         out[role_secret(role)] = _secret(role_secret(role), namespace,

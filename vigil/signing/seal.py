@@ -36,6 +36,8 @@ class Problem(StrEnum):
     UNKNOWN_KEY = "unknown key"
     BAD_SIGNATURE = "bad signature"
     WRONG_ROLE = "wrong role"
+    WRONG_HOST = "signed by another host"  # an attested fact under the key of a host it does not speak for
+    UNATTESTED = "unattested"  # a fact that decides, without its host's attestation
     STALE_EPOCH = "stale epoch"
 
 
@@ -78,6 +80,10 @@ class Verifier(Protocol):
         """The role whose valid signature `event` carries; Unverified otherwise."""
         ...
 
+    def signed_by(self, event: Event) -> tuple[Role, str]:
+        """The role and key id whose valid signature `event` carries; Unverified otherwise."""
+        ...
+
 
 @dataclass(frozen=True)
 class Ed25519Signer:
@@ -108,6 +114,9 @@ class KeyRing:
         self._keys, self._loaded = self.load(), time.monotonic()
 
     def signer_of(self, event: Event) -> Role:
+        return self.signed_by(event)[0]
+
+    def signed_by(self, event: Event) -> tuple[Role, str]:
         value = str(getattr(event, "signature", "") or "")
         if not value:
             raise Unverified(Problem.UNSIGNED)
@@ -122,4 +131,4 @@ class KeyRing:
             key.verify(raw, canonical(event, role, key_id))
         except InvalidSignature:
             raise Unverified(Problem.BAD_SIGNATURE, f"{role.value}/{key_id}") from None
-        return role
+        return role, key_id

@@ -38,6 +38,7 @@ from vigil.contract import Event, JobRegistered, Outcome, RecoveryAction
 from vigil.kafka.follow import Follower
 from vigil.redact import shown_dsn
 from vigil.settings import VigilSettings
+from vigil.signing.setup import key_store
 
 TRAIN = Path(__file__).with_name("train.py")
 TORCH_JOB, SIM_JOB = "demo-torch", "demo-sim"
@@ -93,6 +94,7 @@ class Demo:
         hang_once = self.settings.home / "demo" / "hang.once"
         hang_once.unlink(missing_ok=True)
         for host in HOSTS:
+            key_store(self.settings.home).issue(host)  # per-host identity: each agent attests with its own key
             env = {**os.environ, "VIGIL_KAFKA_BOOTSTRAP": bootstrap, "OMP_NUM_THREADS": "1",
                    "VIGIL_SPOOL_DIR": str(self.settings.home / "demo" / "spool" / host),
                    "VIGIL_HANG_FLOOR_S": str(HANG_FLOOR_S),
