@@ -372,6 +372,27 @@ def test_operator_requests_are_checked_on_the_controllers_state_and_refusals_rec
     assert sum(len(h.actions(command_id=r.command_id)) for r in reqs) == 3  # a refusal is a result: never retried
 
 
+def test_a_signed_request_replayed_after_the_state_forgot_it_is_refused_not_executed_again(tmp_path: Path) -> None:
+    """Last week's `uncordon`, re-published after compaction forgot it was done, must not undo this week's cordon:
+    a request older than the state's retention is refused (`expired`), whatever the state remembers."""
+    h = started(Harness.build(Fleet(job=JOB, hosts=["h0", "h1", "h2"]), tmp_path))
+    req = operator_request(action="uncordon", host="h1", job_id=JOB, reason="r", actor="dashboard:eve")
+    req = req.model_copy(update={"ts": h.now})
+    h.feed([req])
+    h.turn()
+    assert [a.status for a in h.actions(command_id=req.command_id)] == ["skipped"]  # executed: nothing to undo
+    h.now += timedelta(days=8)
+    h.engine.state.compact(h.now)
+    assert req.command_id not in h.engine.state.requests_done  # forgotten, as after a week of compaction
+    h.fx.backend.cordon("h1", reason="xid", incident_id="this-week", actor="controller")
+    h.engine.state._seen.clear()  # its event id long rolled out of the bounded memory of ids
+    h.feed([req])
+    h.turn()
+    replayed = h.actions(command_id=req.command_id)[1:]
+    assert [(a.status, a.details.get("refused")) for a in replayed] == [("skipped", "expired")]
+    assert "h1" in h.fx.backend.cordoned()
+
+
 def test_operator_requests_are_rate_limited_per_identity(tmp_path: Path) -> None:
     h = started(Harness.build(Fleet(job=JOB, hosts=["h0", "h1", "h2"]), tmp_path, requests_burst=2,
                               requests_per_minute=1))
