@@ -128,7 +128,10 @@ def test_rotation_keeps_listed_keys_until_retired(store: KeyStore) -> None:
     old_kid = old.signature.split("/")[1]
     with pytest.raises(KeyStoreError):
         store.retire(Role.CONTROLLER, new_kid)  # the current key cannot be retired
+    running = KeyRing(load=store.public_keys, refresh_s=0)  # a verifier that runs on: it re-reads the key set
+    assert check(old, running) is None
     store.retire(Role.CONTROLLER, old_kid)
+    assert (r := check(old, running)) is not None and r.problem is Problem.UNKNOWN_KEY  # no restart needed
     ring = KeyRing(load=store.public_keys)
     assert (r := check(old, ring)) is not None and r.problem is Problem.UNKNOWN_KEY
     assert {(k.role, k.key_id) for k in store.listing() if k.role is Role.CONTROLLER} == {(Role.CONTROLLER, new_kid)}

@@ -21,10 +21,6 @@ verification) and the agent forged spool lines the same way.
 
 from __future__ import annotations
 
-import logging
-from collections import Counter
-from dataclasses import dataclass, field
-from datetime import datetime
 from enum import StrEnum
 
 from vigil.contract import (
@@ -42,11 +38,12 @@ from vigil.contract import (
 )
 from vigil.contract.decisions import is_operator_request
 from vigil.signing.keys import Role, host_of
+from vigil.signing.refusals import REMEMBERED, SECURITY_ALERT, Refusal, Refusals
 from vigil.signing.seal import Problem, Unverified, Verifier
 
-log = logging.getLogger(__name__)
-SECURITY_ALERT = "security"
-REMEMBERED = 4096
+__all__ = ["REMEMBERED", "SECURITY_ALERT", "Claim", "Refusal", "Refusals", "attested", "attested_kind", "check",
+           "decision_kind", "expected_roles", "is_ack", "must_attest", "needs_signature"]
+
 NONE: frozenset[Role] = frozenset()
 CONTROLLER = frozenset({Role.CONTROLLER})
 OPERATOR = frozenset({Role.OPERATOR})
@@ -118,21 +115,6 @@ def needs_signature(event: Event) -> bool:
     return bool(expected_roles(event))
 
 
-@dataclass(frozen=True)
-class Refusal:
-    what: str  # decision_kind, or what was refused: "member", "checkpoint", "spool/<reason>"
-    problem: StrEnum  # a closed reason: `Problem` (signatures), `Claim`, the spool guard's `Refusal`
-    detail: str
-    job_id: str
-    host: str
-    event_id: str
-    per_host: bool = False  # one alert per (kind, job, host) instead of per (kind, job)
-
-    def __str__(self) -> str:
-        return (f"refused {self.what} {self.event_id} (job {self.job_id}, host {self.host}): "
-                f"{self.problem.value}{' ' + self.detail if self.detail else ''}")
-
-
 def attested(event: Event) -> bool:
     """`event` is an attested kind that carries an attestation (verified by `check` before it is folded)."""
     return attested_kind(event) and bool(getattr(event, "signature", ""))
@@ -167,39 +149,3 @@ def check(event: Event, verifier: Verifier) -> Refusal | None:
 def _refusal(event: Event, problem: StrEnum, detail: str, per_host: bool) -> Refusal:
     return Refusal(what=decision_kind(event), problem=problem, detail=detail, job_id=event.job_id, host=event.host,
                    event_id=event.event_id, per_host=per_host)
-
-
-@dataclass
-class Refusals:
-    """Refused decisions of one service: counted, logged, and one `security` alert per kind and job."""
-
-    reporter: str  # the service or agent that refused: "controller", "agent:<host>", "notifier"
-    count: int = 0
-    _alerted: Counter[str] = field(default_factory=Counter, repr=False)  # fingerprint -> refusals
-
-    def fingerprint(self, refusal: Refusal) -> str:
-        scope = f"/{refusal.host}" if refusal.per_host else ""
-        return f"{SECURITY_ALERT}/{self.reporter}/{refusal.what}/{refusal.job_id}{scope}"[:256]
-
-    def seen(self, fingerprint: str) -> int:
-        """Refusals of `fingerprint` so far (0 once more than `REMEMBERED` fingerprints were raised)."""
-        return self._alerted[fingerprint]
-
-    def refuse(self, refusal: Refusal, now: datetime) -> Alert | None:
-        """Count and log `refusal`; the security alert to publish the first time its fingerprint is seen."""
-        self.count += 1
-        fingerprint = self.fingerprint(refusal)
-        if fingerprint in self._alerted:
-            self._alerted[fingerprint] += 1
-            if self._alerted[fingerprint] % 100 == 0:
-                log.warning("%s %s (%d of this kind)", self.reporter, refusal, self._alerted[fingerprint])
-            return None
-        log.warning("%s %s", self.reporter, refusal)
-        if len(self._alerted) >= REMEMBERED:
-            return None
-        self._alerted[fingerprint] = 1
-        return Alert(job_id=refusal.job_id, host=refusal.host, ts=now, fingerprint=fingerprint, alert=SECURITY_ALERT,
-                     subject=refusal.what, status="firing", severity="critical", first_seen=now, last_seen=now,
-                     summary=f"{self.reporter} {refusal}"[:2048],
-                     evidence={"reporter": self.reporter, "refused": refusal.what, "problem": refusal.problem.value,
-                               "detail": refusal.detail, "event_id": refusal.event_id, "count": 1})

@@ -5,7 +5,8 @@ field, keys sorted, no whitespace, then the role and key id, so a signature cann
 another event, role or key. The signature travels in the event as ``<role>/<key id>/<base64>``.
 `Signer` and `Verifier` are the two tiny protocols services depend on; `Ed25519Signer` holds one
 private key, `KeyRing` public keys only (reloaded from the key store when an unknown key id
-arrives, at most every `reload_s`, which is how a rotation reaches running verifiers).
+arrives, at most every `reload_s`, which is how a rotation reaches running verifiers, and every
+`refresh_s` whatever arrives, which is how a retired key stops being trusted by a running one).
 """
 
 from __future__ import annotations
@@ -104,6 +105,7 @@ class Ed25519Signer:
 class KeyRing:
     load: Callable[[], dict[tuple[Role, str], Ed25519PublicKey]]
     reload_s: float = 2.0
+    refresh_s: float = 30.0  # the key set is re-read at least this often: retired keys are dropped
     _keys: dict[tuple[Role, str], Ed25519PublicKey] = field(default_factory=dict, init=False, repr=False)
     _loaded: float = field(default=float("-inf"), init=False, repr=False)
 
@@ -121,8 +123,11 @@ class KeyRing:
         if not value:
             raise Unverified(Problem.UNSIGNED)
         role, key_id, raw = parse_signature(value)
+        age = time.monotonic() - self._loaded
+        if age >= self.refresh_s:
+            self._reload()
         key = self._keys.get((role, key_id))
-        if key is None and time.monotonic() - self._loaded >= self.reload_s:
+        if key is None and age < self.refresh_s and age >= self.reload_s:
             self._reload()
             key = self._keys.get((role, key_id))
         if key is None:

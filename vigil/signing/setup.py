@@ -52,4 +52,4 @@ def signer(role: Role, home: Path, settings: SigningSettings | None = None, *,
 
 def verifier(home: Path, settings: SigningSettings | None = None) -> KeyRing:
     s = settings or SigningSettings.load()
-    return KeyRing(load=KeyStore(s.directory(home)).public_keys, reload_s=s.reload_s)
+    return KeyRing(load=KeyStore(s.directory(home)).public_keys, reload_s=s.reload_s, refresh_s=s.refresh_s)
