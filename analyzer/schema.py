@@ -11,7 +11,8 @@ from pathlib import Path
 
 from vigil.clickhouse.migrations import MigrationSet
 
-MIGRATIONS = MigrationSet(owner="analyzer", directory=Path(__file__).parent / "migrations", ids=range(1, 200))
+MIGRATIONS = MigrationSet(owner="analyzer", directory=Path(__file__).parent / "migrations", ids=range(1, 200),
+                           more=(range(1000, 1200),))
 
 MINUTE_FIRST = frozenset({"nic_counters", "heartbeats"})
 """Raw tables sorted by (job_id, `MINUTE`, ...) (migration 0198). The engine does not derive a bound on `MINUTE` from

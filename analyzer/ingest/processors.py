@@ -238,7 +238,18 @@ RECENT = frozenset({"step", "heartbeat", "nic"})
 """Kinds a 10,000-GPU job sends thousands of per second: their re-sends are caught by an in-memory window."""
 
 
-def process(event: Ingestable) -> list[TableRow]:
-    """The rows `event` becomes; [] for kinds the analyzer does not store."""
+DECISIONS = frozenset({"alert_events", "incident_events", "recovery_actions", "recovery_outcomes", "advice_events"})
+"""Tables of decisions (and the agents' attested acks): each row says whether the ingest's gate verified its
+signature (`verified`, migration 1000) and keeps the signature; detectors and views read verified rows only."""
+
+
+def process(event: Ingestable, verified: bool = True) -> list[TableRow]:
+    """The rows `event` becomes; [] for kinds the analyzer does not store. A decision that is not `verified` (its
+    signature refused by the gate) is stored flagged so, and never registers a run (`job_registrations`)."""
     fn = KINDS.get(event.kind)
-    return fn(event) if fn is not None else []
+    rows = fn(event) if fn is not None else []
+    if event.kind not in ("alert", "incident", "recovery", "outcome", "advice"):
+        return rows
+    sig = str(getattr(event, "signature", "") or "")
+    return [(t, {**r, "verified": int(verified), "signature": sig} if t in DECISIONS else r) for t, r in rows
+            if verified or t in DECISIONS]
