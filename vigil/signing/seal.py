@@ -1,8 +1,12 @@
 """Signing an event and checking its signature.
 
 `canonical(event, role, key_id)` is what is signed: the event's JSON without its `signature`
-field, keys sorted, no whitespace, then the role and key id, so a signature cannot be moved to
-another event, role or key. The signature travels in the event as ``<role>/<key id>/<base64>``.
+field and without the fields that hold their default (`kind` and `schema_version` always in), keys
+sorted, no whitespace, then the role and key id, so a signature cannot be moved to another event,
+role or key, and covers what the signer sent, not what a reader's model fills in: a kind that gains
+a defaulted field keeps every earlier signature valid (rolling upgrades, a controller refolding its
+own log). `legacy` is the form signed before that (every field, defaults included), still accepted
+by verifiers so that what older signers published verifies; upgrade verifiers before signers. The signature travels in the event as ``<role>/<key id>/<base64>``.
 `Signer` and `Verifier` are the two tiny protocols services depend on; `Ed25519Signer` holds one
 private key, `KeyRing` public keys only (reloaded from the key store when an unknown key id
 arrives, at most every `reload_s`, which is how a rotation reaches running verifiers, and every
@@ -49,6 +53,14 @@ class Unverified(Exception):
 
 
 def canonical(event: Event, role: Role, key_id: str) -> bytes:
+    doc = {**event.model_dump(mode="json", exclude={"signature"}, exclude_defaults=True),
+           "kind": event.kind, "schema_version": event.schema_version}
+    body = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return f"{body}\n{role.value}/{key_id}".encode()
+
+
+def legacy(event: Event, role: Role, key_id: str) -> bytes:
+    """The canonical form signed before defaults were left out: every field, as the reader's model has it."""
     body = json.dumps(event.model_dump(mode="json", exclude={"signature"}), sort_keys=True,
                       separators=(",", ":"), ensure_ascii=False)
     return f"{body}\n{role.value}/{key_id}".encode()
@@ -132,8 +144,10 @@ class KeyRing:
             key = self._keys.get((role, key_id))
         if key is None:
             raise Unverified(Problem.UNKNOWN_KEY, f"{role.value}/{key_id}")
-        try:
-            key.verify(raw, canonical(event, role, key_id))
-        except InvalidSignature:
-            raise Unverified(Problem.BAD_SIGNATURE, f"{role.value}/{key_id}") from None
-        return role, key_id
+        for form in (canonical, legacy):
+            try:
+                key.verify(raw, form(event, role, key_id))
+            except InvalidSignature:
+                continue
+            return role, key_id
+        raise Unverified(Problem.BAD_SIGNATURE, f"{role.value}/{key_id}")
