@@ -127,7 +127,7 @@ class Job:
     committed: Checkpoint | None = None  # latest committed checkpoint
     restored: list[Checkpoint] = field(default_factory=list)
     cases: list[str] = field(default_factory=list)  # in plan order
-    finished: RecoveryAction | None = None  # the controller recorded the job finished: nothing more starts
+    finished: RecoveryAction | None = None  # the controller recorded this run finished (`new_run` starts another)
     last_ts: datetime | None = None  # the newest event of the job (what forgetting measures)
     advice: Advice | None = None  # the resource advisor's latest advice (cited by scale decisions)
 
@@ -235,7 +235,8 @@ class ClusterState:
         job = self.job(e.job_id)
         e = clamp_member(e, self.clock())
         job.members[e.host] = e  # the log's order, not the producer's clock
-        if job.first_seen is None or e.ts < job.first_seen:
+        if job.first_seen is None or e.ts < job.first_seen or (
+                new_run(job, e) and job.finished is not None and job.first_seen <= job.finished.ts):
             job.first_seen = e.ts
         job.last_ts = e.ts if job.last_ts is None else max(job.last_ts, e.ts)
         self.latest = e.ts if self.latest is None else max(self.latest, e.ts)
@@ -277,8 +278,9 @@ class ClusterState:
         if e.action == "cordon" and e.status == "succeeded" and e.actor == "controller" and e.details.get("changed"):
             self.cordons[e.event_id] = e
         if e.action == "finish" and e.status == "succeeded" and e.actor == "controller":
-            job = self.job(e.job_id)
-            if job.finished is None or e.ts < job.finished.ts:
+            job = self.job(e.job_id)  # it ends the run it names: a replayed older one ends no later run
+            gen, held = e.generation or 0, job.finished
+            if gen >= job.generation and (held is None or gen > (held.generation or 0) or e.ts < held.ts):
                 job.finished = e
             return
         if not e.incident_id:
@@ -327,8 +329,17 @@ class ClusterState:
                 job.generation = e.generation
                 job.world = [str(h) for h in e.details.get("hosts", [])]
                 job.world_started_at = e.ts
+                if job.finished is not None and (job.finished.generation or 0) < e.generation:
+                    job.finished = None  # a new run of a reused job id
             if e.generation == 1 or job.first_started_at is None:
                 job.first_started_at = e.ts if job.first_started_at is None else min(job.first_started_at, e.ts)
+
+
+def new_run(job: Job, m: Member) -> bool:
+    """`m` is an agent of a new run of a finished job (its id reused): it waits in no generation, since after the
+    finish (the finished run's agents leave and never wait again)."""
+    done = job.finished
+    return done is not None and m.state == "waiting" and m.generation == 0 and (m.since or m.ts) > done.ts
 
 
 def alert_key(a: Alert) -> str:

@@ -445,6 +445,27 @@ def test_a_job_whose_command_exited_0_everywhere_finishes_once_and_every_agent_i
     assert successor.engine.state.job(JOB).finished is not None and successor.fx.events == []
 
 
+def test_a_reused_job_id_is_a_new_run_and_a_replayed_finish_ends_no_later_run(tmp_path: Path) -> None:
+    fleet = Fleet(job=JOB, hosts=["h0", "h1", "h2"])
+    h = started(Harness.build(fleet, tmp_path))
+    h.feed([e for host in h.engine.state.job(JOB).world for e in fleet.crash(host, h.now, code=0)])
+    h.run(lambda: {m.state for m in fleet.members.values()} == {"left"})
+    [done] = h.actions(action="finish", actor="controller")
+    h.now += timedelta(minutes=5)  # the same job id submitted again: new agents wait, in no generation
+    fresh = {"generation": 0, "node_rank": None, "started_at": None, "first_step": None, "first_step_at": None,
+             "last_step": None, "last_step_at": None, "steps": 0, "exit_code": None}
+    h.feed([fleet.member(host, "waiting", h.now, **fresh) for host in fleet.hosts])
+    h.run(lambda: h.training(2))
+    finishes = [c for c in h.fx.events if isinstance(c, Command) and c.action == "finish"]
+    assert len(finishes) == 3 and all(c.generation == 1 for c in finishes)  # none told to the new run's agents
+    h.engine.state._seen.clear()  # its id long out of the bounded memory of ids
+    h.feed([done])  # the old signed finish, re-published
+    for _ in range(3):
+        h.turn()
+    assert h.engine.state.job(JOB).finished is None and h.training(2)
+    assert len([c for c in h.fx.events if isinstance(c, Command) and c.action == "finish"]) == 3
+
+
 def test_a_host_that_exits_0_while_others_fail_is_not_a_finished_job(tmp_path: Path) -> None:
     fleet = Fleet(job=JOB, hosts=["h0", "h1", "h2"])
     h = started(Harness.build(fleet, tmp_path))
