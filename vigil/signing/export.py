@@ -7,8 +7,10 @@
   retired keys disappear and rotated ones are accepted on the next re-read;
 * ``vigil-signing-<role>`` for every role: the role's current private key as
   `VIGIL_SIGNING_PRIVATE_KEY` (PEM) and `VIGIL_SIGNING_KEY_ID`, given (``envFrom``) only to that
-  role's service: the recovery controller, the detecting analyzer, the dashboard. Agents' keys are
-  per host (`vigil keys issue HOST`): one Secret per node, made by whoever provisions the node.
+  role's service: the recovery controller, the detecting analyzer, the dashboard;
+* ``vigil-signing-agent-<host>`` for every host with an agent key (`vigil keys issue HOST`): that
+  host's own key, for the identity-holding agent on that node only (one Secret per node: mount it
+  in the node's agent container, never in a training container).
 
 Pure: reads the key store, returns dicts; `vigil keys export-k8s` writes them (mode 0600).
 """
@@ -24,6 +26,11 @@ PUBLIC_SECRET = "vigil-signing-public"
 
 def role_secret(role: Role) -> str:
     return f"vigil-signing-{role.value}"
+
+
+def host_secret(host: str) -> str:
+    """The Secret of `host`'s agent key (a DNS-1123 name: lower case, '_' as '-')."""
+    return f"vigil-signing-agent-{host.lower().replace('_', '-')}"[:253].rstrip("-.")
 
 
 def _secret(name: str, namespace: str, data: dict[str, str]) -> dict[str, Any]:
@@ -44,4 +51,11 @@ def kubernetes_secrets(store: KeyStore, namespace: str) -> dict[str, dict[str, A
         pem = (store.directory / f"{role.value}.{kid}.key").read_text()
         out[role_secret(role)] = _secret(role_secret(role), namespace,
                                          {"VIGIL_SIGNING_PRIVATE_KEY": pem, "VIGIL_SIGNING_KEY_ID": kid})
+    for host in store.hosts():
+        name = host_secret(host)
+        if name in out:
+            raise KeyStoreError(f"hosts whose names differ only in case or '_' / '-' share the Secret {name}")
+        kid, _ = store.private_key(Role.AGENT, host)
+        pem = (store.directory / f"{Role.AGENT.value}.{kid}.key").read_text()
+        out[name] = _secret(name, namespace, {"VIGIL_SIGNING_PRIVATE_KEY": pem, "VIGIL_SIGNING_KEY_ID": kid})
     return out
