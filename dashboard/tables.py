@@ -71,7 +71,7 @@ RECOVERY_OUTCOMES = _t("recovery_outcomes", "ts job_id incident_id result detect
                                             "restart_s checkpoint_load_s total_s checkpoint_step last_step "
                                             "steps_lost first_step cordoned hosts reason verified")
 RECOVERY_MEMBERS = _t("recovery_members", "ts job_id host state generation last_step step_ms last_step_at repl_buddy "
-                      "repl_pushed repl_pushed_bytes repl_staged repl_refused repl_last_step")
+                      "repl_pushed repl_pushed_bytes repl_staged repl_refused repl_last_step verified")
 
 # the notifier's own tables (notify/migrations)
 NOTIFY_DELIVERIES = _t("notify_deliveries", "key receiver receiver_kind group_key seq job_id status reason severity "

@@ -238,9 +238,12 @@ RECENT = frozenset({"step", "heartbeat", "nic"})
 """Kinds a 10,000-GPU job sends thousands of per second: their re-sends are caught by an in-memory window."""
 
 
-DECISIONS = frozenset({"alert_events", "incident_events", "recovery_actions", "recovery_outcomes", "advice_events"})
-"""Tables of decisions (and the agents' attested acks): each row says whether the ingest's gate verified its
-signature (`verified`, migration 1000) and keeps the signature; detectors and views read verified rows only."""
+DECISIONS = frozenset({"alert_events", "incident_events", "recovery_actions", "recovery_outcomes", "advice_events",
+                       "recovery_members"})
+"""Tables of decisions and of the agents' attested facts (acks, member reports): each row says whether the ingest's
+gate verified its signature (`verified`, migration 1000) and keeps the signature; readers read verified rows only."""
+GATED = frozenset({"alert", "incident", "recovery", "outcome", "advice", "member"})
+"""The kinds whose rows go to `DECISIONS`: the ingest runs the gate on these."""
 
 
 def process(event: Ingestable, verified: bool = True) -> list[TableRow]:
@@ -248,7 +251,7 @@ def process(event: Ingestable, verified: bool = True) -> list[TableRow]:
     signature refused by the gate) is stored flagged so, and never registers a run (`job_registrations`)."""
     fn = KINDS.get(event.kind)
     rows = fn(event) if fn is not None else []
-    if event.kind not in ("alert", "incident", "recovery", "outcome", "advice"):
+    if event.kind not in GATED:
         return rows
     sig = str(getattr(event, "signature", "") or "")
     return [(t, {**r, "verified": int(verified), "signature": sig} if t in DECISIONS else r) for t, r in rows

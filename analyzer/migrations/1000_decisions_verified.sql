@@ -35,3 +35,6 @@ SELECT job_id, incident_id,
 FROM incident_events
 WHERE verified = 1
 GROUP BY job_id, incident_id;
+-- The agents' member reports are attested facts: stored with whether the gate verified them, like decisions.
+ALTER TABLE recovery_members ADD COLUMN IF NOT EXISTS verified UInt8 DEFAULT 1;
+ALTER TABLE recovery_members ADD COLUMN IF NOT EXISTS signature String DEFAULT '';

@@ -78,7 +78,7 @@ SELECT host, argMax(state, ts) AS agent_state, argMax(generation, ts) AS gen, ar
        max(ts) AS seen, argMax(repl_buddy, ts) AS buddy, argMax(repl_pushed, ts) AS pushed,
        argMax(repl_pushed_bytes, ts) AS pushed_bytes, argMax(repl_staged, ts) AS staged,
        argMax(repl_refused, ts) AS refused, argMax(repl_last_step, ts) AS buddy_step
-FROM {RECOVERY_MEMBERS} WHERE job_id = {{job:String}}
+FROM {RECOVERY_MEMBERS} WHERE verified = 1 AND job_id = {{job:String}}
 GROUP BY host ORDER BY host
 """
 
@@ -93,7 +93,7 @@ FROM (
   SELECT maxOrNull(last) AS member_last, quantileExactInclusiveIf(0.5)(ms, ms > 0) AS step_ms,
          maxOrNull(last_at) AS last_step_at, countIf(ms > 0) AS timed
   FROM (SELECT host, argMax(last_step, ts) AS last, argMax(step_ms, ts) AS ms, argMax(last_step_at, ts) AS last_at
-        FROM {RECOVERY_MEMBERS} WHERE job_id = {{job:String}} GROUP BY host)
+        FROM {RECOVERY_MEMBERS} WHERE verified = 1 AND job_id = {{job:String}} GROUP BY host)
 ) AS m
 """
 

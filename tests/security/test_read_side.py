@@ -18,7 +18,7 @@ from confluent_kafka import Producer
 from vigil.analyzer.ingest.writer import ClickHouseWriter
 from vigil.app.cli.main import main
 from vigil.clickhouse.client import connect
-from vigil.contract import Alert, Incident, RecoveryAction, Silence, encode_batch
+from vigil.contract import Alert, Incident, Member, RecoveryAction, Silence, encode_batch
 from vigil.kafka.producer import EventProducer
 from vigil.settings import VigilSettings
 from vigil.signing import KeyStore, Role, check
@@ -47,8 +47,15 @@ def test_forged_decisions_are_stored_unverified_and_never_read_by_detectors(clic
     wrong = _signer(store, Role.OPERATOR).seal(Incident(incident_id="forged", **incident))  # type: ignore[arg-type]
     real = _signer(store, Role.ANALYZER).seal(Incident(incident_id="real", **incident))  # type: ignore[arg-type]
     client = connect(clickhouse_dsn, database=database)
+    evil = Member(job_id="j", host="evil-1", state="waiting")  # a made-up host, unattested
+    store.issue("h1")
+    h1 = Ed25519Signer(role=Role.AGENT, key_id=store.current_id(Role.AGENT, "h1") or "", key=store.private_key(
+        Role.AGENT, "h1")[1]).seal(Member(job_id="j", host="h1", state="waiting"))
+    ring = KeyRing(load=store.public_keys)
     writer = ClickHouseWriter(client=client, verify=lambda e: check(e, ring) is None)
-    assert writer.write([forged, genuine, wrong, real]) == []
+    assert writer.write([forged, genuine, wrong, real, evil, h1]) == []
+    assert client.query("SELECT host, verified FROM recovery_members ORDER BY host").result_rows == [
+        ("evil-1", 0), ("h1", 1)]
 
     rows = client.query("SELECT incident_id, verified, signature FROM recovery_actions ORDER BY incident_id").result_rows
     assert rows == [("i", 0, ""), ("i2", 1, genuine.signature)]
