@@ -44,6 +44,7 @@ class Problem(StrEnum):
     WRONG_HOST = "signed by another host"  # an attested fact under the key of a host it does not speak for
     UNATTESTED = "unattested"  # a fact that decides, without its host's attestation
     STALE_EPOCH = "stale epoch"
+    EXPIRED = "expired"  # older than its lifetime against the log's clock (a replay)
 
 
 class Unverified(Exception):
