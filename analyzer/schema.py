@@ -11,7 +11,8 @@ from pathlib import Path
 
 from vigil.clickhouse.migrations import MigrationSet
 
-MIGRATIONS = MigrationSet(owner="analyzer", directory=Path(__file__).parent / "migrations", ids=range(1, 300))
+MIGRATIONS = MigrationSet(owner="analyzer", directory=Path(__file__).parent / "migrations", ids=range(1, 300),
+                          more=(range(1000, 1200),))
 
 ROLLUP_WINDOW_STEPS = 5
 """Steps per window of the `phase_host_windows` rollups (`intDiv(step, 5)` in migrations 0100 and 0150: a fact of the

@@ -51,7 +51,7 @@ GROUP BY host, phase
 
 EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 LATEST_ADVICE_SQL = """
-SELECT advice_id, ts, curve FROM advice_events FINAL WHERE job_id = {job:String} ORDER BY ts DESC, advice_id LIMIT 1
+SELECT advice_id, ts, curve FROM advice_events FINAL WHERE verified = 1 AND job_id = {job:String} ORDER BY ts DESC, advice_id LIMIT 1
 """
 
 # the job's newest heartbeat from host_clock (its rollup), then the minutes before it: heartbeats sort by the minute

@@ -22,10 +22,12 @@ def fold(alerts: Iterable[Alert]) -> dict[str, Alert]:
 
 
 def read_alert_events(settings: VigilSettings, bootstrap: str, timeout: float = 10.0) -> list[Alert]:
-    """Every alert event on the alerts topic, oldest first per partition."""
+    """Every verified alert event on the alerts topic, oldest first per partition (`vigil.signing.readers`: a
+    forged one is left out and counted in a warning; security alerts are claims, kept)."""
     from vigil.kafka.reader import read_events
+    from vigil.signing.readers import verified
 
-    return read_events(settings, bootstrap, "alerts", Alert, timeout=timeout)
+    return verified(read_events(settings, bootstrap, "alerts", Alert, timeout=timeout), settings.home, "alerts")[0]
 
 
 def current(alerts: Iterable[Alert], job: str | None = None, include_resolved: bool = False) -> list[Alert]:

@@ -8,7 +8,7 @@ raises a critical alert per (host, rank) that resolves when that rank reports a
 training step again (restart); its evidence carries the rank's own message and when it
 was printed (`failed_at`), from which incidents order a cascade. The launcher's own exit
 (torchrun: not a rank) alerts (`host/launcher`) only when none of its ranks did. Exits
-while the recovery controller pauses or halts the job (`recovery_actions`: from a pause's
+while the recovery controller pauses or halts the job (`recovery_actions`, verified rows only: from a pause's
 `started` to its end, plus `PAUSE_GRACE_S`) are its own doing, not failures: no alert, so
 no crash cascade either; so are the error lines its stopped ranks print in those windows
 (SIGTERM tracebacks, peers' connection errors), except hardware lines (Xid, ECC, NVLink),
@@ -64,7 +64,7 @@ GROUP BY host, who, rank
 
 _PAUSES_SQL = f"""
 SELECT ts, status FROM recovery_actions
-WHERE job_id = {{job:String}} AND action IN ('pause', 'halt') AND target = {{job:String}}
+WHERE job_id = {{job:String}} AND action IN ('pause', 'halt') AND target = {{job:String}} AND verified = 1
   AND status IN ('started', 'succeeded', 'failed') AND ts > {{lo:DateTime64(3, 'UTC')}} AND ts <= {AT}
 ORDER BY ts
 """

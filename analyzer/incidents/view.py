@@ -12,10 +12,13 @@ from vigil.settings import VigilSettings
 
 
 def read_incident_events(settings: VigilSettings, bootstrap: str, timeout: float = 10.0) -> list[Incident]:
-    """Every incident event on the incidents topic, oldest first per partition."""
+    """Every verified incident event on the incidents topic, oldest first per partition (a forged one is left out
+    and counted in a warning: `vigil.signing.readers`)."""
     from vigil.kafka.reader import read_events
+    from vigil.signing.readers import verified
 
-    return read_events(settings, bootstrap, "incidents", Incident, timeout=timeout)
+    events = read_events(settings, bootstrap, "incidents", Incident, timeout=timeout)
+    return verified(events, settings.home, "incidents")[0]
 
 
 def current(events: Iterable[Incident], job: str | None = None, include_resolved: bool = True) -> list[Incident]:

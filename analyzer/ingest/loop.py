@@ -7,6 +7,10 @@ broker failure is retried by the consumer (state "retrying"); any other error st
 loop with `failed` set to it (state "failed"): the service reports it and `vigil analyzer`
 exits non-zero, so a supervisor restarts it and the uncommitted batch is re-read.
 
+Decisions (alerts, incidents, recovery steps and outcomes, advice) pass the signing gate
+(`vigil.signing.policy.check`) on the way in: a refused one is stored flagged `verified = 0` with its
+signature (`processors.process`), and detectors and views read verified rows only.
+
 `client` must be the writer's own ClickHouse client: a chdb handle that raised may hand
 leftover output to its next query, and a client shared with readers makes them wait for
 the inserts (clickhouse-connect holds one lock per client for a whole call).
@@ -32,6 +36,8 @@ from vigil.kafka.deadletter import KafkaDeadLetters
 from vigil.kafka.lag import LagProbe
 from vigil.kafka.producer import EventProducer
 from vigil.settings import VigilSettings
+from vigil.signing.policy import check
+from vigil.signing.setup import verifier
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +73,9 @@ class IngestLoop:
     failed: str = ""  # the error that stopped ingest; empty while it runs
 
     def __post_init__(self) -> None:
+        ring = verifier(self.settings.home)  # the read side runs the same gate on decisions: forged ones stored flagged
         self.writer = ClickHouseWriter(client=self.client, group=self.analyzer.group_id,
-                                       window_s=self.analyzer.dedup_window_s)
+                                       window_s=self.analyzer.dedup_window_s, verify=lambda e: check(e, ring) is None)
         self.sink = sink = ClickHouseDeadLetters(client=self.client, inner=KafkaDeadLetters(self.producer))
         self.decoder = DecodeProcess() if decode_process(self.analyzer.decode_process) else None
         if self.decoder is not None:

@@ -247,7 +247,21 @@ RECENT = frozenset(HOT_KINDS)
 """Kinds a 10,000-GPU job sends thousands of per second: their re-sends are caught by an in-memory window."""
 
 
-def process(event: Ingestable) -> list[TableRow]:
-    """The rows `event` becomes; [] for the kinds the analyzer does not store (`NOT_STORED`)."""
+DECISIONS = frozenset({"alert_events", "incident_events", "recovery_actions", "recovery_outcomes", "advice_events",
+                       "recovery_members"})
+"""Tables of decisions and of the agents' attested facts (acks, member reports): each row says whether the ingest's
+gate verified its signature (`verified`, migration 1000) and keeps the signature; readers read verified rows only."""
+GATED = frozenset({"alert", "incident", "recovery", "outcome", "advice", "member"})
+"""The kinds whose rows go to `DECISIONS`: the ingest runs the gate on these."""
+
+
+def process(event: Ingestable, verified: bool = True) -> list[TableRow]:
+    """The rows `event` becomes; [] for the kinds the analyzer does not store (`NOT_STORED`). A decision that is not `verified` (its
+    signature refused by the gate) is stored flagged so, and never registers a run (`job_registrations`)."""
     fn = KINDS.get(event.kind)
-    return fn(event) if fn is not None else []
+    rows = fn(event) if fn is not None else []
+    if event.kind not in GATED:
+        return rows
+    sig = str(getattr(event, "signature", "") or "")
+    return [(t, {**r, "verified": int(verified), "signature": sig} if t in DECISIONS else r) for t, r in rows
+            if verified or t in DECISIONS]

@@ -50,7 +50,7 @@ from vigil.analyzer.ingest.columns import BUILDERS
 from vigil.analyzer.ingest.intents import IntentLedger
 from vigil.analyzer.ingest.lookup import StoredIds
 from vigil.analyzer.ingest.offload import Offloaded
-from vigil.analyzer.ingest.processors import LOOKUP, RECENT, Row, TableRow, process
+from vigil.analyzer.ingest.processors import GATED, LOOKUP, RECENT, Row, TableRow, process
 from vigil.analyzer.ingest.recent import Marks, RecentIds
 from vigil.analyzer.ingest.staging import Staged, first_of_each, stage
 from vigil.clickhouse.failures import is_data_error, is_transient, splits
@@ -78,6 +78,7 @@ class ClickHouseWriter:
     group: str = "vigil-analyzer"
     window_s: float = 60.0
     check_existing: bool = True  # False: no look-ups at all (benchmarks and fixtures that write unique events)
+    verify: Callable[[Any], bool] | None = None  # the gate on decisions (`processors.DECISIONS`); None: trusted
     rows_written: int = 0
     skipped_duplicates: int = 0
     looked_up: int = 0  # events checked against ClickHouse (the window could not judge them)
@@ -222,10 +223,10 @@ class ClickHouseWriter:
                     tables[table] = staged.encoded[kind] if whole and kind in staged.encoded else build(fresh)
                 continue
             for e in fresh:
-                for table, row in process(e):
+                for table, row in process(e, self._verified(e)):
                     rows[table].append(row)
             for e in unknown:
-                for table, row in process(e):
+                for table, row in process(e, self._verified(e)):
                     (checked if table in LOOKUP else rows)[table].append(row)
         skipped: set[str] = set()
         self.looked_up += len({r["event_id"] for rows_ in checked.values() for r in rows_})
@@ -240,6 +241,9 @@ class ClickHouseWriter:
                 assert not isinstance(before, Encoded)
                 tables[table] = concat(before, columns(rows_))
         return _Prepared(tables=dict(sorted(tables.items())), ids=ids, marks=marks)
+
+    def _verified(self, e: Any) -> bool:
+        return self.verify is None or e.kind not in GATED or self.verify(e)
 
     def _prepare_offloaded(self, events: Sequence[Ingestable], off: Offloaded, batch: BatchId | None) -> _Prepared | None:
         """The batch from the offload's groups and the events decoded here, when that is what `_prepare` of the whole

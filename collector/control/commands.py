@@ -10,7 +10,10 @@ the `recovery` event that acknowledges a command (same action, same `command_id`
 Only commands signed by the controller's key, of a lease epoch no older than the newest this
 agent obeyed, are returned (`vigil.signing.gate`); the others are counted, logged and raised
 once as a `security` alert (`emit`), and their `command_id` is not remembered, so a forged
-command that took a genuine one's id first does not shadow it.
+command that took a genuine one's id first does not shadow it. A signed command also has a
+lifetime against the log's clock: one dated more than `max(timeout_s, LIFETIME)` before the newest
+command this agent read for its host (one partition: log order) is a replay, refused the same way
+(problem `expired`), whether or not its id is still remembered.
 """
 
 from __future__ import annotations
@@ -27,10 +30,13 @@ from typing import Any, Literal
 
 from vigil.contract import Command, Event, RecoveryAction
 from vigil.signing.gate import Gate
+from vigil.signing.policy import Refusal, decision_kind
+from vigil.signing.seal import Problem
 
 log = logging.getLogger(__name__)
 SKEW = timedelta(seconds=30)
 REMEMBERED = 2000
+LIFETIME = timedelta(minutes=10)  # the least lifetime of a command, against the newest read before it
 
 AckStatus = Literal["started", "succeeded", "failed", "skipped"]
 
@@ -46,6 +52,7 @@ class CommandFeed:
     emit: Callable[[list[Event]], None]  # where security alerts go (the agent's sink)
     _done: deque[str] = field(default_factory=deque, init=False)
     _seen: set[str] = field(default_factory=set, init=False)
+    _newest: datetime | None = field(default=None, init=False)  # the log's clock: the newest command read
 
     def __post_init__(self) -> None:
         try:
@@ -65,6 +72,8 @@ class CommandFeed:
             self.emit(list(alerts))
         for e in accepted:
             assert isinstance(e, Command)
+            if self._expired(e, now):
+                continue
             if e.command_id in self._seen or e.ts < self.since - SKEW:
                 continue
             self._remember(e.command_id)
@@ -72,6 +81,16 @@ class CommandFeed:
         if out:
             self._save()
         return out
+
+    def _expired(self, e: Command, now: datetime) -> bool:
+        newest = self._newest = e.ts if self._newest is None else max(self._newest, e.ts)
+        if e.ts + max(timedelta(seconds=e.timeout_s), LIFETIME) >= newest:
+            return False
+        refusal = Refusal(what=decision_kind(e), problem=Problem.EXPIRED, job_id=e.job_id, host=e.host,
+                          event_id=e.event_id, detail=f"dated {e.ts:%Y-%m-%d %H:%M:%S}, the log is at {newest:%H:%M:%S}")
+        if (alert := self.gate.refusals.refuse(refusal, now)) is not None:
+            self.emit([alert])
+        return True
 
     def _remember(self, command_id: str) -> None:
         self._done.append(command_id)

@@ -19,7 +19,7 @@ def latest(store: Store, job: str) -> Row | None:
     row = store.one("advice", f"""
         SELECT advice_id, ts, nodes, current, predicted, still_scaling, curve, hot, starved, data_share, reasons,
                scored
-        FROM {A} FINAL WHERE job_id = {{job:String}} ORDER BY ts DESC, advice_id LIMIT 1""", {"job": job})
+        FROM {A} FINAL WHERE verified = 1 AND job_id = {{job:String}} ORDER BY ts DESC, advice_id LIMIT 1""", {"job": job})
     if row is None:
         return None
     row["curve"] = _json(row["curve"], [])

@@ -47,7 +47,7 @@ LIMIT {{limit:UInt32}}
 _HISTORY_SQL = f"""
 SELECT toUnixTimestamp64Milli(ts) AS t_ms, job_id, fingerprint, alert, subject, host, status, severity, summary
 FROM {ALERT_EVENTS} {_CLOCK}
-WHERE {_FILTER} AND ({{status:String}} = '' OR status = {{status:String}}) AND {_since('ts')}
+WHERE verified = 1 AND {_FILTER} AND ({{status:String}} = '' OR status = {{status:String}}) AND {_since('ts')}
 ORDER BY ts DESC LIMIT {{limit:UInt32}}
 """
 

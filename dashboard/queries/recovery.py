@@ -29,7 +29,7 @@ _CASES_SQL = f"""
 SELECT incident_id, min(ts) AS opened, argMax(status, ts) AS plan_state,
        argMinIf(details, ts, status = 'planned') AS plan, argMax(reason, ts) AS why
 FROM {RECOVERY_ACTIONS}
-WHERE job_id = {{job:String}} AND action = 'plan' AND incident_id != ''
+WHERE verified = 1 AND job_id = {{job:String}} AND action = 'plan' AND incident_id != ''
 GROUP BY incident_id ORDER BY opened DESC LIMIT {{limit:UInt32}}
 """
 
@@ -40,7 +40,7 @@ SELECT incident_id, action, target, argMax(status, ({_RANK}, ts)) AS state,
        argMaxIf(reason, ts, status IN {_ENDED}) AS end_reason, argMax(reason, ts) AS last_reason,
        max(dry_run) AS dry_run, min(ts) AS first_ts
 FROM {RECOVERY_ACTIONS}
-WHERE job_id = {{job:String}} AND incident_id IN {{cases:Array(String)}} AND action != 'plan'
+WHERE verified = 1 AND job_id = {{job:String}} AND incident_id IN {{cases:Array(String)}} AND action != 'plan'
   AND NOT startsWith(actor, 'agent:')
 GROUP BY incident_id, action, target ORDER BY first_ts, action, target
 """
@@ -52,7 +52,7 @@ SELECT incident_id, argMax(result, ts) AS result, argMax(detect_s, ts) AS detect
        argMax(checkpoint_step, ts) AS checkpoint_step, argMax(last_step, ts) AS last_step,
        argMax(steps_lost, ts) AS steps_lost, argMax(first_step, ts) AS first_step,
        argMax(cordoned, ts) AS cordoned, argMax(hosts, ts) AS hosts, argMax(reason, ts) AS why
-FROM {RECOVERY_OUTCOMES} WHERE job_id = {{job:String}}
+FROM {RECOVERY_OUTCOMES} WHERE verified = 1 AND job_id = {{job:String}}
 GROUP BY incident_id
 """
 
@@ -61,7 +61,7 @@ _CORDONS_SQL = f"""
 SELECT target, argMax(action, ts) AS last, argMax(reason, ts) AS why, argMax(actor, ts) AS who,
        argMax(incident_id, ts) AS incident, argMax(job_id, ts) AS job, max(ts) AS at
 FROM {RECOVERY_ACTIONS}
-WHERE action IN ('cordon', 'uncordon') AND status = 'succeeded' AND target != job_id
+WHERE verified = 1 AND action IN ('cordon', 'uncordon') AND status = 'succeeded' AND target != job_id
 GROUP BY target HAVING last = 'cordon' ORDER BY at DESC
 """
 
@@ -69,7 +69,7 @@ _REQUESTS_SQL = f"""
 SELECT command_id, any(action) AS action, any(target) AS target, any(job_id) AS job, any(actor) AS who,
        argMax(status, ({_RANK}, ts)) AS state, argMax(reason, ts) AS why, min(ts) AS asked
 FROM {RECOVERY_ACTIONS}
-WHERE startsWith(command_id, 'request/') AND (job_id = {{job:String}} OR job_id = '*')
+WHERE verified = 1 AND startsWith(command_id, 'request/') AND (job_id = {{job:String}} OR job_id = '*')
 GROUP BY command_id ORDER BY asked DESC LIMIT {{limit:UInt32}}
 """
 
@@ -78,22 +78,22 @@ SELECT host, argMax(state, ts) AS agent_state, argMax(generation, ts) AS gen, ar
        max(ts) AS seen, argMax(repl_buddy, ts) AS buddy, argMax(repl_pushed, ts) AS pushed,
        argMax(repl_pushed_bytes, ts) AS pushed_bytes, argMax(repl_staged, ts) AS staged,
        argMax(repl_refused, ts) AS refused, argMax(repl_last_step, ts) AS buddy_step
-FROM {RECOVERY_MEMBERS} WHERE job_id = {{job:String}}
+FROM {RECOVERY_MEMBERS} WHERE verified = 1 AND job_id = {{job:String}}
 GROUP BY host ORDER BY host
 """
 
 _GOODPUT_SQL = f"""
 SELECT
-  (SELECT minOrNull(ts) FROM {RECOVERY_ACTIONS} WHERE job_id = {{job:String}} AND action IN ('start', 'restart')
+  (SELECT minOrNull(ts) FROM {RECOVERY_ACTIONS} WHERE verified = 1 AND job_id = {{job:String}} AND action IN ('start', 'restart')
      AND status = 'started' AND generation > 0 AND actor = 'controller') AS first_started,
-  (SELECT minOrNull(first_step) FROM {RECOVERY_OUTCOMES} WHERE job_id = {{job:String}}) AS first_step,
-  (SELECT maxOrNull(last_step) FROM {RECOVERY_OUTCOMES} WHERE job_id = {{job:String}}) AS outcome_last,
+  (SELECT minOrNull(first_step) FROM {RECOVERY_OUTCOMES} WHERE verified = 1 AND job_id = {{job:String}}) AS first_step,
+  (SELECT maxOrNull(last_step) FROM {RECOVERY_OUTCOMES} WHERE verified = 1 AND job_id = {{job:String}}) AS outcome_last,
   m.member_last, m.step_ms, m.last_step_at
 FROM (
   SELECT maxOrNull(last) AS member_last, quantileExactInclusiveIf(0.5)(ms, ms > 0) AS step_ms,
          maxOrNull(last_at) AS last_step_at, countIf(ms > 0) AS timed
   FROM (SELECT host, argMax(last_step, ts) AS last, argMax(step_ms, ts) AS ms, argMax(last_step_at, ts) AS last_at
-        FROM {RECOVERY_MEMBERS} WHERE job_id = {{job:String}} GROUP BY host)
+        FROM {RECOVERY_MEMBERS} WHERE verified = 1 AND job_id = {{job:String}} GROUP BY host)
 ) AS m
 """
 

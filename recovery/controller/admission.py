@@ -4,6 +4,9 @@ An operator request (the dashboard's cordon / uncordon / evict) is signed by the
 the key proves only that an operator tool made it, not that its target is sane. Before executing
 one, the leading controller checks, on its own state, never on what the request claims:
 
+* it is fresh: signed less than the state's retention (`compaction.Retention.keep`, 1 day) ago, so a
+  signed request re-published after compaction forgot that it was done is refused, never executed
+  twice (`RequestRefusal.EXPIRED`: done ids are kept exactly that long);
 * the job exists: some agent of it announced itself (`member`) to this controller
   (`RequestRefusal.UNKNOWN_JOB`);
 * the host belongs to the job: it is one of the job's members (`RequestRefusal.FOREIGN_HOST`);
@@ -31,6 +34,7 @@ MAX_IDENTITIES = 4096
 
 
 class RequestRefusal(StrEnum):
+    EXPIRED = "expired"  # older than the state's retention: done or not, it is not executed now
     UNKNOWN_JOB = "unknown_job"  # no agent of the job announced itself to the controller
     FOREIGN_HOST = "host_not_in_job"  # the host is not one of the job's members
     RATE_LIMITED = "rate_limited"  # the identity asked more often than its bucket allows
@@ -50,6 +54,8 @@ class Admission:
 
     def check(self, req: RecoveryAction, state: ClusterState, now: datetime) -> RequestRefusal | None:
         """None when `req` may be executed now (and a token of its identity is spent)."""
+        if req.ts < now - state.retention.keep:
+            return RequestRefusal.EXPIRED
         job = state.jobs.get(req.job_id)
         if job is None or not job.members:
             return RequestRefusal.UNKNOWN_JOB

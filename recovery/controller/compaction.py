@@ -63,8 +63,8 @@ def forget(state: ClusterState, now: datetime, retention: Retention) -> int:
     done = {cid for cid, r in state.requests.items() if cid in state.requests_done and r.ts < horizon}
     state.requests = {cid: r for cid, r in state.requests.items() if cid not in done}
     state.requests_done -= done
-    state.acks = {cid: a for cid, a in state.acks.items() if cid in state.commands or a.ts >= horizon}
-    state.checks = {cid: c for cid, c in state.checks.items() if cid in state.commands or c.ts >= horizon}
+    state.acks = {k: a for k, a in state.acks.items() if k[0] in state.commands or a.ts >= horizon}
+    state.checks = {k: c for k, c in state.checks.items() if k[0] in state.commands or c.ts >= horizon}
     return gone
 
 

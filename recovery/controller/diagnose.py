@@ -100,8 +100,8 @@ def _round(ctx: Ctx, case: Case, n: int, grouping: Any) -> dict[str, HostResult]
     results: dict[str, HostResult] = {}
     for host in hosts:
         cid = command_id(case, n, host)
-        check = ctx.state.checks.get(cid)
-        ack = ctx.state.acks.get(cid)
+        check = ctx.state.check_of(cid, host)
+        ack = ctx.state.ack(cid, host)
         if check is not None:
             results[host] = HostResult(host=host, ok=check.ok, elapsed_s=check.values.get("elapsed_s"),
                                        values={k: check.values[k] for k in VALUES if k in check.values})

@@ -23,7 +23,9 @@
 3. **Finish**: a job whose command exited 0 on every host of its current world, with no
    case open, is finished: the controller records it once (`recovery` action `finish`) and
    sends `finish` to every agent of the job (spares and cordoned hosts included; one that
-   joins later gets it too); nothing starts or recovers for it again.
+   joins later gets it too); nothing starts or recovers for that run again. The finish ends the
+   run (generation) it names: agents of the job id that wait after it, in no generation
+   (`state.new_run`), are a new run, started as a new generation once all of them wait.
 4. **Steps**: every open case runs its plan in order (`controller.steps`,
    `controller.diagnose`); a step that waits ends the turn for that case. A case ends with its
    `outcome` (resumed, halted, failed, dry_run); a refused cordon (circuit breaker), a restart
@@ -58,7 +60,7 @@ from vigil.recovery.controller.plan import (
     restarts_without_progress,
     steps_for,
 )
-from vigil.recovery.controller.state import Case, ClusterState, Job
+from vigil.recovery.controller.state import Case, ClusterState, Job, new_run
 from vigil.recovery.controller.triggers import STRENGTH, Trigger, since, strongest, triggers
 from vigil.recovery.settings import RecoverySettings
 
@@ -259,7 +261,7 @@ class Engine:
             gen = done.generation or 0
             orders = [Command(job_id=job.job_id, host=h, ts=ctx.now, command_id=f"{job.job_id}/g{gen}/finish/{h}",
                               action="finish", generation=gen, reason="the job finished", epoch=ctx.epoch)
-                      for h, m in sorted(job.members.items()) if m.state != "left"
+                      for h, m in sorted(job.members.items()) if m.state != "left" and not new_run(job, m)
                       and f"{job.job_id}/g{gen}/finish/{h}" not in self.state.commands]
             if orders:
                 ctx.publish(list(orders))
@@ -267,7 +269,13 @@ class Engine:
     # ---- 2. starts, scale-ups, resumes -------------------------------------------------------------
     def _starts(self, ctx: st.Ctx) -> None:
         for job in self.state.jobs.values():
-            if not job.members or self._open_case(job) is not None or job.finished is not None:
+            if not job.members or self._open_case(job) is not None:
+                continue
+            if job.finished is not None:  # a new run of the job id starts once every agent of it waits
+                live = [m for m in job.members.values() if m.state != "left"
+                        and (ctx.now - m.ts).total_seconds() <= self.settings.member_stale_s]
+                if live and all(new_run(job, m) for m in live):
+                    self._maybe_start(ctx, job)
                 continue
             halted = halted_by(self.state, job)
             if halted is not None:

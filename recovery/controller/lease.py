@@ -8,16 +8,22 @@ protocol revokes it from the old leader before anyone else gets it). Standbys fo
 all the time, so a new leader acts as soon as it holds the lease. `poll()` must be called
 often (the service's lease thread): assignment callbacks run inside it.
 
-Each time an instance takes the lease it appends a claim record to the lease topic and leads
-with `epoch` = that record's offset + 1: epochs grow in log order, never from a clock, and every
-command and step the leader publishes carries its epoch, so agents refuse the older epochs of a
-deposed leader (`vigil.signing.gate`). An instance that cannot write its claim does not lead.
+Each time an instance takes the lease it reads the topic's last claim and appends its own, with
+`epoch` = the greater of the last claim's epoch + 1 and the clock in milliseconds: epochs grow in
+log order (a claim always outranks the one before it, whatever the clocks), and a recreated, empty
+lease topic (an embedded broker restarted empty) starts above every epoch of the old one, so agents
+that remember an old leader's epoch obey the new one. Every command and step the leader publishes
+carries its epoch, so agents refuse the older epochs of a deposed leader (`vigil.signing.gate`). A
+claim written before epochs were recorded (its value is not JSON) stands for its offset + 1. An
+instance that cannot write its claim does not lead.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,22 +82,45 @@ class Lease:
             self.changes += 1
             log.info("recovery controller: took the lease, now leading (epoch %d)", epoch)
 
+    def _last_epoch(self) -> int:
+        """The epoch of the lease topic's last claim (0 when it has none)."""
+        part = TopicPartition(self.settings.topic(LEASE_TOPIC), 0)
+        reader = Consumer({**client_config(self.settings, self.bootstrap), "enable.auto.commit": False,
+                           "group.id": f"{self.settings.topic_prefix}{self.group}-epoch"})
+        try:
+            lo, hi = reader.get_watermark_offsets(part, timeout=5)
+            if hi <= lo:
+                return 0
+            reader.assign([TopicPartition(part.topic, 0, hi - 1)])
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                msg = reader.poll(0.5)
+                if msg is not None and msg.error() is None and msg.offset() is not None:
+                    return claim_epoch(msg.value() or b"", msg.offset() or 0)
+            raise RuntimeError("the lease topic's last claim could not be read")
+        finally:
+            reader.close()
+
     def _claim(self) -> int | None:
-        """Append a claim to the lease topic; its offset + 1, or None when it could not be written."""
+        """Append a claim to the lease topic; its epoch, or None when it could not be read or written."""
+        try:
+            epoch = max(self._last_epoch() + 1, time.time_ns() // 1_000_000)
+        except Exception as exc:
+            log.warning("recovery controller: could not read the lease topic (%s); not leading", exc)
+            return None
         got: list[int] = []
 
         def done(err: KafkaError | None, msg: Message) -> None:
-            offset = msg.offset()
-            if err is None and offset is not None:
-                got.append(offset)
+            if err is None and msg.offset() is not None:
+                got.append(epoch)
 
-        self._producer.produce(self.settings.topic(LEASE_TOPIC), value=b"claim", key=self.group.encode(),
-                               on_delivery=done)
+        self._producer.produce(self.settings.topic(LEASE_TOPIC), value=json.dumps({"epoch": epoch}).encode(),
+                               key=self.group.encode(), on_delivery=done)
         self._producer.flush(10)
         if not got:
             log.warning("recovery controller: could not write its lease claim; not leading")
             return None
-        return got[0] + 1
+        return epoch
 
     def _revoked(self, _c: Consumer, _parts: list[TopicPartition]) -> None:
         self._held = False
@@ -116,3 +145,12 @@ class Lease:
             self._consumer.close()
         except RuntimeError:
             pass
+
+
+def claim_epoch(value: bytes, offset: int) -> int:
+    """The epoch a claim record stands for: its recorded `epoch`, or (an earlier claim) its offset + 1."""
+    try:
+        doc = json.loads(value)
+        return int(doc["epoch"]) if isinstance(doc, dict) and isinstance(doc.get("epoch"), int) else offset + 1
+    except ValueError:
+        return offset + 1

@@ -24,10 +24,12 @@ from vigil.settings import VigilSettings
 
 def read_state(settings: VigilSettings, bootstrap: str, timeout: float = 15.0) -> ClusterState:
     from vigil.kafka.reader import read_topics
+    from vigil.signing.readers import admits
 
+    ok = admits(settings.home)  # what the controller's gate refuses is not shown as what happened
     state = ClusterState()
     for rec in read_topics(settings, bootstrap, [settings.topic(t) for t in INPUT_TOPICS], timeout=timeout):
-        state.apply(decode_batch(rec.value).events)
+        state.apply(e for e in decode_batch(rec.value).events if ok(e))
     return state
 
 

@@ -44,7 +44,9 @@ def execute(backend: NodeBackend, req: RecoveryAction, now: datetime, *, dry_run
                           epoch=epoch)
 
 
-_WHY = {RequestRefusal.UNKNOWN_JOB: "refused: no agent of job {job} announced itself to the controller",
+_WHY = {RequestRefusal.EXPIRED: "refused: signed more than the controller's retention ago (a replay, or a request "
+                                 "nobody executed in time): ask again",
+        RequestRefusal.UNKNOWN_JOB: "refused: no agent of job {job} announced itself to the controller",
         RequestRefusal.FOREIGN_HOST: "refused: {host} is not a host of job {job}",
         RequestRefusal.RATE_LIMITED: "refused: {actor} asked more often than VIGIL_RECOVERY_REQUESTS_PER_MINUTE allows"}
 

@@ -3,6 +3,10 @@
 Everything the controller knows comes from events: incidents and alerts (triggers), the
 `recovery` topic (its own decisions and steps, agents' acknowledgements and `member` reports,
 `diagnostic` results, checkpoints, outcomes, the resource advisor's `advice`) and the `commands` topic (what it asked).
+What reaches `apply()` passed the gate (`vigil.signing.policy`: the audit of every kind is README's
+"Threat model"): members, acks and results attested by their own host's agent, case state only from
+the controller's signed steps and outcomes; acks and results are held per (command, host) and read only
+for the host a command went to, and only an attested checkpoint of a host of the job counts as progress.
 `apply()` is idempotent (by `event_id`; member reports, most of the log, by their fold alone, so
 keep-alives do not accumulate ids) and does not depend on the order of partitions: a
 step's status is its most advanced one (planned < started < ended), a member's state its
@@ -124,7 +128,7 @@ class Job:
     committed: Checkpoint | None = None  # latest committed checkpoint
     restored: list[Checkpoint] = field(default_factory=list)
     cases: list[str] = field(default_factory=list)  # in plan order
-    finished: RecoveryAction | None = None  # the controller recorded the job finished: nothing more starts
+    finished: RecoveryAction | None = None  # the controller recorded this run finished (`new_run` starts another)
     last_ts: datetime | None = None  # the newest event of the job (what forgetting measures)
     advice: Advice | None = None  # the resource advisor's latest advice (cited by scale decisions)
 
@@ -136,8 +140,8 @@ class ClusterState:
     incidents: dict[str, Incident] = field(default_factory=dict)
     alerts: dict[str, Alert] = field(default_factory=dict)  # (fingerprint@first_seen) -> first firing event
     commands: dict[str, Command] = field(default_factory=dict)
-    acks: dict[str, RecoveryAction] = field(default_factory=dict)  # command_id -> most advanced ack
-    checks: dict[str, Diagnostic] = field(default_factory=dict)  # command_id -> the round's `check` result
+    acks: dict[tuple[str, str], RecoveryAction] = field(default_factory=dict)  # (command_id, host) -> newest ack
+    checks: dict[tuple[str, str], Diagnostic] = field(default_factory=dict)  # (command_id, host) -> `check` result
     cordons: dict[str, RecoveryAction] = field(default_factory=dict)  # event id -> cordon the controller made
     merged: dict[str, str] = field(default_factory=dict)  # trigger id -> the case that took it
     requests: dict[str, RecoveryAction] = field(default_factory=dict)  # operator requests (command_id -> planned)
@@ -216,7 +220,7 @@ class ClusterState:
                 self.commands[e.command_id] = e
             elif isinstance(e, Diagnostic):
                 if e.test == "check" and e.command_id:
-                    self.checks[e.command_id] = e
+                    self.checks[(e.command_id, e.host)] = e
             elif isinstance(e, Checkpoint):
                 self._checkpoint(e)
             elif isinstance(e, Outcome):
@@ -232,14 +236,25 @@ class ClusterState:
         job = self.job(e.job_id)
         e = clamp_member(e, self.clock())
         job.members[e.host] = e  # the log's order, not the producer's clock
-        if job.first_seen is None or e.ts < job.first_seen:
+        if job.first_seen is None or e.ts < job.first_seen or (
+                new_run(job, e) and job.finished is not None and job.first_seen <= job.finished.ts):
             job.first_seen = e.ts
         job.last_ts = e.ts if job.last_ts is None else max(job.last_ts, e.ts)
         self.latest = e.ts if self.latest is None else max(self.latest, e.ts)
 
+    def ack(self, command_id: str, host: str) -> RecoveryAction | None:
+        """The newest acknowledgement of `command_id` by `host`, the host it was sent to (an ack attested by
+        another host's agent is its own word about a command it never got, and never answers this one)."""
+        return self.acks.get((command_id, host))
+
+    def check_of(self, command_id: str, host: str) -> Diagnostic | None:
+        """The diagnostic round's result of `command_id`, from `host` it was sent to."""
+        return self.checks.get((command_id, host))
+
     def _checkpoint(self, e: Checkpoint) -> None:
         job = self.job(e.job_id)
-        if e.phase == "committed" and (job.committed is None or e.ts >= job.committed.ts):
+        ours = bool(e.signature) and (e.host in job.world or e.host in job.members)  # attested by the rank's host
+        if e.phase == "committed" and ours and (job.committed is None or e.ts >= job.committed.ts):
             job.committed = e
         elif e.phase == "restored" and all(r.event_id != e.event_id for r in job.restored):
             job.restored = [*job.restored, e][-RESTORED:]
@@ -256,16 +271,17 @@ class ClusterState:
                 self.requests_done.add(e.command_id)
             return
         if e.actor.startswith("agent:") and e.command_id:
-            held = self.acks.get(e.command_id)
+            held = self.acks.get((e.command_id, e.host))
             if held is None or _RANK[e.status] > _RANK[held.status] or (
                     _RANK[e.status] == _RANK[held.status] and e.ts >= held.ts):
-                self.acks[e.command_id] = e
+                self.acks[(e.command_id, e.host)] = e
             return
         if e.action == "cordon" and e.status == "succeeded" and e.actor == "controller" and e.details.get("changed"):
             self.cordons[e.event_id] = e
         if e.action == "finish" and e.status == "succeeded" and e.actor == "controller":
-            job = self.job(e.job_id)
-            if job.finished is None or e.ts < job.finished.ts:
+            job = self.job(e.job_id)  # it ends the run it names: a replayed older one ends no later run
+            gen, held = e.generation or 0, job.finished
+            if gen >= job.generation and (held is None or gen > (held.generation or 0) or e.ts < held.ts):
                 job.finished = e
             return
         if not e.incident_id:
@@ -314,8 +330,17 @@ class ClusterState:
                 job.generation = e.generation
                 job.world = [str(h) for h in e.details.get("hosts", [])]
                 job.world_started_at = e.ts
+                if job.finished is not None and (job.finished.generation or 0) < e.generation:
+                    job.finished = None  # a new run of a reused job id
             if e.generation == 1 or job.first_started_at is None:
                 job.first_started_at = e.ts if job.first_started_at is None else min(job.first_started_at, e.ts)
+
+
+def new_run(job: Job, m: Member) -> bool:
+    """`m` is an agent of a new run of a finished job (its id reused): it waits in no generation, since after the
+    finish (the finished run's agents leave and never wait again)."""
+    done = job.finished
+    return done is not None and m.state == "waiting" and m.generation == 0 and (m.since or m.ts) > done.ts
 
 
 def alert_key(a: Alert) -> str:

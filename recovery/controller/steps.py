@@ -19,7 +19,7 @@ from vigil.contract import Alert, Command, DiagnoseParams, Event, RecoveryAction
 from vigil.recovery.backends.base import CordonInfo
 from vigil.recovery.controller.effects import Effects
 from vigil.recovery.controller.fleetmemory import repeat_offenders
-from vigil.recovery.controller.plan import alive, cordon_allowance, plan_world
+from vigil.recovery.controller.plan import alive, cordon_allowance, job_hosts, plan_world
 from vigil.recovery.controller.state import Case, ClusterState, Step
 from vigil.recovery.errors import BackendError
 from vigil.recovery.settings import RecoverySettings
@@ -107,15 +107,15 @@ def dump(ctx: Ctx, case: Case) -> bool:
         _begin(ctx, case, "dump", {"hosts": hosts}, list(cmds))
         return False
     hosts = list(step.started_details.get("hosts", []))
-    acked = [h for h in hosts if _acked(ctx, f"{case.case_id}/dump/{h}")]
+    acked = [h for h in hosts if _acked(ctx, f"{case.case_id}/dump/{h}", h)]
     if len(acked) == len(hosts) or ctx.since(step.started_at) >= ctx.settings.dump_timeout_s:
         return _end(ctx, case, "dump", "succeeded", details={"dumped": acked,
                                                               "unanswered": sorted(set(hosts) - set(acked))})
     return False
 
 
-def _acked(ctx: Ctx, command_id: str) -> bool:
-    a = ctx.state.acks.get(command_id)
+def _acked(ctx: Ctx, command_id: str, host: str) -> bool:
+    a = ctx.state.ack(command_id, host)
     return a is not None and a.status in ("succeeded", "failed", "skipped")
 
 
@@ -139,7 +139,7 @@ def pause(ctx: Ctx, case: Case) -> bool:
     settled = []
     for h in hosts:
         m = job.members.get(h)
-        if _acked(ctx, f"{case.case_id}/pause/{h}") or m is None or (
+        if _acked(ctx, f"{case.case_id}/pause/{h}", h) or m is None or (
                 m.state in SETTLED and m.ts >= step.started_at) or not alive(m, ctx.now, ctx.settings.member_stale_s):
             settled.append(h)
     if len(settled) == len(hosts) or ctx.since(step.started_at) >= ctx.settings.pause_timeout_s:
@@ -182,10 +182,13 @@ def cordon(ctx: Ctx, case: Case) -> bool:
     job = ctx.state.job(case.job_id)
     step = umbrella(case, "cordon")
     if step is None or step.started_at is None:
-        already = set(ctx.cordoned())
-        targets = [h for h in condemned(ctx, case) if h not in already]
+        already, ours = set(ctx.cordoned()), job_hosts(job)
+        outside = [h for h in condemned(ctx, case) if h not in ours]  # a claim about a host the job never ran on
+        targets = [h for h in condemned(ctx, case) if h not in already and h in ours]
         allowed, why = cordon_allowance(ctx.state, job, ctx.settings.breaker, ctx.now, already)
-        _begin(ctx, case, "cordon", {"targets": targets, "allowed": allowed, "limit": why,
+        if outside:
+            _page_outside(ctx, case, outside)
+        _begin(ctx, case, "cordon", {"targets": targets, "allowed": allowed, "limit": why, "outside_job": outside,
                                      "already": sorted(already & set(condemned(ctx, case)))})
         step = umbrella(case, "cordon")
         assert step is not None
@@ -207,6 +210,17 @@ def cordon(ctx: Ctx, case: Case) -> bool:
                            f"({step.started_details.get('limit', '')}); stopping and paging")
     return _end(ctx, case, "cordon", "succeeded", details={"cordoned": done},
                 reason="nothing to cordon" if not targets else "")
+
+
+def _page_outside(ctx: Ctx, case: Case, hosts: list[str]) -> None:
+    """A culprit outside the job's hosts is paged, never cordoned: whatever named it (a log line the job
+    printed, an alert on it) is the job's claim about a machine it does not run on."""
+    why = (f"{case.job_id}: recovery {short_id(case.case_id)} names {', '.join(hosts)[:500]}, not a host of the "
+           f"job: not cordoned; check who named it ({case.details.get('summary', '')})")[:2048]
+    ctx.publish([Alert(job_id=case.job_id, host="controller", ts=ctx.now, alert="recovery", subject=case.job_id,
+                       fingerprint=f"{case.job_id}/recovery/{short_id(case.case_id)}/outside", status="firing",
+                       severity="critical", summary=why, first_seen=ctx.now, last_seen=ctx.now,
+                       evidence={"incident_id": case.case_id, "outside_job": hosts[:64], "class": case.cls})])
 
 
 def _cordon_host(ctx: Ctx, case: Case, host: str) -> bool:
@@ -271,7 +285,7 @@ def restart(ctx: Ctx, case: Case, name: str = "restart") -> bool:
             "ended": sorted(m.host for m in (*up, *done) if m.state == "exited")})
     came = {m.host for m in (*up, *done)}
     gone = [m.host for m in ours if m.state in ("exited", "left") and m.host not in came]
-    refused = [h for h in hosts if (a := ctx.state.acks.get(start_id(job.job_id, gen, h))) is not None
+    refused = [h for h in hosts if (a := ctx.state.ack(start_id(job.job_id, gen, h), h)) is not None
                and a.status in ("failed", "skipped")]
     if gone or refused:
         return _end(ctx, case, name, "failed", generation=gen,

@@ -146,7 +146,8 @@ def test_vigil_keys_export_k8s_writes_the_secrets_the_manifests_name(tmp_path: P
 
     env = {**os.environ, "VIGIL_HOME": str(tmp_path / "home")}
     env.pop("VIGIL_SIGNING_KEYS_DIR", None)
-    for argv in (["keys", "create"], ["keys", "rotate", "controller"], ["keys", "export-k8s", "-o", str(tmp_path / "k")]):
+    for argv in (["keys", "create"], ["keys", "rotate", "controller"], ["keys", "issue", "node-1", "Node_2"],
+                 ["keys", "export-k8s", "-o", str(tmp_path / "k")]):
         done = subprocess.run([sys.executable, "-m", "vigil", *argv], env=env, capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
         assert "PRIVATE KEY" not in done.stdout + done.stderr
@@ -154,10 +155,14 @@ def test_vigil_keys_export_k8s_writes_the_secrets_the_manifests_name(tmp_path: P
     assert all((tmp_path / "k" / n).stat().st_mode & 0o077 == 0 for n in written)
     referenced = {ref["secretRef"]["name"] for c in k8s_containers() for ref in c["envFrom"] if "secretRef" in ref
                   and ref["secretRef"]["name"].startswith("vigil-signing-")} | {"vigil-signing-public"}
-    # vigil-signing-agent: for `vigil run` in the training jobs' own pods (attested member reports), not a service here
-    assert {d["metadata"]["name"] for d in written.values()} == referenced | {"vigil-signing-agent"}
+    # one per node: each host's own agent key, for the identity-holding agent on that node only
+    agents = {"vigil-signing-agent-node-1", "vigil-signing-agent-node-2"}
+    assert {d["metadata"]["name"] for d in written.values()} == referenced | agents
+    node = written["vigil-signing-agent-node-1.json"]["stringData"]
+    assert node["VIGIL_SIGNING_KEY_ID"].startswith("node-1+") and "BEGIN PRIVATE KEY" in node["VIGIL_SIGNING_PRIVATE_KEY"]
     public = written["vigil-signing-public.json"]["stringData"]
-    assert sorted(n.split(".")[0] for n in public) == ["agent", "analyzer", "controller", "controller", "operator"]
+    assert sorted(n.split(".")[0] for n in public) == ["agent", "agent", "analyzer", "controller", "controller",
+                                                        "operator"]
     assert not any("PRIVATE" in v for v in public.values())  # the rotated-out controller key still verifies
     controller = written["vigil-signing-controller.json"]["stringData"]
     assert "BEGIN PRIVATE KEY" in controller["VIGIL_SIGNING_PRIVATE_KEY"]

@@ -24,6 +24,9 @@ from vigil.recovery.settings import RecoverySettings
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 
 
+ATTESTED = "agent/verified-by-the-gate"  # the harness folds without a gate: a signature here stands for a verified one
+
+
 @dataclass(kw_only=True)
 class Fleet:
     job: str
@@ -57,9 +60,12 @@ class Fleet:
     def crash(self, host: str, now: datetime, code: int = 1) -> list[Event]:
         return [self.member(host, "exited", now, exit_code=code)]
 
-    def commit(self, step: int, now: datetime) -> list[Event]:
+    def commit(self, step: int, now: datetime, *, attested: bool = True) -> list[Event]:
+        """Rank 0's commit, shipped by its host's agent (`attested`: the gate verified its signature; the fold
+        sees a non-empty one) or unattested (a claim that counts for nothing)."""
         self.checkpoint = step
-        return [Checkpoint(job_id=self.job, host=self.hosts[0], ts=now, step=step, phase="committed", rank=0)]
+        return [Checkpoint(job_id=self.job, host=self.hosts[0], ts=now, step=step, phase="committed", rank=0,
+                           signature=ATTESTED if attested else "")]
 
     def react(self, events: list[Event], now: datetime) -> list[Event]:
         out: list[Event] = self._pending

@@ -82,6 +82,7 @@ class Live:
 
     def start_agent(self, host: str, command: Sequence[str], *, nodes: str, job: str, spare: bool = False,
                     env: dict[str, str] | None = None) -> None:
+        KeyStore(self.home / "keys").issue(host)  # its own key: the agent attests its host's facts with it
         argv = [PY, "-m", "vigil", "run", "--host", host, "--job", job, "--nodes", nodes, "--rdzv-addr", "127.0.0.1",
                 "--keepalive", "2", "--kill-grace", "10", "--heartbeat-interval", "5", *(["--spare"] if spare else []),
                 "--", *command]

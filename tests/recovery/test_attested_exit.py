@@ -1,8 +1,9 @@
 """Deciding at the agent's speed: an exit its agent attested opens a case at once, the analyzer's verdict refines it.
 
 Pure: the engine against the simulated fleet (tests/recovery/fleet.py) with the default settle window (2 s)
-and exit grace (30 s); the members are sealed with the agent role's real key, and the controller's gate
-refuses a forged attestation. The same path with real agents and torch: test_snapshot_recovery.py.
+and exit grace (30 s); the members are sealed with their host's real agent key, and the controller's
+gate refuses an unattested member or ack and one attested by another host's key. The same path with
+real agents and torch: test_snapshot_recovery.py.
 """
 
 from __future__ import annotations
@@ -23,10 +24,13 @@ pytestmark = pytest.mark.pure
 JOB = "job-a"
 
 
-def agent_key(tmp: Path, role: Role = Role.AGENT) -> Ed25519Signer:
+def agent_key(tmp: Path, host: str, role: Role = Role.AGENT) -> Ed25519Signer:
+    """`host`'s own agent key (or, with `role`, a service's)."""
     store = KeyStore(tmp / "keys")
     store.ensure()
-    kid, key = store.private_key(role)
+    for h in ("h0", "h1", "h2"):
+        store.issue(h)
+    kid, key = store.private_key(role, host if role is Role.AGENT else "")
     return Ed25519Signer(role=role, key_id=kid, key=key)
 
 
@@ -50,7 +54,7 @@ def running(tmp: Path, **settings: object) -> tuple[Fleet, Harness]:
 def test_an_attested_exit_opens_its_case_in_the_turn_that_reads_it(tmp_path: Path) -> None:
     fleet, h = running(tmp_path)
     exited = h.now
-    h.feed(attested_crash(fleet, "h1", h.now, agent_key(tmp_path)))
+    h.feed(attested_crash(fleet, "h1", h.now, agent_key(tmp_path, "h1")))
     h.turn()
     (plan,) = h.actions(action="plan", incident_id=f"{JOB}/exit/g1")
     assert plan.ts == exited and plan.details["class"] == "software" and plan.details["source"] == "exit"
@@ -71,7 +75,7 @@ def test_a_hardware_verdict_during_the_pause_refines_the_case_to_a_cordon(tmp_pa
     """The crash is reported first (software: pause, restart); the Xid incident lands while the pause runs:
     the same case goes on as hardware (cordon h2 on the Xid's say-so, restart on two), one recovery, one outcome."""
     fleet, h = running(tmp_path)
-    h.feed(fleet.commit(10, h.now) + attested_crash(fleet, "h2", h.now, agent_key(tmp_path)))
+    h.feed(fleet.commit(10, h.now) + attested_crash(fleet, "h2", h.now, agent_key(tmp_path, "h2")))
     h.turn()
     case = f"{JOB}/exit/g1"
     assert h.actions(action="pause", status="started", incident_id=case)
@@ -97,7 +101,7 @@ def test_a_hardware_verdict_during_the_pause_refines_the_case_to_a_cordon(tmp_pa
 
 def test_a_verdict_after_the_restart_began_is_the_next_case_not_a_refinement(tmp_path: Path) -> None:
     fleet, h = running(tmp_path)
-    h.feed(fleet.commit(10, h.now) + attested_crash(fleet, "h2", h.now, agent_key(tmp_path)))
+    h.feed(fleet.commit(10, h.now) + attested_crash(fleet, "h2", h.now, agent_key(tmp_path, "h2")))
     h.run(lambda: bool(h.actions(action="restart", status="started")))
     inc = incident(JOB, "h2", at=h.now - timedelta(seconds=1))
     h.feed([inc])
@@ -112,7 +116,7 @@ def test_a_late_crash_verdict_of_unknown_cause_is_the_crashs_echo_not_a_second_r
     `crash_cascade` (no traceback: cause unknown, handled as a hang) lands after the restart began. It is
     history, not a stronger verdict: one failure, one recovery, nobody cordoned."""
     fleet, h = running(tmp_path)
-    h.feed(fleet.commit(10, h.now) + attested_crash(fleet, "h2", h.now, agent_key(tmp_path)))
+    h.feed(fleet.commit(10, h.now) + attested_crash(fleet, "h2", h.now, agent_key(tmp_path, "h2")))
     h.run(lambda: h.training(2))
     inc = incident(JOB, "h2", cause="unknown", category="crash_cascade", at=h.now - timedelta(seconds=3))
     h.feed([inc])
@@ -128,15 +132,20 @@ def test_the_gate_refuses_a_forged_attestation_and_admits_the_agents(tmp_path: P
     assert isinstance(m, Member)
     gate = Gate(verifier=KeyRing(load=KeyStore(tmp_path / "keys").public_keys, reload_s=0),
                 refusals=Refusals(reporter="controller"))
-    good = agent_key(tmp_path).seal(m)
-    wrong_role = agent_key(tmp_path, Role.ANALYZER).seal(m)
+    good = agent_key(tmp_path, "h0").seal(m)
+    wrong_role = agent_key(tmp_path, "h0", Role.ANALYZER).seal(m)
+    other_host = agent_key(tmp_path, "h1").seal(m)  # a real agent's key, speaking for a host not its own
     tampered = good.model_copy(update={"host": "h9"})
     finish = RecoveryAction(job_id=JOB, host="h0", ts=good.ts, action="finish", target="h0", status="succeeded",
-                            command_id=f"{JOB}/g1/finish/h0", actor="agent:h0")  # an agent's ack: a fact
-    accepted, alerts = gate.admit([m, good, wrong_role, tampered, finish], good.ts)
-    assert accepted == [m, good, finish]  # unsigned: a plain fact; signed: must verify as the agent's
-    assert [a.evidence["problem"] for a in alerts] == [Problem.WRONG_ROLE.value]  # one alert per kind and job
-    assert gate.refused == 2
+                            command_id=f"{JOB}/g1/finish/h0", actor="agent:h0")  # an agent's ack: a fact that decides
+    acked = agent_key(tmp_path, "h0").seal(finish)
+    accepted, alerts = gate.admit([m, good, wrong_role, other_host, tampered, finish, acked], good.ts)
+    assert accepted == [good, acked]  # only what h0's own key attests
+    # one alert per kind, job and host: the member of h0 (unattested first), h9's, h0's unattested ack
+    assert [(a.subject, a.host, a.evidence["problem"]) for a in alerts] == [
+        ("member", "h0", Problem.UNATTESTED.value), ("member", "h9", Problem.BAD_SIGNATURE.value),
+        ("recovery/finish", "h0", Problem.UNATTESTED.value)]
+    assert gate.refused == 5
 
 
 def xid_exit(fleet: Fleet, host: str, now: datetime) -> Member:
@@ -150,13 +159,12 @@ def test_an_attested_xid_exit_is_one_recovery_that_cordons_its_host_at_once(tmp_
     its exit with the Xid line it classified: the same case goes on as hardware, cordons that host without
     diagnostics and restarts on the other two. The analyzer's host_fault incident, later, is the same failure."""
     fleet, h = running(tmp_path)
-    key = agent_key(tmp_path)
-    h.feed(fleet.commit(10, h.now) + attested_crash(fleet, "h0", h.now, key))
+    h.feed(fleet.commit(10, h.now) + attested_crash(fleet, "h0", h.now, agent_key(tmp_path, "h0")))
     h.turn()
     case = f"{JOB}/exit/g1"
     assert h.actions(action="pause", status="started", incident_id=case)
     xid_at = h.now
-    h.feed([key.seal(xid_exit(fleet, "h2", xid_at))])
+    h.feed([agent_key(tmp_path, "h2").seal(xid_exit(fleet, "h2", xid_at))])
     h.turn()
     plans = h.actions(action="plan", incident_id=case)
     assert [p.details["class"] for p in plans] == ["software", "hardware"]
@@ -178,7 +186,7 @@ def test_an_attested_xid_exit_is_one_recovery_that_cordons_its_host_at_once(tmp_
 
 def test_an_attested_xid_exit_alone_opens_a_hardware_recovery(tmp_path: Path) -> None:
     fleet, h = running(tmp_path)
-    h.feed([*fleet.commit(10, h.now), agent_key(tmp_path).seal(xid_exit(fleet, "h1", h.now))])
+    h.feed([*fleet.commit(10, h.now), agent_key(tmp_path, "h1").seal(xid_exit(fleet, "h1", h.now))])
     h.turn()
     plans = h.actions(action="plan", incident_id=f"{JOB}/fault/g1/h1")
     assert [(p.details["class"], p.details["steps"]) for p in plans] == [("hardware", ["pause", "cordon", "restart"])]
@@ -205,7 +213,7 @@ def test_a_suspect_beside_the_xid_host_is_diagnosed_not_spared(tmp_path: Path) -
     fleet, h = running(tmp_path)
     h.feed(fleet.commit(10, h.now))
     t = h.now
-    h.feed([agent_key(tmp_path).seal(xid_exit(fleet, "h1", t)),
+    h.feed([agent_key(tmp_path, "h1").seal(xid_exit(fleet, "h1", t)),
             incident(JOB, "h2", at=t, strong=False, category="host_fault")])
     h.run(lambda: bool(h.actions(action="diagnose", status="succeeded")), turns=60)
     plans = h.actions(action="plan")
@@ -221,7 +229,7 @@ def test_an_attested_fault_the_policy_does_not_take_as_hardware_is_an_exit(tmp_p
     from the agent's report of one either: the exit is recovered as software."""
     triggers = {"error_log:ecc": "hardware", "heartbeat_loss": "hardware"}
     fleet, h = running(tmp_path, policy_alert_triggers=triggers)
-    h.feed([*fleet.commit(10, h.now), agent_key(tmp_path).seal(xid_exit(fleet, "h1", h.now))])
+    h.feed([*fleet.commit(10, h.now), agent_key(tmp_path, "h1").seal(xid_exit(fleet, "h1", h.now))])
     h.run(lambda: h.training(2), turns=60)
     assert not h.actions(incident_id=f"{JOB}/fault/g1/h1")
     assert h.actions(action="plan", incident_id=f"{JOB}/exit/g1")[0].details["class"] == "software"

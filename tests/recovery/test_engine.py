@@ -176,6 +176,20 @@ def test_a_checkpoint_resets_the_crash_loop_count(tmp_path: Path) -> None:
     assert not [e for e in h.fx.events if isinstance(e, Outcome) and e.result == "halted"]
 
 
+@pytest.mark.parametrize("forged", ["unattested", "foreign host"])
+def test_only_an_attested_commit_of_the_jobs_host_resets_the_crash_loop_count(tmp_path: Path, forged: str) -> None:
+    fleet = Fleet(job=JOB, hosts=["h0", "h1", "h2"])
+    h = started(Harness.build(fleet, tmp_path, policy_crash_loops=1))
+    h.feed([*fleet.crash("h1", h.now), incident(JOB, "h1", cause="software", category="crash_cascade", at=h.now)])
+    h.run(lambda: h.training(2))
+    h.turn()
+    claim = fleet.commit(40, h.now, attested=forged != "unattested")
+    h.feed([c.model_copy(update={"host": "elsewhere"}) for c in claim] if forged == "foreign host" else claim)
+    h.turn()
+    h.feed([*fleet.crash("h1", h.now), incident(JOB, "h1", cause="software", category="crash_cascade", at=h.now)])
+    h.run(lambda: any(isinstance(e, Outcome) and e.result == "halted" for e in h.fx.events))
+
+
 def test_circuit_breaker_cordons_up_to_the_limit_then_pages_once(tmp_path: Path) -> None:
     fleet = Fleet(job=JOB, hosts=["h0", "h1", "h2", "h3"], nodes=(1, 4, 1))
     h = started(Harness.build(fleet, tmp_path, breaker_max_cordons_per_hour=1), hosts=4)
@@ -358,6 +372,27 @@ def test_operator_requests_are_checked_on_the_controllers_state_and_refusals_rec
     assert sum(len(h.actions(command_id=r.command_id)) for r in reqs) == 3  # a refusal is a result: never retried
 
 
+def test_a_signed_request_replayed_after_the_state_forgot_it_is_refused_not_executed_again(tmp_path: Path) -> None:
+    """Last week's `uncordon`, re-published after compaction forgot it was done, must not undo this week's cordon:
+    a request older than the state's retention is refused (`expired`), whatever the state remembers."""
+    h = started(Harness.build(Fleet(job=JOB, hosts=["h0", "h1", "h2"]), tmp_path))
+    req = operator_request(action="uncordon", host="h1", job_id=JOB, reason="r", actor="dashboard:eve")
+    req = req.model_copy(update={"ts": h.now})
+    h.feed([req])
+    h.turn()
+    assert [a.status for a in h.actions(command_id=req.command_id)] == ["skipped"]  # executed: nothing to undo
+    h.now += timedelta(days=8)
+    h.engine.state.compact(h.now)
+    assert req.command_id not in h.engine.state.requests_done  # forgotten, as after a week of compaction
+    h.fx.backend.cordon("h1", reason="xid", incident_id="this-week", actor="controller")
+    h.engine.state._seen.clear()  # its event id long rolled out of the bounded memory of ids
+    h.feed([req])
+    h.turn()
+    replayed = h.actions(command_id=req.command_id)[1:]
+    assert [(a.status, a.details.get("refused")) for a in replayed] == [("skipped", "expired")]
+    assert "h1" in h.fx.backend.cordoned()
+
+
 def test_operator_requests_are_rate_limited_per_identity(tmp_path: Path) -> None:
     h = started(Harness.build(Fleet(job=JOB, hosts=["h0", "h1", "h2"]), tmp_path, requests_burst=2,
                               requests_per_minute=1))
@@ -408,6 +443,27 @@ def test_a_job_whose_command_exited_0_everywhere_finishes_once_and_every_agent_i
     successor = h.successor()  # rebuilt from the log: finished, nothing sent again
     successor.turn()
     assert successor.engine.state.job(JOB).finished is not None and successor.fx.events == []
+
+
+def test_a_reused_job_id_is_a_new_run_and_a_replayed_finish_ends_no_later_run(tmp_path: Path) -> None:
+    fleet = Fleet(job=JOB, hosts=["h0", "h1", "h2"])
+    h = started(Harness.build(fleet, tmp_path))
+    h.feed([e for host in h.engine.state.job(JOB).world for e in fleet.crash(host, h.now, code=0)])
+    h.run(lambda: {m.state for m in fleet.members.values()} == {"left"})
+    [done] = h.actions(action="finish", actor="controller")
+    h.now += timedelta(minutes=5)  # the same job id submitted again: new agents wait, in no generation
+    fresh = {"generation": 0, "node_rank": None, "started_at": None, "first_step": None, "first_step_at": None,
+             "last_step": None, "last_step_at": None, "steps": 0, "exit_code": None}
+    h.feed([fleet.member(host, "waiting", h.now, **fresh) for host in fleet.hosts])
+    h.run(lambda: h.training(2))
+    finishes = [c for c in h.fx.events if isinstance(c, Command) and c.action == "finish"]
+    assert len(finishes) == 3 and all(c.generation == 1 for c in finishes)  # none told to the new run's agents
+    h.engine.state._seen.clear()  # its id long out of the bounded memory of ids
+    h.feed([done])  # the old signed finish, re-published
+    for _ in range(3):
+        h.turn()
+    assert h.engine.state.job(JOB).finished is None and h.training(2)
+    assert len([c for c in h.fx.events if isinstance(c, Command) and c.action == "finish"]) == 3
 
 
 def test_a_host_that_exits_0_while_others_fail_is_not_a_finished_job(tmp_path: Path) -> None:

@@ -58,3 +58,23 @@ def test_a_controller_stopped_while_joining_does_not_hold_the_lease_from_the_nex
         wait_until(polled, 45, "the next controller to lead")
     finally:
         later.close()
+
+
+def test_epochs_survive_a_recreated_lease_topic(topics: VigilSettings, broker_bootstrap: str) -> None:
+    """An embedded broker restarted empty recreates the lease topic: the next leader's epoch must still exceed the
+    last one agents obeyed, or they refuse it as stale. Within one topic, each claim outranks the one before."""
+    def lead(settings: VigilSettings) -> int:
+        lease = Lease(settings=settings, bootstrap=broker_bootstrap, group="lease-epochs")
+        try:
+            def polled() -> bool:
+                lease.poll(0.2)
+                return lease.leading
+            wait_until(polled, 45, "the lease")
+            return lease.epoch
+        finally:
+            lease.close()
+
+    first, second = lead(topics), lead(topics)
+    assert second > first > 1
+    recreated = topics.model_copy(update={"topic_prefix": topics.topic_prefix + "again."})  # an empty lease topic
+    assert lead(recreated) > second

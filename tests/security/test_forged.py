@@ -51,8 +51,12 @@ def forge_raw(live: Live, topic: str, host: str, doc: dict[str, object]) -> None
     assert p.flush(15) == 0
 
 
-def signer_of(live: Live, role: Role) -> Ed25519Signer:
-    kid, key = KeyStore(live.home / "keys").private_key(role)
+def signer_of(live: Live, role: Role, host: str = "") -> Ed25519Signer:
+    """The key of `role` (an agent's: of `host`, issued here when it has none)."""
+    store = KeyStore(live.home / "keys")
+    if host:
+        store.issue(host)
+    kid, key = store.private_key(role, host)
     return Ed25519Signer(role=role, key_id=kid, key=key)
 
 
@@ -119,7 +123,8 @@ def test_controller_acts_on_no_forged_decision(live: Live) -> None:
     forge(live, "incidents", [fault])
     forge(live, "recovery", [request, approve, step])
     # the probe's host belongs to the job (the controller checks): an agent that announced itself and left
-    forge(live, "recovery", [Member(job_id=JOB, host="probe-host", state="left")])
+    forge(live, "recovery", [signer_of(live, Role.AGENT, "probe-host").seal(
+        Member(job_id=JOB, host="probe-host", state="left"))])
     probe = signer_of(live, Role.OPERATOR).seal(
         operator_request(action="cordon", host="probe-host", job_id=JOB, reason="genuine", actor="user:ops"))
     forge(live, "recovery", [probe])

@@ -14,6 +14,7 @@ from vigil.contract import (
     Command,
     DiagnoseParams,
     Incident,
+    Outcome,
     RecoveryAction,
     Silence,
     World,
@@ -32,8 +33,8 @@ pytestmark = pytest.mark.pure
 NOW = datetime.now(UTC)
 
 
-def _signer(store: KeyStore, role: Role) -> Ed25519Signer:
-    kid, key = store.private_key(role)
+def _signer(store: KeyStore, role: Role, host: str = "") -> Ed25519Signer:
+    kid, key = store.private_key(role, host)
     return Ed25519Signer(role=role, key_id=kid, key=key)
 
 
@@ -48,6 +49,7 @@ def _command(**kw: object) -> Command:
 def store(tmp_path: Path) -> KeyStore:
     s = KeyStore(tmp_path / "keys")
     s.ensure()
+    s.issue("h1")  # an agent's key is its host's own
     return s
 
 
@@ -58,7 +60,8 @@ def test_key_files_private_only_to_owner(store: KeyStore) -> None:
         assert stat.S_IMODE(p.stat().st_mode) == 0o600
     for p in store.directory.glob("*.pub"):
         assert stat.S_IMODE(p.stat().st_mode) == 0o644
-    assert store.ensure() == {r: store.current_id(r) for r in Role}  # idempotent: no new keys
+    assert store.ensure() == {r: store.current_id(r) for r in Role if r is not Role.AGENT}  # idempotent
+    assert store.issue("h1") == store.current_id(Role.AGENT, "h1") and store.hosts() == ["h1"]
 
 
 def test_signed_decision_survives_the_wire(store: KeyStore) -> None:
@@ -83,6 +86,7 @@ def test_tampering_unsigned_and_wrong_role_are_refused(store: KeyStore) -> None:
 
 
 def test_each_decision_needs_its_role(store: KeyStore) -> None:
+    store.issue("h2")
     ring = KeyRing(load=store.public_keys)
     op, an, ctl = (_signer(store, r) for r in (Role.OPERATOR, Role.ANALYZER, Role.CONTROLLER))
     request = operator_request(action="cordon", host="h1", job_id="j", reason="r", actor="user:x")
@@ -102,7 +106,15 @@ def test_each_decision_needs_its_role(store: KeyStore) -> None:
                          command_id="c", actor="agent:h1")
     security = Alert(job_id="j", host="h1", fingerprint="f", alert="security", subject="s", status="firing",
                      severity="critical", summary="s", first_seen=NOW, last_seen=NOW)
-    assert check(ack, ring) is None and check(security, ring) is None  # facts and claims, not decisions
+    assert check(security, ring) is None  # a claim that pages and decides nothing
+    # an ack is a fact that decides: only its own host's agent key attests it
+    store.issue("h2")
+    assert (r := check(ack, ring)) is not None and r.problem is Problem.UNATTESTED and r.per_host
+    assert check(_signer(store, Role.AGENT, "h1").seal(ack), ring) is None
+    assert (r := check(_signer(store, Role.AGENT, "h2").seal(ack), ring)) is not None and r.problem is Problem.WRONG_HOST
+    assert (r := check(ctl.seal(ack), ring)) is not None and r.problem is Problem.WRONG_ROLE
+    outcome = Outcome(job_id="j", host="controller", incident_id="i", result="resumed")
+    assert check(outcome, ring) is not None and check(ctl.seal(outcome), ring) is None  # case state: the controller's
 
 
 def test_rotation_keeps_listed_keys_until_retired(store: KeyStore) -> None:
@@ -116,7 +128,10 @@ def test_rotation_keeps_listed_keys_until_retired(store: KeyStore) -> None:
     old_kid = old.signature.split("/")[1]
     with pytest.raises(KeyStoreError):
         store.retire(Role.CONTROLLER, new_kid)  # the current key cannot be retired
+    running = KeyRing(load=store.public_keys, refresh_s=0)  # a verifier that runs on: it re-reads the key set
+    assert check(old, running) is None
     store.retire(Role.CONTROLLER, old_kid)
+    assert (r := check(old, running)) is not None and r.problem is Problem.UNKNOWN_KEY  # no restart needed
     ring = KeyRing(load=store.public_keys)
     assert (r := check(old, ring)) is not None and r.problem is Problem.UNKNOWN_KEY
     assert {(k.role, k.key_id) for k in store.listing() if k.role is Role.CONTROLLER} == {(Role.CONTROLLER, new_kid)}

@@ -30,7 +30,9 @@ from vigil.contract import Alert, Checkpoint, Command, Member, encode_batch, val
 from vigil.contract.registry import spec_for
 from vigil.contract.wire import decode_batch
 from vigil.recovery.controller.claims import Claims
+from vigil.signing import KeyStore, Role
 from vigil.signing.policy import Refusals
+from vigil.signing.seal import Ed25519Signer
 
 CHILD = textwrap.dedent("""
     import json, os, pathlib, sys
@@ -88,8 +90,10 @@ def test_forged_spool_tampered_checkpoint_and_future_members_each_raise_one_aler
     for n in range(20):  # a flood of future-dated members, a plain producer, no key
         doc = {"kind": "member", "schema_version": 1, "events": [member_doc("forged-job", "node-x", ahead, n)]}
         p.produce(live.settings.topic("recovery"), value=json.dumps(doc).encode(), key=b"node-x")
-    probe = Member(job_id="probe-job", host="node-p", state="waiting", nodes_min=1, nodes_max=1, ip="127.0.0.1",
-                   ports=[29500])
+    store = KeyStore(live.home / "keys")  # the genuine probe is attested by its host's own key
+    probe = Ed25519Signer(role=Role.AGENT, key_id=store.issue("node-p"), key=store.private_key(Role.AGENT, "node-p")[1]
+                          ).seal(Member(job_id="probe-job", host="node-p", state="waiting", nodes_min=1, nodes_max=1,
+                                        ip="127.0.0.1", ports=[29500]))
     p.produce(live.settings.topic("recovery"), value=encode_batch([probe]), key=b"node-p")
     assert p.flush(15) == 0
     script = tmp_path / "child.py"

@@ -2,7 +2,8 @@
 
 Each component owns its tables: its migrations are `NNNN_name.sql` files in its own
 `migrations/` folder, declared as a `MigrationSet` with the number range it owns (the
-analyzer 0001-0199, recovery 0200-0299, the dashboard 0300-0399), so numbers never
+analyzer 0001-0199 and, once that was used up, 1000-1199; recovery 0200-0299, the dashboard
+0300-0399), so numbers never
 collide across components and the ledger stays keyed by number. The application layer
 passes every component's set to `migrate`. Statements are split on `;` at line end and
 may use `{ttl_days}` style placeholders filled from settings. Each applied migration is
@@ -75,6 +76,11 @@ class MigrationSet:
     owner: str
     directory: Path
     ids: range
+    more: tuple[range, ...] = ()  # further ranges it owns, once `ids` is used up
+
+    @property
+    def ranges(self) -> tuple[range, ...]:
+        return (self.ids, *self.more)
 
     def discover(self) -> list[Migration]:
         found: list[Migration] = []
@@ -83,9 +89,9 @@ class MigrationSet:
             if not m:
                 raise MigrationError(f"{path}: migration files are named NNNN_lower_snake.sql")
             number = int(m.group(1))
-            if number not in self.ids:
+            if not any(number in r for r in self.ranges):
                 raise MigrationError(f"{path}: {self.owner} owns migration numbers "
-                                     f"{self.ids.start:04d}-{self.ids.stop - 1:04d}")
+                                     + ", ".join(f"{r.start:04d}-{r.stop - 1:04d}" for r in self.ranges))
             found.append(Migration(id=number, name=m.group(2), sql=path.read_text()))
         ids = [m.id for m in found]
         if len(ids) != len(set(ids)):
@@ -97,7 +103,7 @@ def discover(sets: Sequence[MigrationSet]) -> list[Migration]:
     """Every migration of `sets` in number order; MigrationError when two owners' ranges overlap."""
     for i, a in enumerate(sets):
         for b in sets[i + 1:]:
-            if a.ids.start < b.ids.stop and b.ids.start < a.ids.stop:
+            if any(x.start < y.stop and y.start < x.stop for x in a.ranges for y in b.ranges):
                 raise MigrationError(f"migration ranges of {a.owner} and {b.owner} overlap")
     return sorted((m for s in sets for m in s.discover()), key=lambda m: m.id)
 

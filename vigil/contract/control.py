@@ -241,3 +241,5 @@ class Outcome(Event):
     cordoned: list[Name] = Field(default_factory=list)
     hosts: list[Name] = Field(default_factory=list, description="the hosts training resumed on")
     reason: str = Field(default="", max_length=2048)
+    signature: str = Field(default="", max_length=512, description="<role>/<key id>/<base64 Ed25519>: the "
+                           "controller's (vigil.signing); a case ends only by the controller's signed outcome")

@@ -243,3 +243,6 @@ class Checkpoint(Event):
     dropped: U32 = Field(default=0, ge=0, description="checkpoint events of this rank lost before this one")
     source: Literal["", "memory", "peer", "persisted"] = Field(default="", description="where `restored` came from")
     unverified: bool = Field(default=False, description="`failed`: its files do not match the commit marker")
+    signature: str = Field(default="", max_length=512, description="<role>/<key id>/<base64 Ed25519>: the "
+                           "attestation of the agent of `host` that shipped it; only an attested commit resets "
+                           "the crash-loop count")

@@ -9,44 +9,44 @@ that pages and decides nothing), acted on unsigned. `check` returns a `Refusal` 
 without a valid signature of an expected role. `Refusals` counts them and makes the `security`
 alert once per (reporter, decision kind, job[, host]): its fingerprint names them, not the record,
 so a flood is one alert (its evidence `count`: refusals of that fingerprint so far) and a log
-line for the first and every 100th. An **attested fact** (`ATTESTED`: an agent's `member` report)
-is acted on unsigned like any fact, but one that carries a signature must verify as its
-attester's: a forged attestation is refused like a forged decision, so a folded member with a
-signature is one an agent signed (the controller acts on its exit at once). Besides decisions, a service refuses untrusted claims
-(`Claim`: a fact dated ahead, a checkpoint that failed verification) and the agent forged spool
-lines the same way.
+line for the first and every 100th. An **attested fact** (`attested_kind`: a `member` report,
+an agent's acknowledgement of a command, its diagnostic result, a checkpoint it shipped) decides only
+when the agent of the host it speaks for signed it with that host's own key (`keys.host_of`): one
+signed by any other key is refused (`Problem.WRONG_HOST`, `WRONG_ROLE`), and so is an unsigned one
+of the kinds that must be attested (`must_attest`: all but checkpoints, which are plain facts that
+decide nothing unattested), each refusal raised once per (kind, job, host). Besides decisions, a
+service refuses untrusted claims (`Claim`: a fact dated ahead, a checkpoint that failed
+verification) and the agent forged spool lines the same way.
 """
 
 from __future__ import annotations
 
-import logging
-from collections import Counter
-from dataclasses import dataclass, field
-from datetime import datetime
 from enum import StrEnum
 
 from vigil.contract import (
     Advice,
     Alert,
+    Checkpoint,
     Command,
     Diagnostic,
     Event,
     Incident,
     Member,
+    Outcome,
     RecoveryAction,
     Silence,
 )
 from vigil.contract.decisions import is_operator_request
-from vigil.signing.keys import Role
+from vigil.signing.keys import Role, host_of
+from vigil.signing.refusals import REMEMBERED, SECURITY_ALERT, Refusal, Refusals
 from vigil.signing.seal import Problem, Unverified, Verifier
 
-log = logging.getLogger(__name__)
-SECURITY_ALERT = "security"
-REMEMBERED = 4096
+__all__ = ["REMEMBERED", "SECURITY_ALERT", "Claim", "Refusal", "Refusals", "attested", "attested_kind", "check",
+           "decision_kind", "expected_roles", "is_ack", "must_attest", "needs_signature"]
+
 NONE: frozenset[Role] = frozenset()
 CONTROLLER = frozenset({Role.CONTROLLER})
 OPERATOR = frozenset({Role.OPERATOR})
-ATTESTED: dict[type[Event], Role] = {Member: Role.AGENT}  # facts a signature may vouch for: by whom
 
 
 class Claim(StrEnum):
@@ -73,8 +73,7 @@ def expected_roles(event: Event) -> frozenset[Role]:
     if isinstance(event, RecoveryAction):
         if is_operator_request(event):
             return OPERATOR if event.status == "planned" else CONTROLLER
-        if event.actor.startswith("agent:") and event.command_id and event.action in ("start", "stop", "diagnose",
-                                                                                       "dump", "finish"):
+        if is_ack(event):
             return NONE
         return OPERATOR if event.actor.startswith("user:") else CONTROLLER
     if isinstance(event, Incident):
@@ -87,86 +86,66 @@ def expected_roles(event: Event) -> frozenset[Role]:
         return frozenset({Role.ANALYZER, Role.OPERATOR})
     if isinstance(event, Diagnostic):
         return CONTROLLER if event.test == "verdict" else NONE
+    if isinstance(event, Outcome):
+        return CONTROLLER
     return NONE
+
+
+def is_ack(event: RecoveryAction) -> bool:
+    """An agent's acknowledgement of a command (a fact its host attests)."""
+    return event.actor.startswith("agent:") and bool(event.command_id) and event.action in (
+        "start", "stop", "diagnose", "dump", "finish")
+
+
+def attested_kind(event: Event) -> bool:
+    """A fact that decides when its host's agent attests it: member, ack, diagnostic result, checkpoint."""
+    if isinstance(event, RecoveryAction):
+        return is_ack(event)
+    if isinstance(event, Diagnostic):
+        return event.test != "verdict"
+    return isinstance(event, Member | Checkpoint)
+
+
+def must_attest(event: Event) -> bool:
+    """An attested kind refused unattested (a checkpoint unattested is a fact that decides nothing)."""
+    return attested_kind(event) and not isinstance(event, Checkpoint)
 
 
 def needs_signature(event: Event) -> bool:
     return bool(expected_roles(event))
 
 
-@dataclass(frozen=True)
-class Refusal:
-    what: str  # decision_kind, or what was refused: "member", "checkpoint", "spool/<reason>"
-    problem: StrEnum  # a closed reason: `Problem` (signatures), `Claim`, the spool guard's `Refusal`
-    detail: str
-    job_id: str
-    host: str
-    event_id: str
-    per_host: bool = False  # one alert per (kind, job, host) instead of per (kind, job)
-
-    def __str__(self) -> str:
-        return (f"refused {self.what} {self.event_id} (job {self.job_id}, host {self.host}): "
-                f"{self.problem.value}{' ' + self.detail if self.detail else ''}")
-
-
 def attested(event: Event) -> bool:
-    """`event` is an attested fact that carries an attestation (verified by `check` before it is folded)."""
-    return type(event) in ATTESTED and bool(getattr(event, "signature", ""))
+    """`event` is an attested kind that carries an attestation (verified by `check` before it is folded)."""
+    return attested_kind(event) and bool(getattr(event, "signature", ""))
 
 
 def check(event: Event, verifier: Verifier) -> Refusal | None:
-    """None when `event` is a fact (an attested one unsigned or validly attested) or a decision validly
-    signed by a role that may make it."""
+    """None when `event` is a fact (an attested kind validly attested by its own host's agent, or unattested
+    where that decides nothing) or a decision validly signed by a role that may make it."""
     roles = expected_roles(event)
-    if not roles:
-        if not attested(event):
+    fact = not roles
+    if fact and not attested_kind(event):
+        return None
+    if fact and not attested(event):
+        if not must_attest(event):
             return None
-        roles = frozenset({ATTESTED[type(event)]})
+        return _refusal(event, Problem.UNATTESTED, f"needs the attestation of {event.host}'s agent", True)
     try:
-        role = verifier.signer_of(event)
+        role, key_id = verifier.signed_by(event)
     except Unverified as exc:
-        problem, detail = exc.problem, str(exc).partition(": ")[2]
-    else:
-        if role in roles:
-            return None
-        problem, detail = Problem.WRONG_ROLE, f"signed by {role.value}, needs {'/'.join(sorted(roles))}"
-    return Refusal(what=decision_kind(event), problem=problem, detail=detail, job_id=event.job_id,
-                   host=event.host, event_id=event.event_id)
+        return _refusal(event, exc.problem, str(exc).partition(": ")[2], fact)
+    if fact:
+        if role is not Role.AGENT:
+            return _refusal(event, Problem.WRONG_ROLE, f"signed by {role.value}, needs agent", True)
+        if host_of(key_id) != event.host:
+            return _refusal(event, Problem.WRONG_HOST, f"key of {host_of(key_id) or 'no host'}", True)
+        return None
+    if role in roles:
+        return None
+    return _refusal(event, Problem.WRONG_ROLE, f"signed by {role.value}, needs {'/'.join(sorted(roles))}", False)
 
 
-@dataclass
-class Refusals:
-    """Refused decisions of one service: counted, logged, and one `security` alert per kind and job."""
-
-    reporter: str  # the service or agent that refused: "controller", "agent:<host>", "notifier"
-    count: int = 0
-    kinds: Counter[tuple[str, str]] = field(default_factory=Counter)  # (what, problem) -> refusals (metrics)
-    _alerted: Counter[str] = field(default_factory=Counter, repr=False)  # fingerprint -> refusals
-
-    def fingerprint(self, refusal: Refusal) -> str:
-        scope = f"/{refusal.host}" if refusal.per_host else ""
-        return f"{SECURITY_ALERT}/{self.reporter}/{refusal.what}/{refusal.job_id}{scope}"[:256]
-
-    def seen(self, fingerprint: str) -> int:
-        """Refusals of `fingerprint` so far (0 once more than `REMEMBERED` fingerprints were raised)."""
-        return self._alerted[fingerprint]
-
-    def refuse(self, refusal: Refusal, now: datetime) -> Alert | None:
-        """Count and log `refusal`; the security alert to publish the first time its fingerprint is seen."""
-        self.count += 1
-        self.kinds[(refusal.what, refusal.problem.value)] += 1
-        fingerprint = self.fingerprint(refusal)
-        if fingerprint in self._alerted:
-            self._alerted[fingerprint] += 1
-            if self._alerted[fingerprint] % 100 == 0:
-                log.warning("%s %s (%d of this kind)", self.reporter, refusal, self._alerted[fingerprint])
-            return None
-        log.warning("%s %s", self.reporter, refusal)
-        if len(self._alerted) >= REMEMBERED:
-            return None
-        self._alerted[fingerprint] = 1
-        return Alert(job_id=refusal.job_id, host=refusal.host, ts=now, fingerprint=fingerprint, alert=SECURITY_ALERT,
-                     subject=refusal.what, status="firing", severity="critical", first_seen=now, last_seen=now,
-                     summary=f"{self.reporter} {refusal}"[:2048],
-                     evidence={"reporter": self.reporter, "refused": refusal.what, "problem": refusal.problem.value,
-                               "detail": refusal.detail, "event_id": refusal.event_id, "count": 1})
+def _refusal(event: Event, problem: StrEnum, detail: str, per_host: bool) -> Refusal:
+    return Refusal(what=decision_kind(event), problem=problem, detail=detail, job_id=event.job_id, host=event.host,
+                   event_id=event.event_id, per_host=per_host)

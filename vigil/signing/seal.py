@@ -1,11 +1,16 @@
 """Signing an event and checking its signature.
 
 `canonical(event, role, key_id)` is what is signed: the event's JSON without its `signature`
-field, keys sorted, no whitespace, then the role and key id, so a signature cannot be moved to
-another event, role or key. The signature travels in the event as ``<role>/<key id>/<base64>``.
+field and without the fields that hold their default (`kind` and `schema_version` always in), keys
+sorted, no whitespace, then the role and key id, so a signature cannot be moved to another event,
+role or key, and covers what the signer sent, not what a reader's model fills in: a kind that gains
+a defaulted field keeps every earlier signature valid (rolling upgrades, a controller refolding its
+own log). `legacy` is the form signed before that (every field, defaults included), still accepted
+by verifiers so that what older signers published verifies; upgrade verifiers before signers. The signature travels in the event as ``<role>/<key id>/<base64>``.
 `Signer` and `Verifier` are the two tiny protocols services depend on; `Ed25519Signer` holds one
 private key, `KeyRing` public keys only (reloaded from the key store when an unknown key id
-arrives, at most every `reload_s`, which is how a rotation reaches running verifiers).
+arrives, at most every `reload_s`, which is how a rotation reaches running verifiers, and every
+`refresh_s` whatever arrives, which is how a retired key stops being trusted by a running one).
 """
 
 from __future__ import annotations
@@ -36,7 +41,10 @@ class Problem(StrEnum):
     UNKNOWN_KEY = "unknown key"
     BAD_SIGNATURE = "bad signature"
     WRONG_ROLE = "wrong role"
+    WRONG_HOST = "signed by another host"  # an attested fact under the key of a host it does not speak for
+    UNATTESTED = "unattested"  # a fact that decides, without its host's attestation
     STALE_EPOCH = "stale epoch"
+    EXPIRED = "expired"  # older than its lifetime against the log's clock (a replay)
 
 
 class Unverified(Exception):
@@ -46,6 +54,14 @@ class Unverified(Exception):
 
 
 def canonical(event: Event, role: Role, key_id: str) -> bytes:
+    doc = {**event.model_dump(mode="json", exclude={"signature"}, exclude_defaults=True),
+           "kind": event.kind, "schema_version": event.schema_version}
+    body = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return f"{body}\n{role.value}/{key_id}".encode()
+
+
+def legacy(event: Event, role: Role, key_id: str) -> bytes:
+    """The canonical form signed before defaults were left out: every field, as the reader's model has it."""
     body = json.dumps(event.model_dump(mode="json", exclude={"signature"}), sort_keys=True,
                       separators=(",", ":"), ensure_ascii=False)
     return f"{body}\n{role.value}/{key_id}".encode()
@@ -78,6 +94,10 @@ class Verifier(Protocol):
         """The role whose valid signature `event` carries; Unverified otherwise."""
         ...
 
+    def signed_by(self, event: Event) -> tuple[Role, str]:
+        """The role and key id whose valid signature `event` carries; Unverified otherwise."""
+        ...
+
 
 @dataclass(frozen=True)
 class Ed25519Signer:
@@ -98,6 +118,7 @@ class Ed25519Signer:
 class KeyRing:
     load: Callable[[], dict[tuple[Role, str], Ed25519PublicKey]]
     reload_s: float = 2.0
+    refresh_s: float = 30.0  # the key set is re-read at least this often: retired keys are dropped
     _keys: dict[tuple[Role, str], Ed25519PublicKey] = field(default_factory=dict, init=False, repr=False)
     _loaded: float = field(default=float("-inf"), init=False, repr=False)
 
@@ -108,18 +129,26 @@ class KeyRing:
         self._keys, self._loaded = self.load(), time.monotonic()
 
     def signer_of(self, event: Event) -> Role:
+        return self.signed_by(event)[0]
+
+    def signed_by(self, event: Event) -> tuple[Role, str]:
         value = str(getattr(event, "signature", "") or "")
         if not value:
             raise Unverified(Problem.UNSIGNED)
         role, key_id, raw = parse_signature(value)
+        age = time.monotonic() - self._loaded
+        if age >= self.refresh_s:
+            self._reload()
         key = self._keys.get((role, key_id))
-        if key is None and time.monotonic() - self._loaded >= self.reload_s:
+        if key is None and age < self.refresh_s and age >= self.reload_s:
             self._reload()
             key = self._keys.get((role, key_id))
         if key is None:
             raise Unverified(Problem.UNKNOWN_KEY, f"{role.value}/{key_id}")
-        try:
-            key.verify(raw, canonical(event, role, key_id))
-        except InvalidSignature:
-            raise Unverified(Problem.BAD_SIGNATURE, f"{role.value}/{key_id}") from None
-        return role
+        for form in (canonical, legacy):
+            try:
+                key.verify(raw, form(event, role, key_id))
+            except InvalidSignature:
+                continue
+            return role, key_id
+        raise Unverified(Problem.BAD_SIGNATURE, f"{role.value}/{key_id}")

@@ -25,6 +25,8 @@ class SigningSettings(VigilBaseSettings):
     key_id: str = Field(default="", description="the key id of `private_key`")
     reload_s: float = Field(default=2.0, ge=0, description="least seconds between re-reads of the public keys "
                             "when an unknown key id arrives (rotation)")
+    refresh_s: float = Field(default=30.0, gt=0, description="seconds between re-reads of the public keys "
+                             "whatever arrives: a retired key stops being trusted within it")
 
     @field_validator("keys_dir")
     @classmethod

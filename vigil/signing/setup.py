@@ -1,7 +1,7 @@
 """Building a service's signer and verifier from its settings.
 
 `signer(role, home)` signs with the role's current private key (`VIGIL_SIGNING_PRIVATE_KEY` when
-given, else the key file); a service whose role has no key gets None and logs it once: its
+given, else the key file; an agent's `signer(Role.AGENT, home, host=...)` with its own host's key); a service whose role has no key gets None and logs it once: its
 decisions then go unsigned and every verifier refuses them. `verifier(home)` holds the public
 keys of the key directory only.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from vigil.signing.keys import KeyStore, KeyStoreError, Role
+from vigil.signing.keys import KeyStore, KeyStoreError, Role, host_of
 from vigil.signing.seal import Ed25519Signer, KeyRing
 from vigil.signing.settings import SigningSettings
 
@@ -26,7 +26,8 @@ def key_store(home: Path, settings: SigningSettings | None = None) -> KeyStore:
     return KeyStore(s.directory(home))
 
 
-def signer(role: Role, home: Path, settings: SigningSettings | None = None) -> Ed25519Signer | None:
+def signer(role: Role, home: Path, settings: SigningSettings | None = None, *,
+           host: str = "") -> Ed25519Signer | None:
     s = settings or SigningSettings.load()
     if s.private_key is not None:
         try:
@@ -35,13 +36,15 @@ def signer(role: Role, home: Path, settings: SigningSettings | None = None) -> E
             raise KeyStoreError("VIGIL_SIGNING_PRIVATE_KEY is not a PEM private key") from None
         if not isinstance(key, Ed25519PrivateKey) or not s.key_id:
             raise KeyStoreError("VIGIL_SIGNING_PRIVATE_KEY must be Ed25519, with VIGIL_SIGNING_KEY_ID set")
+        if role is Role.AGENT and host_of(s.key_id) != host:
+            raise KeyStoreError(f"VIGIL_SIGNING_KEY_ID {s.key_id} is not a key of host {host}")
         return Ed25519Signer(role=role, key_id=s.key_id, key=key)
     store = KeyStore(s.directory(home))
     try:
-        kid, key = store.private_key(role)
+        kid, key = store.private_key(role, host)
     except KeyStoreError as exc:
-        what = ("member reports of the agent go unattested (the controller waits for the analyzer before acting "
-                "on an exit)" if role is Role.AGENT else f"decisions of the {role.value} go unsigned and will be refused")
+        what = ("the agent's member reports, acks and results go unattested: the controller refuses them"
+                if role is Role.AGENT else f"decisions of the {role.value} go unsigned and will be refused")
         log.warning("%s: %s", what, exc)
         return None
     return Ed25519Signer(role=role, key_id=kid, key=key)
@@ -49,4 +52,4 @@ def signer(role: Role, home: Path, settings: SigningSettings | None = None) -> E
 
 def verifier(home: Path, settings: SigningSettings | None = None) -> KeyRing:
     s = settings or SigningSettings.load()
-    return KeyRing(load=KeyStore(s.directory(home)).public_keys, reload_s=s.reload_s)
+    return KeyRing(load=KeyStore(s.directory(home)).public_keys, reload_s=s.reload_s, refresh_s=s.refresh_s)

@@ -30,6 +30,7 @@ def add_options(run: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, *, agent: Any, paths: Any, argv: list[str], env: dict[str, str],
         launcher_for: Callable[[list[str], dict[str, str]], Any]) -> int:
     from vigil.app.stack.state import resolve_bootstrap
+    from vigil.collector.control.attest import AttestingSink
     from vigil.collector.control.commands import CommandFeed
     from vigil.collector.control.rendezvous import NodeRange
     from vigil.collector.control.supervisor import Supervisor
@@ -71,13 +72,16 @@ def run(args: argparse.Namespace, *, agent: Any, paths: Any, argv: list[str], en
         launcher.warm = pool  # a generation starts in the interpreters warmed for it (collector.control.warm)
         return launcher
 
+    key = signer(Role.AGENT, core.home, host=s.host)  # this host's own key: `vigil keys issue HOST`
     supervisor = Supervisor(agent=agent, argv=argv, env=env, nodes=nodes, make_launcher=make_launcher, feed=feed,
                             registry=CordonRegistry(registry_path(core.home)),
                             address=args.rdzv_addr or local_ip(), spare=args.spare, keepalive_s=args.keepalive,
-                            replicator=replicator, nproc=nproc_per_node(argv), seal=_sealer(signer(Role.AGENT, core.home)),
+                            replicator=replicator, nproc=nproc_per_node(argv), seal=_sealer(key),
                             warm_diag=diag)
     scrub_secrets()  # the agent's key and credentials were read: none stays in its environment
     agent.sink = ObservedSink(inner=agent.sink, observe=supervisor.progress.observe)
+    if key is not None:  # members, acks, results and shipped checkpoints of this host, attested by its key
+        agent.sink = AttestingSink(inner=agent.sink, host=s.host, seal=key.seal)
     agent.shipper.sink = agent.sink
     agent.start()
     if replicator is not None:
@@ -99,8 +103,8 @@ def run(args: argparse.Namespace, *, agent: Any, paths: Any, argv: list[str], en
 
 
 def _sealer(key: Any) -> Callable[[Any], Any] | None:
-    """The agent's attestation of its member events (None without an agent key: they go unattested, and
-    the controller waits `policy.exit_grace_s` for the analyzer before acting on an exit)."""
+    """The agent's attestation of its member events (None without a key of its host: they go unattested and
+    the controller refuses them)."""
     return None if key is None else key.seal
 
 

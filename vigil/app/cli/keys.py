@@ -1,6 +1,8 @@
-"""`vigil keys create|rotate|retire|list`: the signing key set (see vigil.signing and README "Threat model").
+"""`vigil keys create|issue|rotate|retire|list`: the signing key set (see vigil.signing and README "Threat model").
 
-`create` makes a key pair for every role that has none (what `vigil up` and `make demo` do);
+`create` makes a key pair for every service role that has none (what `vigil up` and `make demo` do);
+`issue HOST` gives a host's agent its own key (the one it attests that host's facts with; `make demo`
+issues one per demo host), `rotate agent --host HOST` replaces it;
 `rotate ROLE` makes a new key id current for the role, keeping the old public key listed so
 what it signed still verifies; `retire ROLE KEY_ID` stops accepting an old key. Key material is
 never printed: `list` shows roles, key ids, which is current and where a private key is held;
@@ -18,17 +20,23 @@ from typing import Any
 
 from vigil.settings import VigilSettings
 
+ROLES = ["controller", "analyzer", "operator", "agent"]
+
 
 def register(sub: Any) -> None:
     p = sub.add_parser("keys", help="the signing keys of the controller, analyzer and operator roles")
     ksub = p.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
     c = ksub.add_parser("create", help="a key pair for every role that has none")
     c.set_defaults(handler=cmd_create)
+    i = ksub.add_parser("issue", help="a key of its own for each HOST's agent (where it has none)")
+    i.add_argument("hosts", nargs="+", metavar="HOST", help="the host names the agents run as (`vigil run --host`)")
+    i.set_defaults(handler=cmd_issue)
     r = ksub.add_parser("rotate", help="a new current key for ROLE; the old public key stays accepted")
-    r.add_argument("role", choices=["controller", "analyzer", "operator"], help="the role to rotate")
+    r.add_argument("role", choices=ROLES, help="the role to rotate")
+    r.add_argument("--host", default="", help="agent: the host whose key to rotate")
     r.set_defaults(handler=cmd_rotate)
     t = ksub.add_parser("retire", help="stop accepting an old key of ROLE")
-    t.add_argument("role", choices=["controller", "analyzer", "operator"], help="the role the key belongs to")
+    t.add_argument("role", choices=ROLES, help="the role the key belongs to")
     t.add_argument("key_id", help="the key id to retire (`vigil keys list`)")
     t.set_defaults(handler=cmd_retire)
     ls = ksub.add_parser("list", help="roles, key ids, current keys (no key material)")
@@ -54,11 +62,22 @@ def cmd_create(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_issue(args: argparse.Namespace) -> int:
+    store = _store()
+    for host in args.hosts:
+        print(f"agent of {host}: {store.issue(host)}")
+    print(f"give each host's agent only its own agent.<host>+<key id>.key from {store.directory}")
+    return 0
+
+
 def cmd_rotate(args: argparse.Namespace) -> int:
     from vigil.signing import Role
 
+    if (args.role == "agent") != bool(args.host):
+        print("vigil keys rotate: an agent key is rotated per host (--host HOST), and only an agent key")
+        return 2
     store = _store()
-    kid = store.rotate(Role(args.role))
+    kid = store.rotate(Role(args.role), args.host)
     print(f"{args.role}: new current key {kid}; restart the {args.role}'s services to sign with it; "
           f"retire the old key once nothing signs with it (`vigil keys retire {args.role} OLD_ID`)")
     return 0

@@ -193,10 +193,15 @@ def known_silences(settings: VigilSettings, bootstrap: str) -> Any:
             book.apply(Silence.model_validate_json(event))
     except Exception as exc:  # no notifier tables yet, or ClickHouse unreachable: the topic alone
         log.debug("silences from ClickHouse unavailable: %s", exc)
-    for rec in read_topics(settings, bootstrap, [settings.topic("silences")], timeout=10):
-        for e in decode_batch(rec.value).events:
-            if isinstance(e, Silence):
-                book.apply(e)
+    from vigil.signing.readers import verified
+
+    read = [e for rec in read_topics(settings, bootstrap, [settings.topic("silences")], timeout=10)
+            for e in decode_batch(rec.value).events if isinstance(e, Silence)]
+    kept, forged = verified(read, settings.home, "silences")  # a forged silence is a claim, never listed as one
+    if forged:
+        print(f"({forged} unverified silences left out: not signed by the operator key)", file=sys.stderr)
+    for e in kept:
+        book.apply(e)
     return book
 
 

@@ -40,6 +40,7 @@ from vigil.contract import Event, JobRegistered, LogLine, Outcome, RecoveryActio
 from vigil.kafka.follow import Follower
 from vigil.redact import shown_dsn
 from vigil.settings import VigilSettings
+from vigil.signing.setup import key_store
 
 TRAIN = Path(__file__).with_name("train.py")
 TORCH_JOB, SIM_JOB = "demo-torch", "demo-sim"
@@ -98,6 +99,7 @@ class Demo:
             kmsg = self.settings.home / "demo" / "kmsg" / host  # the host's kernel log: the Xid is written there
             kmsg.parent.mkdir(parents=True, exist_ok=True)
             kmsg.touch()  # kept across demo runs: its sequence numbers go on where the agent's saved position is
+            key_store(self.settings.home).issue(host)  # per-host identity: each agent attests with its own key
             env = {**os.environ, "VIGIL_KAFKA_BOOTSTRAP": bootstrap, "OMP_NUM_THREADS": "1",
                    "VIGIL_KMSG_PATH": str(kmsg), "DEMO_FAKE_KMSG": str(kmsg),
                    "VIGIL_SPOOL_DIR": str(self.settings.home / "demo" / "spool" / host),
