@@ -107,7 +107,8 @@ class AnalyzerService:
             frontier = self.ingest.frontier if self.ingest is not None else None
             if self.ingest is not None and frontier is None and not self._unpublished:
                 return 0  # no lag sample yet: nothing tells a silent source from a queued one
-            turned = self.cursor.turn(self.ctx.clickhouse, frontier=frontier, publish=self._publish)
+            topics = self.ingest.topic_frontiers if self.ingest is not None else None
+            turned = self.cursor.turn(self.ctx.clickhouse, frontier=frontier, publish=self._publish, topics=topics)
             self._publish(turned)
             self.cursor.commit()
             self.detect_turns += 1
@@ -170,6 +171,7 @@ class AnalyzerService:
             "alerts_published": self.alerts_published,
             "detect_turns": self.detect_turns,
             "instants_judged": self.cursor.instants_judged,
+            "instants_waited": self.cursor.instants_waited,
             "detect_backlog": self.cursor.backlog,
             "detect_behind_s": round(self.cursor.behind_s, 1),
         }
