@@ -13,8 +13,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from test_detectors import caught_up, load
+from test_gone_lag import _at, _steps
 
 from vigil.analyzer.alerts.book import AlertBook
+from vigil.analyzer.clock import topic_behind
+from vigil.analyzer.detect.base import EvalContext, NotYet
+from vigil.analyzer.detect.hang import CHECKED, HangDetector
 from vigil.analyzer.engine import LiveCursor, replay
 from vigil.analyzer.settings import AnalyzerSettings, HangSettings
 from vigil.analyzer.simulator.delivery import Delivery, Run, cut, deliver, topic_skew
@@ -22,6 +26,8 @@ from vigil.analyzer.simulator.layout import Layout
 from vigil.analyzer.simulator.model import SimConfig, Simulation
 from vigil.clickhouse.client import connect
 from vigil.contract import Alert, Event
+from vigil.kafka.lag import LagProbe
+from vigil.settings import VigilSettings
 
 pytestmark = pytest.mark.clickhouse
 
@@ -90,10 +96,6 @@ def test_a_heavy_topic_behind_a_light_one_is_behind_not_silent(clickhouse_dsn: s
 
 @pytest.mark.pure
 def test_one_partition_behind_holds_its_topic_back_and_only_its_topic() -> None:
-    from vigil.analyzer.clock import topic_behind
-    from vigil.kafka.lag import LagProbe
-    from vigil.settings import VigilSettings
-
     probe = LagProbe(settings=VigilSettings(), bootstrap="unused:9092", group_id="g", topics=["steps", "heartbeats"])
     names = {"steps": "steps", "heartbeats": "heartbeats"}
     ends = {("steps", 0): 10, ("steps", 1): 50, ("heartbeats", 0): 5}
@@ -107,3 +109,30 @@ def test_one_partition_behind_holds_its_topic_back_and_only_its_topic() -> None:
     assert topic_behind(frontiers, now + timedelta(seconds=4.5), 5.0) == {"step", "nic"}  # nic: never sampled
     assert topic_behind(frontiers, now, 5.0) == {"nic"}
     assert topic_behind(None, now, 5.0) == frozenset()
+
+
+def test_a_weak_evidence_stall_waits_for_the_step_topic_to_reach_the_heartbeats_time(clickhouse_dsn: str,
+                                                                                     database: str) -> None:
+    """Steps stop at 20 s, heartbeats of running processes go on to 60 s (stall 30 s): the stall is judged only once
+    the step topic's frontier has passed the time those heartbeats were ingested; its evidence says what it checked."""
+    client = connect(clickhouse_dsn, database=database)
+    now = datetime.now(UTC)
+    steps = [T0 + timedelta(seconds=i) for i in range(1, 21)]
+    client.command(_steps("stall", "h0", steps, [now] * len(steps)))
+    beats = ", ".join(f"('stall-b{i}', 'stall', 'h0', {_at(T0 + timedelta(seconds=2 * i))}, 2.0, 1, {_at(now)})"
+                      for i in range(31))
+    client.command(f"INSERT INTO heartbeats (event_id, job_id, host, ts, interval_s, procs_running, ingested_at) "
+                   f"VALUES {beats}")
+    s = AnalyzerSettings(hang=HangSettings(stall_s=30))
+    at = T0 + timedelta(seconds=60)
+
+    def judged(steps_frontier: datetime | None) -> list[object]:
+        frontiers = None if steps_frontier is None else {"steps": steps_frontier, "heartbeats": now}
+        ctx = EvalContext(client=client, settings=s, job="stall", at=at, live=True, frontiers=frontiers)
+        return list(HangDetector().detect(ctx))
+
+    with pytest.raises(NotYet):
+        judged(now - timedelta(seconds=30))  # steps produced before the heartbeats' ingest may be in flight
+    [found] = judged(now + timedelta(seconds=1))
+    assert found.evidence["checked"] == CHECKED  # type: ignore[attr-defined]
+    assert [f.evidence for f in judged(None)] == [found.evidence]  # type: ignore[attr-defined]  # replay: the same
