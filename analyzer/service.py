@@ -11,8 +11,9 @@ book, the incident stage groups findings under incidents and demotes victims'
 (`analyzer.incidents`). A turn is bounded (`turn_budget_s`); while instants wait (a burst,
 a catch-up) the next turn starts at once, otherwise `detect_interval_s` after the last one
 started (a period, not a pause after each turn: a long turn does not delay the next). The
-cursor's idle rule uses the ingest's frontier (ingest/lag.py), so a saturated ingest
-delays judgement instead of making hosts look silent. `health()` is cheap: figures
+cursor's idle rule uses the ingest's frontier (vigil/kafka/lag.py), so a saturated ingest
+delays judgement instead of making hosts look silent, and each topic's own frontier, so a
+heavy topic behind a light one holds its sources' jobs back instead of letting them go. `health()` is cheap: figures
 sampled by the threads, never a query.
 
 Ingest scales out (instances share the consumer group); detection does not: each
