@@ -22,7 +22,11 @@ Watermark rules (what `JobClock.until` returns, the newest instant that may be j
 * While any dense source is alive, the watermark is the oldest newest-timestamp among the
   alive ones (hosts on partitions that catch up at different paces are all there up to
   it), but never more than `max_lag_s` behind the job's newest dense timestamp (a host
-  replaying a long spool does not stall the rest of the job; detectors treat it as late).
+  replaying a long spool does not stall the rest of the job; detectors treat it as late) --
+  unless the topic it comes from is *behind* (`behind`: some partition of it has not caught up
+  with the end offset it had `watermark_idle_s` ago, `topic_behind`): then what it lacks may be
+  in flight, and it holds the watermark however far the job's other topics are ahead (a heavy
+  topic behind a light one is behind, not silent).
 * When every dense source is idle the job has stopped (finished, crashed, or all its hosts
   went silent): the clock runs to the newest timestamp of any source, sparse ones
   included, so the exits and logs that end a job are judged live as replay judges them.
@@ -51,6 +55,19 @@ from vigil.clickhouse.query import QueryClient
 
 DENSE = ("step", "heartbeat", "nic")
 SPARSE = ("log", "exit", "collective")
+TOPIC_OF = {"step": "steps", "heartbeat": "heartbeats", "nic": "nic", "log": "logs", "exit": "logs",
+            "collective": "collectives"}
+"""Source -> the topic its events are ingested from (vigil/contract/registry.py)."""
+
+
+def topic_behind(frontiers: Mapping[str, datetime] | None, now: datetime, slack_s: float) -> frozenset[str]:
+    """The dense sources whose topic has not been caught up within `slack_s` of `now`: its frontier (every record
+    produced to all its partitions before it is stored) is older, or unknown. None (no ingest measured: replay, a
+    test): none is behind."""
+    if frontiers is None:
+        return frozenset()
+    since = now - timedelta(seconds=slack_s)
+    return frozenset(s for s in DENSE if (f := frontiers.get(TOPIC_OF[s])) is None or f < since)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,12 +98,13 @@ SELECT job_id FROM host_clock GROUP BY job_id HAVING max(last_ingested) > {since
 def job_clocks(client: QueryClient, *, job: str | None = None, active_since: datetime | None = None,
                also: Sequence[str] = (), frontier: datetime | None = None, idle_s: float = 5.0,
                max_lag_s: float | None = None, gone_lag_s: float = 0.0,
-               gone_min_s: float | None = None) -> list[JobClock]:
+               gone_min_s: float | None = None, behind: frozenset[str] = frozenset()) -> list[JobClock]:
     """The clock of `job`, or of every job with anything ingested after `active_since` (plus `also`).
 
     `frontier` (wall): everything produced before it is stored; None = replay (nothing more
     is coming: every source idle). `gone_min_s`: learn each silent source's gone-lag, at least
-    this and at most `gone_lag_s` (`delivery`); None: `gone_lag_s` for every source.
+    this and at most `gone_lag_s` (`delivery`); None: `gone_lag_s` for every source. `behind`: the dense sources
+    whose topic is not caught up (`topic_behind`): `max_lag_s` lets none of them go.
     """
     params: dict[str, object] = {}
     if job is not None:
@@ -100,7 +118,8 @@ def job_clocks(client: QueryClient, *, job: str | None = None, active_since: dat
     per_job: dict[str, list[Source]] = defaultdict(list)
     for j, host, source, first, last, ingested in rows:
         per_job[str(j)].append((str(host), str(source), as_utc(first), as_utc(last), as_utc(ingested)))
-    clocks = [_clock(j, srcs, frontier, idle_s, max_lag_s, gone_lag_s) for j, srcs in sorted(per_job.items())]
+    clocks = [_clock(j, srcs, frontier, idle_s, max_lag_s, gone_lag_s, behind=behind)
+              for j, srcs in sorted(per_job.items())]
     if gone_min_s is None or gone_min_s >= gone_lag_s or frontier is None:
         return clocks
     quiet = {c.job: _silent(c, frontier, idle_s) for c in clocks}
@@ -113,7 +132,7 @@ def job_clocks(client: QueryClient, *, job: str | None = None, active_since: dat
     learnt: dict[str, dict[tuple[str, str], float]] = defaultdict(dict)
     for (j, h, s), lag in gone_lags(client, waited, silent, members, floor_s=gone_min_s, cap_s=gone_lag_s).items():
         learnt[j][(h, s)] = lag
-    return [_clock(j, srcs, frontier, idle_s, max_lag_s, gone_lag_s, learnt[j]) if j in learnt else c
+    return [_clock(j, srcs, frontier, idle_s, max_lag_s, gone_lag_s, learnt[j], behind) if j in learnt else c
             for (j, srcs), c in zip(sorted(per_job.items()), clocks, strict=True)]
 
 
@@ -134,8 +153,10 @@ def _silent(clock: JobClock, frontier: datetime, idle_s: float) -> list[tuple[st
 
 
 def _clock(job: str, srcs: list[Source], frontier: datetime | None, idle_s: float, max_lag_s: float | None,
-           gone_lag_s: float = 0.0, gone: Mapping[tuple[str, str], float] | None = None) -> JobClock:
-    """`gone`: (host, source) -> its own gone-lag, where learnt (else `gone_lag_s`)."""
+           gone_lag_s: float = 0.0, gone: Mapping[tuple[str, str], float] | None = None,
+           behind: frozenset[str] = frozenset()) -> JobClock:
+    """`gone`: (host, source) -> its own gone-lag, where learnt (else `gone_lag_s`); `behind`: sources whose topic
+    is not caught up, never let go by `max_lag_s`."""
     idle_before = frontier - timedelta(seconds=idle_s) if frontier is not None else None
     fresh = {(h, s): idle_before is not None and ingested > idle_before for h, s, _f, _l, ingested in srcs}
     newest = max((last for h, s, _f, last, _i in srcs if s in DENSE and fresh[(h, s)]), default=None)
@@ -152,8 +173,10 @@ def _clock(job: str, srcs: list[Source], frontier: datetime | None, idle_s: floa
     last_ts = max(c.last_ts for c in sources.values())
     if alive_ts:
         watermark = min(alive_ts)
-        if max_lag_s is not None:
+        if max_lag_s is not None:  # a long spool does not stall the job: the sources of caught-up topics only
             watermark = max(watermark, max(c.last_ts for c in dense) - timedelta(seconds=max_lag_s))
+            held = [c.last_ts for (_h, s), c in sources.items() if s in behind and s in DENSE and c.alive]
+            watermark = min([watermark, *held])
     else:
         watermark = last_ts
     return JobClock(job=job, first_ts=min(f for _h, _s, f, _l, _i in srcs), last_ts=last_ts, watermark=watermark,

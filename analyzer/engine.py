@@ -40,8 +40,8 @@ from typing import Protocol
 from clickhouse_connect.driver.exceptions import OperationalError
 
 from vigil.analyzer.alerts.book import AlertBook
-from vigil.analyzer.clock import SPARSE, JobClock, grid, grid_ceil, grid_floor, job_clocks
-from vigil.analyzer.detect.base import Detector, EvalContext, Finding, SourceClock, Walk, due
+from vigil.analyzer.clock import SPARSE, JobClock, grid, grid_ceil, grid_floor, job_clocks, topic_behind
+from vigil.analyzer.detect.base import Detector, EvalContext, Finding, NotYet, SourceClock, Walk, due
 from vigil.analyzer.detect.epoch import EpochTracker
 from vigil.analyzer.detect.flap import FlapDetector
 from vigil.analyzer.detect.hang import HangDetector
@@ -75,7 +75,7 @@ def evaluate(client: QueryClient, settings: AnalyzerSettings, book: AlertBook, j
              live: bool = False, detectors: Sequence[Detector] = DETECTORS, errors: list[str] | None = None,
              tracker: EpochTracker | None = None, sources: Mapping[tuple[str, str], SourceClock] | None = None,
              stages: Sequence[FindingStage] = (), walk: Walk | None = None,
-             present: frozenset[str] | None = None) -> list[Alert]:
+             present: frozenset[str] | None = None, frontiers: Mapping[str, datetime] | None = None) -> list[Alert]:
     """Run the detectors for `job` as of `at`; the alert events this instant produces.
 
     A detector that fails on its own (a bug, a bad row) is left out of this instant and the
@@ -88,6 +88,8 @@ def evaluate(client: QueryClient, settings: AnalyzerSettings, book: AlertBook, j
     a walk (one instant on its own) every detector runs.
     `present`: the sources the job has stored (live: from the clock); a detector skips the
     query of a source the job never sent.
+    `frontiers` (live): per topic, the wall time before which everything produced to it is stored; a detector
+    whose verdict needs more raises `NotYet` and the instant is not judged (None: replay, all stored).
     """
     tracker = tracker or EpochTracker(job=job, settings=settings.epoch)
     walking = walk is not None  # one instant on its own (no walk): every detector runs, whatever its cadence
@@ -95,7 +97,8 @@ def evaluate(client: QueryClient, settings: AnalyzerSettings, book: AlertBook, j
     if present is None and sources is not None:
         present = frozenset(src for _h, src in sources)
     ctx = EvalContext(client=client, settings=settings, job=job, at=at, live=live, firing=book.firing_subjects(job),
-                      epoch_of=lambda: tracker.at(client, at), sources=sources, state=walk.state, present=present)
+                      epoch_of=lambda: tracker.at(client, at), sources=sources, state=walk.state, present=present,
+                      frontiers=frontiers)
     findings = []
     ran = []
     for d in detectors:
@@ -109,7 +112,7 @@ def evaluate(client: QueryClient, settings: AnalyzerSettings, book: AlertBook, j
             walk.carried[d.name] = found
             findings.extend(found)
             ran.append(d.name)
-        except OperationalError:
+        except (OperationalError, NotYet):
             raise
         except Exception as exc:  # one broken detector must not silence the others
             msg = f"{d.name} on {job} at {at.isoformat()}: {one_line(exc)}"
@@ -172,22 +175,28 @@ class LiveCursor:
     backlog: int = 0  # instants known to wait after the last turn
     behind_s: float = 0.0  # event time between the most lagging job's position and its judgeable end, after the turn
     instants_judged: int = 0
+    instants_waited: int = 0  # instants a detector found data for still in flight (`NotYet`): judged at a later turn
     _trackers: dict[str, EpochTracker] = field(default_factory=dict)
     _walks: dict[str, Walk] = field(default_factory=dict)
     _judged_wall: dict[str, datetime] = field(default_factory=dict)
     _unsaved: dict[str, datetime] = field(default_factory=dict)
     _unfinished: set[str] = field(default_factory=set)
     _loaded: bool = False
+    _frontiers: Mapping[str, datetime] | None = None  # the turn's topic frontiers (None: not measured)
     clock: Callable[[], float] = time.monotonic  # wall seconds: the turn's budget (tests give a clock of their own)
     _rounds: deque[float] = field(default_factory=lambda: deque(maxlen=ROUNDS_KEPT))  # recent rounds' wall seconds
 
     def turn(self, client: QueryClient, frontier: datetime | None = None,
-             publish: Callable[[list[Alert]], None] | None = None) -> list[Alert]:
+             publish: Callable[[list[Alert]], None] | None = None,
+             topics: Mapping[str, datetime] | None = None) -> list[Alert]:
         """Judge the pending instants of every active job; the alert events raised (publish, then `commit`).
 
         `publish`: called with the alerts raised so far after each round that raised any while instants still
         wait (a catch-up: a lost host found at its first instants pages then, not at the end of the turn); what
         it is given is not returned. Positions are saved by `commit` only, after the turn's last alerts are out.
+        `topics`: each ingested topic's own frontier (`LagProbe.topic_frontiers`): a dense source whose topic is
+        behind holds its job's watermark however far the other topics are ahead, and detectors check them
+        (`EvalContext.stored_before`); None: not measured (a test, a replay), every topic taken as caught up.
         """
         s = self.settings
         if not self._loaded and self.store is not None:
@@ -197,7 +206,9 @@ class LiveCursor:
         fr = frontier or datetime.now(UTC)
         clocks = job_clocks(client, active_since=fr - timedelta(seconds=s.job_idle_s), also=sorted(self._unfinished),
                             frontier=fr, idle_s=s.watermark_idle_s, max_lag_s=s.watermark_max_lag_s,
-                            gone_lag_s=s.watermark_gone_lag_s, gone_min_s=s.watermark_gone_min_s)
+                            gone_lag_s=s.watermark_gone_lag_s, gone_min_s=s.watermark_gone_min_s,
+                            behind=topic_behind(topics, datetime.now(UTC), s.watermark_idle_s))
+        self._frontiers = topics
         queues: dict[str, deque[datetime]] = {}
         by_job = {c.job: c for c in clocks}
         for gone in set(self._trackers) - set(by_job):  # inactive jobs: their state is rebuilt if they return
@@ -223,6 +234,10 @@ class LiveCursor:
                 at = queues[job].popleft()
                 try:
                     out.extend(self._judge(client, by_job[job], at))
+                except NotYet as wait:  # its data is still in flight: this job waits for the next turn
+                    self.instants_waited += 1
+                    log.debug("%s at %s waits: %s", job, at.isoformat(), wait)
+                    queues[job].clear()  # not backlog: the next turn comes after an interval, not at once
                 except Exception as exc:  # the store is down or busy: this job waits for the next turn
                     self.errors.append(f"{job} at {at.isoformat()}: {one_line(exc)}")
                     log.warning("judging %s at %s failed: %s", job, at.isoformat(), one_line(exc))
@@ -269,7 +284,7 @@ class LiveCursor:
             tracker = self._trackers[c.job] = EpochTracker(job=c.job, settings=self.settings.epoch)
         walk = self._walks.setdefault(c.job, Walk())
         alerts = evaluate(client, self.settings, self.book, c.job, at, live=True, errors=self.errors,
-                          tracker=tracker, sources=c.sources, stages=self.stages, walk=walk)
+                          tracker=tracker, sources=c.sources, stages=self.stages, walk=walk, frontiers=self._frontiers)
         self.positions[c.job] = self._unsaved[c.job] = at
         self._judged_wall[c.job] = datetime.now(UTC)
         self.instants_judged += 1

@@ -11,8 +11,9 @@ book, the incident stage groups findings under incidents and demotes victims'
 (`analyzer.incidents`). A turn is bounded (`turn_budget_s`); while instants wait (a burst,
 a catch-up) the next turn starts at once, otherwise `detect_interval_s` after the last one
 started (a period, not a pause after each turn: a long turn does not delay the next). The
-cursor's idle rule uses the ingest's frontier (ingest/lag.py), so a saturated ingest
-delays judgement instead of making hosts look silent. `health()` is cheap: figures
+cursor's idle rule uses the ingest's frontier (vigil/kafka/lag.py), so a saturated ingest
+delays judgement instead of making hosts look silent, and each topic's own frontier, so a
+heavy topic behind a light one holds its sources' jobs back instead of letting them go. `health()` is cheap: figures
 sampled by the threads, never a query.
 
 Ingest scales out (instances share the consumer group); detection does not: each
@@ -122,7 +123,8 @@ class AnalyzerService:
             frontier = self.ingest.frontier if self.ingest is not None else None
             if self.ingest is not None and frontier is None and not self._unpublished:
                 return 0  # no lag sample yet: nothing tells a silent source from a queued one
-            turned = self.cursor.turn(self.ctx.clickhouse, frontier=frontier, publish=self._publish)
+            topics = self.ingest.topic_frontiers if self.ingest is not None else None
+            turned = self.cursor.turn(self.ctx.clickhouse, frontier=frontier, publish=self._publish, topics=topics)
             self._publish(turned)
             self.cursor.commit()
             self.detect_turns += 1
@@ -188,6 +190,7 @@ class AnalyzerService:
             "alerts_published": self.alerts_published,
             "detect_turns": self.detect_turns,
             "instants_judged": self.cursor.instants_judged,
+            "instants_waited": self.cursor.instants_waited,
             "detect_backlog": self.cursor.backlog,
             "detect_behind_s": round(self.cursor.behind_s, 1),
             "metrics_url": self._metrics_server.url if self._metrics_server is not None else "",

@@ -83,6 +83,11 @@ class Finding:
     evidence: dict[str, Any] = field(default_factory=dict)
 
 
+class NotYet(Exception):
+    """A verdict would rest on data that may still be in flight (live only): the instant is not judged now; the live
+    cursor judges it again at its next turn, when the ingest has stored more (replay never raises it)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class EvalContext:
     client: QueryClient
@@ -96,6 +101,15 @@ class EvalContext:
     memo: dict[str, Any] = field(default_factory=dict)  # what several detectors ask at this instant, asked once
     state: dict[str, Any] = field(default_factory=dict)  # per job, kept across the instants of one walk (see `Walk`)
     present: frozenset[str] | None = None  # the sources the job has stored anything of; None: unknown (all)
+    frontiers: Mapping[str, datetime] | None = None  # topic -> wall time before which all produced to it is stored
+
+    def stored_before(self, topic: str, wall: datetime) -> bool:
+        """Whether everything produced to `topic` before `wall` is stored: its ingest frontier (every partition
+        committed past its end offset at that time) has passed `wall`. Always true in replay (`frontiers` None)."""
+        if self.frontiers is None:
+            return True
+        f = self.frontiers.get(topic)
+        return f is not None and f >= wall
 
     @cached_property
     def epoch(self) -> Epoch | None:

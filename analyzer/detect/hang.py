@@ -12,7 +12,10 @@ and the victims; it holds until the job steps again after the dumps.
 Without a Flight Recorder culprit (recording off, or every rank inside the open
 collective), a job whose steps stopped for `hang.stall_s` while its hosts still report
 live processes is a hang too, on weaker evidence: ranks whose steps stopped earlier are
-named, else nobody (`error`, subject `job`).
+named, else nobody (`error`, subject `job`). Live, that verdict waits (`NotYet`) until the
+step topic's consumer has stored everything produced before the newest of those heartbeats
+was ingested: a silence of the steps that are merely behind the heartbeats in a catch-up
+(a heavy topic behind a light one) is not a hang. Its evidence says what it checked.
 
 Cost: at each instant it reads one small row per dumped rank (host, time, step); the group
 membership (deduplicated in ClickHouse: every member reports the same lists), the per-group
@@ -30,7 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from vigil.analyzer.detect.base import AT, RAW_WINDOW, EvalContext, Finding, as_utc
+from vigil.analyzer.detect.base import AT, RAW_WINDOW, EvalContext, Finding, NotYet, as_utc
 from vigil.analyzer.incidents.flightrec import GroupTail, loads_tail, tail_of
 from vigil.analyzer.incidents.match import Frontier, Verdict, match
 from vigil.analyzer.incidents.roster import RankInfo, read_roster, world
@@ -77,12 +80,15 @@ WHERE job_id = {{job:String}} AND first_ts <= {AT} AND first_ts >= {{since:DateT
 """
 
 _ALIVE_SQL = f"""
-SELECT host, argMax(procs_running, ts) AS procs FROM heartbeats
+SELECT host, argMax(procs_running, ts) AS procs, max(ingested_at) AS seen FROM heartbeats
 WHERE job_id = {{job:String}} AND {RAW_WINDOW}
 GROUP BY host HAVING procs > 0
 """
 
 MEMO = 32
+CHECKED = ("steps stored up to the instant; live processes in heartbeats; the step topic's consumer caught up to "
+           "when those heartbeats were ingested (no step of the silence still in flight)")
+"""What a weak-evidence stall verdict checked before it was raised (its evidence says so)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,8 +132,13 @@ class HangDetector:
                 if judged.findings:
                     return judged.findings
                 fr_kind = judged.kind
-        alive = [str(r["host"]) for r in ctx.rows(_ALIVE_SQL, lo=ctx.ago(min(s.stall_s, 60.0)))]
-        return judge_stall(fr_kind, roster, alive, last_step_ts, ctx.at, s)
+        beats = ctx.rows(_ALIVE_SQL, lo=ctx.ago(min(s.stall_s, 60.0)))
+        found = judge_stall(fr_kind, roster, [str(r["host"]) for r in beats], last_step_ts, ctx.at, s)
+        seen = max((as_utc(r["seen"]) for r in beats), default=None)
+        if found and seen is not None and not ctx.stored_before("steps", seen):
+            raise NotYet(f"collective_hang: steps produced before {seen.isoformat()} (when the heartbeats of live "
+                         "processes were ingested) may be in flight")
+        return found
 
     def _judge(self, ctx: EvalContext, lo: str, roster: Mapping[int, RankInfo], episode: Mapping[int, Mapping[str, Any]],
                first: datetime, last_step_ts: datetime | None) -> Judged | None:
@@ -245,4 +256,4 @@ def judge_stall(fr_kind: str | None, roster: Mapping[int, RankInfo], alive_hosts
     return [Finding(alert="collective_hang", subject=subject, host=host, severity=sev,  # type: ignore[arg-type]
                     since=last_step_ts, summary=summary[:2048],
                     evidence={"verdict": "stall", "confidence": "weak", "culprits": culprits, "victims": victims,
-                              "stalled_s": stalled, "flight_recorder": fr_kind or "none"})]
+                              "stalled_s": stalled, "flight_recorder": fr_kind or "none", "checked": CHECKED})]

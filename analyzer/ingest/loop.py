@@ -100,6 +100,11 @@ class IngestLoop:
         return datetime.fromtimestamp(f, UTC) if f is not None else None
 
     @property
+    def topic_frontiers(self) -> dict[str, datetime]:
+        """Per ingested topic, the wall time before which everything produced to it is stored (sampled topics only)."""
+        return {t: datetime.fromtimestamp(f, UTC) for t, f in dict(self.probe.topic_frontiers).items()}
+
+    @property
     def stats(self) -> Any:
         return self.consumer.stats
 

@@ -10,8 +10,11 @@ that many simulated seconds (a host whose telemetry is ingested late); with `shu
 the events of one slice are sent in a random interleaving of the hosts, each host's events
 of one kind still in order: the order a keyed topic keeps (a host's agent ships in order,
 keyed by host, idempotent; partitions interleave at will), and the order the analyzer's
-event-time clock relies on. Everything follows from the seed: the same runs and policy
-send the same events in the same order.
+event-time clock relies on. `topic_skew` is a `late` policy by topic: a heavy topic (steps,
+NIC samples: large records, many of them) delivered minutes of event time behind a light one
+(heartbeats), and one host's partition further behind still, as a consumer catching up after a
+restart, a broker outage or a rebalance reads them; `cut` is where such a catch-up stands. Everything
+follows from the seed: the same runs and policy send the same events in the same order.
 """
 
 from __future__ import annotations
@@ -20,13 +23,14 @@ import heapq
 import random
 import time
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from vigil.analyzer.simulator.model import Simulation
 from vigil.analyzer.simulator.runner import Send
 from vigil.contract import Event
+from vigil.contract.registry import topic_of
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,3 +127,23 @@ def late_hosts(hosts: set[str], delay_s: float, *, jitter_s: float = 0.0, burst_
             delay += -due % burst_s
         return delay
     return late
+
+
+def topic_skew(lag_s: Mapping[str, float], *, hosts: Mapping[str, float] | None = None) -> Callable[[Event], float]:
+    """A `late` policy: each event of a topic in `lag_s` (e.g. {"steps": 300}) arrives that many simulated seconds
+    behind the topics not in it; `hosts` (host -> seconds) holds one host's events of those topics further back still
+    (its partition slower than its topic's others)."""
+    def late(e: Event) -> float:
+        topic = topic_of(e)
+        if topic not in lag_s:
+            return 0.0
+        return lag_s[topic] + (hosts or {}).get(e.host, 0.0)
+    return late
+
+
+def cut(sent: Sequence[Event], until: datetime) -> tuple[list[Event], list[Event]]:
+    """Split a delivered stream (in its delivery order) where a catch-up stands: what had arrived when the stream
+    reached `until` (the topics not held back up to `until`, the others up to `until` less their lag), and the rest
+    (nothing is released before its event time, so the first event stamped after `until` starts the rest)."""
+    k = next((i for i, e in enumerate(sent) if e.ts > until), len(sent))
+    return list(sent[:k]), list(sent[k:])

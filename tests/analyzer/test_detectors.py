@@ -217,11 +217,12 @@ def test_pipeline_stages_are_peers_even_before_the_job_registration_arrives(clic
     assert [a.fingerprint for a in run(clickhouse_dsn, database, "pp4") if a.alert == "straggler"] == []
 
 
-def caught_up(cursor: LiveCursor, client: Any, frontier: datetime | None = None) -> list[Alert]:
+def caught_up(cursor: LiveCursor, client: Any, frontier: datetime | None = None,
+              topics: dict[str, datetime] | None = None) -> list[Alert]:
     """Turns of the live cursor until nothing waits (each turn is bounded by its budget)."""
-    out = cursor.turn(client, frontier=frontier)
+    out = cursor.turn(client, frontier=frontier, topics=topics)
     while cursor.backlog:
-        out += cursor.turn(client, frontier=frontier)
+        out += cursor.turn(client, frontier=frontier, topics=topics)
     return out
 
 

@@ -15,6 +15,12 @@ record produced before T is stored (the consumer commits after the write). The
 analyzer's detector engine judges a source idle against it, not against now: while the
 ingest is saturated the frontier lags, and hosts whose data is still queued are late,
 not silent.
+
+It keeps the same per topic (`topic_frontiers`, by the names in `topics`): the newest sample time
+T such that the group has committed past the end offset each of that topic's partitions had at
+T. A topic all of whose partitions are caught up has a frontier near now; a heavy topic that one
+slow partition holds back has an old one, though a light topic beside it is current (the
+analyzer then waits for its sources instead of taking them for silent).
 """
 
 from __future__ import annotations
@@ -48,8 +54,10 @@ class LagProbe:
     lag: dict[str, int] = field(default_factory=dict)
     last_error: str = ""
     frontier: float | None = None  # wall time (s since 1970): everything produced before it is stored
+    topic_frontiers: dict[str, float] = field(default_factory=dict)  # topic (as in `topics`) -> its own frontier
     _marks: deque[tuple[float, dict[tuple[str, int], int]]] = field(default_factory=lambda: deque(maxlen=3600),
                                                                    repr=False)
+    _topic_marks: dict[str, deque[tuple[float, dict[tuple[str, int], int]]]] = field(default_factory=dict, repr=False)
 
     def sample(self, timeout: float = 10.0) -> dict[str, int]:
         return self.offsets(timeout)[0]
@@ -74,6 +82,7 @@ class LagProbe:
         for (topic, part), high in highs.items():
             out[topic] = out.get(topic, 0) + max(0, high - done.get((topic, part), 0))
         self._advance_frontier(asked, highs, done)
+        self._advance_topics(asked, highs, done, {self.settings.topic(t): t for t in self.topics})
         return out, sum(done.values())
 
     def _advance_frontier(self, asked: float, highs: dict[tuple[str, int], int],
@@ -81,6 +90,19 @@ class LagProbe:
         self._marks.append((asked, highs))
         while self._marks and all(done.get(tp, 0) >= high for tp, high in self._marks[0][1].items()):
             self.frontier = max(self.frontier or 0.0, self._marks.popleft()[0])
+
+    def _advance_topics(self, asked: float, highs: dict[tuple[str, int], int], done: dict[tuple[str, int], int],
+                        names: dict[str, str]) -> None:
+        """Each topic's frontier: its partitions' ends at a sample, all committed past (one slow partition holds its
+        topic back, not the others)."""
+        per: dict[str, dict[tuple[str, int], int]] = {}
+        for tp, high in highs.items():
+            per.setdefault(names.get(tp[0], tp[0]), {})[tp] = high
+        for topic, ends in per.items():
+            marks = self._topic_marks.setdefault(topic, deque(maxlen=3600))
+            marks.append((asked, ends))
+            while marks and all(done.get(tp, 0) >= high for tp, high in marks[0][1].items()):
+                self.topic_frontiers[topic] = max(self.topic_frontiers.get(topic, 0.0), marks.popleft()[0])
 
     def run(self, stop: threading.Event) -> None:
         while True:
