@@ -34,3 +34,5 @@ def test_relative_links_resolve() -> None:
 @pytest.mark.pure
 def test_guides_stay_guides() -> None:
     assert len((ROOT / "README.md").read_bytes()) <= 16_000, "README.md is a guide: move reference to docs/"
+    big = {p.parent.name: len(p.read_bytes()) for p in ROOT.glob("*/README.md") if len(p.read_bytes()) > 12_000}
+    assert not big, f"a component's README is a guide (~10 KB): move its reference to docs/: {big}"

@@ -183,7 +183,7 @@ def test_vigil_run_under_srun_speaks_for_its_slurm_node() -> None:
 
 
 def test_readme_lists_every_slurm_setting() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "recovery" / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "slurm.md").read_text()
     section = readme[readme.index("# Slurm node backend"):]
     table = section[section.index("`SlurmSettings`"):]
     assert [f for f in SlurmSettings.model_fields if f"`{f}`" not in table] == []
