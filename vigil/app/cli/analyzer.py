@@ -11,10 +11,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from vigil.app.cli.serving import serve
 from vigil.redact import shown_dsn
 from vigil.settings import VigilSettings
 
@@ -77,7 +77,6 @@ def parse_time(text: str) -> datetime:
 
 
 def cmd_analyzer(args: argparse.Namespace) -> int:
-    import signal
 
     from vigil.analyzer.service import AnalyzerService
     from vigil.analyzer.settings import AnalyzerSettings
@@ -92,28 +91,20 @@ def cmd_analyzer(args: argparse.Namespace) -> int:
     if getattr(args, "ingest_only", False):
         analyzer = analyzer.model_copy(update={"detect": False})
     service = AnalyzerService(ctx, analyzer)
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    service.start()
-    tune_gc()
     role = "ingest + detectors" if analyzer.detect else "ingest only"
-    print(f"analyzer running ({role}): kafka {bootstrap}, clickhouse {shown_dsn(ctx.clickhouse_dsn)}; "
-          f"metrics {service.health()['metrics_url'] or 'off'}; Ctrl-C stops it.", flush=True)
-    ticks = 0
-    try:
-        while not stop.wait(1.0) and not service.failed:  # a stopped ingest ends the process, non-zero
-            ticks += 1
-            if ticks % 10 == 0:
-                h = service.health()
-                print(f"events={h['events']} rate={h['events_per_s']}/s rejected={h['rejected']} "
-                      f"lag={sum(h['lag'].values())} firing={h['alerts_firing']} {h['last_error']}", flush=True)
-    finally:
-        service.stop()
-    if service.failed:
-        print(f"analyzer: {service.failed}", file=sys.stderr, flush=True)
-        return 1
-    return 0
+
+    def banner() -> str:
+        tune_gc()  # this process hosts the service from here on
+        return (f"analyzer running ({role}): kafka {bootstrap}, clickhouse {shown_dsn(ctx.clickhouse_dsn)}; "
+                f"metrics {service.health()['metrics_url'] or 'off'}; Ctrl-C stops it.")
+
+    def report() -> str:
+        h = service.health()
+        return (f"events={h['events']} rate={h['events_per_s']}/s rejected={h['rejected']} "
+                f"lag={sum(h['lag'].values())} firing={h['alerts_firing']} {h['last_error']}")
+
+    # a stopped ingest ends the process, non-zero
+    return serve(service, name="analyzer", banner=banner, report=report, failed=lambda: service.failed or "")
 
 
 def cmd_replay(args: argparse.Namespace) -> int:

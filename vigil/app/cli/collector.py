@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from vigil.app.cli.serving import serve
 
 _OVERRIDES = {
     "host": "host", "job": "job_id", "sysfs_root": "sysfs_root", "procfs_root": "procfs_root",
@@ -176,12 +176,4 @@ def cmd_collector(args: argparse.Namespace) -> int:
 
     agent, _paths, _env = _build(args, launching=False)
     scrub_secrets()
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    agent.start()
-    try:
-        stop.wait(args.duration)
-    finally:
-        agent.stop()
-    return 0
+    return serve(agent, name="collector", duration=args.duration, banner=lambda: "collector running; Ctrl-C stops it.")

@@ -8,9 +8,9 @@ the engine itself.
 from __future__ import annotations
 
 import argparse
-import signal
-import threading
 from typing import Any
+
+from vigil.app.cli.serving import serve
 
 
 def register(sub: Any) -> None:
@@ -33,13 +33,4 @@ def run(args: argparse.Namespace) -> int:
     settings = DashboardSettings.load(**overrides)
     client = clickhouse_for_cli(VigilSettings.load())
     svc = DashboardService(client=client, settings=settings)
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    svc.start()
-    print(f"vigil dashboard: {svc.url}  (Ctrl-C stops)", flush=True)
-    try:
-        stop.wait()
-    finally:
-        svc.stop()
-    return 0
+    return serve(svc, name="dashboard", banner=lambda: f"vigil dashboard: {svc.url}  (Ctrl-C stops)")

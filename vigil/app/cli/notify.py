@@ -14,13 +14,12 @@ import argparse
 import getpass
 import json
 import logging
-import signal
 import sys
-import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from vigil.app.cli.analyzer import parse_time
+from vigil.app.cli.serving import serve
 from vigil.redact import shown_dsn
 from vigil.settings import VigilSettings
 
@@ -75,22 +74,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     bootstrap = resolve_bootstrap(settings)
     ctx = prepare(settings, bootstrap)
     service = NotifyService(ctx, notify)
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    service.start()
     names = ", ".join(f"{r!r}" for r in service.receivers.values()) or "none configured"
-    print(f"notifier running: kafka {bootstrap}, clickhouse {shown_dsn(ctx.clickhouse_dsn)}; receivers: {names}; "
-          f"metrics {service.health()['metrics_url'] or 'off'}. Ctrl-C stops it.", flush=True)
-    try:
-        while not stop.wait(10.0):
-            h = service.health()
-            pending = sum(r["pending"] for r in h["receivers"].values())
-            print(f"events={h['events']} firing_groups={h['groups_firing']} decided={h['decided']} pending={pending} "
-                  f"silences={h['silences_active']} {h['last_error']}", flush=True)
-    finally:
-        service.stop()
-    return 0
+
+    def report() -> str:
+        h = service.health()
+        pending = sum(r["pending"] for r in h["receivers"].values())
+        return (f"events={h['events']} firing_groups={h['groups_firing']} decided={h['decided']} pending={pending} "
+                f"silences={h['silences_active']} {h['last_error']}")
+
+    return serve(service, name="notifier", report=report,
+                 banner=lambda: f"notifier running: kafka {bootstrap}, clickhouse {shown_dsn(ctx.clickhouse_dsn)}; "
+                                f"receivers: {names}; metrics {service.health()['metrics_url'] or 'off'}. Ctrl-C stops it.")
 
 
 def cmd_status(args: argparse.Namespace) -> int:

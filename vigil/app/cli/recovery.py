@@ -11,11 +11,10 @@ import argparse
 import getpass
 import json
 import os
-import signal
-import threading
 from datetime import UTC, datetime
 from typing import Any
 
+from vigil.app.cli.serving import serve
 from vigil.settings import VigilSettings
 
 
@@ -72,16 +71,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     core = VigilSettings.load()
     settings = RecoverySettings.load(**({"mode": args.mode} if args.mode else {}))
     service = RecoveryService(core, _bootstrap(core), settings)
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    service.start()
-    print(f"controller running: metrics {service.health()['metrics_url'] or 'off'}", flush=True)
-    try:
-        stop.wait(args.duration)
-    finally:
-        service.stop()
-    return 0
+    return serve(service, name="controller", duration=args.duration,
+                 banner=lambda: f"controller running: metrics {service.health()['metrics_url'] or 'off'}")
 
 
 def _state(args: argparse.Namespace) -> tuple[VigilSettings, str, Any]:
