@@ -75,8 +75,10 @@ def test_tail_prints_what_was_produced(stack: dict[str, str]) -> None:
     producer.flush()
     res = vigil(stack, "tail", "--from-beginning", "--kind", "alert", "--kind", "step", "--json")
     assert res.returncode == 0, res.stderr
-    kinds = sorted(json.loads(line)["kind"] for line in res.stdout.splitlines())
-    assert kinds == ["alert", "step"]
+    events = [json.loads(line) for line in res.stdout.splitlines()]
+    # the services raise a `security` alert of their own for the examples no host attested (a member report)
+    kinds = sorted(e["kind"] for e in events if e.get("alert") != "security")
+    assert kinds == ["alert", "step"], events
     human = vigil(stack, "tail", "--from-beginning", "--max", "3")
     assert len(human.stdout.splitlines()) == 3
     quiet = vigil(stack, "tail", "--timeout", "2")  # only new events: there are none
