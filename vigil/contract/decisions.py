@@ -161,10 +161,26 @@ class Silence(Event):
         return self
 
 
-RecoveryStep = Literal[
-    "plan", "approve", "pause", "dump", "diagnose", "cordon", "uncordon", "evict", "restart", "notify", "page",
-    "halt", "start", "stop", "finish",
-]
+class RecoveryStep(StrEnum):
+    """What a `recovery` event is about: a closed set (the controller and every reader decide on these, never on
+    text). tests/backbone/test_contract.py checks each is planned or reported somewhere and every step the
+    controller takes is one."""
+
+    PLAN = "plan"
+    APPROVE = "approve"
+    PAUSE = "pause"
+    DUMP = "dump"
+    DIAGNOSE = "diagnose"
+    CORDON = "cordon"
+    UNCORDON = "uncordon"
+    EVICT = "evict"
+    RESTART = "restart"
+    NOTIFY = "notify"
+    PAGE = "page"
+    HALT = "halt"
+    START = "start"
+    STOP = "stop"
+    FINISH = "finish"
 
 
 class RecoveryAction(Event):
