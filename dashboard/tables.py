@@ -51,7 +51,7 @@ NIC_COUNTERS = _t("nic_counters", "job_id host device port ts tx_bps rx_bps inte
 LOG_LINES = _t("log_lines", "job_id host ts rank category severity message xid repeats")
 PROCESS_EXITS = _t("process_exits", "job_id host ts rank exit_code signal summary failed_at launcher")
 ALERT_EVENTS = _t("alert_events", "ts job_id host fingerprint alert subject status severity summary first_seen "
-                                  "last_seen evidence verified")
+                                  "last_seen evidence verified signature")
 ALERTS_CURRENT = _t("alerts_current", "job_id fingerprint alert subject host status severity summary first_seen "
                                       "last_seen evidence updated")
 PHASE_HOST_WINDOWS = _t("phase_host_windows", "job_id phase window host sum_ms n max_ms first_ts last_ts")
@@ -66,10 +66,10 @@ INCIDENTS_CURRENT = _t("incidents_current", "job_id incident_id category cause s
                                             "updated")
 CHECKPOINTS = _t("checkpoints", "job_id ts step phase path blocked_ms duration_ms bytes error")
 RECOVERY_ACTIONS = _t("recovery_actions", "ts job_id action target status reason details incident_id actor command_id "
-                                          "generation duration_ms dry_run verified")
+                                          "generation duration_ms dry_run verified signature")
 RECOVERY_OUTCOMES = _t("recovery_outcomes", "ts job_id incident_id result detect_s decide_s pause_s diagnose_s "
                                             "restart_s checkpoint_load_s total_s checkpoint_step last_step "
-                                            "steps_lost first_step cordoned hosts reason verified")
+                                            "steps_lost first_step cordoned hosts reason verified signature")
 RECOVERY_MEMBERS = _t("recovery_members", "ts job_id host state generation last_step step_ms last_step_at repl_buddy "
                       "repl_pushed repl_pushed_bytes repl_staged repl_refused repl_last_step verified")
 

@@ -24,10 +24,15 @@ def fold(alerts: Iterable[Alert]) -> dict[str, Alert]:
 def read_alert_events(settings: VigilSettings, bootstrap: str, timeout: float = 10.0) -> list[Alert]:
     """Every verified alert event on the alerts topic, oldest first per partition (`vigil.signing.readers`: a
     forged one is left out and counted in a warning; security alerts are claims, kept)."""
+    return read_alerts_checked(settings, bootstrap, timeout)[0]
+
+
+def read_alerts_checked(settings: VigilSettings, bootstrap: str, timeout: float = 10.0) -> tuple[list[Alert], int]:
+    """`read_alert_events` and how many unverified alert events it left out."""
     from vigil.kafka.reader import read_events
     from vigil.signing.readers import verified
 
-    return verified(read_events(settings, bootstrap, "alerts", Alert, timeout=timeout), settings.home, "alerts")[0]
+    return verified(read_events(settings, bootstrap, "alerts", Alert, timeout=timeout), settings.home, "alerts")
 
 
 def current(alerts: Iterable[Alert], job: str | None = None, include_resolved: bool = False) -> list[Alert]:

@@ -14,11 +14,17 @@ from vigil.settings import VigilSettings
 def read_incident_events(settings: VigilSettings, bootstrap: str, timeout: float = 10.0) -> list[Incident]:
     """Every verified incident event on the incidents topic, oldest first per partition (a forged one is left out
     and counted in a warning: `vigil.signing.readers`)."""
+    return read_incidents_checked(settings, bootstrap, timeout)[0]
+
+
+def read_incidents_checked(settings: VigilSettings, bootstrap: str, timeout: float = 10.0,
+                           ) -> tuple[list[Incident], int]:  # fmt: skip
+    """`read_incident_events` and how many unverified incident events it left out."""
     from vigil.kafka.reader import read_events
     from vigil.signing.readers import verified
 
     events = read_events(settings, bootstrap, "incidents", Incident, timeout=timeout)
-    return verified(events, settings.home, "incidents")[0]
+    return verified(events, settings.home, "incidents")
 
 
 def current(events: Iterable[Incident], job: str | None = None, include_resolved: bool = True) -> list[Incident]:

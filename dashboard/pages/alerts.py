@@ -2,7 +2,8 @@
 
 An incident names its culprit (host, rank, its own message) and victims; the alerts linked
 to it are listed under it (victims' demoted: they do not page on their own). Alerts of no
-incident follow, then every state change. Filterable by job, kind, severity, host, status;
+incident follow, then every state change, then the unverified claims (alert events that failed the signing
+gate, marked as such). Filterable by job, kind, severity, host, status;
 the shared time range applies (anchored at each job's latest event): what was last seen in
 it or is still firing / open.
 """
@@ -16,8 +17,10 @@ from dash.development.base_component import Component
 
 from vigil.dashboard.components import notice, panel, selector, stat, table
 from vigil.dashboard.pages.base import PageView
+from vigil.dashboard.pages.claims import claims_panel
 from vigil.dashboard.queries import alerts as q
 from vigil.dashboard.queries import incidents as qi
+from vigil.dashboard.queries.claims import ALERTS as ALERT_CLAIMS
 from vigil.dashboard.queries.window import to_dt
 from vigil.dashboard.selection import RANGE_LABELS, SEVERITIES, STATUSES, page_href
 from vigil.dashboard.store import Row
@@ -143,4 +146,5 @@ def render(v: PageView) -> Component:
         panel(f"Incidents — {scope} (and all still open)", lambda: _incidents(v), id="incidents-panel"),
         panel(f"Alerts of no incident — {scope} (and all still firing)", lambda: _current(v), id="alerts-panel"),
         panel(f"History (every state change, {RANGE_LABELS[v.sel.range]})", lambda: _history(v), id="history-panel"),
+        claims_panel(v, ALERT_CLAIMS, v.sel.job),
     ])

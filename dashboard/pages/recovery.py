@@ -3,7 +3,7 @@
 Per job: goodput (the effective training time ratio and the recoveries that cost it), each
 recovery as incident -> plan -> steps with their timings -> outcome (detect, decide, pause,
 diagnose, restart, checkpoint load, steps lost), the job's agents, the hosts cordoned now and
-the operator requests, and the resource advisor's latest advice (recommended node count, curve,
+the operator requests, the unverified claims (decisions that failed the signing gate, marked as such), and the resource advisor's latest advice (recommended node count, curve,
 hot/starved hosts, data-loader share, how the previous advice scored). Buttons (cordon, evict, uncordon, approve) carry their request in their
 id (`{"type": "rec-act", ...}`); they are disabled unless the dashboard may act (see
 dashboard/actions.py, which checks again on the server), and every click asks for confirmation
@@ -21,8 +21,10 @@ from dash.development.base_component import Component
 
 from vigil.dashboard.components import notice, panel, stat, table
 from vigil.dashboard.pages.base import PageView
+from vigil.dashboard.pages.claims import claims_panel
 from vigil.dashboard.queries import advice as qa
 from vigil.dashboard.queries import recovery as q
+from vigil.dashboard.queries.claims import RECOVERY as RECOVERY_CLAIMS
 
 READ_ONLY = "read-only: set VIGIL_DASHBOARD_ACTION_TOKEN to allow actions"
 TIMINGS = (("detect", "detect_s"), ("decide", "decide_s"), ("pause", "pause_s"), ("diagnose", "diagnose_s"),
@@ -184,4 +186,5 @@ def render(v: PageView) -> Component:
         panel("Hosts of the job", lambda: _hosts(v, job), id="rec-hosts-panel"),
         panel("Cordoned hosts (all jobs)", lambda: _cordons(v, job), id="rec-cordons-panel"),
         panel("Operator requests", lambda: _requests(v, job), id="rec-requests-panel"),
+        claims_panel(v, RECOVERY_CLAIMS, job),
     ])

@@ -270,6 +270,7 @@ class Checkpointer:
             raise RestoreError("a save is still persisting; cannot restore while it runs")
         self.snapshots.wait(self.config.busy_timeout_s)
         t0 = time.monotonic()
+        self._report_planted()
         step = self._load_snapshot(state, t0)
         if step is None:
             step = self._load_persisted(state)
@@ -320,6 +321,17 @@ class Checkpointer:
             log.info("restored step %d from %s (%s)", report.step, report.path,
                      "read from storage" if report.read_storage else "received from the DP group's reader")  # fmt: skip
         return report.step if report is not None else None
+
+    def _report_planted(self) -> None:
+        """A snapshot planted in this rank's folders (a marker without the job's key) is a ``failed``
+        `unverified` event of this rank, as a planted checkpoint is rank 0's: one security alert per host."""
+        planted = self.snapshots.planted()
+        for snap in planted:
+            self.events.emit("failed", step=snap.step, path=str(snap.path), unverified=True,
+                             error=f"IntegrityError: {snap.path.name}: snapshot marker not made with the job's "
+                                   "integrity key")  # fmt: skip
+        if planted:
+            self.events.flush()
 
     def _report_rejected(self, rejected: tuple[tuple[int, str, str], ...]) -> None:
         """A checkpoint that failed verification is a ``failed`` event (rank 0, which verified), never silent."""

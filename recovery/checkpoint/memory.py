@@ -201,6 +201,10 @@ class Snapshots:
                     return snap, d, source
         return None
 
+    def planted(self) -> list[Snapshot]:
+        """This rank's own and peer snapshots whose marker lacks the job key's mac: never listed, reported."""
+        return [snap for d in (self.dir, self.peer) if d is not None for snap in d.planted()]
+
     def discard_after(self, step: int | None) -> None:
         """Remove snapshots newer than the step training resumes from (all of them when None), own and
         peer copies: they belong to an abandoned future and would otherwise outrank the new ones."""

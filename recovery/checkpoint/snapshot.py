@@ -94,8 +94,9 @@ class SnapshotDir:
         self.prune(protect=name)
         return Snapshot(step=step, path=path)
 
-    def _marker(self, name: str) -> int | None:
-        """The step of snapshot `name` when its marker is valid for this rank and world (no hashing)."""
+    def _marker(self, name: str, *, sealed: bool = True) -> int | None:
+        """The step of snapshot `name` when its marker is valid for this rank and world (no hashing); with
+        `sealed` False, when it is well formed for them but lacks the job key's mac (planted)."""
         m = _NAME.match(name)
         try:
             doc = json.loads((self.root / name / MARKER).read_bytes()) if m else None
@@ -105,8 +106,15 @@ class SnapshotDir:
             return None
         ok = (doc.get("format") == FORMAT and doc.get("step") == int(m.group(1)) and doc.get("token") == m.group(2)
               and (self.any_replica or (doc.get("rank") == self.rank and doc.get("world_size") == self.world_size))
-              and authentic(doc, self.key))  # fmt: skip
+              and authentic(doc, self.key) == sealed)  # fmt: skip
         return int(m.group(1)) if ok else None
+
+    def planted(self) -> list[Snapshot]:
+        """Snapshots whose marker is well formed but not made with the job's integrity key (none without one)."""
+        if self.key is None:
+            return []
+        return [Snapshot(step=s, path=self.root / n) for n in self._names()
+                if (s := self._marker(n, sealed=False)) is not None]  # fmt: skip
 
     def _names(self) -> list[str]:
         try:

@@ -6,7 +6,8 @@ one, the leading controller checks, on its own state, never on what the request 
 
 * it is fresh: signed less than the state's retention (`compaction.Retention.keep`, 1 day) ago, so a
   signed request re-published after compaction forgot that it was done is refused, never executed
-  twice (`RequestRefusal.EXPIRED`: done ids are kept exactly that long);
+  twice (`RequestRefusal.EXPIRED`); done ids are kept longer still, for the topic's retention
+  (`compaction.Retention.keep_request_ids`), so a copy is never pending again while the log holds it;
 * the job exists: some agent of it announced itself (`member`) to this controller
   (`RequestRefusal.UNKNOWN_JOB`);
 * the host belongs to the job: it is one of the job's members (`RequestRefusal.FOREIGN_HOST`);

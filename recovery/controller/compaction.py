@@ -11,7 +11,9 @@ retention. `forget()` drops what no open recovery and no future decision can nee
 * incidents and alert episodes older than `keep`: the controller takes no trigger older than
   `policy.max_trigger_age_s` (15 min), so they can never open a recovery again;
 * its own cordons older than `keep` (the circuit breaker counts the last hour), done operator
-  requests, acknowledgements and results of commands it no longer holds;
+  requests (their ids stay, `executed`, for `keep_request_ids`: the topic's retention, 7 days, so a
+  signed request re-published while the log still holds it is never pending again, whatever the
+  request expiry), acknowledgements and results of commands it no longer holds;
 * a whole job none of whose agents spoke within `keep` and with no open recovery (it is over,
   or its agents are gone); if they come back, it is a job seen for the first time.
 
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
 
 TOMBSTONES = 100_000  # forgotten recovery ids remembered (~10 MB at most)
 SEEN = 200_000  # event ids remembered for de-duplication; beyond it a duplicate is folded again, idempotently
+EXECUTED = 100_000  # executed request ids remembered (~10 MB at most), the oldest dropped first
 COMPACT_EVERY = 10_000  # events folded between two passes of `forget`
 
 
@@ -41,6 +44,7 @@ COMPACT_EVERY = 10_000  # events folded between two passes of `forget`
 class Retention:
     keep: timedelta = timedelta(days=1)
     keep_cases: int = 16  # a job's latest finished recoveries kept whatever their age
+    keep_request_ids: timedelta = timedelta(days=7)  # executed request ids: the topic's retention (default)
 
 
 def last_activity(case: Case) -> datetime | None:
@@ -61,8 +65,12 @@ def forget(state: ClusterState, now: datetime, retention: Retention) -> int:
     state.alerts_horizon = max(state.alerts_horizon or horizon, horizon)
     state.cordons = {k: c for k, c in state.cordons.items() if c.ts >= horizon}
     done = {cid for cid, r in state.requests.items() if cid in state.requests_done and r.ts < horizon}
+    state.executed.update({cid: state.requests[cid].ts for cid in done})
     state.requests = {cid: r for cid, r in state.requests.items() if cid not in done}
     state.requests_done -= done
+    ids_horizon = now - max(retention.keep_request_ids, retention.keep)
+    kept = sorted(((t, cid) for cid, t in state.executed.items() if t >= ids_horizon), reverse=True)[:EXECUTED]
+    state.executed = {cid: t for t, cid in kept}
     state.acks = {k: a for k, a in state.acks.items() if k[0] in state.commands or a.ts >= horizon}
     state.checks = {k: c for k, c in state.checks.items() if k[0] in state.commands or c.ts >= horizon}
     return gone

@@ -23,14 +23,22 @@ from vigil.settings import VigilSettings
 
 
 def read_state(settings: VigilSettings, bootstrap: str, timeout: float = 15.0) -> ClusterState:
+    return read_state_checked(settings, bootstrap, timeout)[0]
+
+
+def read_state_checked(settings: VigilSettings, bootstrap: str, timeout: float = 15.0) -> tuple[ClusterState, int]:
+    """The recovery log folded as the controller folds it, and how many events its gate refused (left out)."""
     from vigil.kafka.reader import read_topics
     from vigil.signing.readers import admits
 
     ok = admits(settings.home)  # what the controller's gate refuses is not shown as what happened
-    state = ClusterState()
+    state, refused = ClusterState(), 0
     for rec in read_topics(settings, bootstrap, [settings.topic(t) for t in INPUT_TOPICS], timeout=timeout):
-        state.apply(e for e in decode_batch(rec.value).events if ok(e))
-    return state
+        events = decode_batch(rec.value).events
+        admitted = [e for e in events if ok(e)]
+        refused += len(events) - len(admitted)
+        state.apply(admitted)
+    return state, refused
 
 
 def find_case(state: ClusterState, ident: str) -> Case | None:

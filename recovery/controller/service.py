@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from vigil.errors import one_line
@@ -33,6 +33,7 @@ from vigil.kafka.producer import EventProducer
 from vigil.metrics.server import MetricsServer
 from vigil.recovery.backends import NodeBackend, select
 from vigil.recovery.controller.claims import Claims
+from vigil.recovery.controller.compaction import Retention
 from vigil.recovery.controller.effects import KafkaEffects
 from vigil.recovery.controller.engine import Engine
 from vigil.recovery.controller.lease import Lease
@@ -57,7 +58,9 @@ class RecoveryService:
         self.core, self.bootstrap = settings, bootstrap
         self.settings = recovery or RecoverySettings.load()
         self.backend = backend or select(self.settings, settings)
-        self.state = ClusterState()
+        # executed request ids kept as long as the topic keeps the requests (`compaction`)
+        self.state = ClusterState(retention=Retention(keep_request_ids=timedelta(
+            milliseconds=settings.topic_retention_ms)))
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.follower: Follower | None = None

@@ -146,6 +146,7 @@ class ClusterState:
     merged: dict[str, str] = field(default_factory=dict)  # trigger id -> the case that took it
     requests: dict[str, RecoveryAction] = field(default_factory=dict)  # operator requests (command_id -> planned)
     requests_done: set[str] = field(default_factory=set)  # operator requests with a result
+    executed: dict[str, datetime] = field(default_factory=dict)  # forgotten done requests: id -> time (compaction)
     applied: int = 0
     clock: Callable[[], datetime] = utcnow  # what member times are clamped against
     retention: Retention = field(default_factory=Retention)
@@ -265,6 +266,8 @@ class ClusterState:
 
     def _action(self, e: RecoveryAction) -> None:
         if is_operator_request(e):
+            if e.command_id in self.executed:  # done and forgotten: a re-published copy is never pending again
+                return
             if e.status == "planned":
                 self.requests.setdefault(e.command_id, e)
             elif e.status in ENDED:

@@ -78,12 +78,24 @@ def test_recovery_controller_is_one_replica_with_the_rbac_its_backend_uses() -> 
     assert not {v for r, v in granted} & {"delete", "deletecollection", "update", "*"}
 
 
+def _run_as_other_uid(pod: dict[str, Any]) -> bool:
+    """The `vigil run --user` training pod (training.yaml): the agent must be root to start the command as another
+    uid, so the pod is root, but its one container holds only SETUID/SETGID and the command's uid is not 0."""
+    (c,) = pod["containers"]
+    args = c.get("args", [])
+    return (args[:2] == ["run", "--user"] and args[2] != "0" and "--group" in args
+            and c["securityContext"]["capabilities"]["add"] == ["SETUID", "SETGID"])
+
+
 def test_every_pod_runs_non_root_without_privilege_escalation() -> None:
     assert "USER 10001" in (DEPLOY / "Dockerfile").read_text()
     pods = [d["spec"]["template"]["spec"] for d in k8s_docs() if d["kind"] in ("Deployment", "DaemonSet", "Job")]
-    assert len(pods) >= 7
+    assert len(pods) >= 8
+    exempt = [pod for pod in pods if pod["securityContext"]["runAsUser"] == 0]
+    assert len(exempt) == 1 and _run_as_other_uid(exempt[0])  # the exemption: the `--user` shape, and only it
     for pod in pods:
-        assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0
+        assert pod in exempt or (pod["securityContext"]["runAsNonRoot"] is True
+                                 and pod["securityContext"]["runAsUser"] != 0)
         for c in pod["containers"]:
             assert c["securityContext"]["allowPrivilegeEscalation"] is False
             assert c["securityContext"]["capabilities"]["drop"] == ["ALL"]
@@ -103,7 +115,7 @@ def test_no_default_password_ships_and_each_role_gets_only_its_own_kafka_princip
         assert len(kafka) == 1, c["name"]
         role = kafka[0].removeprefix("vigil-kafka-")
         assert "User:vigil-$role" in acls and (f"topics {role} " in acls or role == "admin")
-        assert ("vigil-clickhouse" in secrets) == (c["name"] != "collector")  # the node agent holds no store credential
+        assert ("vigil-clickhouse" in secrets) == (c["name"] not in NODE_AGENTS)  # node agents hold no store credential
 
 
 def test_only_the_ingress_controller_reaches_the_dashboard() -> None:
@@ -115,6 +127,7 @@ def test_only_the_ingress_controller_reaches_the_dashboard() -> None:
 
 
 SIGNERS = {"recovery": "controller", "analyzer": "analyzer", "dashboard": "operator"}  # container -> its role
+NODE_AGENTS = {"collector", "train"}  # the DaemonSet's agent, and `vigil run --user` in a training pod
 
 
 def test_each_role_gets_only_its_own_private_key_and_every_service_the_public_keys() -> None:
@@ -123,10 +136,14 @@ def test_each_role_gets_only_its_own_private_key_and_every_service_the_public_ke
     keys_dir = config["data"]["VIGIL_SIGNING_KEYS_DIR"]
     pods = {c["name"]: d["spec"]["template"]["spec"] for d in docs if d["kind"] in ("Deployment", "DaemonSet")
             for c in d["spec"]["template"]["spec"]["containers"]}
+    pods_by_job = {(d["kind"], c["name"]): d["spec"]["template"]["spec"] for d in docs if d["kind"] == "Job"
+                   for c in d["spec"]["template"]["spec"]["containers"]}
     for c in k8s_containers():
         signing = [ref["secretRef"]["name"] for ref in c["envFrom"] if "secretRef" in ref
                    and ref["secretRef"]["name"].startswith("vigil-signing-")]
         role = SIGNERS.get(c["name"]) if "--ingest-only" not in c.get("args", []) else None
+        if c["name"] == "train":  # a training pod's agent: the key of the node it is pinned to, no other
+            role = f"agent-{pods_by_job[c['kind'], c['name']]['nodeSelector']['kubernetes.io/hostname']}"
         assert signing == ([f"vigil-signing-{role}"] if role else []), c["name"]
         assert "vigil-signing-public" not in signing  # public keys travel as files, never as env
         if c["kind"] == "Job":

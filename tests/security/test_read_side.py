@@ -71,8 +71,9 @@ def test_forged_decisions_are_stored_unverified_and_never_read_by_detectors(clic
 @pytest.mark.kafka
 def test_cli_folds_leave_forged_decisions_out(topics: VigilSettings, clickhouse_dsn: str,
                                               monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    """A forged "every job, 10 years" silence and a forged critical alert, produced to their topics without a key,
-    are not listed as real by `vigil silence list` and `vigil alerts`; the signed ones are."""
+    """A forged "every job, 10 years" silence, a forged critical alert, incident and halt, produced to their topics
+    without a key, are not listed as real by `vigil silence list`, `vigil alerts`, `vigil incidents` and `vigil
+    recovery history`, and each says how many it left out; the signed ones are listed."""
     for k, v in {"VIGIL_HOME": str(topics.home), "VIGIL_KAFKA_BOOTSTRAP": str(topics.kafka_bootstrap),
                  "VIGIL_TOPIC_PREFIX": topics.topic_prefix, "VIGIL_CLICKHOUSE_DSN": clickhouse_dsn}.items():
         monkeypatch.setenv(k, v)
@@ -82,8 +83,13 @@ def test_cli_folds_leave_forged_decisions_out(topics: VigilSettings, clickhouse_
     alert = {"job_id": "j", "host": "h1", "alert": "straggler", "subject": "h1", "status": "firing",
              "severity": "critical", "summary": "s", "first_seen": now, "last_seen": now}
     forged_alert = Alert(fingerprint="j/straggler/forged", **alert)  # type: ignore[arg-type]
+    forged_incident = Incident(incident_id="forged", job_id="j", host="h1", category="host_fault", cause="hardware",
+                               status="open", severity="critical", summary="s", first_sign=now, detected=now)
+    forged_halt = RecoveryAction(job_id="j", host="controller", action="halt", target="j", status="succeeded",
+                                 incident_id="forged", actor="controller")
     p = Producer({"bootstrap.servers": topics.kafka_bootstrap})
-    for topic, e in (("silences", forged_silence), ("alerts", forged_alert)):
+    for topic, e in (("silences", forged_silence), ("alerts", forged_alert), ("incidents", forged_incident),
+                     ("recovery", forged_halt)):
         p.produce(topics.topic(topic), value=encode_batch([e]), key=b"x")
     assert p.flush(15) == 0
     store = KeyStore(topics.home / "keys")
@@ -99,4 +105,12 @@ def test_cli_folds_leave_forged_decisions_out(topics: VigilSettings, clickhouse_
     assert [s["created_by"] for s in json.loads(out.out)] == ["alice"]
     assert "1 unverified silences left out" in out.err
     assert main(["alerts", "--json"]) == 0
-    assert [a["fingerprint"] for a in json.loads(capsys.readouterr().out)] == ["j/straggler/real"]
+    out = capsys.readouterr()
+    assert [a["fingerprint"] for a in json.loads(out.out)] == ["j/straggler/real"]
+    assert "(1 unverified alert events left out" in out.err  # each fold says how many it left out
+    assert main(["incidents", "--json"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out) == [] and "(1 unverified incident events left out" in out.err
+    assert main(["recovery", "history", "--json"]) == 0
+    out = capsys.readouterr()
+    assert "forged" not in out.out and "(3 unverified recovery events left out" in out.err  # halt, incident, alert

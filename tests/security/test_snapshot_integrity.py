@@ -3,7 +3,8 @@
 Whoever can write a job's snapshot root or checkpoint directory can compute the sha256 digests of a
 marker; with the job's integrity key (`VIGIL_CHECKPOINT_KEY_FILE`, as `vigil run` gives it) such a
 marker lacks the key's mac: the planted checkpoint is never restored (its pickle never runs) and is
-pruned; the planted snapshot is never listed. The snapshot root is this uid's, 0700, files 0600; a
+pruned; the planted snapshot is never listed, and a restore reports it (a ``failed`` `unverified`
+event of that rank) so the controller raises one `security` alert. The snapshot root is this uid's, 0700, files 0600; a
 root owned by another uid is refused.
 """
 
@@ -15,16 +16,20 @@ import os
 import pickle
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
+from vigil.contract import Checkpoint, validate_event
 from vigil.recovery.checkpoint import CheckpointConfig, Checkpointer, integrity
 from vigil.recovery.checkpoint.layout import FORMAT, MARKER
 from vigil.recovery.checkpoint.snapshot import MARKER as SNAP_MARKER
 from vigil.recovery.checkpoint.snapshot import SnapshotDir
+from vigil.recovery.controller.claims import Claims
+from vigil.signing.policy import Refusals
 
 pytestmark = pytest.mark.pure
 
@@ -82,15 +87,42 @@ def test_a_planted_snapshot_with_a_recomputed_marker_is_never_listed(tmp_path: P
     own.write(1, {"w": torch.ones(2)})
     assert (shm.stat().st_mode & 0o777, (shm / "0").stat().st_mode & 0o777) == (0o700, 0o700)
     assert all(p.stat().st_mode & 0o077 == 0 for p in (shm / "0").rglob("*") if p.is_file())
-    planted = shm / "0" / "snap-0000000009-0badc0de"
+    planted = plant(shm / "0", 9)
+    assert [s.step for s in own.held()] == [1] and [s.step for s in own.planted()] == [9]
+    own.write(2, {"w": torch.ones(2)})
+    assert not planted.exists()
+
+
+def plant(rank_dir: Path, step: int) -> Path:
+    """A snapshot of `step` whose marker the planter computed (right digest, no mac)."""
+    planted = rank_dir / f"snap-{step:010d}-0badc0de"
     planted.mkdir()
     torch.save({"w": torch.full((2,), 666.0)}, planted / "state.pt")
     (planted / SNAP_MARKER).write_text(json.dumps({
-        "format": "vigil-snapshot/1", "step": 9, "token": "0badc0de", "rank": 0, "world_size": 1,
+        "format": "vigil-snapshot/1", "step": step, "token": "0badc0de", "rank": 0, "world_size": 1,
         "sha256": hashlib.sha256((planted / "state.pt").read_bytes()).hexdigest(), "written_at": time.time()}))
-    assert [s.step for s in own.held()] == [1]
-    own.write(2, {"w": torch.ones(2)})
-    assert not planted.exists()
+    return planted
+
+
+def test_a_restore_reports_a_planted_snapshot_and_the_controller_raises_one_alert(tmp_path: Path) -> None:
+    shm = tmp_path / "shm"
+    with Checkpointer(cfg(tmp_path, snapshot_dir=shm)) as ckpt:
+        assert ckpt.snapshot(1, {"w": torch.ones(2)})
+        assert ckpt.snapshots.wait(30) and ckpt.snapshots.written == 1
+    plant(shm / "0", 9)
+    state: dict[str, Any] = {"w": torch.zeros(2)}
+    with Checkpointer(cfg(tmp_path, snapshot_dir=shm)) as ckpt:
+        assert ckpt.load_latest(state) == 1 and torch.equal(state["w"], torch.ones(2))
+        assert ckpt.load_latest(state) == 1  # reported again: the controller's alert stays one
+    spool = [json.loads(ln) for f in sorted((tmp_path / "spool").rglob("*.jsonl")) for ln in f.read_text().splitlines()]
+    failed = [e for e in spool if e.get("phase") == "failed"]
+    assert [(e["step"], e["unverified"]) for e in failed] == [(9, True), (9, True)]
+    assert "snapshot marker not made with the job's integrity key" in failed[0]["error"]
+    events = [validate_event("checkpoint", e, 1) for e in failed]
+    assert all(isinstance(e, Checkpoint) for e in events)
+    (alert,) = Claims(refusals=Refusals(reporter="controller")).review(events, [], datetime.now(UTC))
+    assert (alert.subject, alert.job_id, alert.host) == ("checkpoint", "job", "h")
+    assert alert.evidence["detail"].startswith("step 9 ")
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0, reason="needs root to chown")

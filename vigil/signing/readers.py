@@ -37,6 +37,11 @@ def verified(events: Iterable[E], home: Path, what: str = "decisions") -> tuple[
     return kept, refused
 
 
+def left_out(refused: int, what: str) -> str:
+    """The line a CLI fold prints (stderr) for the decisions it left out, '' for none."""
+    return f"({refused} unverified {what} left out: not signed by a role that may make them)" if refused else ""
+
+
 def admits(home: Path) -> Callable[[Event], bool]:
     """A test of one event against the gate, for a reader that streams (one key ring for all)."""
     ring = verifier(home)

@@ -134,11 +134,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_alerts(args: argparse.Namespace) -> int:
-    from vigil.analyzer.alerts.view import as_json, current, format_line, read_alert_events
+    from vigil.analyzer.alerts.view import as_json, current, format_line, read_alerts_checked
     from vigil.app.stack.state import resolve_bootstrap
+    from vigil.signing.readers import left_out
 
     settings = VigilSettings.load()
-    events = read_alert_events(settings, resolve_bootstrap(settings), timeout=args.timeout)
+    events, refused = read_alerts_checked(settings, resolve_bootstrap(settings), timeout=args.timeout)
+    if refused:
+        print(left_out(refused, "alert events"), file=sys.stderr)
     alerts = current(events, job=args.job, include_resolved=args.all)
     if args.json:
         print(json.dumps([as_json(a) for a in alerts], indent=2))

@@ -40,9 +40,12 @@ def show(events: Sequence[Any], *, json_out: bool, job: str | None = None, only_
 
 
 def cmd_incidents(args: argparse.Namespace) -> int:
-    from vigil.analyzer.incidents.view import read_incident_events
+    from vigil.analyzer.incidents.view import read_incidents_checked
     from vigil.app.stack.state import resolve_bootstrap
+    from vigil.signing.readers import left_out
 
     settings = VigilSettings.load()
-    events = read_incident_events(settings, resolve_bootstrap(settings), timeout=args.timeout)
+    events, refused = read_incidents_checked(settings, resolve_bootstrap(settings), timeout=args.timeout)
+    if refused:
+        print(left_out(refused, "incident events"), file=sys.stderr)
     return show(events, json_out=args.json, job=args.job, only_open=args.open)

@@ -11,6 +11,7 @@ import argparse
 import getpass
 import json
 import os
+import sys
 from datetime import UTC, datetime
 from typing import Any
 
@@ -76,11 +77,16 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _state(args: argparse.Namespace) -> tuple[VigilSettings, str, Any]:
-    from vigil.recovery.controller.report import read_state
+    """The folded recovery log; the events the controller's gate refuses are left out, and counted (stderr)."""
+    from vigil.recovery.controller.report import read_state_checked
+    from vigil.signing.readers import left_out
 
     core = VigilSettings.load()
     bootstrap = _bootstrap(core)
-    return core, bootstrap, read_state(core, bootstrap, timeout=getattr(args, "timeout", 15.0))
+    state, refused = read_state_checked(core, bootstrap, timeout=getattr(args, "timeout", 15.0))
+    if refused:
+        print(left_out(refused, "recovery events"), file=sys.stderr)
+    return core, bootstrap, state
 
 
 def _print(doc: dict[str, Any], as_json: bool, text: str) -> None:

@@ -25,6 +25,7 @@ then, past `STOP_WAIT_S`, SIGKILL to every process still left under it.
 from __future__ import annotations
 
 import os
+import pwd
 import signal
 import subprocess
 import sys
@@ -35,6 +36,8 @@ from pathlib import Path
 
 import psutil
 
+import vigil
+from vigil.app.demo.principal import job_identity, job_reads
 from vigil.app.stack.runner import Stack
 from vigil.contract import Event, JobRegistered, LogLine, Outcome, RecoveryAction
 from vigil.kafka.follow import Follower
@@ -81,6 +84,7 @@ class Demo:
     sim_hosts: int = 256
     sim_gpus: int = 8
     sim_speed: float = 1.0
+    job_user: str | None = None  # `vigil run --user` for the training job (`principal.job_identity`)
     children: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def _spawn(self, argv: list[str], log_name: str, env: dict[str, str]) -> None:
@@ -91,26 +95,34 @@ class Demo:
 
     def start_torch_job(self, bootstrap: str) -> None:
         """One agent per host under recovery control: the controller starts the job once they wait."""
-        once = self.settings.home / "demo" / "xid.once"
+        job_dir = self.settings.home / "demo" / "job"  # what the job writes: markers, checkpoints (its uid's)
+        job_dir.mkdir(parents=True, exist_ok=True)
+        once, hang_once = job_dir / "xid.once", job_dir / "hang.once"
         once.unlink(missing_ok=True)
-        hang_once = self.settings.home / "demo" / "hang.once"
         hang_once.unlink(missing_ok=True)
+        uid = pwd.getpwnam(self.job_user).pw_uid if self.job_user else None
+        if uid is not None:
+            os.chown(job_dir, uid, -1)
+            job_dir.chmod(0o700)
         for host in HOSTS:
             kmsg = self.settings.home / "demo" / "kmsg" / host  # the host's kernel log: the Xid is written there
             kmsg.parent.mkdir(parents=True, exist_ok=True)
             kmsg.touch()  # kept across demo runs: its sequence numbers go on where the agent's saved position is
+            if uid is not None:  # the job plays the kernel here: its rank writes the simulated Xid
+                os.chown(kmsg, uid, -1)
             key_store(self.settings.home).issue(host)  # per-host identity: each agent attests with its own key
             env = {**os.environ, "VIGIL_KAFKA_BOOTSTRAP": bootstrap, "OMP_NUM_THREADS": "1",
                    "VIGIL_KMSG_PATH": str(kmsg), "DEMO_FAKE_KMSG": str(kmsg),
                    "VIGIL_SPOOL_DIR": str(self.settings.home / "demo" / "spool" / host),
                    "VIGIL_HANG_FLOOR_S": str(HANG_FLOOR_S),
                    "VIGIL_SNAPSHOT_ROOT": str(self.settings.home / "demo" / "shm")}  # each host's snapshot memory
-            argv = [sys.executable, "-m", "vigil", "run", "--host", host, "--job", TORCH_JOB, "--nodes", NODES,
+            argv = [sys.executable, "-m", "vigil", "run", *(["--user", self.job_user] if self.job_user else []),
+                    "--host", host, "--job", TORCH_JOB, "--nodes", NODES,
                     "--rdzv-addr", "127.0.0.1", "--kill-grace", str(KILL_GRACE_S), "--drain-timeout", str(DRAIN_S),
                     "--", sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(PROCS),
                     str(TRAIN), "--slow-rank", SLOW, "--slow-from", "60", "--xid-rank", XID,
                     "--xid-at", str(XID_AT), "--xid-dies", "--xid-once", str(once),
-                    "--ckpt-dir", str(self.settings.home / "demo" / "checkpoints"), "--ckpt-every", str(CKPT_EVERY),
+                    "--ckpt-dir", str(job_dir / "checkpoints"), "--ckpt-every", str(CKPT_EVERY),
                     "--hang-rank", SLOW, "--hang-at", str(HANG_AT), "--hang-once", str(hang_once),
                     "--pg-timeout-s", str(PG_TIMEOUT_S)]
             self._spawn(argv, f"{host}.log", env)
@@ -276,7 +288,10 @@ def run_demo(settings: VigilSettings, *, duration: float | None = None, sim_host
     for key, value in RECOVERY_DEFAULTS.items():
         os.environ.setdefault(key, value)
     stack = Stack(settings=settings)
-    demo = Demo(settings=settings, sim_hosts=sim_hosts, sim_speed=sim_speed)
+    who = job_identity(euid=os.geteuid(), reads=[*job_reads(Path(vigil.__file__).resolve().parent.parent, TRAIN),
+                                                 settings.home / "demo"])  # fmt: skip
+    print(who.note, flush=True)
+    demo = Demo(settings=settings, sim_hosts=sim_hosts, sim_speed=sim_speed, job_user=who.user)
     try:
         state = stack.start()
         print(f"stack up: kafka {state.bootstrap}, clickhouse {shown_dsn(state.clickhouse_dsn)}, control {state.control_url}",
