@@ -11,7 +11,7 @@ from pathlib import Path
 
 from vigil.clickhouse.migrations import MigrationSet
 
-MIGRATIONS = MigrationSet(owner="analyzer", directory=Path(__file__).parent / "migrations", ids=range(1, 300),
+MIGRATIONS = MigrationSet(owner="analyzer", directory=Path(__file__).parent / "migrations", ids=range(1, 200),
                           more=(range(1000, 1200),))
 
 ROLLUP_WINDOW_STEPS = 5

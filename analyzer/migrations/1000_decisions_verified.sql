@@ -14,7 +14,10 @@ ALTER TABLE recovery_outcomes ADD COLUMN IF NOT EXISTS verified UInt8 DEFAULT 1;
 ALTER TABLE recovery_outcomes ADD COLUMN IF NOT EXISTS signature String DEFAULT '';
 ALTER TABLE advice_events ADD COLUMN IF NOT EXISTS verified UInt8 DEFAULT 1;
 ALTER TABLE advice_events ADD COLUMN IF NOT EXISTS signature String DEFAULT '';
--- The current alerts and incidents are the verified ones, each its latest event by the one rule (0200).
+-- The current alerts and incidents are the verified ones, each its latest event by the one rule every fold uses
+-- (vigil.contract.latest.SQL_ORDER, the key `k`): the later event time, then an ended event over a running one, then
+-- the greater event_id. argMax(x, ts) left a firing and a resolved event at the same time to chance, where the
+-- notifier took the resolved one (issue 47).
 CREATE OR REPLACE VIEW alerts_current AS
 SELECT job_id, fingerprint,
        argMax(alert, k) AS alert,

@@ -25,6 +25,7 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel
 
+from vigil.app.demo.fakekmsg import append_xid
 from vigil.recovery.checkpoint import CheckpointConfig, Checkpointer, TrainState
 from vigil.timer import StepTimer, TimerConfig
 
@@ -35,11 +36,7 @@ def kernel_xid(code: int, text: str) -> bool:
     path = os.environ.get("FAKE_KMSG")
     if not path:
         return False
-    with open(path, "a+") as fh:
-        fh.seek(0)
-        seq = sum(1 for line in fh if not line.startswith(" ")) + 1
-        fh.write(f"3,{seq},{int(time.monotonic() * 1e6)},-;NVRM: Xid (PCI:0000:3b:00): {code}, pid={os.getpid()}, "
-                 f"name=python, {text}\n")
+    append_xid(path, code, text)
     return True
 
 
