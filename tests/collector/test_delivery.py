@@ -9,6 +9,7 @@ import signal
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -67,10 +68,28 @@ class SpoolWriter(threading.Thread):
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         super().start()
 
+    def more(self, n: int = 50) -> None:
+        """Wait until this writer has written `n` more step lines (the scenario goes on meanwhile)."""
+        start = len(self.ids)
+        wait_until(lambda: len(self.ids) >= start + n, 60, f"{n} more step lines written")
+
     def finish(self) -> set[str]:
         self.stop_event.set()
         self.join()
         return set(self.ids)
+
+
+def settled(read: Callable[[], set[str]]) -> set[str]:
+    """What `read` returns once two reads in a row agree (a frozen producer's last deliveries have landed)."""
+    last: list[set[str]] = [read()]
+
+    def same() -> bool:
+        now = read()
+        done, last[0] = now == last[0], now
+        return done
+
+    wait_until(same, 30, "the topic to stop growing")
+    return last[0]
 
 
 def step_ids(settings: VigilSettings, bootstrap: str) -> set[str]:
@@ -98,8 +117,7 @@ def test_broker_outage_of_20s_loses_nothing(settings: VigilSettings, tmp_path: P
         writer.start()
         wait_until(lambda: len(step_ids(own, bootstrap)) >= 50, 60, "steps flowing")
         os.kill(agent.pid, signal.SIGSTOP)  # freeze the agent: nothing it delivers now goes unread
-        time.sleep(1.0)
-        before = step_ids(own, bootstrap)
+        before = settled(lambda: step_ids(own, bootstrap))
         before_markers = markers(own, bootstrap)
         broker.stop()  # the embedded broker is memory-only: what it held is gone
         os.kill(agent.pid, signal.SIGCONT)
@@ -107,7 +125,7 @@ def test_broker_outage_of_20s_loses_nothing(settings: VigilSettings, tmp_path: P
         assert agent.poll() is None, "the agent must survive the outage"
         broker = EmbeddedBroker(port=port, log_path=tmp_path / "broker2.log")
         broker.start()
-        time.sleep(2.0)
+        writer.more()  # lines written while the agent reconnects
         written = writer.finish()
         wait_until(lambda: written <= before | step_ids(own, bootstrap), 120, "every step after the outage")
         assert len(writer.markers) >= 20
@@ -139,9 +157,9 @@ def test_agent_sigkill_and_restart_loses_nothing(topics: VigilSettings, broker_b
         first.kill()
         first.wait()
         (spool / "job-d" / "h-kill-rank0.999999.jsonl").write_text('{"kind": "step", "broken\n[1, 2]\n')
-        time.sleep(2.0)  # the writer goes on while no agent runs
+        writer.more()  # the writer goes on while no agent runs
         second = start_agent(args, env, tmp_path / "agent2.log")
-        time.sleep(2.0)
+        writer.more()  # and after the new agent started
         written = writer.finish()
         wait_until(lambda: written <= step_ids(topics, broker_bootstrap), 120, "every step after the restart")
         wait_until(lambda: set(writer.markers) <= markers(topics, broker_bootstrap), 60,
