@@ -3,6 +3,7 @@ within a day is cordoned by the third though its diagnostics pass every time; wi
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,10 @@ JOB = "job-m"
 
 
 def cordons_per_fault(tmp: Path, **settings: object) -> list[list[str]]:
+    return faults(tmp, **settings)[1]
+
+
+def faults(tmp: Path, **settings: object) -> tuple[Harness, list[list[str]]]:
     h = Harness.build(Fleet(job=JOB, hosts=["h0", "h1", "h2"]), tmp, **settings)
     h.run(lambda: h.training(1))
     out = []
@@ -26,7 +31,7 @@ def cordons_per_fault(tmp: Path, **settings: object) -> list[list[str]]:
         assert "diagnose" in h.engine.state.cases[inc.incident_id].plan
         out.append([a.target for a in h.actions(action="cordon", status="succeeded", incident_id=inc.incident_id)
                     if a.target != JOB])
-    return out
+    return h, out
 
 
 def test_the_third_fault_within_a_day_cordons_the_host_its_diagnostics_pass(tmp_path: Path) -> None:
@@ -35,3 +40,25 @@ def test_the_third_fault_within_a_day_cordons_the_host_its_diagnostics_pass(tmp_
 
 def test_fleet_memory_off(tmp_path: Path) -> None:
     assert cordons_per_fault(tmp_path, policy_repeat_faults=0) == [[], [], []]
+
+
+def test_recovery_status_shows_each_hosts_fault_history(tmp_path: Path) -> None:
+    """`vigil recovery status`'s fault history: the host's three hardware recoveries, newest first, the third
+    the one that cordoned it, all three in fleet memory's window, and its cordon now."""
+    from vigil.recovery.backends.base import CordonInfo
+    from vigil.recovery.controller.faulthistory import fault_history, format_faults
+
+    h, _ = faults(tmp_path)
+    cordon = CordonInfo(host="h1", reason="repeat offender: 3 hardware faults in 24 h", by="vigil")
+    doc = fault_history(h.engine.state, {"h1": cordon}, h.now, window_s=86_400, repeat_faults=3)
+    assert list(doc) == ["h1"]  # the others were never suspected
+    got = doc["h1"]
+    assert (got["total"], got["in_window"], got["cordon"]["reason"]) == (3, 3, cordon.reason)
+    assert [f["cordoned"] for f in got["faults"]] == [True, False, False]
+    assert all(f["class"] == "hardware" and f["result"] == "resumed" for f in got["faults"])
+    assert [f["at"] for f in got["faults"]] == sorted((f["at"] for f in got["faults"]), reverse=True)
+    assert fault_history(h.engine.state, {}, h.now + timedelta(days=2), window_s=86_400,
+                         repeat_faults=3)["h1"]["in_window"] == 0
+    text = "\n".join(format_faults(doc))
+    assert "h1: 3 hardware/hang recoveries, 3 of 3 in fleet memory's window; cordoned (repeat offender" in text
+    assert text.count(", cordoned  ") == 1
