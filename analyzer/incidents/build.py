@@ -32,7 +32,15 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from vigil.analyzer.detect.base import Finding, as_utc
-from vigil.analyzer.incidents.errors import Cause, cause_of, claims_hardware, host_fault, is_timeout, kind_of
+from vigil.analyzer.incidents.errors import (
+    Cause,
+    cause_of,
+    claims_hardware,
+    hardware_classes,
+    host_fault,
+    is_timeout,
+    kind_of,
+)
 from vigil.analyzer.settings import IncidentSettings
 from vigil.contract import IncidentCategory
 
@@ -139,7 +147,8 @@ def _hang(h: Finding, failures: list[Failure], logs: Sequence[Finding], s: Incid
                   victims=victims, strong=ev.get("confidence") == "strong", first_sign=h.since,
                   last_sign=max([h.since, *(x.at for x in claimed)]), summary=h.summary, culprit_findings=[h, *hardware],
                   evidence={"flight_recorder": {k: ev[k] for k in ("verdict", "frontiers", "wait_for", "dumps",
-                                                                    "expected", "first_dump") if k in ev}})
+                                                                    "expected", "first_dump") if k in ev},
+                            "fault_classes": hardware_classes(hardware)})
     for x in claimed:
         (draft.culprit_findings if x.party.key in culprit_keys else draft.victim_findings).append(x.finding)
     for x in claimed:
@@ -211,7 +220,7 @@ def _crash(cascade: list[Failure], lost_hosts: Sequence[Finding], logs: Sequence
                   evidence={"failures": [{"host": x.host, "rank": x.rank, "at": x.at.isoformat(), "kind": x.kind,
                                           "message": x.message[:500]} for x in cascade],
                             "hardware_lines": [f.summary[:300] for f in hardware],
-                            "claims_hardware": claimed})
+                            "fault_classes": hardware_classes(hardware), "claims_hardware": claimed})
     for x in cascade:
         (draft.culprit_findings if x.party.key in keys else draft.victim_findings).append(x.finding)
     return draft

@@ -17,10 +17,13 @@ action takes the GPU or host out: `host_fault`) makes the cause hardware. Pure l
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import Any, Literal
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
-from vigil.contract.xid import decides
+from vigil.contract.xid import decides, fault_classes
+
+if TYPE_CHECKING:
+    from vigil.analyzer.detect.base import Finding
 
 Kind = Literal["peer", "teardown", "own"]
 Cause = Literal["hardware", "network", "software", "unknown"]
@@ -45,6 +48,13 @@ def host_fault(evidence: Mapping[str, Any]) -> bool:
     kernel, nvml, sysfs) and the Xid catalog's action takes out (`host_fault`). A finding without a source (from
     before sources were told apart: the training process's own output) or a process's claim never is."""
     return decides(str(evidence.get("source", "process"))) and evidence.get("host_fault") is True
+
+
+def hardware_classes(findings: Sequence[Finding]) -> list[str]:
+    """The fault classes (`vigil.contract.xid.fault_classes`) of a culprit's attested hardware findings: what the
+    recovery controller's fleet memory counts repeats of."""
+    return sorted({c for f in findings for c in fault_classes(str(f.evidence.get("category", "")),
+                                                              f.evidence.get("xids") or ())})
 
 
 def kind_of(message: str, signal: str | None) -> Kind:

@@ -142,6 +142,7 @@ def test_a_rank_that_raises_an_xid_makes_no_host_fault() -> None:
     assert not host_fault({"source": "kernel", "host_fault": False}) and host_fault(kernel("h", "xid", [], 0).evidence)
     (d,) = build([exit_("host-1", 2, lie, 0.5, 1.0), kernel("host-1", "xid", [2], 0.0)], at(S.settle_s + 5), S).drafts
     assert (d.category, d.cause, d.evidence["claims_hardware"]) == ("host_fault", "hardware", False)
+    assert d.evidence["fault_classes"] == ["xid:nvlink"]  # Xid 74's catalog cause: what fleet memory counts
 
 
 def hang_finding() -> Finding:

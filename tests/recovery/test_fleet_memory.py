@@ -17,14 +17,16 @@ def cordons_per_fault(tmp: Path, **settings: object) -> list[list[str]]:
     return faults(tmp, **settings)[1]
 
 
-def faults(tmp: Path, **settings: object) -> tuple[Harness, list[list[str]]]:
+def faults(tmp: Path, classes: tuple[list[str], ...] = ([], [], []), **settings: object
+           ) -> tuple[Harness, list[list[str]]]:
     h = Harness.build(Fleet(job=JOB, hosts=["h0", "h1", "h2"]), tmp, **settings)
     h.run(lambda: h.training(1))
     out = []
-    for n in (1, 2, 3):
+    for n, fault_classes in enumerate(classes, 1):
         for _ in range(5):  # training a while: the fault's first sign is after the generation started
             h.turn()
         inc = incident(JOB, "h1", strong=False, at=h.now, iid=f"{JOB}/host_fault/h1/{n}")  # weak: diagnosed
+        inc = inc.model_copy(update={"evidence": {"fault_classes": fault_classes}})
         h.feed([inc])
         h.run(lambda iid=inc.incident_id: (c := h.engine.state.cases.get(iid)) is not None and c.outcome is not None)
         assert h.engine.state.cases[inc.incident_id].cls == "hardware"
@@ -36,6 +38,12 @@ def faults(tmp: Path, **settings: object) -> tuple[Harness, list[list[str]]]:
 
 def test_the_third_fault_within_a_day_cordons_the_host_its_diagnostics_pass(tmp_path: Path) -> None:
     assert cordons_per_fault(tmp_path) == [[], [], ["h1"]]
+
+
+def test_only_the_same_class_of_fault_repeats(tmp_path: Path) -> None:
+    """Memory, NVLink, memory: two of a class, no cordon; the third memory Xid condemns the host."""
+    mem, link = ["xid:memory"], ["xid:nvlink"]
+    assert faults(tmp_path, (mem, link, mem, mem))[1] == [[], [], [], ["h1"]]
 
 
 def test_fleet_memory_off(tmp_path: Path) -> None:
