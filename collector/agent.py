@@ -37,6 +37,7 @@ from vigil.collector.sink import Sink
 from vigil.collector.spoolguard import SpoolGuard
 from vigil.collector.summary import ErrorMemory
 from vigil.collector.tailer import Tailer
+from vigil.collector.xiddedupe import XidDedupe
 from vigil.contract import Event, NicCounters
 
 log = logging.getLogger(__name__)
@@ -86,11 +87,12 @@ class Agent:
                                            counters=lambda: (self.outbox.dropped, self.outbox.backlog()))
         self.nic = RateTracker()
         module = self.gpus.module
-        self.nvml_events = NvmlEvents(nvml=module, job_id=s.job_id, host=s.host, emit=self.emit,
+        self.xids = XidDedupe(clock=self.clock)  # one Xid the kernel log and NVML both report ships once
+        self.nvml_events = NvmlEvents(nvml=module, job_id=s.job_id, host=s.host, emit=self.xids.wrap(self.emit),
                                       memory=self.memory) if module is not None else None
         self.ib = IbHealth(job_id=s.job_id, host=s.host, polling_s=s.ib_polling_s, report_s=s.ib_report_s)
         self.kernel = KernelLog(
-            path=s.kmsg_path, job_id=s.job_id, host=s.host, store=self.store, emit=self.emit,
+            path=s.kmsg_path, job_id=s.job_id, host=s.host, store=self.store, emit=self.xids.wrap(self.emit),
             gpus=GpuMap(sysfs_root=s.sysfs_root, probe=self.gpus), rank_of_pid=self.rank_of_pid,
             boot_id=read_boot_id(s.procfs_root), poll_s=s.poll_interval, flood_burst=s.flood_burst,
             flood_window_s=s.flood_window_s, clock=self.clock, memory=self.memory) if s.kmsg_path is not None else None
@@ -232,7 +234,8 @@ class Agent:
 
     def stats(self) -> dict[str, Any]:
         return {
-            "emitted": self.emitted, "delivered": self.shipper.delivered, "delivery_failures": self.shipper.failures,
+            "emitted": self.emitted, "xid_duplicates": self.xids.duplicates, "delivered": self.shipper.delivered,
+            "delivery_failures": self.shipper.failures,
             "healthy": self.shipper.healthy, "backlog": self.outbox.backlog(), **self.outbox.stats(),
             "malformed_lines": self.decoder.malformed, "malformed_dumps": self.fr.malformed,
             "spool_lost_bytes": self.spool.tailer.lost_bytes, "spool_refused": self.spool.guard.counts(),

@@ -10,7 +10,9 @@ Read beside the byte counters (`collector/nic.py`), per `<sysfs>/class/infiniban
   `polling_s`. A port never seen ACTIVE by this agent (an unused port) is no fault; each is reported once
   until it is ACTIVE again;
 * `ib_symbol_errors`, `ib_link_recovery`, `ib_rcv_errors` (warning, watch): the counter grew; reported at most
-  once per `report_s` per port, with the growth since the last report (never lost, never one event a second).
+  once per `report_s` per port, with the growth since the last report (never lost, never one event a second);
+  symbol errors reported rising `rising.condemn_after` times within a day: `ib_symbol_errors` critical, cordon
+  (`collector/rising.py`: a wearing link passes a short self-test).
 
 A port's first reading is its baseline: a counter that went backwards (a driver reload) starts a new one.
 Pure apart from the sysfs read; the caller passes the clock.
@@ -21,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vigil.collector.rising import Rising
 from vigil.contract import LogLine
 from vigil.contract.telemetry import Severity
 from vigil.contract.xid import XidAction
@@ -84,6 +87,7 @@ class IbHealth:
     _reported_at: dict[tuple[Key, str], float] = field(default_factory=dict, init=False)
     _down: set[Key] = field(default_factory=set, init=False)
     _active: set[Key] = field(default_factory=set, init=False)
+    rising: Rising = field(default_factory=Rising)  # symbol errors that keep rising condemn the port
 
     def update(self, ports: list[PortHealth], now: float) -> list[LogLine]:
         out: list[LogLine] = []
@@ -136,6 +140,10 @@ class IbHealth:
                 del self._pending[(key, name)]
                 out.append(self._fault(p, category, "warning", XidAction.WATCH,
                                        f"{name} +{grown} (now {p.counters.get(name)})"))
+                if name == "symbol_error" and self.rising.grew(key, now):
+                    out.append(self._fault(p, category, "critical", XidAction.CORDON,
+                                           f"symbol errors keep rising ({self.rising.condemn_after} reports within "
+                                           f"{self.rising.window_s / 3600:.0f} h): condemned"))
         return out
 
     def _fault(self, p: PortHealth, category: str, severity: Severity, action: XidAction, what: str) -> LogLine:

@@ -5,7 +5,8 @@ double-bit ECC events in one event set and waits on it on a thread of its own (`
 of `wait_ms`: never on the heartbeat thread). An Xid event gets the catalog's severity and action; a
 double-bit ECC event is `ecc`, critical, reset the GPU; a single-bit one a warning to watch. Every
 `poll_s` it reads each GPU's remapped rows (pending: reset the GPU; failed: cordon) and retired pages (growth:
-reset the GPU), and notices a GPU that is gone (fewer GPUs than at the start, or NVML saying GPU_IS_LOST):
+reset the GPU; growth in `rising.condemn_after` polls within a day: critical, cordon, the GPU condemned),
+and notices a GPU that is gone (fewer GPUs than at the start, or NVML saying GPU_IS_LOST):
 `gpu_lost`, critical, reboot then check. Host faults are noted in the agent's error memory, as kernel facts
 are. The module is passed in (`pynvml`, or a test double with the same functions).
 """
@@ -19,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from vigil.collector.rising import Rising
 from vigil.collector.summary import ErrorMemory
 from vigil.contract import Event, LogLine, utcnow
 from vigil.contract.telemetry import Severity
@@ -48,6 +50,7 @@ class NvmlEvents:
     _uuid: dict[int, str] = field(default_factory=dict, init=False)
     _counters: dict[int, tuple[int, int, int, int]] = field(default_factory=dict, init=False)
     _lost: set[int] = field(default_factory=set, init=False)
+    rising: Rising = field(default_factory=Rising)  # retired pages / remapped rows that keep growing condemn the GPU
 
     def open(self) -> None:
         nv = self.nvml
@@ -133,6 +136,11 @@ class NvmlEvents:
             if now[3] > before[3]:
                 out.append(self._fact(i, "ecc", "warning", XidAction.RESET_GPU,
                                       f"NVML: {now[3] - before[3]} more retired pages ({now[3]} in all)"))
+            if (now[3] > before[3] or now[0] > before[0]) and self.rising.grew(i, time.monotonic()):
+                out.append(self._fact(i, "ecc", "critical", XidAction.CORDON,
+                                      f"NVML: retired pages / remapped rows keep growing ({now[3]} pages, {now[0]} "
+                                      f"uncorrectable rows; {self.rising.condemn_after} growths within a day): "
+                                      "condemned"))
         try:
             count = int(nv.nvmlDeviceGetCount())
         except Exception:

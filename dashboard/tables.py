@@ -48,7 +48,7 @@ HEARTBEATS = _t("heartbeats", "job_id host ts ip pod node agent_version interval
                               "gpu_ecc_uncorrected gpus_throttled dropped_events", _MINUTE)
 GPU_STATS = _t("gpu_stats", "job_id host gpu ts name util_pct temp_c power_w sm_clock_mhz throttle_reasons")
 NIC_COUNTERS = _t("nic_counters", "job_id host device port ts tx_bps rx_bps interval_s", _MINUTE)
-LOG_LINES = _t("log_lines", "job_id host ts rank category severity message xid repeats")
+LOG_LINES = _t("log_lines", "job_id host ts rank category severity message xid repeats source action gpu_index")
 PROCESS_EXITS = _t("process_exits", "job_id host ts rank exit_code signal summary failed_at launcher")
 ALERT_EVENTS = _t("alert_events", "ts job_id host fingerprint alert subject status severity summary first_seen "
                                   "last_seen evidence verified signature")

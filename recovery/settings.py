@@ -26,6 +26,7 @@ DEFAULT_ALERT_TRIGGERS: dict[str, PolicyClass] = {
     "error_log:xid": "hardware", "error_log:ecc": "hardware", "error_log:nvlink": "hardware",
     "error_log:sxid": "hardware", "error_log:pcie_aer": "hardware", "error_log:host_memory": "hardware",
     "error_log:ib_port_down": "hardware", "error_log:ib_port_polling": "hardware",
+    "error_log:ib_symbol_errors": "hardware",
     "heartbeat_loss": "hardware", "traffic_stall": "hang",
 }
 

@@ -13,8 +13,9 @@ Three shapes, from the detectors' findings at the instant (nothing is remembered
   as a collective hang, a host that stopped reporting is the culprit, else the first
   failure is named on weak evidence.
 * host_fault: a crash cascade whose culprit's host showed hardware errors (Xid, ECC, NVLink
-  lines the hardware reported and whose catalog action takes the host out: `errors.host_fault`; or its
-  own message says so) within `hardware_window_s` before its failure.
+  lines the hardware reported and whose catalog action takes the host out: `errors.host_fault`) within
+  `hardware_window_s` before its failure. A rank's own message that names hardware is a claim: kept as
+  evidence (`claims_hardware`), never the cause (issue 49).
 
 `error_log` findings join the incident whose host and ranks they are about, from its first
 sign on; the culprit's own lines are its evidence, the others are victims'. A hardware
@@ -31,7 +32,15 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from vigil.analyzer.detect.base import Finding, as_utc
-from vigil.analyzer.incidents.errors import Cause, cause_of, host_fault, is_timeout, kind_of
+from vigil.analyzer.incidents.errors import (
+    Cause,
+    cause_of,
+    claims_hardware,
+    hardware_classes,
+    host_fault,
+    is_timeout,
+    kind_of,
+)
 from vigil.analyzer.settings import IncidentSettings
 from vigil.contract import IncidentCategory
 
@@ -138,7 +147,8 @@ def _hang(h: Finding, failures: list[Failure], logs: Sequence[Finding], s: Incid
                   victims=victims, strong=ev.get("confidence") == "strong", first_sign=h.since,
                   last_sign=max([h.since, *(x.at for x in claimed)]), summary=h.summary, culprit_findings=[h, *hardware],
                   evidence={"flight_recorder": {k: ev[k] for k in ("verdict", "frontiers", "wait_for", "dumps",
-                                                                    "expected", "first_dump") if k in ev}})
+                                                                    "expected", "first_dump") if k in ev},
+                            "fault_classes": hardware_classes(hardware)})
     for x in claimed:
         (draft.culprit_findings if x.party.key in culprit_keys else draft.victim_findings).append(x.finding)
     for x in claimed:
@@ -186,6 +196,7 @@ def _crash(cascade: list[Failure], lost_hosts: Sequence[Finding], logs: Sequence
     # a weak culprit's message is a peer's error: it says nothing of the cause
     cause: Cause = cause_of(head.message, hardware_lines=bool(hardware)) if strong else \
         "hardware" if hardware else "unknown"
+    claimed = strong and not hardware and claims_hardware(head.message)
     if category == IncidentCategory.CRASH_CASCADE and cause == "hardware":
         category = IncidentCategory.HOST_FAULT
     keys = {c.key for c in culprits}
@@ -201,13 +212,15 @@ def _crash(cascade: list[Failure], lost_hosts: Sequence[Finding], logs: Sequence
         summary = f"host fault on {head.host}: {who} failed first{what}; {len(victims)} ranks failed after it"
     else:
         weak = "" if strong else " (weak evidence: every error was a peer's)"
-        summary = f"{who} failed first{what}; {len(victims)} ranks failed after it{weak}"
+        claim = " (its message claims a hardware fault the host did not report)" if claimed else ""
+        summary = f"{who} failed first{what}; {len(victims)} ranks failed after it{weak}{claim}"
     draft = Draft(category=category, cause=cause, culprits=culprits, victims=victims, strong=strong,
                   first_sign=first_sign, last_sign=end, summary=summary[:2048],
                   culprit_findings=[*culprit_findings, *hardware],
                   evidence={"failures": [{"host": x.host, "rank": x.rank, "at": x.at.isoformat(), "kind": x.kind,
                                           "message": x.message[:500]} for x in cascade],
-                            "hardware_lines": [f.summary[:300] for f in hardware]})
+                            "hardware_lines": [f.summary[:300] for f in hardware],
+                            "fault_classes": hardware_classes(hardware), "claims_hardware": claimed})
     for x in cascade:
         (draft.culprit_findings if x.party.key in keys else draft.victim_findings).append(x.finding)
     return draft

@@ -1,6 +1,7 @@
 """Host — what is wrong with this machine?
 
-Its alerts, phase times against its peers, heartbeats, NIC throughput per port,
+Its alerts, its hardware fault history (what its kernel, NVML and sysfs reported; its cordons), phase times
+against its peers, heartbeats, NIC throughput per port,
 GPU utilisation / temperature / clocks / throttle reasons, and recent classified log lines.
 """
 
@@ -15,6 +16,7 @@ from vigil.dashboard.components import graph, notice, panel, selector, table
 from vigil.dashboard.figures.host import gpu_figure, heartbeat_figure, nic_figure, phase_figure
 from vigil.dashboard.pages.base import PageView
 from vigil.dashboard.queries import alerts as qa
+from vigil.dashboard.queries import faults as qf
 from vigil.dashboard.queries import heatmap as qh
 from vigil.dashboard.queries import host as q
 from vigil.dashboard.queries.window import to_dt
@@ -65,6 +67,23 @@ def _alerts(v: PageView, host: str) -> Component:
         _time(r["last_ms"])] for r in rows], id="host-alerts", empty="no alerts for this host")
 
 
+def _faults(v: PageView, host: str) -> Component:
+    assert v.job is not None
+    fh = qf.fault_history(v.store, v.job.job_id, host)
+    facts = [[r["category"], r["xid"] if r["xid"] is not None else "-", r["gpu"] if r["gpu"] is not None else "-",
+              r["sources"], html.Span(r["severity"], className=f"sev sev-{r['severity']}"), r["action"] or "-",
+              r["lines"], _time(r["first_ms"]), _time(r["last_ms"]), r["message"]] for r in fh.facts]
+    cordons = [[to_dt(int(r["t_ms"])).strftime("%Y-%m-%d %H:%M:%S"), r["action"], r["actor"], r["job_id"],
+                r["incident_id"], r["reason"]] for r in fh.cordons]
+    return html.Div([
+        table(["category", "xid", "GPU", "source", "severity", "catalog action", "lines", "first", "last", "latest"],
+              facts, id="host-faults", empty="no hardware fault reported by this host's kernel, NVML or sysfs"),
+        html.H4("cordons"),
+        table(["time (UTC)", "action", "by", "job", "incident", "reason"], cordons, id="host-cordons",
+              empty="never cordoned"),
+    ])
+
+
 def _phases(v: PageView, host: str) -> Component:
     assert v.window is not None
     return graph(phase_figure(qh.host_phases(v.store, v.window, host), host), id="host-phases")
@@ -91,6 +110,7 @@ def render(v: PageView) -> Component:
         return html.Div(parts)
     parts += [
         panel(f"Alerts — {host}", lambda: _alerts(v, host), id="host-alerts-panel"),
+        panel(f"Hardware fault history — {host}", lambda: _faults(v, host), id="host-faults-panel"),
         panel("Phase times", lambda: _phases(v, host)),
         panel(f"Host {host}", lambda: _identity(v, host), id="host-panel"),
     ]

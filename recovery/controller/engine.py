@@ -171,7 +171,9 @@ class Engine:
                     if not (s == "dump" and paused)]  # a dump after the pause finds nothing to dump
         ids = [t.trigger_id for t in near]
         details = {**case.details, "steps": plan, "culprits": list(culprits.values()),
-                   "merged": [*case.details.get("merged", []), *ids], "refined_by": ids}
+                   "merged": [*case.details.get("merged", []), *ids], "refined_by": ids,
+                   "fault_classes": sorted({*case.details.get("fault_classes", []), *(c for t in near
+                                                                                      for c in t.fault_classes)})}
         if stronger:
             details.update({"class": top.cls, "cause": top.cause, "category": top.category,
                             "summary": top.summary[:1000]})
@@ -217,7 +219,7 @@ class Engine:
             "cause": t.cause, "summary": t.summary[:1000], "first_sign": t.first_sign.isoformat(),
             "detected": t.detected.isoformat(), "generation": job.generation, "merged": merged or [],
             "culprits": [{"host": c.host, "strong": c.strong, "rank": c.rank, "message": c.message,
-                          "from_exit": c.from_exit} for c in t.culprits]}
+                          "from_exit": c.from_exit} for c in t.culprits], "fault_classes": list(t.fault_classes)}
         cited = citation(job.advice, hosts)
         reason = f"{cls}: {t.summary[:500]}"
         if cited is not None:  # the advisor's latest word on the node count, cited (not obeyed)

@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from vigil.contract import HARDWARE_FAULTS, Alert, Incident, IncidentCategory, Member
-from vigil.contract.xid import XidAction, decides
+from vigil.contract.xid import XidAction, decides, fault_classes
 from vigil.recovery.controller.state import ClusterState
 from vigil.recovery.settings import PolicyClass, PolicySettings
 
@@ -63,6 +63,7 @@ class Trigger:
     detected: datetime
     summary: str
     prompt: bool = False  # open its case at once (an attested exit), not after the settle window
+    fault_classes: tuple[str, ...] = ()  # the hardware fault's classes (`xid:memory`, `ecc`): what fleet memory counts
 
 
 def classify(incident: Incident, policy: PolicySettings) -> PolicyClass:
@@ -100,7 +101,7 @@ def triggers(state: ClusterState, policy: PolicySettings, now: datetime) -> list
             category=inc.category, cause=inc.cause, first_sign=inc.first_sign, detected=inc.detected,
             culprits=tuple(Culprit(host=c.host, rank=c.rank, strong=strong, message=c.message[:500])
                            for c in inc.culprits),
-            summary=inc.summary))
+            summary=inc.summary, fault_classes=tuple(str(c) for c in inc.evidence.get("fault_classes") or ())))
     for key, alert in state.alerts.items():
         tid = key
         if tid in state.merged or alert.ts < oldest:
@@ -120,7 +121,8 @@ def triggers(state: ClusterState, policy: PolicySettings, now: datetime) -> list
         out.append(Trigger(
             trigger_id=tid, job_id=alert.job_id, cls=cls, source="alert", category=alert.alert,
             cause="hardware" if cls == "hardware" else "unknown", culprits=culprits, first_sign=alert.first_seen,
-            detected=alert.ts, summary=alert.summary))
+            detected=alert.ts, summary=alert.summary,
+            fault_classes=tuple(fault_classes(category, alert.evidence.get("xids") or ()) if cls == "hardware" else ())))
     grace = timedelta(seconds=policy.exit_grace_s)
     for job in state.jobs.values():
         if job.generation == 0 or job.world_started_at is None:
@@ -199,4 +201,5 @@ def strongest(group: Sequence[Trigger]) -> Trigger:
     return Trigger(trigger_id=first.trigger_id, job_id=first.job_id, cls=top.cls, source=top.source,
                    category=top.category, cause=top.cause, culprits=tuple(culprits.values()),
                    first_sign=min(t.first_sign for t in group), detected=first.detected, summary=top.summary,
-                   prompt=any(t.prompt for t in group))
+                   prompt=any(t.prompt for t in group),
+                   fault_classes=tuple(sorted({c for t in group for c in t.fault_classes})))

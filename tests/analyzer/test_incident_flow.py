@@ -29,6 +29,7 @@ from vigil.contract import (
     ProcessExit,
     RankPlacement,
 )
+from vigil.contract.xid import XidAction
 
 pytestmark = pytest.mark.clickhouse
 FR = Path(__file__).parents[1] / "fixtures" / "flightrec" / "hang_ddp"
@@ -134,8 +135,9 @@ def test_a_crash_names_its_first_own_error_and_pages_once(clickhouse_dsn: str, d
     job = "crashed"
     exits = [gone(job, 2, 12.3, NVLINK, 10.0), gone(job, 3, 12.2, CLOSED, 11.3, "SIGTERM"),
              gone(job, 1, 14.0, CLOSED, 11.3), gone(job, 0, 14.1, CLOSED, 13.0, "SIGTERM")]
-    lines = [LogLine(job_id=job, host="h0001", ts=t(10), rank=2, category="nvlink", severity="critical",
-                     message=NVLINK)]
+    lines = [LogLine(job_id=job, host="h0001", ts=t(10), rank=2, category="xid", severity="critical", xid=74,
+                     source="kernel", action=XidAction.CORDON, gpu_index=0,
+                     message="NVRM: Xid (PCI:0000:3b:00): 74, pid=4242, name=python, NVLink: fatal error")]
     alerts, incidents = run(clickhouse_dsn, database, job, [*steps(job, 2, 10), *heartbeats(job, 2, 30), *exits,
                                                             *lines])
     assert len({i.incident_id for i in incidents}) == 1
@@ -145,12 +147,12 @@ def test_a_crash_names_its_first_own_error_and_pages_once(clickhouse_dsn: str, d
     assert sorted(v.rank for v in final.victims) == [0, 1, 3] and final.first_sign == t(10)
     now = latest(alerts)
     critical = {fp for fp, a in now.items() if a.severity == "critical"}
-    assert critical == {f"{job}/process_exit/h0001/rank2", f"{job}/error_log/h0001/nvlink"}
+    assert critical == {f"{job}/process_exit/h0001/rank2", f"{job}/error_log/h0001/xid"}
     assert all(a.evidence.get("incident_id") == final.incident_id for a in now.values()), {
         fp: (a.status, a.evidence.get("incident_id")) for fp, a in now.items()}
     victims = {fp for fp, a in now.items() if a.evidence["incident_role"] == "victim"}
     assert len(victims) == 3 and not [a for a in alerts if a.fingerprint in victims and a.severity == "critical"]
-    # the NVLink line waited for the crash it caused: no critical alert was ever published unlinked
+    # the kernel's NVLink Xid waited for the crash it caused: no critical alert was ever published unlinked
     assert not [a for a in alerts if a.severity == "critical" and a.evidence.get("incident_role") != "culprit"]
 
 

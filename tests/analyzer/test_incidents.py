@@ -10,7 +10,7 @@ import pytest
 from vigil.analyzer.detect.base import Finding
 from vigil.analyzer.incidents.book import IncidentBook
 from vigil.analyzer.incidents.build import build
-from vigil.analyzer.incidents.errors import cause_of, kind_of
+from vigil.analyzer.incidents.errors import cause_of, claims_hardware, host_fault, kind_of
 from vigil.analyzer.settings import IncidentSettings
 
 pytestmark = pytest.mark.pure
@@ -41,11 +41,18 @@ def log(host: str, category: str, ranks: list[int], first: float, severity: Any 
                                                           "first_line": at(first).isoformat()})
 
 
+def kernel(host: str, category: str, ranks: list[int], first: float) -> Finding:
+    """A hardware line the host's kernel reported whose catalog action takes the host out (Xid 74: cordon)."""
+    f = log(host, category, ranks, first, "critical")
+    return Finding(**{**f.__dict__, "evidence": {**f.evidence, "xids": [74], "source": "kernel", "action": "cordon",
+                                                 "host_fault": True}})
+
+
 def crash() -> list[Finding]:
     """Rank 2 (host-1) raises NVLink at 0 s and is gone at 2.3 s; its peers fail 1.3-3 s later."""
     return [exit_("host-1", 2, NVLINK, 0.0, 2.3), exit_("host-1", 3, CLOSED, 1.3, 2.2, signal="SIGTERM"),
             exit_("host-0", 1, CLOSED, 1.3, 4.0), exit_("host-0", 0, CLOSED, 3.0, 4.1, signal="SIGTERM"),
-            log("host-1", "nvlink", [2], 0.0, "critical"), log("host-1", "traceback", [2, 3], 0.0),
+            kernel("host-1", "nvlink", [2], 0.0), log("host-1", "traceback", [2, 3], 0.0),
             log("host-0", "traceback", [0, 1], 1.3)]
 
 
@@ -53,7 +60,9 @@ def test_error_kinds_and_causes() -> None:
     assert kind_of(CLOSED, None) == kind_of(TIMEOUT, "SIGTERM") == "peer"
     assert kind_of("", "SIGTERM") == kind_of("Signal 15 (SIGTERM) received by PID 42", "SIGTERM") == "teardown"
     assert kind_of(NVLINK, None) == kind_of("", "SIGKILL") == kind_of("ValueError: bad shard", None) == "own"
-    assert cause_of(NVLINK) == "hardware" and cause_of("ValueError: x") == "software" and cause_of("") == "unknown"
+    # a rank's own text never makes hardware: it is a claim, kept as evidence (issue 49)
+    assert cause_of(NVLINK) == "software" and claims_hardware(NVLINK) and not claims_hardware("ValueError: x")
+    assert cause_of("ValueError: x") == "software" and cause_of("") == "unknown"
     assert cause_of("NCCL WARN NET/IB : Got completion with error 12") == "network"
     assert cause_of("ValueError: x", hardware_lines=True) == "hardware"
 
@@ -91,7 +100,7 @@ def test_peer_errors_alone_wait_for_the_culprit_then_name_what_they_can() -> Non
 
 
 def test_a_hardware_line_waits_hardware_settle_s_for_its_crash_then_pages_alone() -> None:
-    xid = log("host-1", "xid", [2], 0.0, "critical")
+    xid = kernel("host-1", "xid", [2], 0.0)
     assert S.hardware_settle_s < S.settle_s  # hardware is a hard fault: it waits less than peer errors do
     assert build([xid], at(S.hardware_settle_s - 1), S).held == [xid]  # the crash it may cause is seconds away
     got = build([xid], at(S.hardware_settle_s), S)
@@ -117,6 +126,23 @@ def test_only_a_reported_host_fault_makes_a_crash_a_host_fault() -> None:
                                      (claim, "crash_cascade", "software")):
         (d,) = build([finding, exit_("host-1", 2, illegal, 0.5, 1.0)], at(S.settle_s + 5), S).drafts
         assert (d.category, d.cause) == (category, cause), finding.evidence
+
+
+def test_a_rank_that_raises_an_xid_makes_no_host_fault() -> None:
+    """Training code that raises "NVRM: Xid 79" (and prints it: a process line, or one from before sources were
+    told apart) is a software crash whose claim is evidence; only the host's kernel line makes it hardware."""
+    lie = "RuntimeError: NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus; uncorrectable ECC error"
+    printed = log("host-1", "xid", [2], 0.0, "critical")
+    claim = Finding(**{**printed.__dict__, "evidence": {**printed.evidence, "source": "process", "host_fault": True}})
+    for lines in ([], [printed], [claim]):
+        (d,) = build([exit_("host-1", 2, lie, 0.5, 1.0), *lines], at(S.settle_s + 5), S).drafts
+        assert (d.category, d.cause, d.evidence["claims_hardware"]) == ("crash_cascade", "software", True), lines
+        assert "claims a hardware fault the host did not report" in d.summary
+    assert not host_fault(printed.evidence) and not host_fault(claim.evidence)
+    assert not host_fault({"source": "kernel", "host_fault": False}) and host_fault(kernel("h", "xid", [], 0).evidence)
+    (d,) = build([exit_("host-1", 2, lie, 0.5, 1.0), kernel("host-1", "xid", [2], 0.0)], at(S.settle_s + 5), S).drafts
+    assert (d.category, d.cause, d.evidence["claims_hardware"]) == ("host_fault", "hardware", False)
+    assert d.evidence["fault_classes"] == ["xid:nvlink"]  # Xid 74's catalog cause: what fleet memory counts
 
 
 def hang_finding() -> Finding:

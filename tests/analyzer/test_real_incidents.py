@@ -1,7 +1,8 @@
 """Real 4-rank gloo DDP jobs that end badly, as 2 hosts (2 `vigil run` agents x 2 ranks), through the live analyzer.
 
 Crash: rank 2 raises an NVLink error -> exactly one critical incident naming host-1 rank 2 with
-its own message, its peers' exits as victims, no other critical page; replay agrees.
+its own message (a claim: a software crash, as no kernel line reported it), its peers' exits as victims,
+no other critical page; replay agrees.
 Hang: rank 3 sleeps before an all-reduce -> the step timer's watchdog dumps Flight Recorder
 traces on every rank -> a `collective_hang` incident naming host-1 rank 3, long before the
 peers' 30 s timeout; replay agrees.
@@ -128,7 +129,9 @@ def test_a_crash_is_one_incident_naming_the_culprit_rank_and_host(
     assert all("NVLink" not in ranks[r].summary for r in (0, 1, 3))  # each peer's own error, never the culprit's
 
     (live,) = settled(analyzer, topics, job, victims=3)
-    assert (live.category, live.cause, live.severity, live.status) == ("host_fault", "hardware", "critical", "open")
+    # the rank's own "NVLink error" is a claim (no kernel line reported it): a software crash, the claim evidence
+    assert (live.category, live.cause, live.severity, live.status) == ("crash_cascade", "software", "critical", "open")
+    assert live.evidence["claims_hardware"] is True
     (culprit,) = live.culprits
     assert (culprit.host, culprit.rank, culprit.local_rank) == ("host-1", 2, 0)
     assert culprit.message == "RuntimeError: CUDA error: uncorrectable NVLink error detected during execution"

@@ -63,3 +63,23 @@ def test_error_counters_growing_are_reported_at_most_once_per_interval_with_all_
     assert late.category == "ib_symbol_errors" and "symbol_error +7 (now 12)" in late.message
     node.set_ib_port("mlx5_0", state="ACTIVE", phys="LinkUp", **{**ZERO, "symbol_error": 1})  # a driver reload
     assert faults(node, ib, 200) == []  # a new baseline, not growth
+
+
+def test_symbol_errors_that_keep_rising_condemn_the_port(tmp_path: Path) -> None:
+    """The third report of rising symbol errors within a day is critical, cordon (once); a passing self-test of a
+    wearing link does not clear it. Reports a day apart never add up."""
+    node = FakeNode(tmp_path)
+    node.set_ib_port("mlx5_0", state="ACTIVE", phys="LinkUp", **ZERO)
+    ib = IbHealth(job_id="j", host="h", report_s=60)
+    faults(node, ib, 0)
+    got = []
+    for n, at in enumerate((100, 200, 300, 400), 1):
+        node.set_ib_port("mlx5_0", state="ACTIVE", phys="LinkUp", **{**ZERO, "symbol_error": n})
+        got.append([(c, s, a) for c, s, _, a in faults(node, ib, at)])
+    warn = ("ib_symbol_errors", "warning", XidAction.WATCH)
+    assert got == [[warn], [warn], [warn, ("ib_symbol_errors", "critical", XidAction.CORDON)], [warn]]
+    slow = IbHealth(job_id="j", host="h2", report_s=60)
+    faults(node, slow, 0)
+    for n, at in enumerate((0, 86_401, 172_802), 5):
+        node.set_ib_port("mlx5_0", state="ACTIVE", phys="LinkUp", **{**ZERO, "symbol_error": n})
+        assert all(s == "warning" for _, s, _, _ in faults(node, slow, at + 1))

@@ -66,6 +66,18 @@ def test_remapped_rows_retired_pages_and_a_vanishing_gpu() -> None:
     assert src.poll() == []
 
 
+def test_retired_pages_that_keep_growing_condemn_the_gpu() -> None:
+    nv = node()
+    src = NvmlEvents(nvml=nv, job_id="j", host="h", emit=lambda _: None)
+    src.open()
+    got = []
+    for n in (1, 2, 3, 4):
+        nv.gpus[1].retired = (n, 0)
+        got.append([(f.gpu_index, f.severity, f.action) for f in src.poll()])
+    warn = (1, "warning", XidAction.RESET_GPU)
+    assert got == [[warn], [warn], [warn, (1, "critical", XidAction.CORDON)], [warn]]  # condemned once
+
+
 def test_nvml_bus_ids_name_the_gpu_of_a_kernel_xid(tmp_path: object) -> None:
     from pathlib import Path
 

@@ -84,6 +84,22 @@ def test_host_view(store: Store) -> None:
     assert next(c for c in cells if c.col == "grad_sync").dev > 0.1  # the waiting it caused
 
 
+def test_host_fault_history_is_what_the_hardware_reported(store: Store) -> None:
+    from vigil.dashboard.queries import faults
+
+    fh = faults.fault_history(store, JOB, XID_HOST)
+    (xid,) = [r for r in fh.facts if r["category"] == "xid"]
+    assert (xid["xid"], xid["sources"], xid["action"], xid["severity"]) == (79, "kernel", "reboot_then_check",
+                                                                            "critical")
+    assert xid["lines"] >= 4 and xid["first_ms"] <= xid["last_ms"] and xid["gpu"] is not None
+    assert all(set(r["sources"].split(",")) <= set(faults.ATTESTED) for r in fh.facts)
+    assert fh.cordons == []  # the simulated job ran without a controller
+    assert faults.fault_history(store, JOB, STRAGGLER).facts == []  # a slow host is no hardware fault
+    body, _ = render_page(store, DashboardSettings(), RENDERERS, "/host", f"?job={JOB}&host={XID_HOST}")
+    text = str(body.to_plotly_json())
+    assert "Hardware fault history" in text and "reboot_then_check" in text and "never cordoned" in text
+
+
 def test_network_finds_the_stall(store: Store) -> None:
     v = network.network_view(store, window(store), max_points=400)
     assert [(s.host, s.device, s.kind) for s in v.stalls] == [(STALL_HOST, STALL_NIC, "stop")]

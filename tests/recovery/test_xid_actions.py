@@ -50,6 +50,7 @@ def test_an_application_xid_restarts_the_job_without_a_cordon(tmp_path: Path) ->
     h.run(lambda: bool(plans(h)) and h.training(2))
     (plan,) = plans(h)
     assert plan.details["class"] == "software" and plan.details["steps"] == ["pause", "restart"]
+    assert plan.details["fault_classes"] == []  # the application's: no hardware fault to remember
     assert h.actions(action="cordon") == [] and sorted(h.engine.state.job(JOB).world) == ["h0", "h1", "h2"]
 
 
@@ -60,6 +61,7 @@ def test_a_gpu_off_the_bus_cordons_its_host(tmp_path: Path) -> None:
     (plan,) = plans(h)
     assert plan.details["class"] == "hardware" and "diagnose" not in plan.details["steps"]
     assert plan.details["culprits"][0]["host"] == "h2" and plan.details["culprits"][0]["strong"]
+    assert plan.details["fault_classes"] == ["xid:hardware"]  # Xid 79's catalog cause, for fleet memory
     assert [a.target for a in h.actions(action="cordon", status="succeeded") if a.target != JOB] == ["h2"]
     assert sorted(h.engine.state.job(JOB).world) == ["h0", "h1"]
 

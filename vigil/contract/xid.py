@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cache
@@ -110,3 +111,12 @@ def xid_entry(code: int) -> XidEntry:
 def decides(source: str) -> bool:
     """Whether a fact from `source` may decide (the catalog's action applies); a process's claim never does."""
     return source in ATTESTED_SOURCES
+
+
+def fault_classes(category: str, xids: Iterable[int | None] = ()) -> list[str]:
+    """The classes of a hardware fact fleet memory counts repeats of: each Xid's catalog cause (`xid:memory`,
+    `xid:nvlink`), else the fact's category (`ecc`, `gpu_lost`, `ib_symbol_errors`)."""
+    codes = {x for x in xids if x is not None}
+    if codes:
+        return sorted({f"xid:{xid_entry(x).cause.value}" for x in codes})
+    return [category] if category else []

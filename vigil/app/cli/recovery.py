@@ -95,13 +95,18 @@ def _print(doc: dict[str, Any], as_json: bool, text: str) -> None:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from vigil.recovery.backends import select
+    from vigil.recovery.controller.faulthistory import fault_history, format_faults
     from vigil.recovery.controller.report import format_status, status
     from vigil.recovery.settings import RecoverySettings
 
     core, _, state = _state(args)
-    backend = select(RecoverySettings.load(), core)
-    doc = status(state, datetime.now(UTC), backend.cordoned(), args.job)
-    text = format_status(doc)
+    settings = RecoverySettings.load()
+    backend = select(settings, core)
+    now, cordoned = datetime.now(UTC), backend.cordoned()
+    doc = status(state, now, cordoned, args.job)
+    doc["faults"] = fault_history(state, cordoned, now, window_s=settings.policy.repeat_window_s,
+                                  repeat_faults=settings.policy.repeat_faults)
+    text = "\n".join([format_status(doc), *format_faults(doc["faults"])])
     if (others := getattr(backend, "drained_by_others", None)) is not None:  # Slurm: others' drains are evidence
         doc["drained_by_others"] = others()
         text += "\ndrained by others (evidence; vigil never resumes them): " + (", ".join(
