@@ -81,25 +81,37 @@ def _oom(m: Any) -> KernelFact:
 
 _PCI = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
 RULES: tuple[tuple[str, Any, Callable[[Any], KernelFact]], ...] = (
-    ("SXid", re2.compile(rf"\bSXid \(PCI:(?P<pci>{_PCI})\): (?P<sxid>\d+), (?P<kind>Fatal|Non-fatal|Non-Fatal)?"),
+    ("SXid", re2.compile(rf"^[\w.-]+: SXid \(PCI:(?P<pci>{_PCI})\): (?P<sxid>\d+), (?P<kind>Fatal|Non-fatal|Non-Fatal)?"),
      _sxid),
-    ("Xid", re2.compile(rf"\bNVRM: Xid \(PCI:(?P<pci>{_PCI})\): (?P<xid>\d+)(?:, pid=(?P<pid>\d+|'<unknown>'))?"),
+    ("Xid", re2.compile(rf"^NVRM: Xid \(PCI:(?P<pci>{_PCI})\): (?P<xid>\d+)(?:, pid=(?P<pid>\d+|'<unknown>'))?"),
      _xid),
-    ("AER", re2.compile(rf"(?P<port>{_PCI})?: AER: (?P<which>Uncorrected|Corrected|Multiple Uncorrected|Multiple "
+    ("AER", re2.compile(rf"^(?:[\w.-]+ )?(?P<port>{_PCI})?: AER: (?P<which>Uncorrected|Corrected|Multiple Uncorrected|Multiple "
                         rf"Corrected) (?:\((?P<kind>Fatal|Non-Fatal)\) )?error(?:s)? received: (?P<dev>{_PCI})?"),
      _aer),
-    ("mlx5", re2.compile(rf"\bmlx5_core (?P<pci>{_PCI})?.*(?:\bLink down\b|Cable unplugged|\bport \d+ .*\bDOWN\b)"),
+    ("mlx5", re2.compile(rf"^mlx5_core (?P<pci>{_PCI})?.*(?:\bLink down\b|Cable unplugged|\bport \d+ .*\bDOWN\b)"),
      _link),
-    ("EDAC", re2.compile(r"\bEDAC (?:MC\d+|\w+): \d+ (?P<kind>CE|UE) "), _edac),
-    ("mce:", re2.compile(r"\bmce: \[Hardware Error\]: (?:Machine check|CPU \d+: Machine Check)"), _mce),
-    ("Killed process", re2.compile(r"\bOut of memory(?: \(oom_kill_allocating_task\))?: Killed process "
+    ("EDAC", re2.compile(r"^EDAC (?:MC\d+|\w+): \d+ (?P<kind>CE|UE) "), _edac),
+    ("mce:", re2.compile(r"^mce: \[Hardware Error\]: (?:Machine check|CPU \d+: Machine Check)"), _mce),
+    ("Killed process", re2.compile(r"^Out of memory(?: \(oom_kill_allocating_task\))?: Killed process "
                                    r"(?P<pid>\d+)"), _oom),
-    ("oom-kill:", re2.compile(r"\boom-kill:.*\bpid=(?P<pid>\d+)"), _oom),
+    ("oom-kill:", re2.compile(r"^oom-kill:.*\bpid=(?P<pid>\d+)"), _oom),
 )
 
 
+_QUOTES_A_PROCESS = re2.compile(r"^[^\n]{1,16}\[\d+\]: ")
+"""`<comm>[<pid>]: ...`: the kernel quoting a process (a segfault, a trap), whose name and mapped file names the
+process chose itself: never a hardware fact."""
+
+
 def classify_kernel(message: str) -> KernelFact | None:
-    """The hardware fact a kernel log message states, if any (first rule whose keyword and pattern match)."""
+    """The hardware fact a kernel log message states, if any (first rule whose keyword and pattern match).
+
+    Every rule is anchored at the start of the message, where the driver that reports the fault names itself
+    (`NVRM:`, `mlx5_core`, `EDAC`, ...): text the kernel quotes from a process (a file name in a segfault report,
+    its 15-character name) can contain such words anywhere but there (an attacker's review found a segfault in a
+    file named like an Xid line classified as the Xid)."""
+    if _QUOTES_A_PROCESS.search(message):
+        return None
     for keyword, pattern, make in RULES:
         if keyword not in message:
             continue

@@ -100,7 +100,22 @@ def test_each_line_class(line: str, category: str, severity: str, action: XidAct
 def test_noise_and_lookalikes_are_nothing() -> None:
     assert classify_kernel(NOISE) is None
     assert classify_kernel("python[4242]: printed NVRM Xid 79 to be funny") is None
-    assert classify_kernel("x" * 8000 + " NVRM: Xid (PCI:0000:3b:00): 79, pid=1") is not None  # linear, bounded
+    long = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, " + "x" * 8000
+    assert classify_kernel(long) is not None  # linear, bounded
+    # a driver's words anywhere but where the driver names itself are text the kernel quotes (attacker's review)
+    assert classify_kernel("x" * 8000 + " NVRM: Xid (PCI:0000:3b:00): 79, pid=1") is None
+
+
+@pytest.mark.parametrize("message", [
+    # a segfault in a file the process named like an Xid line: the kernel quotes the file's name
+    "python3[30165]: segfault at 7f3a ip 7f3a sp 7ffd error 15 in NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has "
+    "fallen off the bus.[7f3a00000000+1000]",
+    # a process named (15 characters) like an EDAC line, quoted with its pid
+    "EDAC MC0: 1 UE [1234]: segfault at 0 ip 0 sp 0 error 4 in x[400000+1000]",
+    "traps: NVRM: Xid (PC[77] general protection fault ip:0 sp:0 error:0",
+])
+def test_text_the_kernel_quotes_from_a_process_is_no_hardware_fact(message: str) -> None:
+    assert classify_kernel(message) is None
 
 
 def test_pci_addresses_name_gpus_through_sysfs(tmp_path: Path) -> None:
