@@ -104,3 +104,18 @@ class Ownership:
     def jobs(self, jobs: Iterable[str]) -> list[str]:
         """`jobs` this shard owns, in order."""
         return [j for j in jobs if self.owns(j)]
+
+
+def describe(owner: Ownership | None, jobs: list[str], shown: int = 20) -> str:
+    """What `vigil status` shows of a detecting analyzer: its partitions (as ranges) and the jobs it judges."""
+    if owner is None or owner.owned is None:
+        return "all jobs"
+    ranges: list[list[int]] = []
+    for p in sorted(owner.owned):
+        if ranges and ranges[-1][1] == p - 1:
+            ranges[-1][1] = p
+        else:
+            ranges.append([p, p])
+    parts = ",".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges) or "none"
+    more = f",+{len(jobs) - shown}" if len(jobs) > shown else ""
+    return f"partitions {parts} of {owner.partitions}, jobs {','.join(jobs[:shown]) or '-'}{more}"

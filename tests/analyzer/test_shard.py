@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vigil.analyzer.shard import PARTITIONS, Ownership, murmur2, partition_of
+from vigil.analyzer.shard import PARTITIONS, Ownership, describe, murmur2, partition_of
 
 pytestmark = pytest.mark.pure
 
@@ -48,3 +48,11 @@ def test_everything_owns_every_job_and_a_revoked_partition_is_let_go() -> None:
     assert not own.owns("train-1") and own.changed == 2
     with pytest.raises(ValueError):
         own.assign([PARTITIONS])
+
+
+def test_status_names_a_shards_partitions_and_jobs() -> None:
+    assert describe(None, ["a"]) == "all jobs"
+    own = Ownership(partitions=8, owned=[0, 1, 2, 5, 7])
+    assert describe(own, ["a", "b"]) == "partitions 0-2,5,7 of 8, jobs a,b"
+    assert describe(Ownership(partitions=8, owned=[]), []) == "partitions none of 8, jobs -"
+    assert describe(own, [f"j{i}" for i in range(25)], shown=2) == "partitions 0-2,5,7 of 8, jobs j0,j1,+23"
