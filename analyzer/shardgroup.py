@@ -56,6 +56,12 @@ class ShardGroup:
         }
         self._consumer = Consumer(conf)
         self.topic = self.settings.topic(DETECT_TOPIC)
+        meta = self._consumer.list_topics(self.topic, timeout=10).topics.get(self.topic)
+        found = len(meta.partitions) if meta is not None else 0
+        if found != self.owner.partitions:  # jobs would map to partitions no member owns, or to several
+            self._consumer.close()
+            raise ValueError(f"{self.topic} has {found} partitions, detect_partitions is {self.owner.partitions}: "
+                             "every detect shard must use the topic's count")
         self._consumer.subscribe([self.topic], on_assign=self._membership.assigned(self._assigned),
                                  on_revoke=self._membership.revoked(self._revoked),
                                  on_lost=self._membership.revoked(self._lost))
