@@ -52,6 +52,7 @@ from vigil.analyzer.detect.straggler import StragglerDetector
 from vigil.analyzer.detect.traffic import TrafficDetector
 from vigil.analyzer.positions import PositionStore
 from vigil.analyzer.settings import AnalyzerSettings
+from vigil.analyzer.shard import Ownership
 from vigil.clickhouse.query import QueryClient
 from vigil.contract import Alert
 from vigil.errors import one_line
@@ -170,6 +171,7 @@ class LiveCursor:
     book: AlertBook
     store: PositionStore | None = None
     stages: Sequence[FindingStage] = ()
+    owner: Ownership | None = None  # the jobs this shard judges (shard.py); None: every job
     positions: dict[str, datetime] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     backlog: int = 0  # instants known to wait after the last turn
@@ -182,6 +184,7 @@ class LiveCursor:
     _unsaved: dict[str, datetime] = field(default_factory=dict)
     _unfinished: set[str] = field(default_factory=set)
     _loaded: bool = False
+    _owner_seen: int = 0
     _frontiers: Mapping[str, datetime] | None = None  # the turn's topic frontiers (None: not measured)
     clock: Callable[[], float] = time.monotonic  # wall seconds: the turn's budget (tests give a clock of their own)
     _rounds: deque[float] = field(default_factory=lambda: deque(maxlen=ROUNDS_KEPT))  # recent rounds' wall seconds
@@ -203,11 +206,16 @@ class LiveCursor:
             self.positions.update(self.store.load())
             self._unfinished |= set(self.positions)
         self._loaded = True
+        if self.owner is not None and self.owner.changed != self._owner_seen:
+            self._owner_seen = self.owner.changed
+            self._handover()
         fr = frontier or datetime.now(UTC)
         clocks = job_clocks(client, active_since=fr - timedelta(seconds=s.job_idle_s), also=sorted(self._unfinished),
                             frontier=fr, idle_s=s.watermark_idle_s, max_lag_s=s.watermark_max_lag_s,
                             gone_lag_s=s.watermark_gone_lag_s, gone_min_s=s.watermark_gone_min_s,
                             behind=topic_behind(topics, datetime.now(UTC), s.watermark_idle_s))
+        if self.owner is not None:
+            clocks = [c for c in clocks if self.owner.owns(c.job)]
         self._frontiers = topics
         queues: dict[str, deque[datetime]] = {}
         by_job = {c.job: c for c in clocks}
@@ -253,6 +261,31 @@ class LiveCursor:
                              for c in clocks if c.job in self.positions), default=0.0)
         del self.errors[:-20]
         return out
+
+    def owned_jobs(self) -> list[str]:
+        """The jobs this cursor holds a position of and owns (any thread: a copy of the keys first)."""
+        return sorted(j for j in list(self.positions) if self.owner is None or self.owner.owns(j))
+
+    def _handover(self) -> None:
+        """Jobs moved between shards: let go of those lost, go on with each owned one from its saved position.
+
+        Every job restarts as after an analyzer restart (a fresh walk and epoch tracker: live equals replay); a
+        gained job starts where its last owner saved it (its book is the caller's to restore, from the topics).
+        """
+        assert self.owner is not None
+        stored = self.store.load() if self.store is not None else {}
+        for job in list(self.positions):
+            if not self.owner.owns(job):
+                self.positions.pop(job)
+                self._unsaved.pop(job, None)
+        self._unfinished = {j for j in self._unfinished if self.owner.owns(j)}
+        for job, pos in stored.items():
+            if self.owner.owns(job):
+                self.positions[job] = max(pos, self.positions.get(job, pos))
+                self._unfinished.add(job)
+        self._trackers.clear()
+        self._walks.clear()
+        self._judged_wall.clear()
 
     def _plan(self, c: JobClock) -> tuple[list[datetime], bool]:
         """The next instants to judge for `c.job` (at most `max_catchup`), and whether more wait after them."""

@@ -16,9 +16,13 @@ delays judgement instead of making hosts look silent, and each topic's own front
 heavy topic behind a light one holds its sources' jobs back instead of letting them go. `health()` is cheap: figures
 sampled by the threads, never a query.
 
-Ingest scales out (instances share the consumer group); detection does not: each
-detecting instance keeps its own alert book, so exactly one runs with `detect` on and
-the others are ingest-only (`vigil analyzer --ingest-only`).
+Ingest scales out (instances share the consumer group); so does detection, by job: with
+`detect_shards` on, each detecting instance joins the `vigil-detect` group and judges only
+the jobs of the partitions it is assigned (analyzer/shardgroup.py). A turn holds the turn
+lock through publishing and saving positions, so a revocation waits for it; after an
+assignment changed, the next turn first restores the owned jobs' alert and incident books
+from their topics (and drops the others'), and the cursor goes on from the saved positions.
+Off (the default), one detecting instance judges every job.
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ from vigil.analyzer.ingest.loop import IngestLoop
 from vigil.analyzer.metrics import AnalyzerMetrics
 from vigil.analyzer.positions import ClickHousePositions
 from vigil.analyzer.settings import AnalyzerSettings
+from vigil.analyzer.shard import Ownership, describe
+from vigil.analyzer.shardgroup import ShardGroup
 from vigil.clickhouse.client import open_client
 from vigil.contract import Event
 from vigil.errors import one_line
@@ -63,8 +69,13 @@ class AnalyzerService:
                                       signer=signer(Role.ANALYZER, ctx.settings.home))
         self.book = AlertBook(refresh_s=self.settings.refresh_s)
         self.incidents = IncidentStage(self.settings)
+        sharded = self.settings.detect and self.settings.detect_shards
+        self.owner = Ownership(partitions=self.settings.detect_partitions, owned=[]) if sharded else None
+        self.group: ShardGroup | None = None
+        self._turn_lock = threading.Lock()  # a turn, its publishing and its positions saved: a handover waits
+        self._books_seen = 0  # the ownership change the books were last restored for
         self.cursor = LiveCursor(settings=self.settings, book=self.book, store=ClickHousePositions(client=ctx.clickhouse),
-                                 stages=(self.incidents,))
+                                 stages=(self.incidents,), owner=self.owner)
         self.ingest: IngestLoop | None = None
         self.alerts_published = 0
         self._unpublished: list[Event] = []
@@ -77,7 +88,7 @@ class AnalyzerService:
         self._turn_published: list[Event] = []
 
     def start(self) -> None:
-        if self.settings.detect:
+        if self.settings.detect and self.owner is None:  # a shard restores its jobs' books once they are assigned
             self.book.restore(read_alert_events(self.ctx.settings, self.ctx.bootstrap))
             self.incidents.book.restore(read_incident_events(self.ctx.settings, self.ctx.bootstrap))
         # its own producer: a flush reports every failure since the last one, so one user each
@@ -97,6 +108,10 @@ class AnalyzerService:
         self._threads = [
             threading.Thread(target=self.ingest.run, args=(self._stop,), name="analyzer-ingest", daemon=True),
         ]
+        if self.owner is not None:
+            self.group = ShardGroup(settings=self.ctx.settings, bootstrap=self.ctx.bootstrap, owner=self.owner,
+                                    turn_lock=self._turn_lock)
+            self._threads.append(threading.Thread(target=self._group_loop, name="analyzer-shard", daemon=True))
         if self.settings.detect:
             self._threads.append(threading.Thread(target=self._detect_loop, name="analyzer-detect", daemon=True))
         for t in self._threads:
@@ -114,8 +129,35 @@ class AnalyzerService:
             period = self.settings.detect_interval_s
             wait = period if self._turn_failed else 0.0 if self.cursor.backlog else max(0.0, period - took)
 
+    def _group_loop(self) -> None:
+        assert self.group is not None
+        while not self._stop.is_set():
+            self.group.poll(0.5)
+
+    def _restore_owned(self) -> None:
+        """Jobs moved: keep the books of the jobs owned now, restored from the topics (the source of truth)."""
+        assert self.owner is not None
+        owns = self.owner.owns
+        self.book.current = {fp: a for fp, a in self.book.current.items() if owns(a.job_id)}
+        self.book.restore(a for a in read_alert_events(self.ctx.settings, self.ctx.bootstrap) if owns(a.job_id))
+        book = self.incidents.book
+        book.current = {k: i for k, i in book.current.items() if owns(i.job_id)}
+        book.restore(i for i in read_incident_events(self.ctx.settings, self.ctx.bootstrap) if owns(i.job_id))
+
     def detect_once(self) -> int:
         """One turn of the detector loop; the number of alert and incident events published."""
+        with self._turn_lock:
+            if self.owner is not None and self.owner.changed != self._books_seen:
+                try:
+                    self._restore_owned()
+                except Exception as exc:  # the topics cannot be read: no turn on books that may be stale
+                    self.last_error = f"detect: restoring the books: {one_line(exc)}"
+                    self._turn_failed = True
+                    return 0
+                self._books_seen = self.owner.changed
+            return self._detect_turn()
+
+    def _detect_turn(self) -> int:
         self._turn_failed = False
         self._turn_published = []
         before = self.alerts_published
@@ -152,6 +194,9 @@ class AnalyzerService:
         for t in self._threads:
             t.join(timeout=30)
         self._threads = []
+        if self.group is not None:  # after the detect loop stopped: its last turn is saved, the others take over
+            self.group.close()
+            self.group = None
         try:
             self.producer.flush(10)
         except Exception as exc:
@@ -185,6 +230,7 @@ class AnalyzerService:
                                if ing is not None and ing.decoder is not None else None),
             "last_error": errors[0] if errors else "",
             "detect": self.settings.detect,
+            "shard": describe(self.owner, self.cursor.owned_jobs()),
             "alerts_firing": len(self.book.firing()),
             "incidents_open": len(self.incidents.book.open()),
             "alerts_published": self.alerts_published,
@@ -195,3 +241,4 @@ class AnalyzerService:
             "detect_behind_s": round(self.cursor.behind_s, 1),
             "metrics_url": self._metrics_server.url if self._metrics_server is not None else "",
         }
+

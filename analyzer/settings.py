@@ -156,8 +156,13 @@ class AnalyzerSettings(VigilBaseSettings):
     dedup_window_s: float = Field(default=60.0, gt=0, description="event time: re-sends of step/heartbeat/NIC events "
                                   "this recent are caught in memory; older ones are looked up in ClickHouse")
     # detector cadence
-    detect: bool = Field(default=True, description="run the detectors; exactly one analyzer per cluster should "
-                         "(more instances with detect off scale the ingest)")
+    detect: bool = Field(default=True, description="run the detectors; one analyzer per cluster, or several "
+                         "with `detect_shards` on (instances with detect off scale the ingest)")
+    detect_shards: bool = Field(default=False, description="share detection with the other detecting analyzers: "
+                                "join the `vigil-detect` group and judge only the jobs of the partitions it assigns "
+                                "(analyzer/shard.py); off: this analyzer judges every job")
+    detect_partitions: int = Field(default=64, ge=1, le=1024, description="partitions of `detect-jobs` the jobs "
+                                   "are spread over (the most detect shards that get work); the same on every shard")
     detect_interval_s: float = Field(default=2.0, gt=0, description="wall-clock period of the detector loop")
     eval_step_s: float = Field(default=2.0, gt=0, description="event-time spacing of evaluation points")
     max_catchup: int = Field(default=60, ge=1, description="most evaluation points per job per loop turn (the rest "

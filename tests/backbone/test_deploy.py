@@ -45,10 +45,12 @@ def test_every_container_command_parses() -> None:
         assert callable(args.handler), argv
 
 
-def test_exactly_one_detecting_analyzer() -> None:
+def test_detecting_analyzers_are_sharded_by_job() -> None:
     analyzers = [c for c in k8s_containers() if c.get("args", [None])[0] == "analyzer"]
-    detecting = [c for c in analyzers if "--ingest-only" not in c["args"]]
-    assert [c["replicas"] for c in detecting] == [1]
+    (detecting,) = [c for c in analyzers if "--ingest-only" not in c["args"]]
+    # several replicas only as shards: each job judged by one of them (analyzer/README.md "Sharding")
+    assert detecting["replicas"] > 1
+    assert {"name": "VIGIL_ANALYZER_DETECT_SHARDS", "value": "true"} in detecting["env"]
 
 
 def test_exactly_one_notifier_recreated_on_rollout() -> None:

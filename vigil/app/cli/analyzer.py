@@ -22,7 +22,7 @@ from vigil.settings import VigilSettings
 def register(sub: Any) -> None:
     an = sub.add_parser("analyzer", help="run ingest + detectors standalone, or replay detectors over history")
     an.add_argument("--ingest-only", action="store_true",
-                    help="ingest without running the detectors (scale-out instances; exactly one analyzer detects)")
+                    help="ingest without running the detectors (scale-out instances; detection: one analyzer, or shards)")
     an.set_defaults(handler=cmd_analyzer)
     an_sub = an.add_subparsers(dest="analyzer_command", metavar="SUBCOMMAND")
     rp = an_sub.add_parser("replay", help="re-run the detectors over stored history; print the alerts they raise")

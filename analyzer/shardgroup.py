@@ -1,0 +1,94 @@
+"""A detect shard's share of the jobs: the consumer group `vigil-detect` over the `detect-jobs` topic's partitions.
+
+Every detecting analyzer started with `detect_shards` on joins the group; Kafka's assignment gives each partition
+(`shard.partition_of`: the jobs keyed to it) to exactly one live member, so each job is judged by one shard at a
+time. A member that dies stops heartbeating and the group hands its partitions to the others after the session
+timeout (6 s); a member joining moves some (the eager protocol revokes before it assigns, so no partition is ever
+held by two members at once).
+
+Handover: a revocation waits on `turn_lock`, which the detect loop holds for a whole turn, its publishing and the
+saving of its positions, so the shard releases a job only after its alerts are on the topic and its position is
+stored; the next owner's cursor (`LiveCursor.owner`) then goes on from that position and the service restores the
+gained jobs' alert and incident books from their topics. A shard that dies mid-turn leaves at most that turn's
+instants unsaved: the next owner judges them again and the book, rebuilt from the topic, publishes nothing new
+(an alert's event id is its fingerprint, status and instant). `poll()` must be called often (the callbacks run in
+it); `close()` settles a join in flight first (`vigil.kafka.membership`). Nothing is ever read from the topic:
+membership is all it is for.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+
+from vigil.analyzer.shard import DETECT_GROUP, DETECT_TOPIC, Ownership
+from vigil.kafka.admin import client_config, ensure_topics
+from vigil.kafka.membership import Membership
+from vigil.settings import VigilSettings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(kw_only=True)
+class ShardGroup:
+    settings: VigilSettings
+    bootstrap: str
+    owner: Ownership
+    turn_lock: threading.Lock
+    group: str = DETECT_GROUP
+    session_timeout_ms: int = 6000
+    _membership: Membership = field(default_factory=Membership, init=False)
+
+    def __post_init__(self) -> None:
+        ensure_topics(self.settings, self.bootstrap, [DETECT_TOPIC], partitions=self.owner.partitions)
+        conf: dict[str, Any] = {
+            **client_config(self.settings, self.bootstrap),
+            "group.id": f"{self.settings.topic_prefix}{self.group}",
+            "enable.auto.commit": False,
+            "session.timeout.ms": self.session_timeout_ms,
+            "heartbeat.interval.ms": 500,
+            "max.poll.interval.ms": 300_000,
+            "partition.assignment.strategy": "roundrobin",
+        }
+        self._consumer = Consumer(conf)
+        self.topic = self.settings.topic(DETECT_TOPIC)
+        meta = self._consumer.list_topics(self.topic, timeout=10).topics.get(self.topic)
+        found = len(meta.partitions) if meta is not None else 0
+        if found != self.owner.partitions:  # jobs would map to partitions no member owns, or to several
+            self._consumer.close()
+            raise ValueError(f"{self.topic} has {found} partitions, detect_partitions is {self.owner.partitions}: "
+                             "every detect shard must use the topic's count")
+        self._consumer.subscribe([self.topic], on_assign=self._membership.assigned(self._assigned),
+                                 on_revoke=self._membership.revoked(self._revoked),
+                                 on_lost=self._membership.revoked(self._lost))
+
+    def _assigned(self, _c: Consumer, parts: list[TopicPartition]) -> None:
+        if self._membership.closing:
+            return
+        with self.turn_lock:
+            self.owner.assign(p.partition for p in parts)
+        log.info("detect shard: owns partitions %s", sorted(p.partition for p in parts))
+
+    def _revoked(self, _c: Consumer, parts: list[TopicPartition]) -> None:
+        with self.turn_lock:  # the turn in progress is published and saved first
+            self.owner.revoke(p.partition for p in parts)
+
+    def _lost(self, _c: Consumer, parts: list[TopicPartition]) -> None:
+        self.owner.revoke(p.partition for p in parts)  # already someone else's: stop at the next turn
+
+    def poll(self, timeout: float = 0.5) -> None:
+        self._consumer.poll(timeout)  # serves the callbacks; nothing is produced to the topic
+
+    def close(self) -> None:
+        """Leave the group (after the polling thread stopped); the others take the partitions at once."""
+        with self.turn_lock:
+            self.owner.revoke(range(self.owner.partitions))
+        try:
+            self._membership.settle(self._consumer, self.topic)
+            self._consumer.close()
+        except RuntimeError:
+            pass

@@ -1,0 +1,69 @@
+"""Jobs handed between detect shards mid-burst are judged at every instant once: live equals replay."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from test_detectors import caught_up, load
+from test_live_cursor import key, simulated
+
+from vigil.analyzer.alerts.book import AlertBook
+from vigil.analyzer.engine import LiveCursor, replay
+from vigil.analyzer.positions import MemoryPositions
+from vigil.analyzer.settings import AnalyzerSettings
+from vigil.analyzer.shard import Ownership, partition_of
+from vigil.clickhouse.client import connect
+from vigil.contract import Alert
+
+pytestmark = [pytest.mark.clickhouse, pytest.mark.slow]
+
+JOBS = ("handed-a", "handed-b")
+
+
+def test_a_job_moved_to_another_shard_and_a_dead_shards_jobs_raise_each_alert_once(clickhouse_dsn: str,
+                                                                                     database: str) -> None:
+    pa, pb = (partition_of(j) for j in JOBS)
+    assert pa != pb
+    batches = {job: simulated(job, 100, seed=5 + i) for i, job in enumerate(JOBS)}
+    client = connect(clickhouse_dsn, database=database)
+    settings = AnalyzerSettings(max_catchup=7, turn_budget_s=0.2)
+    store = MemoryPositions()  # detect_positions: shared by the shards
+    owners = [Ownership(owned=[pa, pb]), Ownership(owned=[])]
+    cursors = [LiveCursor(settings=settings, book=AlertBook(refresh_s=settings.refresh_s), store=store, owner=o)
+               for o in owners]
+    live: list[Alert] = []  # the alerts topic
+    now = datetime.now(UTC)
+
+    def turn(frontier: datetime) -> None:
+        for cursor in cursors:
+            live.extend(caught_up(cursor, client, frontier))
+            cursor.commit()
+        for job in JOBS:  # each job owned by exactly one shard at a time
+            assert sum(o.owns(job) for o in owners) == 1
+
+    def gain(k: int) -> None:  # the new owner restores the gained jobs' book from the topic
+        cursors[k].book.restore(a for a in live if owners[k].owns(a.job_id))
+        judged = [c.instants_judged for c in cursors]
+        turn(now)  # nothing new: the new owner goes on from the saved positions, judging nothing twice
+        assert [c.instants_judged for c in cursors] == judged
+
+    for k, chunk in enumerate((slice(0, 35), slice(35, 70), slice(70, None))):
+        load(clickhouse_dsn, database, [e for job in JOBS for b in batches[job][chunk] for e in b])
+        turn(now)
+        if k == 0:  # the group grows: job b moves to the second shard
+            owners[0].revoke([pb])
+            owners[1].assign([pb])
+            gain(1)
+        elif k == 1:  # the first shard dies: its jobs move to the second
+            owners[0].revoke([pa])
+            cursors.pop(0)
+            owners.pop(0)
+            owners[0].assign([pa, pb])
+            gain(0)
+    turn(datetime.now(UTC) + timedelta(seconds=settings.watermark_idle_s + 1))
+    assert len({a.event_id for a in live}) == len(live)  # none raised twice
+    for job in JOBS:
+        expected = replay(client, settings, job)
+        assert {a.alert for a in expected} >= {"straggler", "heartbeat_loss", "process_exit"}
+        assert key([a for a in live if a.job_id == job]) == key(expected)
