@@ -32,7 +32,8 @@ def cmd_publish(args: argparse.Namespace) -> int:
     from vigil.app.stack.state import resolve_bootstrap
     from vigil.contract.control import Diagnostic
     from vigil.kafka.producer import EventProducer
-    from vigil.signing import Role, signer
+    from vigil.signing import Role
+    from vigil.signing.setup import signer
 
     core = VigilSettings.load()
     key = signer(Role.AGENT, core.home, host=args.host)
