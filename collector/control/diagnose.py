@@ -16,12 +16,11 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
 
-from vigil.collector.control.warmdiag import SERVE, WarmDiagnostics
+from vigil.collector.control.warmdiag import SAFE_CWD, SAFE_PYTHON, SERVE, WarmDiagnostics
 from vigil.contract import Command, DiagnoseParams, Diagnostic, Event, validate_event
 from vigil.trainside import env
 
@@ -57,7 +56,7 @@ class DiagnosticRun:
 
 def diagnostics_argv(p: DiagnoseParams) -> list[str]:
     """The argv of this installation's diagnostics for `p` (every value typed and bounded by the contract)."""
-    return [sys.executable, "-m", "vigil.recovery.diagnostics", "--checks", ",".join(c.value for c in p.checks),
+    return [*SAFE_PYTHON, "-m", "vigil.recovery.diagnostics", "--checks", ",".join(c.value for c in p.checks),
             "--round", str(p.round), "--group", ",".join(p.group), "--rank", str(p.rank),
             "--master-addr", p.master_addr, "--master-port", str(p.master_port),
             "--timeout", str(p.check_timeout_s), "--gemm-size", str(p.gemm_size), "--gemm-iters", str(p.gemm_iters),
@@ -92,7 +91,7 @@ def _run(proc: subprocess.Popen[bytes] | None, argv: list[str], env: dict[str, s
     started = time.monotonic()
     try:
         if proc is None:
-            proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
+            proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, cwd=SAFE_CWD,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     except OSError as exc:
         run.returncode, run.tail = 127, f"cannot start {argv[0]!r}: {exc.strerror or exc}"

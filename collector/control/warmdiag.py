@@ -25,7 +25,12 @@ from dataclasses import dataclass, field
 from vigil.collector.control.warm import IdleProcess
 
 log = logging.getLogger(__name__)
-SERVE = [sys.executable, "-m", "vigil.recovery.diagnostics", "--serve"]
+SAFE_PYTHON = (sys.executable, "-P")
+"""The diagnostics' interpreter: `-P`, no working directory (nor script directory) on `sys.path`. The agent may run as
+root beside a job of another uid (`vigil run --user`) whose files sit in the directory it was started from: a module
+planted there must never be imported by what runs as the agent (an attacker's review)."""
+SAFE_CWD = "/"  # and they start there, not in the job's working directory
+SERVE = [*SAFE_PYTHON, "-m", "vigil.recovery.diagnostics", "--serve"]
 
 
 @dataclass(kw_only=True)
@@ -40,7 +45,7 @@ class WarmDiagnostics(IdleProcess):
             if self._closed or (self._proc is not None and self._proc.poll() is None):
                 return
             try:
-                self._proc = self._spawn(self.argv, self.env, subprocess.STDOUT)
+                self._proc = self._spawn(self.argv, self.env, subprocess.STDOUT, cwd=SAFE_CWD)
             except OSError as exc:
                 log.warning("warm diagnostics: cannot start %s (%s); the next round starts cold", self.argv[0], exc)
                 self._proc = None
