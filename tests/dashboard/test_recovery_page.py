@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.dashboard.recstory import CULPRIT, JOB, Story, load, story
+from tests.dashboard.simdata import simulate
 from vigil.dashboard.queries import recovery as q
 from vigil.dashboard.store import Store
 
@@ -30,6 +31,7 @@ def store(clickhouse_dsn: str, told: Story) -> Store:
     migrate_all(client, 3650)  # the fleet's fixed dates: kept past the 30-day TTL (tests/conftest.py)
     load(client, told.events)
     load(client, told.events)  # delivered twice: the page must not count anything twice
+    simulate(client, job=JOB, hosts=2, steps=30, faults=["straggler:host=sim-host-0001,phase=forward,start=20,magnitude=2"])
     return Store(client=client)
 
 
@@ -51,16 +53,22 @@ def test_the_recovery_with_its_steps_timings_and_outcome(store: Store, told: Sto
 
 
 def test_current_cordons_and_goodput_agree_with_the_controller(store: Store, told: Story) -> None:
-    from vigil.recovery.controller.goodput import job_goodput
+    from vigil.dashboard.queries.overview import job_health
+    from vigil.recovery.controller.goodput import job_costs
+    from vigil.recovery.controller.report import history
 
     (cordon,) = q.cordons(store)
     assert (cordon["target"], cordon["incident"], cordon["who"]) == (CULPRIT, told.incident_id, "controller")
     mine = q.goodput(store, JOB, q.recoveries(store, JOB))
-    theirs = job_goodput(told.state, told.state.job(JOB), told.now)
-    assert mine is not None and theirs is not None
-    assert (mine.ratio, mine.iterations, mine.step_ms, mine.wall_s) == (
-        theirs.ratio, theirs.iterations, theirs.step_ms, theirs.wall_s)
-    assert mine.costs == theirs.costs and 0 < mine.ratio < 1
+    health = job_health(store)[JOB]
+    assert mine is not None and mine.ratio == health.ettr and health.ideal_step_ms is not None
+    assert mine.step_ms == round(health.ideal_step_ms, 3)
+    assert mine.costs == job_costs(told.state, told.state.job(JOB), health.ideal_step_ms)
+    assert 0 < mine.ratio < 1 and mine.iterations == 30 and health.median_step_ms is not None
+    assert mine.step_ms < health.median_step_ms, "the straggler's slowed steps are not the ideal step time"
+    figures = {"effective_ratio": mine.ratio, "iterations": mine.iterations, "step_ms": mine.step_ms,
+               "wall_s": mine.wall_s}
+    assert history(told.state, told.now, JOB, ettr={JOB: figures})["jobs"][JOB]["effective_ratio"] == mine.ratio
     states = {m["host"]: m["agent_state"] for m in q.members(store, JOB)}
     assert states == {h: m.state for h, m in told.state.job(JOB).members.items()}
     assert states["h0"] == states["h1"] == "training" and states[CULPRIT] != "training"
@@ -77,6 +85,7 @@ def test_the_page_tells_the_story_read_only(store: Store, told: Story) -> None:
     svc.start()
     try:
         page = render_page(svc.url, "/recovery", f"?job={JOB}")
+        over = " ".join(texts(render_page(svc.url, "/overview", f"?job={JOB}")))
     finally:
         svc.stop()
     shown = " ".join(texts(page))
@@ -85,6 +94,7 @@ def test_the_page_tells_the_story_read_only(store: Store, told: Story) -> None:
     assert "from checkpoint step 10 (first step 11)" in shown
     g = q.goodput(store, JOB, q.recoveries(store, JOB))
     assert g is not None and "effective training time ratio" in shown and f"{g.ratio:.1%}" in shown
+    assert "effective training time ratio" in over and f"{g.ratio:.1%}" in over, "the two pages agree"
     for what in ("detect", "decide", "pause", "diagnose", "restart", "checkpoint load", "steps lost"):
         assert what in shown, what
     cordon = find(page, {"type": "rec-act", "action": "cordon", "target": "h0", "job": JOB})
