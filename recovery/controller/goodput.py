@@ -3,8 +3,9 @@
 `outcome()` builds the `outcome` event that closes a case: time to detect (first sign ->
 incident), to decide, to pause, to diagnose, to restart (start commands -> first step after
 the restart, the checkpoint load included, also given alone from the ranks' `restored`
-checkpoint events), the total (first sign -> first step), and the steps lost (last step
-before the fault - the checkpoint step training resumed from). `job_costs()` is what each recovery cost a job; the
+checkpoint events), the total (first sign -> first step), and the steps lost: the last step the
+ranks completed before the fault (their agents' reports, which count completed steps only, and
+at least the step restored: a checkpoint of step s proves s completed) - the step resumed from. `job_costs()` is what each recovery cost a job; the
 job's effective training time ratio itself is vigil.contract.goodput's, read from the ranks'
 step records (the controller's fold holds no per-step times). Pure functions of the folded state.
 """
@@ -55,6 +56,8 @@ def outcome(state: ClusterState, case: Case, result: str, now: datetime, reason:
     last_steps = [int(v) for d in ((pause.started_details, pause.details) if pause else ())
                   for v in d.get("last_steps", {}).values()]
     last = max(last_steps) if last_steps else None
+    if last is not None and ckpt_step is not None:  # a checkpoint of step s proves s completed (reports may lag)
+        last = max(last, ckpt_step)
     return Outcome(
         job_id=case.job_id, host="controller", ts=now, incident_id=case.case_id, result=result,  # type: ignore[arg-type]
         category=str(d.get("category", "")), cause=str(d.get("cause", "")), first_sign=first_sign, detected=detected,
