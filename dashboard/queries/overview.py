@@ -70,6 +70,7 @@ class JobHealth:
     median_step_ms: float | None
     ideal_step_ms: float | None
     wall_s: float | None  # the ratio's wall clock
+    first_ms: int | None  # its first step's record (epoch ms): the wall clock starts one ideal step before
     last_step_ms: float | None
     last_mfu: float | None
     ettr: float | None
@@ -103,6 +104,7 @@ def job_health(store: Store, job: str | None = None) -> dict[str, JobHealth]:
             job_id=str(r["job_id"]), steps=int(r["steps"] or 0),
             last_step=None if r["last_step"] is None else int(r["last_step"]),
             median_step_ms=_opt_float(r["median_step_ms"]), ideal_step_ms=ideal, wall_s=wall,
+            first_ms=None if r["first_ms"] is None else int(r["first_ms"]),
             last_step_ms=_opt_float(r["last_step_ms"]),
             last_mfu=_opt_float(r["last_mfu"]), ettr=_opt_float(r["ettr"]),
             hosts_reporting=int(r["reporting"] or 0), hosts_known=int(r["known"] or 0),

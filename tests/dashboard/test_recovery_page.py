@@ -161,3 +161,17 @@ def test_the_latest_advice_shows_with_its_curve_hosts_and_the_previous_score(sto
     for what in ("recommended nodes", "2,000/s", "12.5% of step time", "-5.0 %", "hot: h1",
                  "recommend 2 nodes: going to 3 adds 10%", "adv-new"):
         assert what in shown, what
+
+
+def test_the_ledger_sums_to_the_wall_clock_and_implies_the_pages_ettr(store: Store) -> None:
+    from vigil.dashboard.queries.ledger import job_ledger
+    from vigil.dashboard.queries.overview import job_health
+
+    health = job_health(store)[JOB]
+    whole = job_ledger(store, JOB)
+    assert whole is not None and whole.balanced(), whole  # the ranks' mean step times vs their clock: within 0.5 %
+    assert whole.ettr == pytest.approx(health.ettr, rel=1e-4) and whole.seconds["slowdown"] > 0, whole
+    recent = job_ledger(store, JOB, 10.0)  # the last 10 s of the job's clock: the straggler's slowed steps
+    assert recent is not None and recent.wall_s == pytest.approx(10.0) and recent.balanced(), recent
+    assert recent.seconds["slowdown"] > 0 and recent.seconds["productive"] < whole.seconds["productive"]
+    assert job_ledger(store, "no-such-job") is None

@@ -19,6 +19,7 @@ from vigil.app.cli import (
     collector,
     dashboard,
     demo,
+    goodput,
     incidents,
     keys,
     notify,
@@ -28,7 +29,7 @@ from vigil.app.cli import (
 )
 from vigil.errors import VigilError
 
-COMMAND_MODULES = (stack, demo, collector, analyzer, incidents, recovery, dashboard, trace, notify, keys, advise)
+COMMAND_MODULES = (stack, demo, collector, analyzer, incidents, recovery, goodput, dashboard, trace, notify, keys, advise)
 
 
 def build_parser() -> argparse.ArgumentParser:
