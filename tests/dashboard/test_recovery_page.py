@@ -126,7 +126,11 @@ def test_in_the_browser_the_story_shows_and_the_buttons_are_disabled(dash_duo: A
     assert len(buttons) >= 7 and all(not b.is_enabled() for b in buttons)  # cordon+evict x 3 hosts, uncordon
     bar = dash_duo.find_element("#action-bar")
     assert bar.is_displayed() and "read-only" in bar.text
-    assert not dash_duo.driver.find_element_by_id("rec-token").is_enabled()
+    token = dash_duo.driver.find_element_by_id("rec-token")
+    assert not token.is_enabled() and not token.is_displayed(), "read-only: no inputs to type into"
+    dash_duo.driver.find_element_by_id("nav-overview").click()  # no action is taken there: no action bar
+    dash_duo.wait_for_contains_text("#page-title", "Overview", timeout=30)
+    assert not dash_duo.driver.find_element_by_id("action-bar").is_displayed()
     assert [e for e in (dash_duo.get_logs() or []) if e.get("level") == "SEVERE"] == []
 
 
