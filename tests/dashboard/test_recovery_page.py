@@ -179,3 +179,10 @@ def test_the_ledger_sums_to_the_wall_clock_and_implies_the_pages_ettr(store: Sto
     assert recent is not None and recent.wall_s == pytest.approx(10.0) and recent.balanced(), recent
     assert recent.seconds["slowdown"] > 0 and recent.seconds["productive"] < whole.seconds["productive"]
     assert job_ledger(store, "no-such-job") is None
+    from vigil.app.cli.goodput import format_ledgers
+
+    text = format_ledgers(JOB, {"5m": recent, "all": whole}).splitlines()  # `vigil goodput --job J`
+    ettr = next(line for line in text if line.startswith("ETTR")).split()
+    assert ettr[1:] == [f"{recent.ettr:.1%}", f"{whole.ettr:.1%}"]
+    assert next(line for line in text if line.startswith("slowdown")).split()[1:3] == [
+        f"{recent.seconds['slowdown']:.1f}", f"{recent.seconds['slowdown'] / 10:.1%}"]

@@ -11,6 +11,7 @@ import argparse
 import json
 from typing import Any
 
+from vigil.contract.ledger import CATEGORIES, Ledger
 from vigil.settings import VigilSettings
 
 WINDOWS: dict[str, float | None] = {"5m": 300.0, "1h": 3600.0, "1d": 86400.0, "all": None}
@@ -25,7 +26,6 @@ def register(sub: Any) -> None:
 
 def cmd_goodput(args: argparse.Namespace) -> int:
     from vigil.app.stack.access import clickhouse_for_cli
-    from vigil.contract.ledger import CATEGORIES
     from vigil.dashboard.queries.ledger import job_ledger
     from vigil.dashboard.store import Store
 
@@ -39,15 +39,19 @@ def cmd_goodput(args: argparse.Namespace) -> int:
                                                         "balanced": led.balanced(), "seconds": led.seconds}
                           for w, led in ledgers.items()}, indent=2))
         return 0
+    print(format_ledgers(args.job, ledgers))
+    return 0
+
+
+def format_ledgers(job: str, ledgers: dict[str, Ledger | None]) -> str:
+    """The ledgers as a table: a column per window, a row per category (seconds and share of the wall clock)."""
     shown = [(w, led) for w, led in ledgers.items() if led is not None]
-    print(f"{args.job}: seconds (share of the wall clock)")
-    print(f"{'':<16}" + "".join(f"{w:>18}" for w, _ in shown))
+    lines = [f"{job}: seconds (share of the wall clock)", f"{'':<16}" + "".join(f"{w:>18}" for w, _ in shown)]
     for k in ("wall", *CATEGORIES):
         cells = [(led.wall_s, 1.0) if k == "wall" else (led.seconds[k], led.seconds[k] / led.wall_s)
                  for _, led in shown]
-        print(f"{k:<16}" + "".join(f"{v:>11.1f} {p:>5.1%}" for v, p in cells))
-    print(f"{'ETTR':<16}" + "".join(f"{led.ettr or 0:>18.1%}" for _, led in shown))
-    for w, led in shown:
-        if not led.balanced():
-            print(f"{w}: the records claim {led.over_s:.1f} s beyond the wall clock (they overlap)")
-    return 0
+        lines.append(f"{k:<16}" + "".join(f"{v:>11.1f} {p:>5.1%}" for v, p in cells))
+    lines.append(f"{'ETTR':<16}" + "".join(f"{led.ettr or 0:>18.1%}" for _, led in shown))
+    lines += [f"{w}: the records claim {led.over_s:.1f} s beyond the wall clock (they overlap)"
+              for w, led in shown if not led.balanced()]
+    return "\n".join(lines)
