@@ -3,7 +3,7 @@
 The window ends at the job's latest event (its clock, as ETTR's wall clock does) and starts `window_s` earlier,
 or at the job's first step when that is later (None: the whole job). In it: the distinct steps completed
 (one time each: the per-step mean over ranks; a step the window's start cuts, its share in the window), the ideal step time of the whole job (a window of slowed steps
-is slowdown, not a new ideal), the saves' blocked time (the slowest rank's per save), and the recoveries that
+is slowdown, not a new ideal; charged to hosts by their compute time above their peers'), the saves' blocked time (the slowest rank's per save), and the recoveries that
 resumed in it.
 """
 
@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from vigil.contract.ledger import Ledger, ledger
 from vigil.dashboard.queries import overview
+from vigil.dashboard.queries.heatmap import waiting_phases
+from vigil.dashboard.queries.window import Window
 from vigil.dashboard.store import Store
-from vigil.dashboard.tables import CHECKPOINTS, RECOVERY_OUTCOMES
+from vigil.dashboard.tables import CHECKPOINTS, PHASE_HOST_WINDOWS, RECOVERY_OUTCOMES
 
 _STEPS_SQL = f"""
 WITH steps AS ({overview.PER_STEP.format(where="WHERE job_id = {job:String}")})
@@ -34,6 +36,17 @@ FROM {RECOVERY_OUTCOMES} WHERE verified = 1 AND job_id = {{job:String}} GROUP BY
 HAVING resumed IS NOT NULL AND toUnixTimestamp64Milli(resumed) > {{since:Int64}}
 """
 
+# per host, its compute time above the median host's per phase (waits and collectives excluded: there the
+# straggler's peers wait for it), times its occurrences
+_EXCESS_SQL = f"""
+WITH per AS (SELECT host, phase, sum(sum_ms) / greatest(sum(n), 1) AS mean_ms, sum(n) AS runs FROM {PHASE_HOST_WINDOWS}
+             WHERE job_id = {{job:String}} AND toUnixTimestamp64Milli(last_ts) > {{since:Int64}}
+               AND phase NOT IN {{waits:Array(String)}} GROUP BY host, phase),
+med AS (SELECT phase, quantileExactInclusive(0.5)(mean_ms) AS med FROM per GROUP BY phase)
+SELECT p.host AS host, sum(greatest(0, p.mean_ms - m.med) * p.runs) AS excess_ms
+FROM per AS p INNER JOIN med AS m ON m.phase = p.phase GROUP BY p.host
+"""
+
 
 def job_ledger(store: Store, job: str, window_s: float | None = None) -> Ledger | None:
     """The job's ledger over the last `window_s` of its clock (None: all of it); None before its first step."""
@@ -47,5 +60,8 @@ def job_ledger(store: Store, job: str, window_s: float | None = None) -> Ledger 
     times = [(float(r["step_ms"]), float(r["share"])) for r in store.rows("the job's steps", _STEPS_SQL, params)]
     saves = [float(r["blocked_ms"]) for r in store.rows("checkpoint saves", _SAVES_SQL, params)]
     outs = store.rows("recovery outcomes", _OUTCOMES_SQL, params)
+    waits = waiting_phases(store, Window(job=job, start_ms=since, end_ms=int(end_ms)))
+    excess = {str(r["host"]): float(r["excess_ms"])
+              for r in store.rows("compute time per host", _EXCESS_SQL, {**params, "waits": waits})}
     return ledger(wall_s=(end_ms - since) / 1000, ideal_ms=h.ideal_step_ms, step_ms=times, save_blocked_ms=saves,
-                  outcomes=outs)
+                  outcomes=outs, excess_ms=excess)

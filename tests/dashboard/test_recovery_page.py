@@ -15,6 +15,7 @@ from vigil.dashboard.queries import recovery as q
 from vigil.dashboard.store import Store
 
 pytestmark = pytest.mark.clickhouse
+STRAGGLER = "sim-host-0001"
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +32,7 @@ def store(clickhouse_dsn: str, told: Story) -> Store:
     migrate_all(client, 3650)  # the fleet's fixed dates: kept past the 30-day TTL (tests/conftest.py)
     load(client, told.events)
     load(client, told.events)  # delivered twice: the page must not count anything twice
-    simulate(client, job=JOB, hosts=2, steps=30, faults=["straggler:host=sim-host-0001,phase=forward,start=20,magnitude=2"])
+    simulate(client, job=JOB, hosts=2, steps=30, faults=[f"straggler:host={STRAGGLER},phase=forward,start=20,magnitude=2"])
     return Store(client=client)
 
 
@@ -178,6 +179,8 @@ def test_the_ledger_sums_to_the_wall_clock_and_implies_the_pages_ettr(store: Sto
     recent = job_ledger(store, JOB, 10.0)  # the last 10 s of the job's clock: the straggler's slowed steps
     assert recent is not None and recent.wall_s == pytest.approx(10.0) and recent.balanced(), recent
     assert recent.seconds["slowdown"] > 0 and recent.seconds["productive"] < whole.seconds["productive"]
+    culprit, charged = next(iter(recent.slowdown_by.items()))  # most charged first
+    assert culprit == STRAGGLER and charged >= 0.9 * recent.seconds["slowdown"], recent.slowdown_by
     assert job_ledger(store, "no-such-job") is None
     from vigil.app.cli.goodput import format_ledgers
 
@@ -186,3 +189,4 @@ def test_the_ledger_sums_to_the_wall_clock_and_implies_the_pages_ettr(store: Sto
     assert ettr[1:] == [f"{recent.ettr:.1%}", f"{whole.ettr:.1%}"]
     assert next(line for line in text if line.startswith("slowdown")).split()[1:3] == [
         f"{recent.seconds['slowdown']:.1f}", f"{recent.seconds['slowdown'] / 10:.1%}"]
+    assert f"5m: slowdown charged to {STRAGGLER} {charged:.1f} s" in text

@@ -36,7 +36,8 @@ def cmd_goodput(args: argparse.Namespace) -> int:
         return 1
     if args.json:
         print(json.dumps({w: None if led is None else {"wall_s": led.wall_s, "ettr": led.ettr, "over_s": led.over_s,
-                                                        "balanced": led.balanced(), "seconds": led.seconds}
+                                                        "balanced": led.balanced(), "seconds": led.seconds,
+                                                        "slowdown_by": led.slowdown_by}
                           for w, led in ledgers.items()}, indent=2))
         return 0
     print(format_ledgers(args.job, ledgers))
@@ -52,6 +53,8 @@ def format_ledgers(job: str, ledgers: dict[str, Ledger | None]) -> str:
                  for _, led in shown]
         lines.append(f"{k:<16}" + "".join(f"{v:>11.1f} {p:>5.1%}" for v, p in cells))
     lines.append(f"{'ETTR':<16}" + "".join(f"{led.ettr or 0:>18.1%}" for _, led in shown))
+    lines += [f"{w}: slowdown charged to " + ", ".join(f"{h} {v:.1f} s" for h, v in list(led.slowdown_by.items())[:5])
+              for w, led in shown if led.slowdown_by]
     lines += [f"{w}: the records claim {led.over_s:.1f} s beyond the wall clock (they overlap)"
               for w, led in shown if not led.balanced()]
     return "\n".join(lines)
