@@ -38,13 +38,15 @@ def nav_id(spec: PageSpec) -> str:
 
 
 def action_bar(enabled: bool) -> Component:
-    """The Recovery page's action inputs and confirmation, outside the page body so a refresh keeps them."""
+    """The Recovery page's action inputs and confirmation, outside the page body so a refresh keeps them; shown on
+    /recovery only (`actions_ui.show_bar`), and read-only without its inputs: nothing to type where nothing acts."""
     off = not enabled
-    inputs: list[Component] = [
+    fields: list[Component] = [
         dcc.Input(id="rec-token", type="password", placeholder="action token", className="rec-input", disabled=off),
         dcc.Input(id="rec-name", type="text", placeholder="your name", className="rec-input", disabled=off),
         dcc.Input(id="rec-reason", type="text", placeholder="reason (required)", className="rec-reason", disabled=off),
     ]
+    inputs: list[Component] = [html.Div(fields, id="action-inputs", className="action-inputs", hidden=off)]
     if off:
         inputs.insert(0, html.Span("read-only (no VIGIL_DASHBOARD_ACTION_TOKEN)", className="rec-mode"))
     return html.Div([*inputs, html.Span(id="rec-result", className="rec-result", role="status"),

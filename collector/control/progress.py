@@ -1,7 +1,9 @@
 """How far training got on this host in the running generation, from the step records the agent ships.
 
 `observe()` sees every delivered batch (`ObservedSink`): step records stamped at or after the
-generation's launch count (an older process's records still draining from the spool do not).
+generation's launch count (an older process's records still draining from the spool do not),
+and only completed ones: a failed step (the timer records a step its exception left) did not
+complete, so it is neither the first nor the last step (the outcome's steps lost count on it).
 One rank stands for the host (the lowest seen), so each step counts once. `reset()` starts a
 new generation. Thread-safe: the shipper thread observes, the control thread reads.
 """
@@ -48,7 +50,7 @@ class Progress:
             if self._since is None:
                 return
             for e in events:
-                if not isinstance(e, StepTiming) or e.ts < self._since:
+                if not isinstance(e, StepTiming) or e.ts < self._since or e.failed:
                     continue
                 if self._rank is None or e.rank < self._rank:
                     self._rank = e.rank

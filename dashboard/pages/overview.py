@@ -71,7 +71,7 @@ def _job_detail(v: PageView) -> Component:
         cards = [
             stat("effective training time ratio", fmt_pct(health.ettr),
                  tone="bad" if health.ettr is not None and health.ettr < 0.9 else "",
-                 title="distinct steps x median step time / wall time from the first step to the job's latest event"),
+                 title="distinct steps x ideal step time (median + 3 MAD rule) / wall clock (vigil.contract.goodput)"),
             stat("median step time", fmt_ms(health.median_step_ms)),
             stat("latest MFU", fmt_pct(health.last_mfu)),
             stat("hosts reporting", f"{health.hosts_reporting}/{max(health.hosts_known, v.job.n_hosts)}",

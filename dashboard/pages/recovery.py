@@ -49,11 +49,11 @@ def button(v: PageView, action: str, target: str, job: str, label: str | None = 
 def _goodput(v: PageView, job: str, recs: list[q.Recovery]) -> Component:
     g = q.goodput(v.store, job, recs)
     if g is None:
-        return notice("no goodput yet: the job has no restart outcome or no step time from its agents")
+        return notice("no goodput yet: the job has no completed step")
     lost = sum(c["steps_lost"] or 0 for c in g.costs)
     cards = [stat("effective training time ratio", f"{g.ratio:.1%}",
-                  title="iterations x median step time / wall time (seed 003)"),
-             stat("iterations x step time / wall", f"{g.iterations} x {g.step_ms:.0f} ms / {g.wall_s:.0f} s"),
+                  title="distinct steps x ideal step time (median + 3 MAD rule) / wall clock (vigil.contract.goodput)"),
+             stat("steps x ideal step time / wall", f"{g.iterations} x {g.step_ms:.0f} ms / {g.wall_s:.0f} s"),
              stat("recoveries", str(len(g.costs))),
              stat("steps lost", str(lost), tone="warning" if lost else "")]
     rows = [[html.Code(c["incident_id"]), c["result"], _s(c["total_s"]),

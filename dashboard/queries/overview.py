@@ -1,17 +1,15 @@
 """Overview: per job health figures (so far) and the step time / MFU series of one job.
 
-Effective training time ratio (MegaScale): distinct steps completed x median step time
-/ wall time from the first step to the job's latest event (its event-time clock: steps,
-heartbeats, NIC samples), never the wall clock. Re-run steps (after a restart from a
-checkpoint) count once; stalls and restarts add wall time, also a stall still going on
-(the agents keep reporting while no step completes), so the ratio drops; a finished job,
-whose agents have stopped, keeps its final ratio.
+Effective training time ratio: the one definition, vigil.contract.goodput (distinct steps
+completed x ideal step time / wall clock to the job's latest event), which the Recovery page
+and `vigil recovery history` read through `job_health` too.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vigil.contract.goodput import ettr_sql, per_job_sql
 from vigil.contract.severity import WORST_FIRST
 from vigil.dashboard.queries.window import Window, ts_in_window
 from vigil.dashboard.store import Store
@@ -25,13 +23,10 @@ SELECT job_id, step, sum(sum_step_ms) / greatest(sum(ranks), 1) AS step_ms, max(
 FROM {JOB_STEPS} {{where}} GROUP BY job_id, step
 """
 
+_JOB = "/*job*/"
 _HEALTH_SQL = f"""
 WITH steps AS ({PER_STEP.format(where="")}),
-per_job AS (
-    SELECT job_id, count() AS steps, max(step) AS last_step, quantileExact(0.5)(step_ms) AS median_step_ms,
-           argMax(step_ms, step) AS last_step_ms, argMax(mfu, step) AS last_mfu,
-           toUnixTimestamp64Milli(min(s_first_ts)) AS first_ms, toUnixTimestamp64Milli(max(s_last_ts)) AS last_ms
-    FROM steps GROUP BY job_id),
+per_job AS ({per_job_sql("steps", ", argMax(step_ms, step) AS last_step_ms, argMax(mfu, step) AS last_mfu")}),
 clock AS (SELECT job_id, max(last_ts) AS last_ts FROM {JOB_CLOCK} GROUP BY job_id),
 presence AS (
     SELECT p.job_id AS job_id, countIf(p.last_ts >= c.last_ts - toIntervalMillisecond(
@@ -43,15 +38,17 @@ firing AS (
     SELECT job_id, {", ".join(f"countIf(severity = '{s}') AS {s}" for s in WORST_FIRST)}
     FROM {ALERTS_CURRENT} WHERE status = 'firing' GROUP BY job_id)
 SELECT c.job_id AS job_id, s.steps AS steps, s.last_step AS last_step, s.median_step_ms AS median_step_ms,
-       s.last_step_ms AS last_step_ms, s.last_mfu AS last_mfu,
-       if(s.steps > 0, least(1.0, s.steps * s.median_step_ms / (greatest(toUnixTimestamp64Milli(c.last_ts), s.last_ms)
-                                                               - s.first_ms + s.median_step_ms)), NULL) AS ettr,
+       s.ideal_step_ms AS ideal_step_ms, s.last_step_ms AS last_step_ms, s.last_mfu AS last_mfu,
+       s.first_ms AS first_ms, greatest(toUnixTimestamp64Milli(c.last_ts), s.last_ms) AS end_ms,
+       {ettr_sql("s.steps", "s.ideal_step_ms", "s.first_ms", "greatest(toUnixTimestamp64Milli(c.last_ts), s.last_ms)")}
+           AS ettr,
        p.reporting AS reporting, p.known AS known,
        f.critical AS critical, f.error AS error, f.warning AS warning, f.info AS info
 FROM clock AS c
 LEFT JOIN per_job AS s ON s.job_id = c.job_id
 LEFT JOIN presence AS p ON p.job_id = c.job_id
 LEFT JOIN firing AS f ON f.job_id = c.job_id
+{_JOB}
 SETTINGS join_use_nulls = 1
 """
 
@@ -71,6 +68,9 @@ class JobHealth:
     steps: int
     last_step: int | None
     median_step_ms: float | None
+    ideal_step_ms: float | None
+    wall_s: float | None  # the ratio's wall clock
+    first_ms: int | None  # its first step's record (epoch ms): the wall clock starts one ideal step before
     last_step_ms: float | None
     last_mfu: float | None
     ettr: float | None
@@ -93,14 +93,19 @@ def _opt_float(v: object) -> float | None:
     return None if v is None else float(v)  # type: ignore[arg-type]
 
 
-def job_health(store: Store) -> dict[str, JobHealth]:
-    """Health figures of every job, by job id."""
+def job_health(store: Store, job: str | None = None) -> dict[str, JobHealth]:
+    """Health figures of every job (or of `job` alone), by job id."""
     out: dict[str, JobHealth] = {}
-    for r in store.rows("job health", _HEALTH_SQL):
+    sql = _HEALTH_SQL if job is None else _HEALTH_SQL.replace(_JOB, "WHERE c.job_id = {job:String}")
+    for r in store.rows("job health", sql, {} if job is None else {"job": job}):
+        ideal = _opt_float(r["ideal_step_ms"])
+        wall = None if ideal is None or r["end_ms"] is None else (int(r["end_ms"]) - int(r["first_ms"]) + ideal) / 1000
         out[str(r["job_id"])] = JobHealth(
             job_id=str(r["job_id"]), steps=int(r["steps"] or 0),
             last_step=None if r["last_step"] is None else int(r["last_step"]),
-            median_step_ms=_opt_float(r["median_step_ms"]), last_step_ms=_opt_float(r["last_step_ms"]),
+            median_step_ms=_opt_float(r["median_step_ms"]), ideal_step_ms=ideal, wall_s=wall,
+            first_ms=None if r["first_ms"] is None else int(r["first_ms"]),
+            last_step_ms=_opt_float(r["last_step_ms"]),
             last_mfu=_opt_float(r["last_mfu"]), ettr=_opt_float(r["ettr"]),
             hosts_reporting=int(r["reporting"] or 0), hosts_known=int(r["known"] or 0),
             alerts={s: int(r[s] or 0) for s in WORST_FIRST},

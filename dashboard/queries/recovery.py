@@ -4,12 +4,10 @@ cordons, operator requests, and goodput, all from the analyzer's `recovery_*` ta
 Every figure comes from ClickHouse: the steps from `recovery_actions` (the latest state of each
 (recovery, step, target)), how each recovery ended from `recovery_outcomes` (one row per
 incident), the agents' progress from `recovery_members` (one row per agent), so a page costs the
-job's own recovery rows, never a read of the `recovery` topic. Goodput is the controller's
-definition (recovery/README.md, "Goodput"), computed here from those rows: iterations (the job's
-first step after its first start to the furthest step reached; redone steps count once) x the
-median step time the agents report / wall time (the first start to the latest step), and per
-recovery what it cost: its downtime (first sign -> first step after the restart) plus the steps
-lost since the checkpoint at that step time.
+job's own recovery rows, never a read of the `recovery` topic. Goodput's ratio is the one
+definition (vigil.contract.goodput) read through the Overview's `job_health`, so the two pages
+agree; per recovery what it cost: its downtime (first sign -> first step after the restart) plus
+the steps lost since the checkpoint at the ideal step time.
 """
 
 from __future__ import annotations
@@ -19,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from vigil.dashboard.queries import overview
 from vigil.dashboard.store import Row, Store
 from vigil.dashboard.tables import RECOVERY_ACTIONS, RECOVERY_MEMBERS, RECOVERY_OUTCOMES
 
@@ -81,22 +80,6 @@ SELECT host, argMax(state, ts) AS agent_state, argMax(generation, ts) AS gen, ar
 FROM {RECOVERY_MEMBERS} WHERE verified = 1 AND job_id = {{job:String}}
 GROUP BY host ORDER BY host
 """
-
-_GOODPUT_SQL = f"""
-SELECT
-  (SELECT minOrNull(ts) FROM {RECOVERY_ACTIONS} WHERE verified = 1 AND job_id = {{job:String}} AND action IN ('start', 'restart')
-     AND status = 'started' AND generation > 0 AND actor = 'controller') AS first_started,
-  (SELECT minOrNull(first_step) FROM {RECOVERY_OUTCOMES} WHERE verified = 1 AND job_id = {{job:String}}) AS first_step,
-  (SELECT maxOrNull(last_step) FROM {RECOVERY_OUTCOMES} WHERE verified = 1 AND job_id = {{job:String}}) AS outcome_last,
-  m.member_last, m.step_ms, m.last_step_at
-FROM (
-  SELECT maxOrNull(last) AS member_last, quantileExactInclusiveIf(0.5)(ms, ms > 0) AS step_ms,
-         maxOrNull(last_at) AS last_step_at, countIf(ms > 0) AS timed
-  FROM (SELECT host, argMax(last_step, ts) AS last, argMax(step_ms, ts) AS ms, argMax(last_step_at, ts) AS last_at
-        FROM {RECOVERY_MEMBERS} WHERE verified = 1 AND job_id = {{job:String}} GROUP BY host)
-) AS m
-"""
-
 
 @dataclass(frozen=True, kw_only=True)
 class Recovery:
@@ -176,25 +159,18 @@ def members(store: Store, job: str) -> list[Row]:
 
 
 def goodput(store: Store, job: str, recs: list[Recovery]) -> Goodput | None:
-    row = store.one("goodput", _GOODPUT_SQL, {"job": job})
-    return None if row is None else compute_goodput(row, recs)
-
-
-def compute_goodput(row: Row, recs: list[Recovery]) -> Goodput | None:
-    """The effective training time ratio from the aggregates `_GOODPUT_SQL` returns (None: not known yet)."""
-    lasts = [int(v) for v in (row["member_last"], row["outcome_last"]) if v is not None]
-    start, first, step_ms, end = row["first_started"], row["first_step"], row["step_ms"], row["last_step_at"]
-    if start is None or first is None or not lasts or not step_ms or end is None or step_ms != step_ms:
+    """The job's effective training time ratio (vigil.contract.goodput, read as the Overview reads it) and
+    what each recovery cost: its downtime plus its steps lost at the ideal step time (None: not known yet)."""
+    h = overview.job_health(store, job).get(job)
+    if h is None or h.ettr is None or h.ideal_step_ms is None or h.wall_s is None:
         return None
-    wall = (end - start).total_seconds()
-    iterations = max(lasts) - int(first) + 1
     costs = []
     for r in reversed(recs):  # oldest first
         o = r.outcome
         if o is None or r.cls in ("start", ""):
             continue
-        lost = (o["steps_lost"] or 0) * float(step_ms) / 1000
+        lost = (o["steps_lost"] or 0) * h.ideal_step_ms / 1000
         costs.append({"incident_id": r.incident_id, "result": o["result"], "total_s": o["total_s"],
                       "steps_lost": o["steps_lost"], "lost_s": round((o["total_s"] or 0) + lost, 3)})
-    return Goodput(ratio=round(min(1.0, iterations * float(step_ms) / 1000 / wall), 4) if wall > 0 else 0.0,
-                   iterations=iterations, step_ms=round(float(step_ms), 3), wall_s=round(wall, 3), costs=costs)
+    return Goodput(ratio=h.ettr, iterations=h.steps, step_ms=round(h.ideal_step_ms, 3),
+                   wall_s=round(h.wall_s, 3), costs=costs)

@@ -3,19 +3,16 @@
 `outcome()` builds the `outcome` event that closes a case: time to detect (first sign ->
 incident), to decide, to pause, to diagnose, to restart (start commands -> first step after
 the restart, the checkpoint load included, also given alone from the ranks' `restored`
-checkpoint events), the total (first sign -> first step), and the steps lost (last step
-before the fault - the checkpoint step training resumed from). `job_goodput()` is seed 003's
-effective training time ratio: iterations x iteration time / wall time, iterations counted
-from the job's first step to the furthest step reached (steps redone after a restart count
-once), iteration time the median step time the hosts report, wall time from the job's start
-to its latest step; with the cases that cost it. Pure functions of the folded state.
+checkpoint events), the total (first sign -> first step), and the steps lost: the last step the
+ranks completed before the fault (their agents' reports, which count completed steps only, and
+at least the step restored: a checkpoint of step s proves s completed) - the step resumed from. `job_costs()` is what each recovery cost a job; the
+job's effective training time ratio itself is vigil.contract.goodput's, read from the ranks'
+step records (the controller's fold holds no per-step times). Pure functions of the folded state.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import datetime
-from statistics import median
 from typing import Any, Literal
 
 from vigil.contract import Outcome
@@ -59,6 +56,8 @@ def outcome(state: ClusterState, case: Case, result: str, now: datetime, reason:
     last_steps = [int(v) for d in ((pause.started_details, pause.details) if pause else ())
                   for v in d.get("last_steps", {}).values()]
     last = max(last_steps) if last_steps else None
+    if last is not None and ckpt_step is not None:  # a checkpoint of step s proves s completed (reports may lag)
+        last = max(last, ckpt_step)
     return Outcome(
         job_id=case.job_id, host="controller", ts=now, incident_id=case.case_id, result=result,  # type: ignore[arg-type]
         category=str(d.get("category", "")), cause=str(d.get("cause", "")), first_sign=first_sign, detected=detected,
@@ -91,37 +90,15 @@ def _restore(
     return round(max(c.duration_ms for c in hits) / 1000, 3), step, source
 
 
-@dataclass(frozen=True, kw_only=True)
-class JobGoodput:
-    job_id: str
-    wall_s: float
-    iterations: int
-    step_ms: float
-    ratio: float
-    costs: list[dict[str, Any]] = field(default_factory=list)  # per case: id, result, total_s, steps_lost, lost_s
-
-
-def job_goodput(state: ClusterState, job: Job, now: datetime) -> JobGoodput | None:
-    if job.first_started_at is None:
-        return None
-    starts = [o for cid in job.cases if (o := state.cases[cid].outcome) is not None and o.first_step is not None]
-    first = min((o.first_step for o in starts if o.first_step is not None), default=None)
-    lasts = [m.last_step for m in job.members.values() if m.last_step is not None]
-    lasts += [o.last_step for cid in job.cases if (o := state.cases[cid].outcome) and o.last_step is not None]
-    times = [m.step_ms for m in job.members.values() if m.step_ms]
-    if first is None or not lasts or not times:
-        return None
-    ends = [m.last_step_at for m in job.members.values() if m.last_step_at is not None]
-    wall = ((max(ends) if ends else now) - job.first_started_at).total_seconds()
-    step_ms = float(median(times))
-    iterations = max(lasts) - first + 1
+def job_costs(state: ClusterState, job: Job, step_ms: float | None) -> list[dict[str, Any]]:
+    """Per recovery of `job` (oldest first) what it cost: its downtime plus its steps lost at `step_ms`
+    (the ideal step time of vigil.contract.goodput, None where not known)."""
     costs = []
     for cid in job.cases:
         o = state.cases[cid].outcome
         if o is None or state.cases[cid].cls in ("start", ""):
             continue
-        lost = (o.steps_lost or 0) * step_ms / 1000
+        lost = (o.steps_lost or 0) * step_ms / 1000 if step_ms is not None else 0.0
         costs.append({"incident_id": cid, "result": o.result, "total_s": o.total_s, "steps_lost": o.steps_lost,
                       "lost_s": round((o.total_s or 0) + lost, 3)})
-    return JobGoodput(job_id=job.job_id, wall_s=round(wall, 3), iterations=iterations, step_ms=round(step_ms, 3),
-                      ratio=round(min(1.0, iterations * step_ms / 1000 / wall), 4) if wall > 0 else 0.0, costs=costs)
+    return costs

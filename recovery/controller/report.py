@@ -16,7 +16,7 @@ from typing import Any
 from vigil.contract.wire import decode_batch
 from vigil.recovery.backends.base import CordonInfo
 from vigil.recovery.controller.engine import halted_by
-from vigil.recovery.controller.goodput import job_goodput
+from vigil.recovery.controller.goodput import job_costs
 from vigil.recovery.controller.state import INPUT_TOPICS, Case, ClusterState
 from vigil.recovery.controller.steps import short_id
 from vigil.settings import VigilSettings
@@ -84,7 +84,11 @@ def status(state: ClusterState, now: datetime, cordoned: dict[str, CordonInfo], 
                                        for h, c in sorted(cordoned.items())}}
 
 
-def history(state: ClusterState, now: datetime, job: str | None = None) -> dict[str, Any]:
+def history(state: ClusterState, now: datetime, job: str | None = None,
+            ettr: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Every recovery with its steps; per job its effective training time ratio from `ettr` (by job:
+    effective_ratio, iterations, step_ms, wall_s, as vigil.contract.goodput defines them; read from the
+    step records by the caller, absent where unknown) and what each recovery cost."""
     out: dict[str, Any] = {"recoveries": [], "jobs": {}}
     for j in sorted(state.jobs.values(), key=lambda j: j.job_id):
         if job is not None and j.job_id != job:
@@ -99,10 +103,10 @@ def history(state: ClusterState, now: datetime, job: str | None = None) -> dict[
                 "steps": [{"action": s.action, "target": s.target, "status": s.status, "started_at": s.started_at,
                            "ended_at": s.ended_at, "seconds": s.seconds(), "reason": s.reason} for s in steps],
             })
-        g = job_goodput(state, j, now)
-        if g is not None:
-            out["jobs"][j.job_id] = {"effective_ratio": g.ratio, "wall_s": g.wall_s, "iterations": g.iterations,
-                                     "step_ms": g.step_ms, "costs": g.costs}
+        figures = (ettr or {}).get(j.job_id)
+        costs = job_costs(state, j, figures["step_ms"] if figures else None)
+        if figures or costs:
+            out["jobs"][j.job_id] = {**(figures or {"effective_ratio": None}), "costs": costs}
     return out
 
 
@@ -163,8 +167,10 @@ def format_history(doc: dict[str, Any]) -> str:
             lines.append(f"    {_t(s['started_at'] or s['ended_at'])} {s['action']:<9} {s['target']:<24} {s['status']:<9} "
                          f"{_s(s['seconds']):>7}  {(s['reason'] or '')[:100]}")
     for job_id, g in doc["jobs"].items():
-        lines.append(f"{job_id}: effective training time {g['effective_ratio']:.1%} ({g['iterations']} iterations x "
-                     f"{g['step_ms']:.0f} ms / {g['wall_s']:.0f} s wall)")
+        lines.append(f"{job_id}: effective training time not known (no step records read)"
+                     if g["effective_ratio"] is None else
+                     f"{job_id}: effective training time {g['effective_ratio']:.1%} ({g['iterations']} steps x "
+                     f"{g['step_ms']:.0f} ms ideal / {g['wall_s']:.0f} s wall)")
         for c in g["costs"]:
             lines.append(f"    {short_id(c['incident_id'])} {c['result']}: down {_s(c['total_s'])}, "
                          f"{c['steps_lost'] if c['steps_lost'] is not None else '-'} steps lost")

@@ -10,10 +10,12 @@ from typing import Any
 import pytest
 
 from tests.dashboard.recstory import CULPRIT, JOB, Story, load, story
+from tests.dashboard.simdata import simulate
 from vigil.dashboard.queries import recovery as q
 from vigil.dashboard.store import Store
 
 pytestmark = pytest.mark.clickhouse
+STRAGGLER = "sim-host-0001"
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +32,7 @@ def store(clickhouse_dsn: str, told: Story) -> Store:
     migrate_all(client, 3650)  # the fleet's fixed dates: kept past the 30-day TTL (tests/conftest.py)
     load(client, told.events)
     load(client, told.events)  # delivered twice: the page must not count anything twice
+    simulate(client, job=JOB, hosts=2, steps=30, faults=[f"straggler:host={STRAGGLER},phase=forward,start=20,magnitude=2"])
     return Store(client=client)
 
 
@@ -51,16 +54,22 @@ def test_the_recovery_with_its_steps_timings_and_outcome(store: Store, told: Sto
 
 
 def test_current_cordons_and_goodput_agree_with_the_controller(store: Store, told: Story) -> None:
-    from vigil.recovery.controller.goodput import job_goodput
+    from vigil.dashboard.queries.overview import job_health
+    from vigil.recovery.controller.goodput import job_costs
+    from vigil.recovery.controller.report import history
 
     (cordon,) = q.cordons(store)
     assert (cordon["target"], cordon["incident"], cordon["who"]) == (CULPRIT, told.incident_id, "controller")
     mine = q.goodput(store, JOB, q.recoveries(store, JOB))
-    theirs = job_goodput(told.state, told.state.job(JOB), told.now)
-    assert mine is not None and theirs is not None
-    assert (mine.ratio, mine.iterations, mine.step_ms, mine.wall_s) == (
-        theirs.ratio, theirs.iterations, theirs.step_ms, theirs.wall_s)
-    assert mine.costs == theirs.costs and 0 < mine.ratio < 1
+    health = job_health(store)[JOB]
+    assert mine is not None and mine.ratio == health.ettr and health.ideal_step_ms is not None
+    assert mine.step_ms == round(health.ideal_step_ms, 3)
+    assert mine.costs == job_costs(told.state, told.state.job(JOB), health.ideal_step_ms)
+    assert 0 < mine.ratio < 1 and mine.iterations == 30 and health.median_step_ms is not None
+    assert mine.step_ms < health.median_step_ms, "the straggler's slowed steps are not the ideal step time"
+    figures = {"effective_ratio": mine.ratio, "iterations": mine.iterations, "step_ms": mine.step_ms,
+               "wall_s": mine.wall_s}
+    assert history(told.state, told.now, JOB, ettr={JOB: figures})["jobs"][JOB]["effective_ratio"] == mine.ratio
     states = {m["host"]: m["agent_state"] for m in q.members(store, JOB)}
     assert states == {h: m.state for h, m in told.state.job(JOB).members.items()}
     assert states["h0"] == states["h1"] == "training" and states[CULPRIT] != "training"
@@ -77,6 +86,7 @@ def test_the_page_tells_the_story_read_only(store: Store, told: Story) -> None:
     svc.start()
     try:
         page = render_page(svc.url, "/recovery", f"?job={JOB}")
+        over = " ".join(texts(render_page(svc.url, "/overview", f"?job={JOB}")))
     finally:
         svc.stop()
     shown = " ".join(texts(page))
@@ -85,6 +95,7 @@ def test_the_page_tells_the_story_read_only(store: Store, told: Story) -> None:
     assert "from checkpoint step 10 (first step 11)" in shown
     g = q.goodput(store, JOB, q.recoveries(store, JOB))
     assert g is not None and "effective training time ratio" in shown and f"{g.ratio:.1%}" in shown
+    assert "effective training time ratio" in over and f"{g.ratio:.1%}" in over, "the two pages agree"
     for what in ("detect", "decide", "pause", "diagnose", "restart", "checkpoint load", "steps lost"):
         assert what in shown, what
     cordon = find(page, {"type": "rec-act", "action": "cordon", "target": "h0", "job": JOB})
@@ -116,7 +127,11 @@ def test_in_the_browser_the_story_shows_and_the_buttons_are_disabled(dash_duo: A
     assert len(buttons) >= 7 and all(not b.is_enabled() for b in buttons)  # cordon+evict x 3 hosts, uncordon
     bar = dash_duo.find_element("#action-bar")
     assert bar.is_displayed() and "read-only" in bar.text
-    assert not dash_duo.driver.find_element_by_id("rec-token").is_enabled()
+    token = dash_duo.driver.find_element_by_id("rec-token")
+    assert not token.is_enabled() and not token.is_displayed(), "read-only: no inputs to type into"
+    dash_duo.driver.find_element_by_id("nav-overview").click()  # no action is taken there: no action bar
+    dash_duo.wait_for_contains_text("#page-title", "Overview", timeout=30)
+    assert not dash_duo.driver.find_element_by_id("action-bar").is_displayed()
     assert [e for e in (dash_duo.get_logs() or []) if e.get("level") == "SEVERE"] == []
 
 
@@ -151,3 +166,27 @@ def test_the_latest_advice_shows_with_its_curve_hosts_and_the_previous_score(sto
     for what in ("recommended nodes", "2,000/s", "12.5% of step time", "-5.0 %", "hot: h1",
                  "recommend 2 nodes: going to 3 adds 10%", "adv-new"):
         assert what in shown, what
+
+
+def test_the_ledger_sums_to_the_wall_clock_and_implies_the_pages_ettr(store: Store) -> None:
+    from vigil.dashboard.queries.ledger import job_ledger
+    from vigil.dashboard.queries.overview import job_health
+
+    health = job_health(store)[JOB]
+    whole = job_ledger(store, JOB)
+    assert whole is not None and whole.balanced(), whole  # the ranks' mean step times vs their clock: within 0.5 %
+    assert whole.ettr == pytest.approx(health.ettr, rel=1e-4) and whole.seconds["slowdown"] > 0, whole
+    recent = job_ledger(store, JOB, 10.0)  # the last 10 s of the job's clock: the straggler's slowed steps
+    assert recent is not None and recent.wall_s == pytest.approx(10.0) and recent.balanced(), recent
+    assert recent.seconds["slowdown"] > 0 and recent.seconds["productive"] < whole.seconds["productive"]
+    culprit, charged = next(iter(recent.slowdown_by.items()))  # most charged first
+    assert culprit == STRAGGLER and charged >= 0.9 * recent.seconds["slowdown"], recent.slowdown_by
+    assert job_ledger(store, "no-such-job") is None
+    from vigil.app.cli.goodput import format_ledgers
+
+    text = format_ledgers(JOB, {"5m": recent, "all": whole}).splitlines()  # `vigil goodput --job J`
+    ettr = next(line for line in text if line.startswith("ETTR")).split()
+    assert ettr[1:] == [f"{recent.ettr:.1%}", f"{whole.ettr:.1%}"]
+    assert next(line for line in text if line.startswith("slowdown")).split()[1:3] == [
+        f"{recent.seconds['slowdown']:.1f}", f"{recent.seconds['slowdown'] / 10:.1%}"]
+    assert f"5m: slowdown charged to {STRAGGLER} {charged:.1f} s" in text

@@ -20,6 +20,7 @@ from vigil.app.cli import (
     dashboard,
     demo,
     diagnostics,
+    goodput,
     incidents,
     keys,
     notify,
@@ -29,8 +30,8 @@ from vigil.app.cli import (
 )
 from vigil.errors import VigilError
 
-COMMAND_MODULES = (stack, demo, collector, analyzer, incidents, recovery, diagnostics, dashboard, trace, notify, keys,
-                   advise)
+COMMAND_MODULES = (stack, demo, collector, analyzer, incidents, recovery, goodput, diagnostics, dashboard, trace, notify,
+                   keys, advise)
 
 
 def build_parser() -> argparse.ArgumentParser:

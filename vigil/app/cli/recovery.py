@@ -118,10 +118,27 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_history(args: argparse.Namespace) -> int:
     from vigil.recovery.controller.report import format_history, history
 
-    _, _, state = _state(args)
-    doc = history(state, datetime.now(UTC), args.job)
+    core, _, state = _state(args)
+    doc = history(state, datetime.now(UTC), args.job, ettr=_ettr(core, args.job))
     _print(doc, args.json, format_history(doc))
     return 0
+
+
+def _ettr(core: VigilSettings, job: str | None) -> dict[str, dict[str, Any]] | None:
+    """Per job the effective training time ratio as the dashboard reads it (vigil.contract.goodput over the
+    ranks' step records in ClickHouse); None, said on stderr, where ClickHouse cannot be read."""
+    from vigil.app.stack.access import clickhouse_for_cli
+    from vigil.dashboard.queries.overview import job_health
+    from vigil.dashboard.store import Store
+    from vigil.errors import VigilError
+
+    try:
+        health = job_health(Store(client=clickhouse_for_cli(core)), job)
+    except (VigilError, OSError) as exc:
+        print(f"effective training time not read: {exc}", file=sys.stderr)
+        return None
+    return {j: {"effective_ratio": h.ettr, "iterations": h.steps, "step_ms": h.ideal_step_ms, "wall_s": h.wall_s}
+            for j, h in health.items() if h.ettr is not None}
 
 
 def _publish(core: VigilSettings, bootstrap: str, events: list[Any]) -> None:
