@@ -56,6 +56,7 @@ class Agent:
     clock: Callable[[], float] = time.monotonic
     memory: ErrorMemory = field(default_factory=ErrorMemory)  # each rank's last error, for the exit report
     serves_one_job: bool = True  # False: a DaemonSet agent shipping the spool lines of every job on its host
+    attest: Callable[[Event], Event] | None = None  # under recovery control: seals this host's facts as they are made
 
     def __post_init__(self) -> None:
         s = self.settings
@@ -105,6 +106,8 @@ class Agent:
     # ---- events in ---------------------------------------------------------------------------
     def emit(self, events: Sequence[Event]) -> None:
         if events:
+            if self.attest is not None:  # sealed where made, before the outbox (which the job's uid may write)
+                events = [self.attest(e) for e in events]
             self.outbox.append(events)
             self.emitted += len(events)
 

@@ -96,6 +96,7 @@ class SpoolSource:
     decoder: LineDecoder
     guard: SpoolGuard
     alerts: Callable[[Sequence[Event]], None] | None = None
+    attest: Callable[[Event], Event] | None = None  # the agent's host key on its job's checkpoint lines (if any)
     scan_interval_s: float = 0.5
     name: str = "spool"
     scanned_at: float = field(default=0.0, init=False)  # monotonic time the last scan began
@@ -114,6 +115,8 @@ class SpoolSource:
             events += [e for ln in chunk.lines if ln.strip() and (e := self.decoder.decode(ln, origin)) is not None
                        and self.guard.admit(e, origin)]
             cursor[chunk.file.key] = chunk.end
+        if self.attest is not None:
+            events = [self.attest(e) for e in events]
         raised = self.guard.drain()
         if raised and self.alerts is not None:
             self.alerts(raised)

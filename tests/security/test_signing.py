@@ -212,6 +212,6 @@ def test_the_agent_runs_its_own_diagnostics_with_the_typed_parameters() -> None:
     params = DiagnoseParams(group=["h1", "h2"], rank=1, master_addr="10.0.0.1", master_port=29400,
                             checks=["gemm"], gemm_size=64)  # type: ignore[list-item]
     argv = diagnostics_argv(params)
-    assert argv[:3] == [sys.executable, "-m", "vigil.recovery.diagnostics"]
+    assert argv[:4] == [sys.executable, "-P", "-m", "vigil.recovery.diagnostics"]  # -P: nothing of the cwd
     assert argv[argv.index("--checks") + 1] == "gemm" and argv[argv.index("--group") + 1] == "h1,h2"
     assert argv[argv.index("--gemm-size") + 1] == "64" and argv[argv.index("--rank") + 1] == "1"

@@ -13,6 +13,7 @@ belong on the machines of that role's service.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import secrets
@@ -25,6 +26,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from vigil.errors import VigilError
+
+log = logging.getLogger(__name__)
 
 
 class Role(StrEnum):
@@ -132,7 +135,8 @@ class KeyStore:
         return kid, key
 
     def public_keys(self) -> dict[tuple[Role, str], Ed25519PublicKey]:
-        """Every listed public key, by (role, key id); unreadable or foreign files are skipped."""
+        """Every listed public key, by (role, key id); unreadable or foreign files are skipped, and so is a file that
+        neither this process's uid nor root owns, or that its group or others may write (`_trusted_file`)."""
         out: dict[tuple[Role, str], Ed25519PublicKey] = {}
         try:
             files = sorted(self.directory.glob("*.pub"))
@@ -143,6 +147,8 @@ class KeyStore:
             if role_name not in Role._value2member_map_ or not KEY_ID.match(kid):
                 continue
             try:
+                if not _trusted_file(path):
+                    continue
                 key = serialization.load_pem_public_key(path.read_bytes())
             except (OSError, ValueError):
                 continue
@@ -171,3 +177,16 @@ def host_of(key_id: str) -> str:
     """The host a per-host key id names ("" for a role's key)."""
     host, plus, _ = key_id.rpartition("+")
     return host if plus else ""
+
+
+def _trusted_file(path: Path) -> bool:
+    """A public key file trust may rest on: owned by this uid or root, writable by its owner alone. A training job
+    of another uid that could write into the key directory (or a group-writable file) must not add a key every
+    verifier then trusts (an attacker's review); such a file is skipped with a warning."""
+    st = path.stat()
+    if st.st_uid in (0, os.getuid()) and not st.st_mode & 0o022:
+        return True
+    log.warning("ignoring public key %s: owned by uid %d, mode %o (trusted: this uid or root, no group/other write)",
+                path, st.st_uid, st.st_mode & 0o777)
+    return False
+
