@@ -108,10 +108,11 @@ class NumericSettings(_Section):
     min_mad: float = Field(default=0.05, gt=0, description="floor on the MAD of log(grad norm): peers that agree "
                            "closer than this (about 5%) are not told apart by their noise")
     loss_history_steps: int = Field(default=200, ge=10, description="the job's own loss history a step is judged "
-                                    "against (median/MAD of the job's per-step median loss)")
+                                    "against (median/MAD of the rises of the job's per-step median loss over the 5 "
+                                    "steps before each)")
     loss_min_history: int = Field(default=30, ge=5, description="history steps a loss spike needs to be judged")
-    loss_z: float = Field(default=10.0, gt=0, description="a step's loss this many MADs above its history is a spike")
-    loss_rise_pct: float = Field(default=20.0, ge=0, description="... and at least this much above its median")
+    loss_z: float = Field(default=10.0, gt=0, description="a step's loss rise this many MADs above its history's is a spike")
+    loss_rise_pct: float = Field(default=20.0, ge=0, description="... and at least this much above the steps before it")
 
 
 class HeartbeatSettings(_Section):

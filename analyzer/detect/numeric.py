@@ -9,8 +9,9 @@ Three rules over the newest `numeric.window_steps` complete steps of the run, ea
 * **non-finite** (subject `nonfinite`): the first step of the run at which any rank reported non-finite values, and
   the ranks that did at that step. Gradients are counted before the all-reduce, so the culprit is alone at its step;
   the next steps every rank sees its NaN. The first step is kept in the walk's state (`ctx.state`) while the run lasts.
-* **loss spike** (subject `loss`): a step whose job loss (the ranks' median) is `loss_z` MADs and `loss_rise_pct`
-  above the job's own history (the `loss_history_steps` before it): fires while the spike is in the window, and says
+* **loss spike** (subject `loss`): a step whose job loss (the ranks' median) rises over the 5 steps before it by
+  `loss_z` MADs of the rises in the job's own history (the `loss_history_steps` before it; a falling loss is no
+  spread) and by `loss_rise_pct` of its level: fires while the spike is in the window, and says
   whether the loss has come back since.
 
 Budget: 0.05 false alerts per healthy job-hour at 512 hosts x 8 GPUs (analyzer/README.md): a Gaussian z of 6 is
@@ -25,9 +26,10 @@ from typing import Any
 from vigil.analyzer.detect.base import AT, EvalContext, Finding, last_complete_step, median
 from vigil.analyzer.detect.numrules import first_nonfinite, grad_outliers, loss_spikes, nonfinite_finding
 
+# aggregates are named apart from the columns (r_...): ClickHouse would read an alias `ts` in the WHERE as max(ts)
 _RANKS_SQL = f"""
-SELECT step, rank, any(host) AS host, any(pp) AS pp, any(tp) AS tp, any(grad_norm) AS grad_norm,
-       any(loss) AS loss, any(nonfinite) AS nonfinite, max(ts) AS ts
+SELECT step, rank, any(host) AS r_host, any(pp) AS r_pp, any(tp) AS r_tp, any(grad_norm) AS r_grad_norm,
+       any(loss) AS r_loss, any(nonfinite) AS r_nonfinite, max(ts) AS r_ts
 FROM step_timings
 WHERE job_id = {{job:String}} AND step >= {{lo:UInt64}} AND step <= {{hi:UInt64}} AND ts <= {AT}
   AND ts >= {{start:DateTime64(3, 'UTC')}}
@@ -35,7 +37,7 @@ WHERE job_id = {{job:String}} AND step >= {{lo:UInt64}} AND step <= {{hi:UInt64}
 GROUP BY step, rank ORDER BY step, rank
 """
 _LOSS_SQL = f"""
-SELECT step, quantileExact(0.5)(loss) AS loss, max(ts) AS ts
+SELECT step, quantileExact(0.5)(loss) AS job_loss, max(ts) AS last_ts
 FROM step_timings
 WHERE job_id = {{job:String}} AND step >= {{lo:UInt64}} AND step <= {{hi:UInt64}} AND ts <= {AT}
   AND ts >= {{start:DateTime64(3, 'UTC')}} AND loss IS NOT NULL
@@ -55,14 +57,14 @@ class NumericDetector:
             return []
         lo = max(ctx.epoch.first_step, last - s.window_steps + 1)
         run = {"start": ctx.run_start(), "hi": last}
-        rows = ctx.rows(_RANKS_SQL, lo=lo, **run)
+        rows = [{k.removeprefix("r_"): v for k, v in r.items()} for r in ctx.rows(_RANKS_SQL, lo=lo, **run)]
         if not rows:
             return []
         found = grad_outliers(rows, s)
         found += self._nonfinite(ctx, rows)
         history = ctx.rows(_LOSS_SQL, lo=max(ctx.epoch.first_step, lo - s.loss_history_steps), **run)
-        losses = {int(r["step"]): float(r["loss"]) for r in history}
-        times = {int(r["step"]): r["ts"] for r in history}
+        losses = {int(r["step"]): float(r["job_loss"]) for r in history}
+        times = {int(r["step"]): r["last_ts"] for r in history}
         found += loss_spikes(losses, [t for t in sorted(losses) if t >= lo], s, times)
         return found
 

@@ -71,30 +71,45 @@ def nonfinite_finding(step: int, ranks: Sequence[tuple[int, str]], ts: Any, worl
     names = ", ".join(f"rank {r} ({h})" for r, h in ranks[:8]) + (" ..." if len(ranks) > 8 else "")
     every = world > 1 and len(ranks) >= world
     return Finding(
-        alert="numeric_fault", subject="nonfinite", host=ranks[0][1] if not every else "", severity="error",
+        alert="numeric_fault", subject="nonfinite", host=ranks[0][1] if not every else "*", severity="error",
         since=as_utc(ts), summary=f"non-finite loss or gradients first at step {step} on {names}",
         evidence={"signal": "nonfinite", "step": step, "rank": ranks[0][0], "host": ranks[0][1],
                   "ranks": [r for r, _ in ranks[:64]], "every_rank": every})
 
 
+LOCAL_STEPS = 5
+"""A step's loss is read against the median of the steps just before it: a falling loss is no spread."""
+
+
+def _rises(losses: Mapping[int, float]) -> dict[int, tuple[float, float]]:
+    """step -> (its loss minus the median of the LOCAL_STEPS before it, that median)."""
+    steps = sorted(losses)
+    out = {}
+    for k in range(LOCAL_STEPS, len(steps)):
+        base = median([losses[t] for t in steps[k - LOCAL_STEPS:k]])
+        out[steps[k]] = (losses[steps[k]] - base, base)
+    return out
+
+
 def loss_spikes(losses: Mapping[int, float], judged: Sequence[int], s: NumericSettings,
                 times: Mapping[int, Any]) -> list[Finding]:
-    """The job's loss (per step) spiking above its own history at a step of `judged` (`times`: each step's time)."""
-    steps = sorted(losses)
+    """The job's loss (per step) spiking at a step of `judged` (`times`: each step's time): its rise over the steps
+    just before it is `loss_z` MADs above the rises of the job's own history and `loss_rise_pct` of its level."""
+    rises = _rises(losses)
     for step in judged:
-        history = [losses[t] for t in steps if step - s.loss_history_steps <= t < step]
-        if step not in losses or len(history) < s.loss_min_history:
+        history = [r for t, (r, _b) in rises.items() if step - s.loss_history_steps <= t < step]
+        if step not in rises or len(history) < s.loss_min_history:
             continue
-        m, mad = _robust(history, 1e-6 * max(abs(median(history)), 1e-12))
-        v = losses[step]
-        z = (v - m) / mad
-        if z >= s.loss_z and v - m >= abs(m) * s.loss_rise_pct / 100:
-            after = [losses[t] for t in steps if t > step]
-            back = bool(after) and abs(after[-1] - m) <= s.loss_z * mad
+        rise, base = rises[step]
+        m, mad = _robust(history, 1e-6 * max(abs(base), 1e-12))
+        z = (rise - m) / mad
+        if z >= s.loss_z and rise >= abs(base) * s.loss_rise_pct / 100:
+            v, last = losses[step], losses[max(losses)]
+            back = max(losses) > step and abs(last - base) <= abs(base) * s.loss_rise_pct / 200
             return [Finding(
-                alert="numeric_fault", subject="loss", host="", severity="warning", since=as_utc(times[step]),
-                summary=f"loss spiked to {v:.4g} at step {step} against its history's {m:.4g} (robust z "
-                f"{z:.1f})" + ("; back since" if back else ""),
-                evidence={"signal": "loss_spike", "step": step, "loss": v, "history_median": m, "robust_z": round(z, 2),
+                alert="numeric_fault", subject="loss", host="*", severity="warning", since=as_utc(times[step]),
+                summary=f"loss spiked to {v:.4g} at step {step} from {base:.4g} (robust z {z:.1f} against the "
+                        f"job's own history)" + ("; back since" if back else ""),
+                evidence={"signal": "loss_spike", "step": step, "loss": v, "before": base, "robust_z": round(z, 2),
                           "recovered": back})]
     return []
