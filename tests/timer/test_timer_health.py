@@ -59,3 +59,14 @@ def test_the_contract_refuses_a_non_finite_or_negative_signal() -> None:
         with pytest.raises(ValueError):
             StepTiming.model_validate({**base, **bad})
     assert StepTiming.model_validate({**base, "loss": -2.5}).loss == -2.5
+
+
+def test_grad_stats_counts_only_where_the_norm_is_not_finite_and_exactly_when_asked() -> None:
+    params = [torch.nn.Parameter(torch.ones(3, 3)), torch.nn.Parameter(torch.ones(4))]
+    for p in params:
+        p.grad = torch.ones_like(p)
+    norm, bad = grad_stats(params)
+    assert math.isclose(float(norm), 13**0.5, rel_tol=1e-6) and int(bad) == 0
+    params[0].grad[0] = float("inf")  # type: ignore[index]
+    params[1].grad[2] = float("nan")  # type: ignore[index]
+    assert int(grad_stats(params)[1]) == 4 == int(grad_stats(params, exact=True)[1])
