@@ -48,6 +48,7 @@ from vigil.analyzer.detect.hang import HangDetector
 from vigil.analyzer.detect.heartbeat import HeartbeatDetector
 from vigil.analyzer.detect.logs import ExitDetector, LogDetector
 from vigil.analyzer.detect.mfu import MfuDriftDetector
+from vigil.analyzer.detect.numeric import NumericDetector
 from vigil.analyzer.detect.straggler import StragglerDetector
 from vigil.analyzer.detect.traffic import TrafficDetector
 from vigil.analyzer.positions import PositionStore
@@ -61,7 +62,7 @@ log = logging.getLogger(__name__)
 
 DETECTORS: tuple[Detector, ...] = (
     StragglerDetector(), TrafficDetector(), FlapDetector(), MfuDriftDetector(), HeartbeatDetector(), LogDetector(),
-    ExitDetector(), HangDetector(),
+    ExitDetector(), HangDetector(), NumericDetector(),
 )
 _MS = timedelta(milliseconds=1)
 

@@ -96,6 +96,25 @@ class MfuSettings(_Section):
                              "and its trend under trend_pct")
 
 
+class NumericSettings(_Section):
+    """The cross-rank numerical detector (detect/numeric.py): grad-norm outliers, non-finite values, loss spikes."""
+
+    window_steps: int = Field(default=20, ge=2, description="the newest steps judged at each instant; a rank must be "
+                              "out `hits` times within them")
+    z: float = Field(default=6.0, gt=0, description="a rank is out when log(its local grad norm) is this many "
+                     "(scaled) MADs from its peers' median (peers: the ranks of its pp/tp coordinates)")
+    hits: int = Field(default=2, ge=1, description="steps out within `window_steps` that make a numeric fault")
+    min_ranks: int = Field(default=4, ge=3, description="peers a group needs for a robust centre (smaller: not judged)")
+    min_mad: float = Field(default=0.05, gt=0, description="floor on the MAD of log(grad norm): peers that agree "
+                           "closer than this (about 5%) are not told apart by their noise")
+    loss_history_steps: int = Field(default=200, ge=10, description="the job's own loss history a step is judged "
+                                    "against (median/MAD of the rises of the job's per-step median loss over the 5 "
+                                    "steps before each)")
+    loss_min_history: int = Field(default=30, ge=5, description="history steps a loss spike needs to be judged")
+    loss_z: float = Field(default=10.0, gt=0, description="a step's loss rise this many MADs above its history's is a spike")
+    loss_rise_pct: float = Field(default=20.0, ge=0, description="... and at least this much above the steps before it")
+
+
 class HeartbeatSettings(_Section):
     miss_intervals: float = Field(default=3.0, gt=0)
 
@@ -194,6 +213,7 @@ class AnalyzerSettings(VigilBaseSettings):
     traffic: TrafficSettings = TrafficSettings()
     flap: FlapSettings = FlapSettings()
     mfu: MfuSettings = MfuSettings()
+    numeric: NumericSettings = NumericSettings()
     heartbeat: HeartbeatSettings = HeartbeatSettings()
     epoch: EpochSettings = EpochSettings()
     log: LogSettings = LogSettings()

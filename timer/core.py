@@ -42,6 +42,7 @@ from vigil.timer import mfu
 from vigil.timer.clocks import CudaClock, HostClock
 from vigil.timer.config import TimerConfig
 from vigil.timer.contexts import NULL, NULL_STEP, PhaseContext, StepContext
+from vigil.timer.health import capture
 from vigil.timer.identity import Identity, resolve_identity
 from vigil.timer.step import Step, render
 from vigil.timer.watchdog import HangWatchdog
@@ -154,6 +155,17 @@ class StepTimer:
             cur.samples = samples
         if flops is not None:
             cur.flops = flops
+
+    def health(
+        self, *, loss: Any = None, grad_norm: Any = None, nonfinite: Any = None, update_ratio: Any = None
+    ) -> None:
+        """Report the current step's training-health signals (numbers or 0-dim tensors; see `timer.health`).
+
+        Call it inside the step: a CUDA tensor is read once the step's own events completed, never synchronised."""
+        if not self.enabled:
+            return
+        given = {"loss": loss, "grad_norm": grad_norm, "nonfinite": nonfinite, "update_ratio": update_ratio}
+        self._cur.health.update({k: capture(v) for k, v in given.items() if v is not None})
 
     # ---- decorators ---------------------------------------------------------------------
     @overload

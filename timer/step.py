@@ -9,7 +9,8 @@ Rendering runs on the spool thread, so building the dict (and the uuid) costs th
 training thread nothing. `phase_kinds` carries the kinds declared with
 ``phase(name, kind=...)`` (absent when none was). Keys whose name starts with ``_`` are the timer's own:
 ``_host`` is the host wall-clock step time on the CUDA path, where `step_ms` is the
-device time between the step's first and last event.
+device time between the step's first and last event. The health signals (`timer.health`) are
+rendered where the step reported them, each key only when given.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from vigil.timer.health import rendered
 from vigil.timer.identity import Identity
 from vigil.timer.mfu import throughput
 
@@ -30,6 +32,7 @@ class Step:
         "end",
         "failed",
         "flops",
+        "health",
         "host_ms",
         "host_t0",
         "index",
@@ -60,6 +63,7 @@ class Step:
         self.spans: list[tuple[str, Any, Any]] = []  # (name, start event, end event) on CUDA
         self.start: Any = None  # clock mark at step entry (ns or a CUDA event)
         self.end: Any = None
+        self.health: dict[str, Any] = {}  # loss/grad_norm/nonfinite/update_ratio as captured (timer.health)
 
     @property
     def step(self) -> int:
@@ -117,6 +121,8 @@ def render(
         "failed": step.failed,
         "dropped": 0,
     }
+    if step.health:  # only when reported, like the kinds
+        record.update(rendered(step.health))
     if kinds:  # only when declared: lines stay as they were for code that declares none
         record["phase_kinds"] = kinds
     return record

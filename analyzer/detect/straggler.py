@@ -82,7 +82,7 @@ WHERE has({hosts:Array(String)}, host)
 
 class StragglerDetector:
     name = "straggler"
-    false_alarms_per_hour = 0.5  # hosts x compute phases x windows, and every GPU against its host: most tests
+    false_alarms_per_hour = 0.45  # hosts x compute phases x windows, and every GPU against its host: most tests
     cadence_s = 8.0  # judged over 5-step windows and k of n of them: every 8 s of event time, not every instant
     cadence_phase_s = 2.0  # at 2, 10, 18 ... s: on the 2 s grid never at traffic_stall's (every 4 s) nor nic_flap's
 

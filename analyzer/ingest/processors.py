@@ -63,7 +63,8 @@ def _step(e: StepTiming | FastStep) -> list[TableRow]:
         "event_id": e.event_id, "job_id": e.job_id, "host": e.host, "rank": e.rank, "local_rank": e.local_rank,
         "world_size": e.world_size, "dp": c.dp, "tp": c.tp, "pp": c.pp, "step": e.step, "ts": e.ts,
         "step_ms": e.step_ms, "phases": dict(e.phases), "phase_kinds": dict(e.phase_kinds), "tokens": e.tokens, "tflops": e.tflops, "mfu": e.mfu,
-        "failed": int(e.failed), "dropped": e.dropped})]
+        "failed": int(e.failed), "dropped": e.dropped, "loss": e.loss, "grad_norm": e.grad_norm,
+        "nonfinite": e.nonfinite, "update_ratio": e.update_ratio})]
 
 
 def _total(values: Iterable[float | None]) -> float | None:

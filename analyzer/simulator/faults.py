@@ -17,6 +17,10 @@ Kinds and what they do (defaults in brackets):
                     (job-wide, like the MegaScale MFU decline; host= may be omitted or `all`)
     heartbeat_loss  the host goes silent: no heartbeat, NIC, step or log events
     xid             a GPU Xid error (xid=[79]) logged by local_rank=[0], repeated a few times
+    grad_drift      one rank's (local_rank=[0]) local grad norm grows by magnitude [0.02] a step (health.py)
+    nan             one rank's (local_rank=[0]) gradients non-finite at `start`; every rank's for `duration` - 1 after
+    loss_spike      the job's loss jumps by magnitude [1.0] (relative) and recovers over `duration` [10] steps
+                    (job-wide: host= may be omitted or `all`)
     process_exit    the training process of local_rank=[0] exits (exit_code=[1]); it restarts after
                     `duration` steps when given
 
@@ -29,9 +33,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 KINDS = ("straggler", "intermittent", "gpu_straggler", "nic_drop", "traffic_stop", "nic_flap", "hang", "mfu_decay",
-         "heartbeat_loss", "xid", "process_exit")
+         "heartbeat_loss", "xid", "process_exit", "grad_drift", "nan", "loss_spike")
+JOB_WIDE = ("mfu_decay", "loss_spike")
 _DEFAULT_MAGNITUDE = {"straggler": 0.08, "intermittent": 0.2, "gpu_straggler": 0.08, "nic_drop": 0.7,
-                      "traffic_stop": 1.0, "mfu_decay": 0.3}
+                      "traffic_stop": 1.0, "mfu_decay": 0.3, "grad_drift": 0.02, "loss_spike": 1.0}
 _EXTRA = {"phase", "nic", "ramp", "xid", "local_rank", "exit_code", "gpu", "reason", "fraction", "down", "period", "lag"}
 _INTS = ("ramp", "xid", "local_rank", "exit_code", "gpu")
 _FLOATS = ("fraction", "down", "period", "lag")
@@ -79,6 +84,12 @@ class Fault:
             return "mfu_drift", "job"
         if self.kind == "heartbeat_loss":
             return "heartbeat_loss", self.host
+        if self.kind == "grad_drift":
+            return "numeric_fault", f"{self.host}/rank{host_index * gpus_per_host + self.int_option('local_rank', 0)}"
+        if self.kind == "nan":
+            return "numeric_fault", "nonfinite"
+        if self.kind == "loss_spike":
+            return "numeric_fault", "loss"
         if self.kind == "xid":
             return "error_log", f"{self.host}/xid"
         rank = host_index * gpus_per_host + self.int_option("local_rank", 0)
@@ -97,10 +108,10 @@ def parse_fault(spec: str) -> Fault:
         if not eq or not key.strip() or not value.strip():
             raise ValueError(f"--fault {spec!r}: expected key=value, got {part!r}")
         params[key.strip()] = value.strip()
-    host = params.pop("host", "all" if kind == "mfu_decay" else "")
+    host = params.pop("host", "all" if kind in JOB_WIDE else "")
     if not host:
         raise ValueError(f"--fault {spec!r}: host=NAME is required for {kind}")
-    if host == "all" and kind != "mfu_decay":
+    if host == "all" and kind not in JOB_WIDE:
         raise ValueError(f"--fault {spec!r}: {kind} needs one host, not 'all'")
     try:
         start = int(params.pop("start", "100"))
@@ -121,7 +132,7 @@ def parse_fault(spec: str) -> Fault:
         raise ValueError(f"--fault {spec!r}: unknown option(s) {', '.join(sorted(unknown))}")
     if start < 0 or (duration is not None and duration < 1):
         raise ValueError(f"--fault {spec!r}: start must be >= 0 and duration >= 1")
-    if kind in ("straggler", "intermittent", "gpu_straggler", "mfu_decay") and magnitude <= 0:
+    if kind in ("straggler", "intermittent", "gpu_straggler", "mfu_decay", "grad_drift", "loss_spike") and magnitude <= 0:
         raise ValueError(f"--fault {spec!r}: magnitude must be > 0")
     if kind == "nic_drop" and not 0 < magnitude <= 1:
         raise ValueError(f"--fault {spec!r}: nic_drop magnitude is the fraction lost, in (0, 1]")

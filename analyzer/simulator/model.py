@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from vigil.analyzer.simulator.faults import Fault
+from vigil.analyzer.simulator.health import HealthModel
 from vigil.analyzer.simulator.layout import Layout
 from vigil.analyzer.simulator.nodes import GpuFault, Level, NodeReports, NodeState
 from vigil.contract import Event, JobRegistered, LogLine, ProcessExit, StepTiming
@@ -97,6 +98,7 @@ class Simulation:
         self._silent: frozenset[int] = frozenset()  # hosts silent at the latest step
         self.nodes = NodeReports(job=cfg.job, names=self._names, gpus=g, nics=cfg.nics, start=cfg.start,
                                  heartbeat_s=cfg.heartbeat_s, nic_s=cfg.nic_s, rng=self._rng, new_id=self._id)
+        self._health = HealthModel(lay, cfg.seed)  # its own random stream: the timings stay as they were
         self.flops = BASE_MFU * PEAK_TFLOPS * 1e12 * lay.world_size * cfg.step_ms / 1000
 
     def _id(self) -> str:
@@ -214,6 +216,7 @@ class Simulation:
         mfu = self.flops / (dur_ms / 1000) / lay.world_size / (PEAK_TFLOPS * 1e12)
         tokens = 4 * 1024 * 1024 // lay.world_size
         out: list[Event] = []
+        health = self._health.signals(i, cfg.faults)
         for r, phases in enumerate(per_rank):
             h = r // g
             if h in silent or r in self._exited:
@@ -223,7 +226,7 @@ class Simulation:
                 ts=end + timedelta(microseconds=r % 997), world_size=lay.world_size, coords=self._coords[r], step=i,
                 step_ms=round(dur_ms, 3), phases={p: round(ms, 3) for p, ms in phases.items()}, phase_kinds={},
                 tokens=tokens, samples=None, tflops=round(mfu * PEAK_TFLOPS, 2), mfu=round(mfu, 5), failed=False,
-                dropped=0, kind="step", schema_version=1))
+                dropped=0, kind="step", schema_version=1, **health[r]))
         return out
 
     # ---- traffic levels, flaps, pauses, hangs ---------------------------------------------------

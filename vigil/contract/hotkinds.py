@@ -79,6 +79,10 @@ class FastStep(_Envelope, frozen=True, forbid_unknown_fields=True, kw_only=True,
     mfu: Annotated[float, Meta(ge=0, le=1.5)] | None = None
     failed: bool = False
     dropped: U32 = 0
+    loss: Finite | None = None
+    grad_norm: NonNeg | None = None
+    nonfinite: U32 | None = None
+    update_ratio: NonNeg | None = None
     # step, tokens, samples: beyond UInt64 is checked a column at a time per record (`_steps_fit`), not per event
 
 

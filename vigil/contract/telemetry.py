@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from vigil.contract.base import (
+    FLOAT_MAX,
     I32,
     MODEL_CONFIG,
     U32,
@@ -58,6 +59,13 @@ class StepTiming(RankScoped):
     mfu: float | None = Field(default=None, ge=0, le=1.5)
     failed: bool = False
     dropped: U32 = Field(default=0, description="records the timer dropped since the last one")
+    loss: float | None = Field(default=None, ge=-FLOAT_MAX, le=FLOAT_MAX, allow_inf_nan=False,
+                               description="the step's loss on this rank (null when not reported or not finite)")
+    grad_norm: NonNegFloat | None = Field(
+        default=None, le=FLOAT_MAX, description="this rank's local gradient L2 norm, before the all-reduce")
+    nonfinite: U32 | None = Field(default=None, description="non-finite values this rank saw in its loss and gradients")
+    update_ratio: NonNegFloat | None = Field(
+        default=None, le=FLOAT_MAX, description="||dθ||/||θ|| of this rank's parameters over the step")
 
 
 class GpuState(BaseModel):

@@ -1,0 +1,56 @@
+"""A real 4-rank gloo job whose rank 2's gradient turns NaN at step 12: the numerical detector names rank and step.
+
+The ranks' own spooled step records (the timer's health signals, real torch) are stored in ClickHouse and judged by
+the numeric detector's SQL and rules; the broker and agents are other tests' business (test_torch_straggler).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vigil.analyzer.alerts.book import AlertBook
+from vigil.analyzer.detect.base import as_utc
+from vigil.analyzer.detect.numeric import NumericDetector
+from vigil.analyzer.engine import evaluate
+from vigil.analyzer.ingest.writer import ClickHouseWriter
+from vigil.analyzer.settings import AnalyzerSettings
+from vigil.clickhouse.client import connect
+from vigil.contract import StepTiming
+from vigil.kafka.broker import free_port
+
+pytestmark = [pytest.mark.clickhouse, pytest.mark.slow, pytest.mark.timeout(300)]
+WORKER = Path(__file__).with_name("train_numeric.py")
+JOB, NAN_RANK, NAN_STEP = "gloo-nan", 2, 12
+
+
+def test_a_nan_in_one_ranks_gradient_is_named_by_rank_and_step(clickhouse_dsn: str, database: str,
+                                                                tmp_path: Path) -> None:
+    env = {**os.environ, "JOB": JOB, "SPOOL": str(tmp_path), "NAN_RANK": str(NAN_RANK), "NAN_STEP": str(NAN_STEP),
+           "OMP_NUM_THREADS": "1", "VIGIL_HANG_WATCHDOG": "0"}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "4",
+                           "--master-addr", "127.0.0.1", "--master-port", str(free_port()), str(WORKER)],
+                          env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    events = [StepTiming.model_validate_json(line) for f in sorted(tmp_path.rglob("*.jsonl"))
+              for line in f.read_text().splitlines()]
+    assert len(events) == 4 * 30
+    bad = sorted((e.step, e.rank) for e in events if e.nonfinite)
+    assert bad[0] == (NAN_STEP, NAN_RANK) and (NAN_STEP, 0) not in bad  # the timer's own view, before the analyzer's
+    client = connect(clickhouse_dsn, database=database)
+    assert ClickHouseWriter(client=client).write(events) == []
+    last = max(e.ts for e in events)
+    before = max(e.ts for e in events if e.step == NAN_STEP - 1)
+
+    def firing(at: object) -> list[object]:
+        alerts = evaluate(client, AnalyzerSettings(), AlertBook(), JOB, as_utc(at), detectors=[NumericDetector()])
+        return [a for a in alerts if a.status == "firing"]
+
+    assert firing(before) == []  # healthy ranks of one job agree: nothing before the NaN
+    [alert] = firing(last)
+    assert alert.subject == "nonfinite" and alert.host == f"gnode-{NAN_RANK}", alert.summary  # type: ignore[attr-defined]
+    assert alert.evidence["step"] == NAN_STEP and alert.evidence["ranks"] == [NAN_RANK]  # type: ignore[attr-defined]
