@@ -29,6 +29,7 @@ from typing import Any
 from vigil.analyzer.ingest.offload import DecodeProcess, InlineDecode
 from vigil.analyzer.ingest.writer import ClickHouseDeadLetters, ClickHouseWriter
 from vigil.analyzer.settings import AnalyzerSettings
+from vigil.contract import LogLine
 from vigil.contract.registry import TELEMETRY_TOPICS
 from vigil.errors import one_line
 from vigil.kafka.consumer import BatchingConsumer, ConsumerFailed
@@ -36,7 +37,7 @@ from vigil.kafka.deadletter import KafkaDeadLetters
 from vigil.kafka.lag import LagProbe
 from vigil.kafka.producer import EventProducer
 from vigil.settings import VigilSettings
-from vigil.signing.policy import check
+from vigil.signing.policy import check, vouched_fact
 from vigil.signing.setup import verifier
 
 log = logging.getLogger(__name__)
@@ -75,7 +76,7 @@ class IngestLoop:
     def __post_init__(self) -> None:
         ring = verifier(self.settings.home)  # the read side runs the same gate on decisions: forged ones stored flagged
         self.writer = ClickHouseWriter(client=self.client, group=self.analyzer.group_id,
-                                       window_s=self.analyzer.dedup_window_s, verify=lambda e: check(e, ring) is None)
+                                       window_s=self.analyzer.dedup_window_s, verify=lambda e: gate(e, ring))
         self.sink = sink = ClickHouseDeadLetters(client=self.client, inner=KafkaDeadLetters(self.producer))
         self.decoder = DecodeProcess() if decode_process(self.analyzer.decode_process) else None
         if self.decoder is not None:
@@ -135,3 +136,12 @@ class IngestLoop:
     def _close_decoder(self) -> None:
         if self.decoder is not None:
             self.decoder.close()
+
+
+def gate(event: Any, ring: Any) -> bool:
+    """The read side's gate: a decision validly signed by a role that may make it; a hardware fact attested by its own
+    host's agent (`vouched_fact`: else it is stored as a claim); any other fact passes."""
+    if isinstance(event, LogLine):
+        return event.source == "process" or vouched_fact(event, ring)
+    return check(event, ring) is None
+

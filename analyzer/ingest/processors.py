@@ -49,6 +49,7 @@ from vigil.contract import (
     StepTiming,
 )
 from vigil.contract.hotkinds import HOT_KINDS, FastHeartbeat, FastNic, FastStep, Ingestable
+from vigil.contract.xid import decides, xid_entry
 
 Row = dict[str, Any]
 """One table row, keyed by column name (the writer inserts by these names)."""
@@ -102,12 +103,18 @@ def _nic(e: NicCounters | FastNic) -> list[TableRow]:
         "rx_bps": e.rx_bps, "interval_s": e.interval_s})]
 
 
-def _log(e: LogLine) -> list[TableRow]:
+def _log(e: LogLine, verified: bool = True) -> list[TableRow]:
+    """A hardware fact (source kernel, nvml, sysfs) its host's agent did not attest (`verified` False) is stored as
+    what it is, a claim (`process`, no action); an Xid's action is the catalog's for its code, never the line's."""
+    source = e.source if verified else "process"
+    action = e.action.value if e.action is not None and decides(source) else ""
+    if action and e.category == "xid" and e.xid is not None:
+        action = xid_entry(e.xid).action.value
     return [("log_lines", {
         "event_id": e.event_id, "job_id": e.job_id, "host": e.host, "ts": e.ts, "rank": e.rank,
         "local_rank": e.local_rank, "stream": e.stream, "category": e.category, "severity": e.severity,
         "message": e.message, "xid": e.xid, "repeats": e.repeats,
-        "source": e.source, "action": e.action.value if e.action is not None else "", "gpu_index": e.gpu_index})]
+        "source": source, "action": action, "gpu_index": e.gpu_index})]
 
 
 def _exit(e: ProcessExit) -> list[TableRow]:
@@ -254,11 +261,15 @@ DECISIONS = frozenset({"alert_events", "incident_events", "recovery_actions", "r
 gate verified its signature (`verified`, migration 1000) and keeps the signature; readers read verified rows only."""
 GATED = frozenset({"alert", "incident", "recovery", "outcome", "advice", "member"})
 """The kinds whose rows go to `DECISIONS`: the ingest runs the gate on these."""
+VERIFIED = GATED | {"log"}
+"""The kinds the ingest verifies: `GATED`, and log lines (a hardware fact unattested by its host is a claim)."""
 
 
 def process(event: Ingestable, verified: bool = True) -> list[TableRow]:
     """The rows `event` becomes; [] for the kinds the analyzer does not store (`NOT_STORED`). A decision that is not `verified` (its
     signature refused by the gate) is stored flagged so, and never registers a run (`job_registrations`)."""
+    if isinstance(event, LogLine):
+        return _log(event, verified)
     fn = KINDS.get(event.kind)
     rows = fn(event) if fn is not None else []
     if event.kind not in GATED:

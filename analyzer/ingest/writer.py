@@ -50,7 +50,7 @@ from vigil.analyzer.ingest.columns import BUILDERS
 from vigil.analyzer.ingest.intents import IntentLedger
 from vigil.analyzer.ingest.lookup import StoredIds
 from vigil.analyzer.ingest.offload import Offloaded
-from vigil.analyzer.ingest.processors import GATED, LOOKUP, RECENT, Row, TableRow, process
+from vigil.analyzer.ingest.processors import LOOKUP, RECENT, VERIFIED, Row, TableRow, process
 from vigil.analyzer.ingest.recent import Marks, RecentIds
 from vigil.analyzer.ingest.staging import Staged, first_of_each, stage
 from vigil.clickhouse.failures import is_data_error, is_transient, splits
@@ -243,7 +243,7 @@ class ClickHouseWriter:
         return _Prepared(tables=dict(sorted(tables.items())), ids=ids, marks=marks)
 
     def _verified(self, e: Any) -> bool:
-        return self.verify is None or e.kind not in GATED or self.verify(e)
+        return self.verify is None or e.kind not in VERIFIED or self.verify(e)
 
     def _prepare_offloaded(self, events: Sequence[Ingestable], off: Offloaded, batch: BatchId | None) -> _Prepared | None:
         """The batch from the offload's groups and the events decoded here, when that is what `_prepare` of the whole

@@ -156,6 +156,8 @@ class LogLine(Event):
     gpu_uuid: Text = ""
     pci: Text = Field(default="", description="the PCI address the record names")
     pid: U32 | None = Field(default=None, description="the process the record names (OOM-killer, Xid pid=)")
+    signature: str = Field(default="", max_length=512, description="a kernel/nvml/sysfs fact's attestation by its "
+                           "host's agent key (vigil.signing): without it the line is a claim like any process output")
 
 
 class ProcessExit(Event):

@@ -31,18 +31,20 @@ from vigil.contract import (
     Diagnostic,
     Event,
     Incident,
+    LogLine,
     Member,
     Outcome,
     RecoveryAction,
     Silence,
 )
 from vigil.contract.decisions import is_operator_request
+from vigil.contract.xid import ATTESTED_SOURCES
 from vigil.signing.keys import Role, host_of
 from vigil.signing.refusals import REMEMBERED, SECURITY_ALERT, Refusal, Refusals
 from vigil.signing.seal import Problem, Unverified, Verifier
 
 __all__ = ["REMEMBERED", "SECURITY_ALERT", "Claim", "Refusal", "Refusals", "attested", "attested_kind", "check",
-           "decision_kind", "expected_roles", "is_ack", "must_attest", "needs_signature"]
+           "decision_kind", "expected_roles", "is_ack", "must_attest", "needs_signature", "vouched_fact"]
 
 NONE: frozenset[Role] = frozenset()
 CONTROLLER = frozenset({Role.CONTROLLER})
@@ -103,12 +105,21 @@ def attested_kind(event: Event) -> bool:
         return is_ack(event)
     if isinstance(event, Diagnostic):
         return event.test != "verdict"
+    if isinstance(event, LogLine):
+        return event.source in ATTESTED_SOURCES
     return isinstance(event, Member | Checkpoint)
 
 
 def must_attest(event: Event) -> bool:
     """An attested kind refused unattested (a checkpoint unattested is a fact that decides nothing)."""
-    return attested_kind(event) and not isinstance(event, Checkpoint)
+    return attested_kind(event) and not isinstance(event, Checkpoint | LogLine)
+
+
+def vouched_fact(event: Event, verifier: Verifier) -> bool:
+    """A hardware fact (`LogLine` of source kernel, nvml or sysfs) that its own host's agent attested: the only kind
+    whose `source` and `action` may decide. Unattested (anyone can produce to Kafka: an attacker's review), it is a
+    claim like a training process's output; the analyzer's ingest stores it so (`source` process)."""
+    return attested_kind(event) and attested(event) and check(event, verifier) is None
 
 
 def needs_signature(event: Event) -> bool:

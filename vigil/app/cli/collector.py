@@ -92,11 +92,14 @@ def _build(args: argparse.Namespace, *, launching: bool) -> tuple[Any, Any, dict
     """(agent, paths, child environment additions); the agent's process made non-dumpable first."""
     from vigil.app.stack.state import resolve_bootstrap
     from vigil.collector.agent import Agent
+    from vigil.collector.control.attest import Attester
     from vigil.collector.principal import job_key_file, protect
     from vigil.collector.procs import ProcessTracker
     from vigil.collector.settings import resolve_paths, snapshot_memory
     from vigil.collector.sink import KafkaSink
     from vigil.settings import VigilSettings
+    from vigil.signing import Role
+    from vigil.signing.setup import signer
     from vigil.trainside import env
     from vigil.trainside.identity import safe_name
 
@@ -131,6 +134,9 @@ def _build(args: argparse.Namespace, *, launching: bool) -> tuple[Any, Any, dict
     agent = Agent(settings=settings, paths=paths, sink=sink, spool_roots=spool_roots, fr_dirs=fr_dirs,
                   log_dirs=list(settings.log_dirs), tracker=ProcessTracker(match=settings.process_match),
                   serves_one_job=launching)
+    key = signer(Role.AGENT, core.home, host=settings.host)  # this host's own key: `vigil keys issue HOST`
+    if key is not None:  # its hardware facts (kernel log, NVML, sysfs) decide only attested by it
+        agent.attest = agent.spool.attest = Attester(host=settings.host, job_id=settings.job_id, seal=key.seal).attest
     return agent, paths, child_env
 
 

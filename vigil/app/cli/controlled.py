@@ -30,7 +30,6 @@ def add_options(run: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, *, agent: Any, paths: Any, argv: list[str], env: dict[str, str],
         launcher_for: Callable[[list[str], dict[str, str]], Any]) -> int:
     from vigil.app.stack.state import resolve_bootstrap
-    from vigil.collector.control.attest import Attester
     from vigil.collector.control.commands import CommandFeed
     from vigil.collector.control.rendezvous import NodeRange
     from vigil.collector.control.supervisor import Supervisor
@@ -80,8 +79,6 @@ def run(args: argparse.Namespace, *, agent: Any, paths: Any, argv: list[str], en
                             warm_diag=diag)
     scrub_secrets()  # the agent's key and credentials were read: none stays in its environment
     agent.sink = ObservedSink(inner=agent.sink, observe=supervisor.progress.observe)
-    if key is not None:  # members, acks, results and shipped checkpoints of this host, attested by its key
-        agent.attest = agent.spool.attest = Attester(host=s.host, job_id=s.job_id, seal=key.seal).attest
     agent.shipper.sink = agent.sink
     agent.start()
     if replicator is not None:
