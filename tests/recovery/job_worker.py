@@ -25,19 +25,15 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel
 
-from vigil.app.demo.fakekmsg import append_xid
+from vigil.app.demo.fakekmsg import xid_to_env_log
 from vigil.recovery.checkpoint import CheckpointConfig, Checkpointer, TrainState
 from vigil.timer import StepTimer, TimerConfig
 
 
 def kernel_xid(code: int, text: str) -> bool:
-    """Stand in for the NVIDIA driver: append an Xid record to this host's fake kernel log (`FAKE_KMSG`, which its
-    agent follows as /dev/kmsg); False when there is none. A printed Xid is only the process's claim (issue 49)."""
-    path = os.environ.get("FAKE_KMSG")
-    if not path:
-        return False
-    append_xid(path, code, text)
-    return True
+    """Stand in for the NVIDIA driver: an Xid record in this host's fake kernel log (`FAKE_KMSG`, which its agent
+    follows as /dev/kmsg); False when there is none. A printed Xid is only the process's claim (issue 49)."""
+    return xid_to_env_log("FAKE_KMSG", code, text)
 
 
 def parse() -> argparse.Namespace:

@@ -20,3 +20,13 @@ def append_xid(path: str, code: int, text: str, *, pci: str = "0000:3b:00") -> N
         seq = sum(1 for line in fh if not line.startswith(" ")) + 1  # continuation lines start with a space
         fh.write(f"{KERNEL_ERR},{seq},{int(time.monotonic() * 1e6)},-;NVRM: Xid (PCI:{pci}): {code}, "
                  f"pid={os.getpid()}, name=python, {text}\n")
+
+
+def xid_to_env_log(var: str, code: int, text: str) -> bool:
+    """`append_xid` to the fake kernel log the environment variable `var` names; False when it names none."""
+    path = os.environ.get(var)
+    if not path:
+        return False
+    append_xid(path, code, text)
+    return True
+

@@ -41,7 +41,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from vigil.app.demo.fakekmsg import append_xid
+from vigil.app.demo.fakekmsg import xid_to_env_log
 from vigil.data import ElasticSampler
 from vigil.recovery.checkpoint import CheckpointConfig, Checkpointer, TrainState
 from vigil.timer import StepTimer, TimerConfig
@@ -112,11 +112,7 @@ def first_time(marker: str) -> bool:
 def driver_xid(code: int, text: str) -> bool:
     """The demo's stand-in for the NVIDIA driver: append an Xid record, in the kernel's `/dev/kmsg` format, to this
     host's fake kernel log (`DEMO_FAKE_KMSG`), which its agent follows; False when there is none."""
-    path = os.environ.get("DEMO_FAKE_KMSG")
-    if not path:
-        return False
-    append_xid(path, code, text)
-    return True
+    return xid_to_env_log("DEMO_FAKE_KMSG", code, text)
 
 
 def register_job(args: argparse.Namespace, world: int, data: dict[str, object] | None = None) -> None:
