@@ -17,14 +17,23 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(500)]
 JOB = "job-xids"
 
 
+def trained(live: Live, generation: int) -> set[str]:
+    """The hosts that reported training in `generation` of the job."""
+    return {e.host for e in live.events if isinstance(e, Member) and e.job_id == JOB and e.generation == generation
+            and e.state == "training"}
+
+
 @pytest.mark.recovery_env({"VIGIL_RECOVERY_POLICY_CORDON_SLOW": "false"})
 def test_an_xid_31_restarts_without_a_cordon_and_an_xid_79_cordons(live: Live) -> None:
     args = ["--ckpt", str(live.tmp / "ckpt"), "--xid", "31:h1:8", "--xid", "79:h2:16", "--once-dir", str(live.tmp)]
     live.start_job(JOB, ["h0", "h1", "h2"], worker(*args), nodes="2:3")
 
-    live.wait_for(training(JOB, 2, 3), 240, "the job restarted on the same three hosts after the Xid 31")
-    (first,) = [c for c in live.state.cases.values() if c.job_id == JOB and c.cls != "start"]
-    assert first.cls == "software" and cordoned(live) == set()
+    # from the log, not the folded state: generation 2 may last under a second before the Xid 79 (8 steps of 100 ms)
+    live.wait_for(lambda _s: trained(live, 2) == {"h0", "h1", "h2"}, 240,
+                  "the job restarted on the same three hosts after the Xid 31")
+    first = [c for c in live.state.cases.values() if c.job_id == JOB and c.cls not in ("start", "hardware")]
+    assert [c.cls for c in first] == ["software"]  # (the Xid 79's hardware case may already be open)
+    assert "cordon" not in first[0].plan and cordoned(live) <= {"h2"}  # no host of the Xid 31 goes out
     exited = [e for e in live.events if isinstance(e, Member) and e.host == "h1" and e.state == "exited"]
     assert exited and all(m.fault is None for m in exited)  # an application Xid is not the host's fault
 
