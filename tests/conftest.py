@@ -98,4 +98,4 @@ def analyzer_migrations_before(folder: Path, number: int) -> MigrationSet:
     for path in schema.MIGRATIONS.directory.glob("*.sql"):
         if int(path.name[:4]) < number:
             (older / path.name).write_text(path.read_text())
-    return MigrationSet(owner="analyzer", directory=older, ids=schema.MIGRATIONS.ids)
+    return MigrationSet(owner="analyzer", directory=older, ids=schema.MIGRATIONS.ids, more=schema.MIGRATIONS.more)

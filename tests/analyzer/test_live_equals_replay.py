@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from tests.signed import attested
 from tests.waiting import wait_until
 from vigil.analyzer.alerts.view import read_alert_events
 from vigil.analyzer.clock import grid_ceil
@@ -63,7 +64,7 @@ def live(topics: VigilSettings, dsn: str, database: str, **overrides: float) -> 
 
 def send(topics: VigilSettings, events: Sequence[Event]) -> None:
     producer = EventProducer(settings=topics, bootstrap=str(topics.kafka_bootstrap))
-    producer.send(events)
+    producer.send(attested(topics.home, events))  # the hosts' agents attest their hardware facts
     producer.flush()
 
 
@@ -169,7 +170,7 @@ def test_late_out_of_order_heartbeats_page_only_the_silent_host(topics: VigilSet
     # shuffled each burst *within* a host, an order no keyed topic delivers, so a burst ingested in parts left
     # gaps below a host's newest heartbeat once the silent host went idle and the watermark moved on.)
     with live(topics, clickhouse_dsn, database, watermark_idle_s=30.0) as service:
-        deliver([Run(sim=sim, steps=range(200))], producer.send,
+        deliver([Run(sim=sim, steps=range(200))], lambda evs: producer.send(attested(topics.home, evs)),
                 Delivery(speed=40, shuffle=True, late=late_hosts(others, 150, jitter_s=1.5, burst_s=120)))
         producer.flush()
         judged_to_the_end(service, {"late": sim.now})
@@ -218,7 +219,7 @@ def fleet(start: datetime, jobs: Sequence[int] = range(len(JOB_FAULTS))) -> list
 
 def stream(topics: VigilSettings, service: AnalyzerService, runs: list[Run]) -> dict[str, datetime]:
     producer = EventProducer(settings=topics, bootstrap=str(topics.kafka_bootstrap))
-    deliver(runs, producer.send, Delivery(speed=25, tick_s=1.0))
+    deliver(runs, lambda evs: producer.send(attested(topics.home, evs)), Delivery(speed=25, tick_s=1.0))
     producer.flush()
     ends = {r.sim.cfg.job: r.sim.now for r in runs}
     judged_to_the_end(service, ends, timeout=300)

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from tests.signed import attested
 from tests.waiting import wait_until
 from vigil.analyzer.alerts.view import current, read_alert_events
 from vigil.analyzer.service import AnalyzerService
@@ -42,7 +43,7 @@ def test_every_fault_kind_raises_exactly_its_alert(topics: VigilSettings, clickh
         sim = Simulation(SimConfig(job="scn", layout=Layout(hosts=16, gpus_per_host=4, pp=2),
                                    faults=[parse_fault(f) for f in FAULTS], seed=11, start=datetime.now(UTC)))
         producer = EventProducer(settings=topics, bootstrap=bootstrap)
-        events = run(sim, 230, producer.send, speed=25.0)
+        events = run(sim, 230, lambda evs: producer.send(attested(topics.home, evs)), speed=25.0)  # the hosts' agents attest
         producer.flush()
         truth = ground_truth(sim, 230, events)
         expected = {f["expected"]["fingerprint"] for f in truth["faults"]}

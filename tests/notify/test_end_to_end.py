@@ -21,6 +21,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.clickhouse, pytest.mark.slow]
 
 def test_simulated_straggler_and_xid_page_once_each_then_resolve(ctx: StackContext, notifier: Any,
                                                                   receiver: Receiver) -> None:
+    from tests.signed import attested
     from vigil.analyzer.service import AnalyzerService
     from vigil.analyzer.settings import AnalyzerSettings
     from vigil.analyzer.simulator.faults import parse_fault
@@ -39,7 +40,7 @@ def test_simulated_straggler_and_xid_page_once_each_then_resolve(ctx: StackConte
         sim = Simulation(SimConfig(job="e2e", layout=Layout(hosts=8, gpus_per_host=2, pp=1), seed=3,
                                    faults=[parse_fault(f) for f in faults], start=datetime.now(UTC)))
         producer = EventProducer(settings=ctx.settings, bootstrap=ctx.bootstrap)
-        run(sim, 110, producer.send, speed=10.0)
+        run(sim, 110, lambda evs: producer.send(attested(ctx.settings.home, evs)), speed=10.0)  # agents attest
         producer.flush()
         wait_until(lambda: len(receiver.delivered()) == 4, 120, "two pages and two resolves")
         wait_until(lambda: analyzer.health()["lag"].get(ctx.settings.topic("steps"), 1) == 0, 60, "ingest caught up")
