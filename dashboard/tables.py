@@ -69,7 +69,7 @@ RECOVERY_ACTIONS = _t("recovery_actions", "ts job_id action target status reason
                                           "generation duration_ms dry_run verified signature")
 RECOVERY_OUTCOMES = _t("recovery_outcomes", "ts job_id incident_id result detect_s decide_s pause_s diagnose_s "
                                             "restart_s checkpoint_load_s total_s checkpoint_step last_step "
-                                            "steps_lost first_step cordoned hosts reason verified signature")
+                                            "steps_lost first_step cordoned hosts reason resumed_at verified signature")
 RECOVERY_MEMBERS = _t("recovery_members", "ts job_id host state generation last_step step_ms last_step_at repl_buddy "
                       "repl_pushed repl_pushed_bytes repl_staged repl_refused repl_last_step verified")
 
