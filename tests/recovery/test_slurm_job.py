@@ -16,6 +16,7 @@ from live import PY, Live, worker
 
 from tests.slurm_cluster import SlurmCluster
 from vigil.contract import Member
+from vigil.signing import KeyStore
 
 pytestmark = [pytest.mark.slurm, pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -33,10 +34,16 @@ def test_xid_under_srun_drains_the_node_as_vigil_and_the_job_resumes_on_the_rest
     args = ["--ckpt", str(tmp_path / "ckpt"), "--fault", "xid", "--fault-host", "n2", "--fault-step", "12",
             "--once", str(tmp_path / "xid.once")]
     live.start_controller()
+    for node in ("n1", "n2", "n3"):  # each node's agent attests its host's facts with its own key
+        KeyStore(live.home / "keys").issue(node)
+        (tmp_path / f"kmsg-{node}").touch()  # and follows its own kernel log, where the driver's Xid lands
+    agent = [PY, "-m", "vigil", "run", "--nodes", "2:3", "--rdzv-addr", "127.0.0.1", "--keepalive", "2",
+             "--kill-grace", "10", "--heartbeat-interval", "5", "--", *worker(*args)]
+    per_node = (f'export VIGIL_KMSG_PATH="{tmp_path}/kmsg-$SLURMD_NODENAME" FAKE_KMSG="{tmp_path}/kmsg-$SLURMD_NODENAME"; '
+                'exec "$@"')
     log = (tmp_path / "srun.log").open("wb")
     srun = subprocess.Popen(["srun", "-N", "3", "--ntasks-per-node=1", "--kill-on-bad-exit=0", "--chdir", str(tmp_path),
-                             PY, "-m", "vigil", "run", "--nodes", "2:3", "--rdzv-addr", "127.0.0.1", "--keepalive", "2",
-                             "--kill-grace", "10", "--heartbeat-interval", "5", "--", *worker(*args)],
+                             "bash", "-c", per_node, "agent", *agent],
                             env=live.env, stdout=log, stderr=subprocess.STDOUT)
     try:
         live.wait_for(lambda _s: {e.host for e in live.events if isinstance(e, Member) and e.generation == 1
