@@ -69,6 +69,7 @@ class KernelLog:
     reader: KmsgReader | None = field(default=None, init=False)
     facts: int = 0
     user_records: int = 0  # records userspace wrote to the log (facility >= 1): not the kernel's word
+    save_errors: int = 0  # the position could not be saved (the state directory refused it)
     _reported_lost: int = field(default=0, init=False)
     _oom_pids: deque[int] = field(default_factory=lambda: deque(maxlen=64), init=False, repr=False)
     _limiter: FloodLimiter[LogLine] = field(init=False, repr=False)
@@ -155,8 +156,15 @@ class KernelLog:
         return datetime.fromtimestamp(at, UTC) if now - MAX_BACKDATE_S <= at <= now + 1 else utcnow()
 
     def _save(self) -> None:
+        """Save the position; a state directory that refuses it (full, unwritable) is counted and logged, never the
+        end of the thread: the agent keeps reading, and after a restart re-reads at most what was not saved."""
         if self.reader is not None and self.reader.last_seq is not None:
-            self.store.save(**{STATE_KEY: {"boot": self.boot_id, "seq": self.reader.last_seq}})
+            try:
+                self.store.save(**{STATE_KEY: {"boot": self.boot_id, "seq": self.reader.last_seq}})
+            except OSError as exc:
+                self.save_errors += 1
+                if self.save_errors == 1 or self.save_errors % 1000 == 0:
+                    log.warning("kernel log: cannot save the position (%d times): %s", self.save_errors, exc)
 
     def stats(self) -> dict[str, int]:
         r = self.reader

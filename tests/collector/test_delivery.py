@@ -180,7 +180,8 @@ def test_unwritable_spool_keeps_running_and_counts_drops(tmp_path: Path) -> None
     blocker.write_text("")
     settings = CollectorSettings(host="h-full", job_id="j", state_dir=blocker / "state", heartbeat_interval=0.02,
                                  nic_interval=0.02, memory_buffer_events=5, poll_interval=0.05,
-                                 sysfs_root=tmp_path / "none", procfs_root=tmp_path / "none")
+                                 sysfs_root=tmp_path / "none", procfs_root=tmp_path / "none",
+                                 kmsg_path="")  # not this machine's kernel log
     sink = MemorySink(down=True)
     agent = Agent(settings=settings, paths=resolve_paths(settings, tmp_path), sink=sink, spool_roots=[])
     agent.start()
@@ -199,7 +200,8 @@ def test_unwritable_spool_keeps_running_and_counts_drops(tmp_path: Path) -> None
 @pytest.mark.pure
 def test_sink_outage_in_process_keeps_order_and_everything(tmp_path: Path) -> None:
     settings = CollectorSettings(host="h-mem", job_id="j", heartbeat_interval=3600, nic_interval=3600,
-                                 poll_interval=0.05, sysfs_root=tmp_path / "none", procfs_root=tmp_path / "none")
+                                 poll_interval=0.05, sysfs_root=tmp_path / "none", procfs_root=tmp_path / "none",
+                                 kmsg_path="")  # not this machine's kernel log
     sink = MemorySink(down=True)
     agent = Agent(settings=settings, paths=resolve_paths(settings, tmp_path), sink=sink, spool_roots=[])
     agent.start()

@@ -127,3 +127,25 @@ def test_pci_addresses_name_gpus_through_sysfs(tmp_path: Path) -> None:
     assert gpus.lookup("0000:3b:00") == (0, "") and gpus.lookup("PCI:0000:86:00") == (2, "")
     assert gpus.lookup("0000:99:00") == (None, "") and gpus.lookup("garbage") == (None, "")
     assert pci_key("00000000:3B:00.0") == pci_key("0000:3b:00") == (0, 0x3B, 0)
+
+
+def test_a_state_directory_that_refuses_the_position_does_not_stop_the_reader(tmp_path: Path) -> None:
+    """An unwritable state directory never stops the kernel log: its position is not saved (counted, logged when the
+    store raises) and the facts still flow."""
+    from vigil.collector.gpumap import GpuMap
+    from vigil.collector.kernellog import KernelLog
+    from vigil.collector.offsets import OffsetStore
+
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_text("")
+    emitted: list[object] = []
+    kernel = KernelLog(path=kmsg, job_id="j", host="h", store=OffsetStore(path=blocker / "state" / "o.json"),
+                       emit=emitted.extend, gpus=GpuMap(sysfs_root=tmp_path), rank_of_pid=lambda _: (None, None))
+    assert kernel.open()
+    with kmsg.open("a") as fh:
+        fh.write("3,1,1000,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n")
+    kernel.poll()
+    kernel.poll()
+    assert kernel.facts == 1 and any(getattr(e, "xid", None) == 79 for e in emitted)
