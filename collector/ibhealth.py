@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vigil.collector.nic import read_int
 from vigil.collector.rising import Rising
 from vigil.contract import LogLine
 from vigil.contract.telemetry import Severity
@@ -50,13 +51,6 @@ def _name(path: Path) -> str:
         return ""
 
 
-def _int(path: Path) -> int | None:
-    try:
-        return int(path.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def read_ports(sysfs_root: Path) -> list[PortHealth]:
     out: list[PortHealth] = []
     try:
@@ -69,7 +63,7 @@ def read_ports(sysfs_root: Path) -> list[PortHealth]:
         except OSError:
             continue
         for p in ports:
-            counters = {c: v for c in COUNTERS if (v := _int(p / "counters" / c)) is not None}
+            counters = {c: v for c in COUNTERS if (v := read_int(p / "counters" / c)) is not None}
             out.append(PortHealth(device=dev.name, port=int(p.name), state=_name(p / "state"),
                                   phys=_name(p / "phys_state"), counters=counters))
     return out

@@ -41,7 +41,8 @@ class NicRate:
     interval_s: float
 
 
-def _read_int(path: Path) -> int | None:
+def read_int(path: Path) -> int | None:
+    """The first integer of a sysfs/procfs counter file; None when it is absent or unreadable."""
     try:
         return int(path.read_text().split()[0])
     except (OSError, ValueError, IndexError):
@@ -61,15 +62,15 @@ def read_rdma(sysfs_root: Path) -> list[NicSample]:
         except OSError:
             continue
         for port in ports:
-            tx = _read_int(port / "counters" / "port_xmit_data")
-            rx = _read_int(port / "counters" / "port_rcv_data")
+            tx = read_int(port / "counters" / "port_xmit_data")
+            rx = read_int(port / "counters" / "port_rcv_data")
             if tx is None or rx is None:
                 continue
             extra: dict[str, int] = {}
             hw = port / "hw_counters"
             try:
                 for f in sorted(hw.iterdir()):
-                    if (v := _read_int(f)) is not None:
+                    if (v := read_int(f)) is not None:
                         extra[f.name] = v
             except OSError:
                 pass
