@@ -58,3 +58,15 @@ def test_replicas_are_those_of_the_same_pp_tp_coordinates() -> None:
     digests = {5: {0: 10, 2: 10, 4: 10, 1: 20, 3: 21, 5: 20}}
     [f] = vote(rows(digests, tp_of), reach(range(6), 5, tp_of), 2)
     assert f.host == "h3" and f.evidence["tp"] == 1
+
+
+def test_a_named_replica_is_an_sdc_incident_and_a_tie_is_none() -> None:
+    from vigil.analyzer.incidents.build import build
+    from vigil.analyzer.settings import IncidentSettings
+    from vigil.contract import IncidentCategory
+
+    [named] = vote(rows({5: {0: 2, 1: 2, 2: 3, 3: 2}}), reach(range(4), 5), 2)
+    [tie] = vote(rows({5: {0: 1, 1: 1, 2: 2, 3: 2}}), reach(range(4), 5), 2)
+    [draft] = build([named, tie], T0 + timedelta(seconds=9), IncidentSettings()).drafts
+    assert draft.category is IncidentCategory.SILENT_DATA_CORRUPTION and draft.cause == "unknown"
+    assert [(p.host, p.rank) for p in draft.culprits] == [("h2", 2)] and draft.evidence["step"] == 5
