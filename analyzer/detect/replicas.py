@@ -8,7 +8,8 @@ digest step their digests must be one value. `vote` judges each digest step of e
 * a strict majority (more than half the group's replicas that reported a digest there) on one value, at least
   `min_replicas` of them: each replica off that value is named (subject `host/rankN`, `replica_mismatch`, error)
   with its host, the first judged step it differed at (kept in the walk's state while the run lasts, so a window
-  that moved on still says where it began), the majority's and its own digest.
+  that moved on still says where it began), the last step before it at which it still agreed (`good_step`: a
+  snapshot at or before it is clean, the replay's starting point), the majority's and its own digest.
 * no strict majority (a tie, two replicas, or every replica different): one warning `replica_mismatch` finding
   (subject `pp{pp}/tp{tp}`, host `*`) that says the replicas disagree and no one is blamed.
 
@@ -59,19 +60,20 @@ def vote(rows: Sequence[Row], reach: Mapping[int, tuple[int, int, int]], min_rep
         members[(pp, tp)].append(rank)
     odd: dict[int, tuple[Row, int, int, int]] = {}  # rank -> (its newest odd row, majority digest, votes, of)
     ties: dict[tuple[int, int], tuple[int, Row, int]] = {}  # group -> (step, a row of it, distinct values)
+    good: dict[int, int] = {}  # rank -> the last judged step it agreed with the majority at, before it first differed
     for key, steps in sorted(groups.items()):
         for step, got in sorted(steps.items()):
             if any(reach[m][2] < step for m in members[key]):
                 continue  # a replica has not reported this far: its digest may be in flight
             counts = Counter(int(r["digest"]) for r in got.values())
-            if len(counts) == 1:
-                continue
             value, votes = counts.most_common(1)[0]
-            if votes * 2 > len(got) and votes >= min_replicas:
+            if len(counts) == 1 or (votes * 2 > len(got) and votes >= min_replicas):
                 for rank, r in got.items():
                     if int(r["digest"]) != value:
                         first[rank] = min(first.get(rank, step), step)
                         odd[rank] = (r, value, votes, len(got))
+                    elif step < first.get(rank, step + 1):
+                        good[rank] = step
             else:
                 ties.setdefault(key, (step, next(iter(got.values())), len(counts)))
     out = []
@@ -81,7 +83,8 @@ def vote(rows: Sequence[Row], reach: Mapping[int, tuple[int, int, int]], min_rep
             alert="replica_mismatch", subject=f"{host}/rank{rank}", host=host, severity="error", since=as_utc(r["ts"]),
             summary=f"rank {rank} on {host}: parameter digest differs from {votes} of {of} replicas (pp {r['pp']}, "
                     f"tp {r['tp']}) since step {since}: silent data corruption on this replica",
-            evidence={"signal": "digest", "rank": rank, "host": host, "step": since, "last_step": int(r["step"]),
+            evidence={"signal": "digest", "rank": rank, "host": host, "step": since, "good_step": good.get(rank),
+                      "last_step": int(r["step"]),
                       "digest": int(r["digest"]), "majority": value, "votes": votes, "replicas": of,
                       "pp": int(r["pp"]), "tp": int(r["tp"])}))
     for (pp, tp), (step, r, distinct) in sorted(ties.items()):

@@ -30,7 +30,7 @@ def drafts(findings: Sequence[Finding]) -> list[Draft]:
         rank = f.evidence.get("rank")
         if category is None or f.host == "*" or rank is None or f.evidence.get("every_rank"):
             continue
-        keep = ("signal", "step", "last_step", "rank", "host", "votes", "replicas", "digest", "majority", "pp", "tp",
+        keep = ("signal", "step", "good_step", "last_step", "rank", "host", "votes", "replicas", "digest", "majority", "pp", "tp",
                 "robust_z", "ranks")
         out.append(Draft(
             category=category, cause="unknown", culprits=[Party(host=f.host, rank=int(rank), at=f.since)], victims=[],

@@ -34,6 +34,7 @@ def test_the_odd_replica_is_named_with_its_host_and_first_step_and_kept_when_the
     [f] = vote(rows(digests), reach(range(4), 10), 2, first)
     assert (f.alert, f.subject, f.host, f.severity) == ("replica_mismatch", "h2/rank2", "h2", "error")
     assert f.evidence["step"] == 5 and f.evidence["votes"] == 3 and f.evidence["replicas"] == 4
+    assert f.evidence["good_step"] == 0  # the replay starts from a snapshot at or before it
     [later] = vote(rows({10: digests[10]}), reach(range(4), 10), 2, first)  # step 5 left the window
     assert later.evidence["step"] == 5 and later.evidence["last_step"] == 10
 
