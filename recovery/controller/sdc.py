@@ -9,8 +9,9 @@ one-off flip; they look alike from the telemetry. The replay tells them apart:
 2. Recompute the steps from there to the first bad step twice: on the suspect host (`suspect`), and with the suspect
    replaced by a spare or a peer fed the suspect's batches (`peer`). On one machine there is no peer: the suspect
    re-runs, and its digest is compared with the majority's.
-3. `decide` on what each replay saw (`Replay.reproduced`: its digest at the bad step differs from the majority's, or
-   the numbers turned non-finite again; None: the replay did not finish):
+3. `decide` on what each replay saw (`Replay.reproduced`: its digest at the bad step differs from the majority of its
+   replicas' in the same replay, not the original run's: the original majority already averaged in the suspect's bad
+   gradients; or the numbers turned non-finite again; None: the replay did not finish):
 
    | suspect reproduced | peer reproduced | verdict | action |
    |---|---|---|---|
@@ -61,7 +62,8 @@ class Replay:
 
 
 def reproduced(digest: int | None, majority: int) -> bool | None:
-    """Whether a replay's digest at the bad step shows the fault again (None: no digest came back)."""
+    """Whether a replay's digest at the bad step shows the fault again: it differs from the majority of its replicas'
+    in the same replay (None: no digest came back)."""
     return None if digest is None else digest != majority
 
 
