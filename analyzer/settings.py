@@ -118,8 +118,8 @@ class NumericSettings(_Section):
 class ReplicaSettings(_Section):
     """The replica-digest detector (detect/replicas.py): data-parallel replicas' parameter digests, by majority."""
 
-    window_steps: int = Field(default=2000, ge=2, description="the newest steps whose digests are judged (the first "
-                              "step a replica differed is remembered for the run)")
+    window_steps: int = Field(default=500, ge=2, description="the newest steps (back from the last complete one) whose "
+                              "digests are judged; the first step a replica differed is remembered for the run")
     min_replicas: int = Field(default=2, ge=2, description="a majority must be at least this many replicas (and more "
                               "than half of those that reported) to name the others; else the disagreement is "
                               "reported unblamed")

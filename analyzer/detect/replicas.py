@@ -14,7 +14,7 @@ digest step their digests must be one value. `vote` judges each digest step of e
   (subject `pp{pp}/tp{tp}`, host `*`) that says the replicas disagree and no one is blamed.
 
 No verdict on data in flight: a digest step is judged only when every rank of its group has a stored step record at
-or past it (stamped at or before the instant); until then a replica that is merely late is never counted as absent
+or past it (stamped at or before the instant; a rank with no step in the window is gone, not a replica); until then a replica that is merely late is never counted as absent
 or odd. A replica whose record of that step was lost is left out of the vote (the others still vote).
 
 False alarms: the comparison is exact, so replicas that are bitwise equal (a flat all-reduce, DDP with one bucket
@@ -29,7 +29,7 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from vigil.analyzer.detect.base import AT, EvalContext, Finding, as_utc
+from vigil.analyzer.detect.base import AT, EvalContext, Finding, as_utc, last_complete_step
 
 _DIGESTS_SQL = f"""
 SELECT step, rank, any(host) AS r_host, any(pp) AS r_pp, any(tp) AS r_tp, any(digest) AS r_digest, max(ts) AS r_ts
@@ -103,18 +103,15 @@ class ReplicaDetector:
 
     def detect(self, ctx: EvalContext) -> list[Finding]:
         s = ctx.settings.replicas
-        if ctx.epoch is None or not ctx.stored("step"):
+        last = last_complete_step(ctx)  # asked once per instant for every step detector: the window costs nothing more
+        if last is None or ctx.epoch is None or not ctx.stored("step"):
             return []
-        run = {"start": ctx.run_start(), "lo": max(ctx.epoch.first_step, 0)}
-        reach_rows = ctx.rows(_REACH_SQL, **run)
-        if not reach_rows:
-            return []
-        top = max(int(r["r_step"]) for r in reach_rows)
-        run["lo"] = max(ctx.epoch.first_step, top - s.window_steps + 1)
-        reach = {int(r["rank"]): (int(r["r_pp"]), int(r["r_tp"]), int(r["r_step"])) for r in reach_rows}
+        run = {"start": ctx.run_start(), "lo": max(ctx.epoch.first_step, last - s.window_steps + 1)}
         rows = [{k.removeprefix("r_"): v for k, v in r.items()} for r in ctx.rows(_DIGESTS_SQL, **run)]
-        if not rows:
+        if not rows:  # a job that reports no digests costs this one read of its window
             return []
+        reach = {int(r["rank"]): (int(r["r_pp"]), int(r["r_tp"]), int(r["r_step"]))
+                 for r in ctx.rows(_REACH_SQL, **run)}
         kept = ctx.state.get("replica_first")
         if kept is None or kept[0] != ctx.epoch.index:
             kept = (ctx.epoch.index, {})
