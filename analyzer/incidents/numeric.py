@@ -8,6 +8,8 @@
   or the first non-finite values of the run on some ranks only (`nonfinite`). A loss spike, or non-finite values on
   every rank at once, names no rank: it stays an alert (a batch, not a host).
 
+Each carries `fault_classes` (`sdc`, `numeric`) in its evidence: the controller's fleet memory counts a host's
+repeats of the same class, so transient SDC counted against a host condemns it at `policy.repeat_faults`.
 A tie among replicas (`host` `*`) names no one and makes no incident (module analyzer/detect/replicas.py). Pure.
 """
 
@@ -19,6 +21,9 @@ from vigil.analyzer.detect.base import Finding
 from vigil.analyzer.incidents.build import Draft, Party
 from vigil.contract import IncidentCategory
 
+FAULT_CLASSES = {IncidentCategory.SILENT_DATA_CORRUPTION: "sdc", IncidentCategory.NUMERIC_FAULT: "numeric"}
+"""What the controller's fleet memory counts repeats of (recovery/controller/fleetmemory.py): a host named by SDC
+again and again is condemned though each replay looked transient and its diagnostics pass."""
 KINDS = {"replica_mismatch": IncidentCategory.SILENT_DATA_CORRUPTION, "numeric_fault": IncidentCategory.NUMERIC_FAULT}
 
 
@@ -35,5 +40,5 @@ def drafts(findings: Sequence[Finding]) -> list[Draft]:
         out.append(Draft(
             category=category, cause="unknown", culprits=[Party(host=f.host, rank=int(rank), at=f.since)], victims=[],
             strong=True, first_sign=f.since, last_sign=f.since, summary=f.summary, culprit_findings=[f],
-            evidence={k: f.evidence[k] for k in keep if k in f.evidence}))
+            evidence={**{k: f.evidence[k] for k in keep if k in f.evidence}, "fault_classes": [FAULT_CLASSES[category]]}))
     return out

@@ -71,3 +71,4 @@ def test_a_named_replica_is_an_sdc_incident_and_a_tie_is_none() -> None:
     [draft] = build([named, tie], T0 + timedelta(seconds=9), IncidentSettings()).drafts
     assert draft.category is IncidentCategory.SILENT_DATA_CORRUPTION and draft.cause == "unknown"
     assert [(p.host, p.rank) for p in draft.culprits] == [("h2", 2)] and draft.evidence["step"] == 5
+    assert draft.evidence["fault_classes"] == ["sdc"]  # what fleet memory counts against h2
