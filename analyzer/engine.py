@@ -49,6 +49,7 @@ from vigil.analyzer.detect.heartbeat import HeartbeatDetector
 from vigil.analyzer.detect.logs import ExitDetector, LogDetector
 from vigil.analyzer.detect.mfu import MfuDriftDetector
 from vigil.analyzer.detect.numeric import NumericDetector
+from vigil.analyzer.detect.replicas import ReplicaDetector
 from vigil.analyzer.detect.straggler import StragglerDetector
 from vigil.analyzer.detect.traffic import TrafficDetector
 from vigil.analyzer.positions import PositionStore
@@ -62,7 +63,7 @@ log = logging.getLogger(__name__)
 
 DETECTORS: tuple[Detector, ...] = (
     StragglerDetector(), TrafficDetector(), FlapDetector(), MfuDriftDetector(), HeartbeatDetector(), LogDetector(),
-    ExitDetector(), HangDetector(), NumericDetector(),
+    ExitDetector(), HangDetector(), NumericDetector(), ReplicaDetector(),
 )
 _MS = timedelta(milliseconds=1)
 

@@ -115,6 +115,16 @@ class NumericSettings(_Section):
     loss_rise_pct: float = Field(default=20.0, ge=0, description="... and at least this much above the steps before it")
 
 
+class ReplicaSettings(_Section):
+    """The replica-digest detector (detect/replicas.py): data-parallel replicas' parameter digests, by majority."""
+
+    window_steps: int = Field(default=500, ge=2, description="the newest steps (back from the last complete one) whose "
+                              "digests are judged; the first step a replica differed is remembered for the run")
+    min_replicas: int = Field(default=2, ge=2, description="a majority must be at least this many replicas (and more "
+                              "than half of those that reported) to name the others; else the disagreement is "
+                              "reported unblamed")
+
+
 class HeartbeatSettings(_Section):
     miss_intervals: float = Field(default=3.0, gt=0)
 
@@ -214,6 +224,7 @@ class AnalyzerSettings(VigilBaseSettings):
     flap: FlapSettings = FlapSettings()
     mfu: MfuSettings = MfuSettings()
     numeric: NumericSettings = NumericSettings()
+    replicas: ReplicaSettings = ReplicaSettings()
     heartbeat: HeartbeatSettings = HeartbeatSettings()
     epoch: EpochSettings = EpochSettings()
     log: LogSettings = LogSettings()

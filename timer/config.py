@@ -63,9 +63,12 @@ class TimerConfig:
     gpu_peak_tflops: float | None = None  # None: VIGIL_GPU_PEAK_TFLOPS, else the table by GPU name
     start_step: int = 0
     max_pending: int = 64  # CUDA steps waiting for their events before the oldest is dropped
+    digest_every: int = 50  # `StepTimer.digest` computes a replica digest every this many steps; 0: never
     spool: SpoolConfig = field(default_factory=SpoolConfig)
     hang: HangConfig = field(default_factory=HangConfig)
 
     def __post_init__(self) -> None:
+        if self.digest_every < 0:
+            raise ValueError(f"digest_every must be >= 0, got {self.digest_every}")
         if self.start_step < 0:
             raise ValueError(f"start_step must be >= 0, got {self.start_step}")

@@ -38,6 +38,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar, overload
 
+from vigil.timer import digest as digests
 from vigil.timer import mfu
 from vigil.timer.clocks import CudaClock, HostClock
 from vigil.timer.config import TimerConfig
@@ -107,6 +108,7 @@ class StepTimer:
         if self.enabled and (env.flag(env.HANG_WATCHDOG) if hang.enabled is None else hang.enabled):
             self._watchdog = HangWatchdog(hang, rank=self._rank)
         self._closed = False
+        self._digest_failed = False
         if self.enabled:
             atexit.register(self._atexit)
 
@@ -166,6 +168,23 @@ class StepTimer:
             return
         given = {"loss": loss, "grad_norm": grad_norm, "nonfinite": nonfinite, "update_ratio": update_ratio}
         self._cur.health.update({k: capture(v) for k, v in given.items() if v is not None})
+
+    def digest(self, params: Any) -> bool:
+        """Take this step's replica digest of `params` (the rank's parameter shard, in a fixed order) when the step is
+        a multiple of `digest_every`; True when taken. Call it inside the step, after the optimizer step.
+
+        Computed on the parameters' device, read like the health signals (never a sync). It never raises: a failure
+        warns once and turns digests off for this timer."""
+        every = self.config.digest_every
+        if not self.enabled or every <= 0 or not self._cur.is_open or self._cur.index % every or self._digest_failed:
+            return False
+        try:
+            self._cur.digest = digests.capture(digests.param_digest(params))
+        except Exception as exc:  # a digest must never reach training
+            self._digest_failed = True
+            warnings.warn(f"timer: replica digests off: {exc!r}", RuntimeWarning, stacklevel=2)
+            return False
+        return True
 
     # ---- decorators ---------------------------------------------------------------------
     @overload

@@ -10,7 +10,7 @@ training thread nothing. `phase_kinds` carries the kinds declared with
 ``phase(name, kind=...)`` (absent when none was). Keys whose name starts with ``_`` are the timer's own:
 ``_host`` is the host wall-clock step time on the CUDA path, where `step_ms` is the
 device time between the step's first and last event. The health signals (`timer.health`) are
-rendered where the step reported them, each key only when given.
+rendered where the step reported them, each key only when given; so is the replica digest (`timer.digest`).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from vigil.timer.digest import rendered as digest_value
 from vigil.timer.health import rendered
 from vigil.timer.identity import Identity
 from vigil.timer.mfu import throughput
@@ -29,7 +30,8 @@ class Step:
     """Timing state of one step (or of phases waiting for the next step to open)."""
 
     __slots__ = (
-        "end",
+        "digest",
+    "end",
         "failed",
         "flops",
         "health",
@@ -63,6 +65,7 @@ class Step:
         self.spans: list[tuple[str, Any, Any]] = []  # (name, start event, end event) on CUDA
         self.start: Any = None  # clock mark at step entry (ns or a CUDA event)
         self.end: Any = None
+        self.digest: Any = None  # the replica digest as captured (timer.digest), on the steps that take one
         self.health: dict[str, Any] = {}  # loss/grad_norm/nonfinite/update_ratio as captured (timer.health)
 
     @property
@@ -123,6 +126,10 @@ def render(
     }
     if step.health:  # only when reported, like the kinds
         record.update(rendered(step.health))
+    if step.digest is not None:
+        value = digest_value(step.digest)
+        if value is not None:
+            record["digest"] = value
     if kinds:  # only when declared: lines stay as they were for code that declares none
         record["phase_kinds"] = kinds
     return record

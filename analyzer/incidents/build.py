@@ -1,6 +1,7 @@
 """The incidents one evaluation instant's findings amount to: culprit, victims, cause, linked alerts.
 
-Three shapes, from the detectors' findings at the instant (nothing is remembered here):
+Three shapes of failure, from the detectors' findings at the instant (nothing is remembered here), and the numerical
+incidents of `incidents.numeric` (silent_data_corruption, numeric_fault: one named rank each):
 
 * collective_hang: a `collective_hang` finding names the culprits and victims (Flight
   Recorder, else weaker evidence); the later exits of those ranks (the victims' timeouts,
@@ -260,6 +261,9 @@ def build(findings: Sequence[Finding], at: datetime, s: IncidentSettings) -> Bui
             held += [x.finding for x in cascade]
         else:
             drafts.append(draft)
+    from vigil.analyzer.incidents import numeric  # it builds on this module's Draft
+
+    drafts += numeric.drafts(findings)
     _link_logs(drafts, logs)
     linked = {id(f) for d in drafts for f in d.culprit_findings + d.victim_findings}
     for f in logs:  # a hardware line waits a moment for the crash it may cause, so one incident pages, not two

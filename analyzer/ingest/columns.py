@@ -33,7 +33,7 @@ def _step(cols: EventColumns) -> Columns:
     out.update(_pick(cols, "step ts step_ms phases phase_kinds tokens tflops mfu"))
     out["failed"] = list(map(int, cols["failed"]))
     out["dropped"] = cols["dropped"]
-    out.update(_pick(cols, "loss grad_norm nonfinite update_ratio"))
+    out.update(_pick(cols, "loss grad_norm nonfinite update_ratio digest"))
     return out
 
 

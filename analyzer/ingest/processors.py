@@ -65,7 +65,7 @@ def _step(e: StepTiming | FastStep) -> list[TableRow]:
         "world_size": e.world_size, "dp": c.dp, "tp": c.tp, "pp": c.pp, "step": e.step, "ts": e.ts,
         "step_ms": e.step_ms, "phases": dict(e.phases), "phase_kinds": dict(e.phase_kinds), "tokens": e.tokens, "tflops": e.tflops, "mfu": e.mfu,
         "failed": int(e.failed), "dropped": e.dropped, "loss": e.loss, "grad_norm": e.grad_norm,
-        "nonfinite": e.nonfinite, "update_ratio": e.update_ratio})]
+        "nonfinite": e.nonfinite, "update_ratio": e.update_ratio, "digest": e.digest})]
 
 
 def _total(values: Iterable[float | None]) -> float | None:

@@ -50,7 +50,8 @@ def test_stored_values_are_the_rows_values(clickhouse_dsn: str, database: str) -
     events = [base.model_copy(update={"event_id": uuid.uuid4().hex, "step": 2**64 - 1, "tokens": 2**64 - 1,
                                       "step_ms": 0.1 + 0.2, "mfu": None, "phases": {"fwd ü\"x": 1e-300},
                                       "coords": ParallelCoords(dp=2**32 - 1), "failed": True,
-                                      "loss": -1.5, "grad_norm": 1e300, "nonfinite": 2**32 - 1, "update_ratio": 1e-9}),
+                                      "loss": -1.5, "grad_norm": 1e300, "nonfinite": 2**32 - 1, "update_ratio": 1e-9,
+                                      "digest": -(2**63)}),
               StepTiming(job_id="values", host="h-2", rank=1, world_size=2, step=0, step_ms=0.0, ts=ts)]
     writer = ClickHouseWriter(client=client)
     assert writer.write(events) == []
@@ -59,9 +60,9 @@ def test_stored_values_are_the_rows_values(clickhouse_dsn: str, database: str) -
     assert [r[:8] for r in got] == [
         (events[0].event_id, 2**64 - 1, 2**64 - 1, 0.1 + 0.2, None, {"fwd ü\"x": 1e-300}, 2**32 - 1, 1),
         (events[1].event_id, 0, None, 0.0, None, {}, 0, 0)]
-    health = client.query("SELECT loss, grad_norm, nonfinite, update_ratio FROM step_timings WHERE job_id = 'values' "
+    health = client.query("SELECT loss, grad_norm, nonfinite, update_ratio, digest FROM step_timings WHERE job_id = 'values' "
                           "ORDER BY step DESC").result_rows
-    assert health == [(-1.5, 1e300, 2**32 - 1, 1e-9), (None, None, None, None)]
+    assert health == [(-1.5, 1e300, 2**32 - 1, 1e-9, -(2**63)), (None, None, None, None, None)]
     for row in got:
         assert row[8].replace(tzinfo=UTC) == ts.replace(microsecond=123_000) and row[9] == {}
 

@@ -70,3 +70,24 @@ def test_recovery_status_shows_each_hosts_fault_history(tmp_path: Path) -> None:
     text = "\n".join(format_faults(doc))
     assert "h1: 3 hardware/hang recoveries, 3 of 3 in fleet memory's window; cordoned (repeat offender" in text
     assert text.count(", cordoned  ") == 1
+
+
+def test_silent_data_corruption_named_again_and_again_condemns_the_host(tmp_path: Path) -> None:
+    """Issue 51: each SDC incident (a replica named by the digest majority) is counted against its host as fault
+    class `sdc` (analyzer/incidents/numeric.py); the third within the window cordons it though its diagnostics pass,
+    and an Xid of another class in between does not add to the count."""
+    h = Harness.build(Fleet(job=JOB, hosts=["h0", "h1", "h2"]), tmp_path)
+    h.run(lambda: h.training(1))
+    out = []
+    kinds = [("silent_data_corruption", ["sdc"]), ("host_fault", ["xid:memory"]), ("silent_data_corruption", ["sdc"]),
+             ("silent_data_corruption", ["sdc"])]
+    for n, (category, fault_classes) in enumerate(kinds, 1):
+        for _ in range(5):
+            h.turn()
+        inc = incident(JOB, "h1", strong=False, at=h.now, iid=f"{JOB}/{category}/h1/{n}", category=category,
+                       cause="unknown" if category != "host_fault" else "hardware")
+        h.feed([inc.model_copy(update={"evidence": {"fault_classes": fault_classes, "signal": "digest"}})])
+        h.run(lambda iid=inc.incident_id: (c := h.engine.state.cases.get(iid)) is not None and c.outcome is not None)
+        out.append([a.target for a in h.actions(action="cordon", status="succeeded", incident_id=inc.incident_id)
+                    if a.target != JOB])
+    assert out == [[], [], [], ["h1"]]

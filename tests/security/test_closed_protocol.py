@@ -51,4 +51,6 @@ def test_a_signed_incident_verifies_after_the_wire_and_the_controller_classifies
     assert isinstance(back, Incident) and classify(back, policy) == "hang"
     by_category = {c: classify(incident.model_copy(update={"category": c}), policy) for c in IncidentCategory}
     assert by_category == {IncidentCategory.COLLECTIVE_HANG: "hang", IncidentCategory.HOST_FAULT: "hardware",
-                           IncidentCategory.CRASH_CASCADE: policy.other_as}
+                           IncidentCategory.CRASH_CASCADE: policy.other_as,
+                           IncidentCategory.SILENT_DATA_CORRUPTION: policy.other_as,
+                           IncidentCategory.NUMERIC_FAULT: policy.other_as}

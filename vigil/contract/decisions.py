@@ -108,6 +108,8 @@ class IncidentCategory(StrEnum):
     CRASH_CASCADE = "crash_cascade"  # ranks failed within a window; the culprit is the first with an error of its own
     HOST_FAULT = "host_fault"  # a crash cascade whose culprit's host showed Xid / ECC / NVLink errors
     COLLECTIVE_HANG = "collective_hang"  # ranks stuck in a collective; the culprit is the rank(s) missing from it
+    SILENT_DATA_CORRUPTION = "silent_data_corruption"  # a replica's parameter digest off its replicas' majority
+    NUMERIC_FAULT = "numeric_fault"  # one rank's numbers wrong: grad norm out of its peers', first non-finite values
 
 
 class Incident(Event):
@@ -121,7 +123,8 @@ class Incident(Event):
     kind: Literal["incident"] = "incident"
     schema_version: Literal[1] = 1
     incident_id: Name = Field(description="stable id, the same on every event of this incident")
-    category: IncidentCategory = Field(description="crash_cascade, host_fault, collective_hang")
+    category: IncidentCategory = Field(description="crash_cascade, host_fault, collective_hang, "
+                                       "silent_data_corruption, numeric_fault")
     cause: Literal["hardware", "network", "software", "unknown"]
     status: Literal["open", "resolved"]
     severity: Severity

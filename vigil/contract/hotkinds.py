@@ -83,6 +83,7 @@ class FastStep(_Envelope, frozen=True, forbid_unknown_fields=True, kw_only=True,
     grad_norm: NonNeg | None = None
     nonfinite: U32 | None = None
     update_ratio: NonNeg | None = None
+    digest: Annotated[int, Meta(ge=-(2**63), le=2**63 - 1)] | None = None
     # step, tokens, samples: beyond UInt64 is checked a column at a time per record (`_steps_fit`), not per event
 
 

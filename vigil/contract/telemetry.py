@@ -66,6 +66,8 @@ class StepTiming(RankScoped):
     nonfinite: U32 | None = Field(default=None, description="non-finite values this rank saw in its loss and gradients")
     update_ratio: NonNegFloat | None = Field(
         default=None, le=FLOAT_MAX, description="||dθ||/||θ|| of this rank's parameters over the step")
+    digest: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1, description="order-sensitive 64-bit digest "
+                               "of this rank's parameter shard after the step (vigil.timer.digest); every N steps")
 
 
 class GpuState(BaseModel):

@@ -11,7 +11,9 @@ fail-slow GPU would: its host is the straggler, the others wait in `grad_sync`),
 prints an Xid-style driver error line once (with `--xid-dies` it then dies of a CUDA error,
 as a rank whose GPU fell off the bus does), and later one rank hangs (a stuck GPU: it never
 joins the next all-reduce; with `--hang-once` only the first time) until the process
-group's timeout ends the job or the recovery controller restarts it. With `--ckpt-dir` it
+group's timeout ends the job or the recovery controller restarts it. Every rank reports a replica digest every
+`--digest-every` steps; with `--flip-rank` one rank flips one bit of one weight after step `--flip-at` (silent data
+corruption: the analyzer's replica_mismatch names it by majority; not part of `make demo`'s script yet). With `--ckpt-dir` it
 saves a two-phase checkpoint every `--ckpt-every` steps (`vigil.recovery.checkpoint`) and an
 in-memory snapshot every step (where the agent says: VIGIL_SNAPSHOT_DIR), and, when started
 again, resumes from the freshest state every rank can obtain (a snapshot, else the checkpoint). The data is a synthetic dataset
@@ -84,6 +86,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--hang-rank", default="-1", help="global rank (or HOST:LOCAL_RANK) that hangs")
     p.add_argument("--hang-at", type=int, default=300, help="step before which it hangs")
     p.add_argument("--hang-once", default="", help="a file: the hang happens only if it does not exist (it is created)")
+    p.add_argument("--digest-every", type=int, default=10, help="steps between replica digests (0: none)")
+    p.add_argument("--flip-rank", default="-1", help="global rank (or HOST:LOCAL_RANK) that flips one parameter bit")
+    p.add_argument("--flip-at", type=int, default=40, help="step after whose update it flips it (silent corruption)")
+    p.add_argument("--flip-once", default="", help="a file: the flip happens only if it does not exist (it is created)")
     p.add_argument("--pg-timeout-s", type=float, default=1800.0, help="process group (collective) timeout")
     p.add_argument("--ckpt-dir", default=None, help="checkpoint here (shared by every rank); resume from it")
     p.add_argument("--ckpt-every", type=int, default=20, help="steps between checkpoints")
@@ -150,6 +156,13 @@ def sample_tokens(ids: list[int], vocab: int, seq: int) -> torch.Tensor:
     return torch.stack([torch.randint(0, vocab, (seq + 1,), generator=torch.Generator().manual_seed(i)) for i in ids])
 
 
+def flip_bit(model: nn.Module) -> None:
+    """One bit of one weight flipped in place, as a faulty GPU's memory or ALU would (no NaN, no error)."""
+    with torch.no_grad():
+        weight = next(iter(model.parameters()))
+        weight.view(-1).view(torch.int32)[101] ^= 1 << 12
+
+
 def average_gradients(model: nn.Module, world: int) -> None:
     """One all-reduce of every gradient, flattened (what DDP does in buckets, without the overlap)."""
     grads = [p.grad for p in model.parameters() if p.grad is not None]
@@ -193,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"({seg.in_flight} shards were read part-way, {seg.done} read before; "
                   f"{'none lost or repeated' if seg.exact else 'NOT covering the epoch exactly once'})", flush=True)
     timer = StepTimer(TimerConfig(flops_per_step=6.0 * params * tokens_per_step, gpu_peak_tflops=args.peak_tflops,
-                                  coords={"dp": rank, "tp": 0, "pp": 0}, start_step=step))
+                                  coords={"dp": rank, "tp": 0, "pp": 0}, start_step=step,
+                                  digest_every=max(args.digest_every, 0)))
     try:
         while args.steps == 0 or step < args.steps:
             if picked(args.hang_rank, rank) and step >= args.hang_at and first_time(args.hang_once):
@@ -221,6 +235,11 @@ def main(argv: list[str] | None = None) -> int:
                     average_gradients(model, world)
                 with timer.phase("optimizer"):
                     opt.step()
+                if picked(args.flip_rank, rank) and step == args.flip_at and first_time(args.flip_once):
+                    flip_bit(model)
+                    print(f"rank {rank} flips one bit of one weight after step {step} (silent data corruption)",
+                          flush=True)
+                timer.digest(model.parameters())  # every --digest-every steps: replicas must agree
             if picked(args.xid_rank, rank) and step >= args.xid_at and first_time(args.xid_once):
                 if not driver_xid(79, "GPU has fallen off the bus."):  # the kernel's word; else a printed claim
                     print(f"NVRM: Xid (PCI:0000:3b:00): 79, pid={os.getpid()}, GPU has fallen off the bus.",
