@@ -175,6 +175,7 @@ class RecoveryStep(StrEnum):
     UNCORDON = "uncordon"
     EVICT = "evict"
     RESTART = "restart"
+    RELAUNCH = "relaunch"
     NOTIFY = "notify"
     PAGE = "page"
     HALT = "halt"
