@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from vigil.recovery.backends.base import Relauncher
 from vigil.recovery.controller import steps as st
-from vigil.recovery.controller.plan import node_range, plan_world
+from vigil.recovery.controller.plan import job_hosts, node_range, plan_world
 from vigil.recovery.controller.state import Case
 from vigil.recovery.errors import BackendError, BackendTimeout
 
@@ -32,9 +32,10 @@ def restart(ctx: st.Ctx, case: Case) -> bool:
     if rst is None or rst.started_at is None:
         step = st.umbrella(case, "relaunch")
         if step is not None and step.started_at is not None:
-            return _go_on(ctx, case)
-        if _gone(ctx, case) is not None:
-            return _go_on(ctx, case)
+            return _go_on(ctx, case, "")
+        gone = _gone(ctx, case)
+        if gone is not None:
+            return _go_on(ctx, case, gone)
     return st.restart(ctx, case)
 
 
@@ -43,22 +44,27 @@ def _gone(ctx: st.Ctx, case: Case) -> str | None:
     if case.dry_run or not isinstance(backend, Relauncher):
         return None
     job = ctx.state.job(case.job_id)
-    exclude = set(ctx.cordoned()) | set(st.condemned(ctx, case))
+    exclude = set(ctx.cordoned()) | set(st.condemned(ctx, case))  # as `steps.restart` plans
     if not isinstance(plan_world(job, exclude=exclude, now=ctx.now, stale_s=ctx.settings.member_stale_s), str):
         return None  # hosts are there: a restart inside the allocation
     return backend.allocation_gone(case.job_id)
 
 
-def _go_on(ctx: st.Ctx, case: Case) -> bool:
+def _excluded(ctx: st.Ctx, case: Case) -> set[str]:
+    """vigil's drains, and the hosts of the job this case condemns (a culprit named outside the job is paged,
+    never excluded: it may not even be a node of this cluster)."""
+    ours = job_hosts(ctx.state.job(case.job_id))
+    return set(ctx.cordoned()) | {h for h in st.condemned(ctx, case) if h in ours}
+
+
+def _go_on(ctx: st.Ctx, case: Case, gone: str) -> bool:
     backend = ctx.fx.backend
     assert isinstance(backend, Relauncher)
     job = ctx.state.job(case.job_id)
     step = st.umbrella(case, "relaunch")
     if step is None or step.started_at is None:
-        gone = backend.allocation_gone(case.job_id)
-        assert gone is not None
         lo, hi, _ = node_range(job.members.values())
-        exclude = sorted(set(ctx.cordoned()) | set(st.condemned(ctx, case)))
+        exclude = sorted(_excluded(ctx, case))
         tag = f"vigil-{st.short_id(case.case_id)}"
         st._begin(ctx, case, "relaunch", {"allocation": gone, "exclude": exclude, "nodes_min": lo, "nodes_max": hi,
                                           "tag": tag, "backend": backend.name})
