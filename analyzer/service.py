@@ -46,7 +46,9 @@ from vigil.analyzer.shard import Ownership, describe
 from vigil.analyzer.shardgroup import ShardGroup
 from vigil.clickhouse.client import open_client
 from vigil.contract import Event
+from vigil.contract.services import ServiceKind
 from vigil.errors import one_line
+from vigil.kafka.announce import Announcer
 from vigil.kafka.producer import EventProducer
 from vigil.metrics.server import MetricsServer
 from vigil.service import StackContext
@@ -86,6 +88,8 @@ class AnalyzerService:
         self._metrics_server = MetricsServer(self.metrics.registry, bind=self.metrics.settings.bind,
                                              port=self.settings.metrics_port) if self.metrics.settings.enabled else None
         self._turn_published: list[Event] = []
+        self.announcer = Announcer(ctx.settings, ctx.bootstrap, ServiceKind.DETECT if sharded else ServiceKind.ANALYZER,
+                                   metrics_url=lambda: self._metrics_server.url if self._metrics_server else "")
 
     def start(self) -> None:
         if self.settings.detect and self.owner is None:  # a shard restores its jobs' books once they are assigned
@@ -104,6 +108,7 @@ class AnalyzerService:
         self.metrics.ingest = self.ingest
         if self._metrics_server is not None:
             self._metrics_server.start()
+        self.announcer.start()
         self._stop.clear()
         self._threads = [
             threading.Thread(target=self.ingest.run, args=(self._stop,), name="analyzer-ingest", daemon=True),
@@ -191,6 +196,7 @@ class AnalyzerService:
 
     def stop(self) -> None:
         self._stop.set()
+        self.announcer.stop()
         for t in self._threads:
             t.join(timeout=30)
         self._threads = []

@@ -21,15 +21,15 @@ topics() {  # topics ROLE OPERATION TOPIC...
 topics agent Read commands
 topics agent Write jobs steps heartbeats nic logs collectives recovery alerts
 topics analyzer Read jobs steps heartbeats nic logs collectives alerts incidents silences recovery commands
-topics analyzer Write alerts incidents deadletter
+topics analyzer Write alerts incidents deadletter services
 add analyzer --operation Read --group "vigil-analyzer"
 topics recovery Read incidents alerts recovery commands recovery-lease
-topics recovery Write commands recovery alerts recovery-lease
+topics recovery Write commands recovery alerts recovery-lease services
 add recovery --operation Read --group "${PREFIX}vigil-recovery"
-topics dashboard Read jobs steps heartbeats nic logs collectives alerts incidents silences recovery commands
+topics dashboard Read jobs steps heartbeats nic logs collectives alerts incidents silences recovery commands services
 topics dashboard Write recovery silences
 topics notify Read alerts incidents silences recovery
-topics notify Write silences alerts deadletter
+topics notify Write silences alerts deadletter services
 add notify --operation Read --group "vigil-notify"
 # admin (the migrate job): creates the topics
 add admin --operation Create --operation Describe --cluster

@@ -31,8 +31,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from vigil.contract import Event, Silence
+from vigil.contract.services import ServiceKind
 from vigil.contract.wire import decode_batch
 from vigil.errors import one_line
+from vigil.kafka.announce import Announcer
 from vigil.kafka.consumer import BatchId, BatchingConsumer, Unstorable
 from vigil.kafka.deadletter import DeadLetter, KafkaDeadLetters
 from vigil.kafka.lag import LagProbe
@@ -107,12 +109,15 @@ class NotifyService:
         self.metrics.source = self
         self._metrics_server = MetricsServer(self.metrics.registry, bind=self.metrics.settings.bind,
                                              port=self.settings.metrics_port) if self.metrics.settings.enabled else None
+        self.announcer = Announcer(ctx.settings, ctx.bootstrap, ServiceKind.NOTIFIER,
+                                   metrics_url=lambda: self._metrics_server.url if self._metrics_server else "")
 
     # -- lifecycle -------------------------------------------------------------------------------------
 
     def start(self) -> None:
         if self._metrics_server is not None:
             self._metrics_server.start()
+        self.announcer.start()
         self._stop.clear()
         main = threading.Thread(target=self._main, name="notify-main", daemon=True)
         main.start()
@@ -165,6 +170,7 @@ class NotifyService:
 
     def stop(self) -> None:
         self._stop.set()
+        self.announcer.stop()
         for t in self._threads:
             t.join(timeout=30)
         self._threads = []

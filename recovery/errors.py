@@ -3,6 +3,7 @@
     VigilError
     └── RecoveryError
         ├── BackendError        a node backend could not cordon, uncordon, evict or list
+        │   └── BackendTimeout  it did not answer in time: what it did is unknown
         └── NotFound            `vigil recovery approve ID`: no open recovery has that id
 """
 
@@ -17,6 +18,10 @@ class RecoveryError(VigilError):
 
 class BackendError(RecoveryError):
     """A node backend failed; the message names the host and the backend."""
+
+
+class BackendTimeout(BackendError):
+    """A backend call passed its bound: it may or may not have taken effect."""
 
 
 class NotFound(RecoveryError):

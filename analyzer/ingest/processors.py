@@ -240,6 +240,7 @@ NOT_STORED: dict[str, str] = {
     "command": "the controller's signed orders to agents: what came of them is stored (recovery actions, acks)",
     "diagnostic": "node diagnostics results: the controller's input; the round's verdict is stored as a recovery action",
     "silence": "the notifier's: it keeps them in its own table (notify_silences)",
+    "service": "a service's announcement of its metrics URL, for `vigil status`: read from its topic, never stored",
 }
 """kind -> why the analyzer stores none of its events (every contract kind is in KINDS or here: test_one_home)."""
 

@@ -6,12 +6,14 @@ eviction of the job's pods through the Eviction API: `backends.kubernetes`) and 
 with vigil's reason, resumed only when that reason is vigil's: `backends.slurm`). Every call is idempotent: cordoning a cordoned host changes nothing
 and says so (`Change.changed` False), which is what makes a controller restarted mid-action
 safe. Calls raise `BackendError` (naming the host and backend) when the backend fails.
+A backend that can also submit a job afresh (Slurm) is a `Relauncher` too.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,4 +51,22 @@ class NodeBackend(Protocol):
 
     def cordoned(self) -> dict[str, CordonInfo]:
         """Every host this backend has cordoned."""
+        ...
+
+
+@runtime_checkable
+class Relauncher(Protocol):
+    """A backend that can submit a job afresh when its allocation is gone (Slurm: `sbatch --no-requeue`)."""
+
+    def allocation_gone(self, job_id: str) -> str | None:
+        """The allocation's id when it is known to be gone; None while it runs, when unknown, or not ours."""
+        ...
+
+    def relaunch(self, job_id: str, *, exclude: Iterable[str], nodes_min: int, nodes_max: int, tag: str) -> Change:
+        """Submit `job_id` afresh without the `exclude`d hosts, marked `tag`; `data["new_job_id"]`, `data["argv"]`.
+        Raises `BackendError` (refused: nothing submitted) or `BackendTimeout` (unknown: ask `relaunched`)."""
+        ...
+
+    def relaunched(self, tag: str) -> str | None:
+        """The job a `relaunch` marked `tag` submitted, while the backend still knows it."""
         ...

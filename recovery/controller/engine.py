@@ -31,7 +31,8 @@
    `outcome` (resumed, halted, failed, dry_run); a refused cordon (circuit breaker), a restart
    that found too few hosts or no first step, or a halt (crash loop) pages a human once and
    halts the job until `vigil recovery approve`; a restart whose new generation crashed at once
-   ends `failed` and the crash is the next case.
+   ends `failed` and the crash is the next case. A restart that finds no host because the job's
+   allocation is gone submits the job afresh (`controller.relaunch`): outcome `relaunched`.
 
 A case opened in dry-run mode publishes its plan and every step as `planned` and ends at once;
 in manual mode its first step waits for `vigil recovery approve`.
@@ -46,7 +47,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from vigil.contract import Command, RecoveryAction
-from vigil.recovery.controller import requests
+from vigil.recovery.controller import relaunch, requests
 from vigil.recovery.controller import steps as st
 from vigil.recovery.controller.admission import Admission
 from vigil.recovery.controller.cite import citation, phrase
@@ -69,7 +70,7 @@ RUNNING = ("starting", "training", "stopping", "diagnosing")
 
 HANDLERS: dict[str, Callable[[st.Ctx, Case], bool]] = {
     "approve": st.approve, "dump": st.dump, "pause": st.pause, "diagnose": diagnose, "cordon": st.cordon,
-    "restart": st.restart, "halt": st.halt, "start": lambda ctx, case: st.restart(ctx, case, "start"),
+    "restart": relaunch.restart, "halt": st.halt, "start": lambda ctx, case: st.restart(ctx, case, "start"),
 }
 
 
@@ -338,8 +339,10 @@ class Engine:
             if step.status == "failed" and name in ("cordon", "restart", "start"):
                 self._failed(ctx, case, name, step.reason)
                 return
-        result = "halted" if "halt" in case.plan else "resumed"
-        ctx.publish([outcome(self.state, case, result, ctx.now)])
+        rst = st.umbrella(case, "restart")
+        fresh = rst is not None and rst.status == "skipped" and bool(rst.details.get("relaunched"))
+        result = "halted" if "halt" in case.plan else "relaunched" if fresh else "resumed"
+        ctx.publish([outcome(self.state, case, result, ctx.now, rst.reason if fresh and rst else "")])
         log.info("recovery %s of %s: %s", case.case_id, case.job_id, result)
 
     def _failed(self, ctx: st.Ctx, case: Case, name: str, reason: str) -> None:

@@ -26,8 +26,10 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from vigil.contract.services import ServiceKind
 from vigil.errors import one_line
 from vigil.kafka.admin import ensure_topics
+from vigil.kafka.announce import Announcer
 from vigil.kafka.follow import Follower
 from vigil.kafka.producer import EventProducer
 from vigil.metrics.server import MetricsServer
@@ -75,6 +77,8 @@ class RecoveryService:
         self.metrics.source = self
         self._metrics_server = MetricsServer(self.metrics.registry, bind=self.metrics.settings.bind,
                                              port=self.settings.metrics_port) if self.metrics.settings.enabled else None
+        self.announcer = Announcer(settings, bootstrap, ServiceKind.CONTROLLER,
+                                   metrics_url=lambda: self._metrics_server.url if self._metrics_server else "")
 
     def start(self) -> None:
         ensure_topics(self.core, self.bootstrap, INPUT_TOPICS)
@@ -87,6 +91,7 @@ class RecoveryService:
         self.lease = Lease(settings=self.core, bootstrap=self.bootstrap, group=self.settings.lease_group)
         if self._metrics_server is not None:
             self._metrics_server.start()
+        self.announcer.start()
         self._stop.clear()
         self._threads = [threading.Thread(target=self._loop, name="recovery-loop", daemon=True),
                          threading.Thread(target=self._hold_lease, name="recovery-lease", daemon=True)]
@@ -141,6 +146,7 @@ class RecoveryService:
 
     def stop(self) -> None:
         self._stop.set()
+        self.announcer.stop()
         for t in self._threads:
             t.join(timeout=15)
         self._threads = []

@@ -109,6 +109,16 @@ def test_status_against_an_external_cluster_shows_the_analyzer_group(stack: dict
     doc = json.loads(res.stdout)
     assert doc["mode"] == "external" and doc["parts"]["analyzer"]["group"] == "vigil-analyzer"
     assert {"lag", "records_per_s"} <= set(doc["parts"]["analyzer"])
+    # each service announced itself on the broker: its metrics URL, read back from there, answers
+    import httpx
+
+    up = {s["service"]: s for s in doc["services"] if s["state"] == "up"}
+    assert {"analyzer", "controller", "notifier"} <= up.keys(), doc["services"]
+    for kind, metric in (("analyzer", "vigil_ingest_events_total"), ("controller", "vigil_recovery_leading"),
+                         ("notifier", "vigil_notifications_decided_total")):
+        assert not up[kind]["stale"] and metric in httpx.get(up[kind]["metrics_url"], timeout=10).text
+    human = vigil(env, "status")
+    assert f"metrics controller  {up['controller']['metrics_url']}  (" in human.stdout, human.stdout
     idle = vigil({**env, "VIGIL_ANALYZER_GROUP_ID": "nobody-consumes"}, "status", "--json")
     part = json.loads(idle.stdout)["parts"]["analyzer"]
     assert idle.returncode == 1 and part["ok"] is False and part["lag"] >= 1 and part["records_per_s"] == 0

@@ -26,7 +26,7 @@ def test_every_example_validates_and_round_trips(spec) -> None:  # type: ignore[
 def test_each_kind_has_a_topic_and_a_latest_version() -> None:
     kinds = {s.kind for s in SPECS}
     assert kinds == {"job", "step", "heartbeat", "nic", "log", "exit", "collective", "alert", "incident", "silence",
-                     "recovery", "checkpoint", "command", "member", "diagnostic", "outcome", "advice"}
+                     "recovery", "checkpoint", "command", "member", "diagnostic", "outcome", "advice", "service"}
     for kind in kinds:
         assert spec_for(kind).kind == kind
 
@@ -169,3 +169,13 @@ def test_the_time_window_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
         base.window.cache_clear()
     with pytest.raises(ValueError, match="clock skew"):
         validate_event("step", {**spec_for("step").example, "ts": ts.isoformat()})
+
+
+@pytest.mark.parametrize("url", ["ftp://h/metrics", "http://user:pw@h:1/metrics", "http://h:1/m etrics", "http:///metrics",
+                                 "http://h:99999/metrics", "http://h/" + "x" * 600, "javascript:alert(1)"])
+def test_a_service_announcement_takes_only_a_bounded_http_url(url: str) -> None:
+    example = {**spec_for("service").example, "ts": datetime.now(UTC).isoformat(), "metrics_url": url}
+    with pytest.raises(ValueError, match="metrics_url"):
+        validate_event("service", example)
+    with pytest.raises(ValueError, match="service"):
+        validate_event("service", {**example, "metrics_url": "", "service": "dashboard"})  # a closed set

@@ -27,6 +27,10 @@ class FakeNode:
 class FakeSlurm:
     nodes: dict[str, FakeNode] = field(default_factory=lambda: {f"n{i}": FakeNode() for i in (1, 2, 3)})
     jobs: dict[str, str] = field(default_factory=dict)  # id -> state
+    comments: dict[str, str] = field(default_factory=dict)  # id -> its --comment
+    names: dict[str, str] = field(default_factory=dict)  # id -> its job name
+    submitted: list[list[str]] = field(default_factory=list)  # every sbatch argv that made a job
+    lose_answer: int = 0  # the next sbatch calls submit, then time out (the answer lost)
     calls: list[list[str]] = field(default_factory=list)
     fail: list[BackendError] = field(default_factory=list)  # raised by the next calls, in order
 
@@ -38,6 +42,13 @@ class FakeSlurm:
         if tool == "sinfo":
             return "".join(f"{n}|{self._long(x)}|{AT if x.reason else 'Unknown'}|{x.user if x.reason else 'Unknown'}|"
                            f"{x.reason or 'none'}\n" for n, x in self.nodes.items())
+        if tool == "sbatch":
+            return self._sbatch(args, argv)
+        if tool == "squeue" and "-n" in args:
+            name = args[args.index("-n") + 1]
+            return "".join(f"{j}\n" for j, n in self.names.items() if n == name and self.jobs.get(j) in ("PENDING", "RUNNING"))
+        if tool == "squeue" and "-j" not in args:
+            return "".join(f"{j}|{self.comments.get(j, '(null)')}\n" for j in self.jobs)
         if tool == "squeue":
             job = args[args.index("-j") + 1]
             if job not in self.jobs:
@@ -48,6 +59,19 @@ class FakeSlurm:
         if args[:1] == ["update"]:
             return self._update(dict(a.split("=", 1) for a in args[1:]))
         raise BackendError(f"fake slurm: {argv} not understood")
+
+    def _sbatch(self, args: list[str], argv: list[str]) -> str:
+        if "--no-requeue" not in args or not args[-1].endswith(".sh"):
+            raise BackendError(f"fake slurm: sbatch {args} not understood")
+        new = str(1000 + len(self.submitted))
+        self.submitted.append(list(argv))
+        self.jobs[new] = "PENDING"
+        self.names[new] = args[-1].rsplit("/", 1)[-1]
+        self.comments[new] = next((a.split("=", 1)[1] for a in args if a.startswith("--comment=")), "")
+        if self.lose_answer:
+            self.lose_answer -= 1
+            raise CliTimeout("slurm backend: sbatch --no-requeue -N: no answer within 10s")
+        return f"{new}\n" if "--parsable" in args else f"Submitted batch job {new}\n"
 
     def timeout_next(self, n: int = 1) -> None:
         self.fail.extend(CliTimeout("slurm backend: sinfo -h -N: no answer within 10s") for _ in range(n))

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.recovery.test_relaunch import allocation_ends, outcomes
+from tests.recovery.test_relaunch import harness as relaunch_harness
 from tests.slurm_cluster import SlurmCluster
 from tests.waiting import wait_until
 from vigil.recovery.backends.slurm import SlurmBackend, SlurmSettings, SubprocessCli
@@ -74,19 +76,30 @@ def test_restart_in_the_allocation_leaves_the_drained_node_out(slurm: SlurmClust
     assert argv is not None and "--exclude=n2" in argv and "2-2" in argv
     assert set(slurm.run(*argv[:1], "--overlap", *argv[1:]).split()) == {"n1", "n3"}
 
-    # no allocation left: a fresh job without the drained node, never requeued
+    # no allocation left: the controller submits a fresh job without the drained node, never a requeue
+    harness = relaunch_harness(None, job=f"slurm-{job}", conf=str(slurm.conf), script=str(tmp_path / "job.sh"))
     slurm.run("scancel", job)
     wait_until(lambda: not running(cli, settings, job), 30, f"job {job} ended")
     out = tmp_path / "where"
-    script = tmp_path / "job.sh"
-    script.write_text(f"#!/bin/bash\nsrun bash -c 'echo $SLURMD_NODENAME' > {out}.tmp && mv {out}.tmp {out}\n")
-    argv = relaunch_argv(alloc, alive=False, exclude=set(b.cordoned()), nodes_min=2, nodes_max=3, command=[],
-                         script=str(script))
-    assert argv is not None and argv[:2] == ["sbatch", "--no-requeue"]
-    fresh = re.findall(r"\d+", slurm.run(*argv, "--chdir", str(tmp_path)))[-1]
+    (tmp_path / "job.sh").write_text(f"#!/bin/bash\n#SBATCH --chdir={tmp_path}\n#SBATCH --output={tmp_path}/slurm-%j.out\n"
+                                     f"srun bash -c 'echo $SLURMD_NODENAME' > {out}.tmp && mv {out}.tmp {out}\n")
+    case = allocation_ends(harness, None)
+    harness.run(lambda: outcomes(harness, case))
+    (o,) = outcomes(harness, case)
+    (done,) = harness.actions(action="relaunch", status="succeeded", incident_id=case)
+    fresh = done.details["new_job_id"]
+    assert o.result == "relaunched" and fresh != job and f"relaunched as job {fresh}" in o.reason
+    tag = harness.actions(action="relaunch", status="started", incident_id=case)[0].details["tag"]
+    assert f"{fresh}|{tag}" in slurm.run("squeue", "-h", "-a", "-t", "all", "-o", "%i|%k").split()
     wait_until(out.exists, 60, f"the fresh job {fresh}'s output")
     assert set(out.read_text().split()) == {"n1", "n3"}
-    assert "Requeue=0" in slurm.run("scontrol", "show", "job", "-o", fresh)
+    shown = slurm.run("scontrol", "show", "job", "-o", fresh)
+    assert "Requeue=0" in shown and "ExcNodeList=n2" in shown and "NodeList=n[1,3]" in shown, shown
+    again = harness.successor()  # the log replayed: the decision stands, nothing is submitted again
+    for _ in range(3):
+        again.turn()
+    assert not again.fx.events
+    assert slurm.run("squeue", "-h", "-a", "-t", "all", "-o", "%k").split().count(tag) == 1
 
 
 def test_recipe_is_accepted_and_a_failed_prolog_drains_as_vigil(slurm: SlurmCluster, tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from vigil.analyzer.settings import AnalyzerSettings
 from vigil.contract.registry import DEAD_LETTER_TOPIC, SPECS
+from vigil.contract.services import SERVICES_TOPIC
 from vigil.notify.settings import NotifySettings
 from vigil.recovery.controller.lease import LEASE_TOPIC
 from vigil.recovery.settings import RecoverySettings
@@ -37,18 +38,19 @@ def roles() -> dict[str, dict[str, tuple[str, ...]]]:
         # commands to obey
         "agent": {"read": ("commands",), "write": (*TELEMETRY, "recovery", "alerts")},
         # analyzer: stores telemetry and decisions; writes alerts, incidents, dead letters
-        "analyzer": {"read": (*TELEMETRY, *DECISIONS), "write": ("alerts", "incidents", DEAD_LETTER_TOPIC),
+        # (every service also announces its metrics URL on SERVICES_TOPIC, which the dashboard's role reads for status)
+        "analyzer": {"read": (*TELEMETRY, *DECISIONS), "write": ("alerts", "incidents", DEAD_LETTER_TOPIC, SERVICES_TOPIC),
                      "groups": (_default(AnalyzerSettings, "group_id"),)},
         # recovery controller: triggers and its own log; commands, steps, its pages and security alerts; the leader
         # lease (topic and group)
         "recovery": {"read": ("incidents", "alerts", "recovery", "commands", LEASE_TOPIC),
-                     "write": ("commands", "recovery", "alerts", LEASE_TOPIC),
+                     "write": ("commands", "recovery", "alerts", LEASE_TOPIC, SERVICES_TOPIC),
                      "prefixed_groups": (_default(RecoverySettings, "lease_group"),)},
         # dashboard: what it shows; operator requests and silences
-        "dashboard": {"read": (*TELEMETRY, *DECISIONS), "write": ("recovery", "silences")},
+        "dashboard": {"read": (*TELEMETRY, *DECISIONS, SERVICES_TOPIC), "write": ("recovery", "silences")},
         # notifier: what it notifies about; silences, its security alerts, dead letters of its own topics
         "notify": {"read": ("alerts", "incidents", "silences", "recovery"),
-                   "write": ("silences", "alerts", DEAD_LETTER_TOPIC),
+                   "write": ("silences", "alerts", DEAD_LETTER_TOPIC, SERVICES_TOPIC),
                    "groups": (_default(NotifySettings, "group_id"),)},
     }
 

@@ -218,7 +218,7 @@ class Outcome(Event):
     kind: Literal["outcome"] = "outcome"
     schema_version: Literal[1] = 1
     incident_id: Name
-    result: Literal["resumed", "paged", "halted", "dry_run", "failed"]
+    result: Literal["resumed", "paged", "halted", "dry_run", "failed", "relaunched"]
     category: str = ""
     cause: str = ""
     first_sign: UtcDatetime | None = None

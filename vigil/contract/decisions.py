@@ -178,6 +178,7 @@ class RecoveryStep(StrEnum):
     UNCORDON = "uncordon"
     EVICT = "evict"
     RESTART = "restart"
+    RELAUNCH = "relaunch"
     NOTIFY = "notify"
     PAGE = "page"
     HALT = "halt"

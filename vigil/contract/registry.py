@@ -14,6 +14,7 @@ from vigil.contract.advice import Advice
 from vigil.contract.base import Event
 from vigil.contract.control import Command, Diagnostic, Member, Outcome
 from vigil.contract.decisions import Alert, Checkpoint, Incident, JobRegistered, RecoveryAction, Silence
+from vigil.contract.services import SERVICE_JOB, SERVICES_TOPIC, ServiceAnnouncement
 from vigil.contract.telemetry import (
     CollectiveTrace,
     Heartbeat,
@@ -138,6 +139,10 @@ SPECS: tuple[EventSpec, ...] = (
     EventSpec(kind="checkpoint", version=1, model=Checkpoint, topic="recovery", example={
         **_ORIGIN, "step": 1200, "phase": "committed", "path": "/ckpt/llama-70b/step-0000001200-3fa9c2d1",
         "blocked_ms": 0.0, "duration_ms": 4200.0, "bytes": 524_288_000, "rank": 0, "error": "", "dropped": 0}),
+    EventSpec(kind="service", version=1, model=ServiceAnnouncement, topic=SERVICES_TOPIC, example={
+        **_ORIGIN, "job_id": SERVICE_JOB, "host": "vigil-0", "service": "controller", "instance": "vigil-0:4242",
+        "state": "up", "metrics_url": "http://vigil-0:9102/metrics", "interval_s": 300.0,
+        "started_at": "2026-11-01T11:00:00Z"}),
 )
 
 BY_KIND: dict[tuple[str, int], EventSpec] = {(s.kind, s.version): s for s in SPECS}

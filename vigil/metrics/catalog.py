@@ -12,8 +12,11 @@ Generated from the code by `python -m vigil.app.reference` (a test fails when th
 Every service serves its own `/metrics` (OpenMetrics text when the scraper asks for it, the classic
 text format otherwise) from a registry of its own, on its metrics port (`VIGIL_ANALYZER_METRICS_PORT`,
 `VIGIL_RECOVERY_METRICS_PORT`, `VIGIL_NOTIFY_METRICS_PORT`; 0 = a free one; each service's start-up
-line and `vigil status` show the URL); `vigil up` also serves every hosted service's families on its
-control port (`/metrics`, with the control token). Shared settings (`VIGIL_METRICS_*`, `[metrics]`):
+line and `vigil status` show the URL: against an external cluster, `VIGIL_KAFKA_BOOTSTRAP` set, it reads
+each service's newest announcement from the `services` topic, a `service` event every instance sends at
+start, every 300 s and at stop, a wildcard bind named by its host; stale after three missed); `vigil up`
+also serves every hosted service's families on its control port (`/metrics`, with the control token).
+Shared settings (`VIGIL_METRICS_*`, `[metrics]`):
 `enabled`, `bind` (127.0.0.1; 0.0.0.0 where Prometheus scrapes from another host, as in deploy/k8s),
 `max_jobs` and `max_hosts`: label values past them are counted under `other` (the first values seen
 keep their own series for a counter; the largest, for a gauge), and Xid codes past the first 64 too.

@@ -20,6 +20,9 @@ busy slurmctld never crashes the controller. Writes read the one node fresh firs
 Host -> node: `node_map`, else the same name (`SLURMD_NODENAME`, which `vigil run` under `srun`
 takes as its host). `allocation` reads the job's allocation from the environment and builds
 the relaunch commands (`srun` inside it with `--exclude`, else `sbatch --no-requeue`).
+* **relaunch** (`base.Relauncher`, `relaunch`) — when a recovery finds the job's allocation gone and
+  `relaunch_script` is set, the controller submits it afresh: `sbatch --no-requeue` without the
+  cordoned nodes, through the same bounded runner; never a requeue, never the old job id.
 """
 
 from vigil.recovery.backends.slurm.backend import SlurmBackend

@@ -10,19 +10,38 @@ host in `cordoned()` (vigil's drains) — the agents started by `srun` stay and 
 generation. Where a job must be relaunched at the Slurm level, `relaunch_argv` says how: while
 the allocation runs, `srun -N MIN-MAX --exclude=<drained> ...` (a job step on the nodes left);
 when none remains, a fresh job `sbatch --no-requeue -N MIN-MAX --exclude=... SCRIPT`, never a
-requeue of the failed job (a requeue keeps its id and may hand back the same node).
+requeue of the failed job (a requeue keeps its id and may hand back the same node). The
+controller submits that fresh job itself (`relaunch`) when a recovery finds the allocation gone.
+
+`vigil run` under `srun` names its job `slurm-<SLURM_JOB_ID>` (`vigil_job_id`); `slurm_job_of`
+reads the allocation back from that name (a job named otherwise is not relaunched by vigil).
 """
 
 from __future__ import annotations
 
+import re
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from vigil.recovery.backends.slurm.cli import SlurmCli
 from vigil.recovery.backends.slurm.hostlist import exclude_arg, expand
 from vigil.recovery.backends.slurm.settings import SlurmSettings
 from vigil.recovery.errors import BackendError
+
+JOB_PREFIX = "slurm-"
+_JOB = re.compile(rf"{JOB_PREFIX}([0-9]{{1,12}})")
+
+
+def vigil_job_id(slurm_job_id: str) -> str:
+    """The vigil job id of the tasks of Slurm job `slurm_job_id`."""
+    return f"{JOB_PREFIX}{slurm_job_id}"
+
+
+def slurm_job_of(job_id: str) -> str | None:
+    """The Slurm job id behind a vigil job id `slurm-<digits>`, else None."""
+    m = _JOB.fullmatch(job_id)
+    return m.group(1) if m else None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,7 +88,8 @@ def running(cli: SlurmCli, settings: SlurmSettings, job_id: str) -> bool:
 
 
 def relaunch_argv(alloc: Allocation, *, alive: bool, exclude: set[str], nodes_min: int, nodes_max: int,
-                  command: list[str], script: str) -> list[str] | None:
+                  command: list[str], script: str, sbatch: str = "sbatch",
+                  options: Sequence[str] = ()) -> list[str] | None:
     """The job's relaunch without the `exclude`d nodes, keeping `-N MIN-MAX`; None when it cannot fit.
 
     Inside a running allocation: a job step on the nodes left (None when fewer than `nodes_min`
@@ -86,5 +106,5 @@ def relaunch_argv(alloc: Allocation, *, alive: bool, exclude: set[str], nodes_mi
         inside = exclude & set(alloc.nodes)
         return ["srun", f"--jobid={alloc.job_id}", "-N", f"{nodes_min}-{hi}", "--ntasks-per-node=1",
                 *(["--exclude=" + exclude_arg(inside)] if inside else []), *command]
-    return ["sbatch", "--no-requeue", "-N", f"{nodes_min}-{nodes_max}",
-            *(["--exclude=" + exclude_arg(exclude)] if exclude else []), script]
+    return [sbatch, "--no-requeue", "-N", f"{nodes_min}-{nodes_max}",
+            *(["--exclude=" + exclude_arg(exclude)] if exclude else []), *options, script]

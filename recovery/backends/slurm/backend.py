@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from vigil.recovery.backends.base import Change, CordonInfo
 from vigil.recovery.backends.slurm.cli import SlurmCli, SubprocessCli
@@ -17,6 +17,7 @@ from vigil.recovery.backends.slurm.nodes import (
     parse_scontrol,
     parse_sinfo,
 )
+from vigil.recovery.backends.slurm.relaunch import Relaunch
 from vigil.recovery.backends.slurm.settings import SlurmSettings
 from vigil.recovery.errors import BackendError
 
@@ -36,6 +37,7 @@ class SlurmBackend:
         self._nodes: dict[str, NodeState] | None = None  # the last sinfo read
         self._read_at = -math.inf
         self.stale = ""  # why the last read failed while an older one is served ("" when fresh)
+        self._relaunch = Relaunch(settings, self._cli, clock)
 
     # -- NodeBackend ---------------------------------------------------------------------------
 
@@ -80,6 +82,19 @@ class SlurmBackend:
                 host = hosts.get(node.name, node.name)
                 out[host] = CordonInfo(host=host, reason=cause, incident_id=incident, by=node.user, at=node.at)
         return out
+
+    # -- Relauncher: a fresh job when the allocation is gone (`relaunch`) ---------------------------
+
+    def allocation_gone(self, job_id: str) -> str | None:
+        return self._relaunch.gone(job_id)
+
+    def relaunch(self, job_id: str, *, exclude: Iterable[str], nodes_min: int, nodes_max: int, tag: str) -> Change:
+        new, argv = self._relaunch.submit(job_id, exclude=exclude, nodes_min=nodes_min, nodes_max=nodes_max, tag=tag)
+        return Change(changed=True, detail=f"{job_id}: submitted Slurm job {new} ({' '.join(argv)})"[:1000],
+                      data={"new_job_id": new, "argv": argv})
+
+    def relaunched(self, tag: str) -> str | None:
+        return self._relaunch.find(tag)
 
     # -- reads -----------------------------------------------------------------------------------
 

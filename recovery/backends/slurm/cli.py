@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from vigil.errors import one_line
-from vigil.recovery.errors import BackendError
+from vigil.recovery.errors import BackendError, BackendTimeout
 
 
-class CliTimeout(BackendError):
+class CliTimeout(BackendTimeout):
     """A Slurm command did not answer within its bound (slurmctld busy or unreachable)."""
 
 

@@ -18,6 +18,12 @@ class SlurmSettings(BaseModel):
     scontrol: str = Field(default="scontrol", description="path of scontrol (drain, resume, show node, hostnames)")
     sinfo: str = Field(default="sinfo", description="path of sinfo (node states and reasons, rate-limited)")
     squeue: str = Field(default="squeue", description="path of squeue (is an allocation still running)")
+    sbatch: str = Field(default="sbatch", description="path of sbatch (a fresh job when the allocation is gone)")
+    relaunch_script: str = Field(default="", max_length=4096, description="batch script the controller submits "
+                                 "(`sbatch --no-requeue -N MIN-MAX --exclude=<cordoned>`) when a recovery finds the "
+                                 "job's allocation gone; empty: never submits (the recovery pages instead)")
+    relaunch_scripts: dict[str, str] = Field(default_factory=dict, description="vigil job id -> its batch script, "
+                                             "checked before relaunch_script (a job named by VIGIL_JOB_ID)")
     command_timeout_s: float = Field(default=10.0, gt=0, description="bound on one CLI call; past it the call "
                                      "fails (a read keeps the last known state)")
     read_interval_s: float = Field(default=5.0, ge=0, description="at most one sinfo read of the nodes per this "

@@ -79,12 +79,12 @@ def _settings(args: argparse.Namespace) -> Any:
 def slurm_identity(env: Mapping[str, str]) -> dict[str, str]:
     """Under `srun`: the host is the Slurm node this task runs on (the name a drain speaks of) and the job
     `slurm-<SLURM_JOB_ID>`, unless VIGIL_HOST / VIGIL_JOB_ID (or --host / --job) say otherwise."""
-    from vigil.recovery.backends.slurm.allocation import Allocation
+    from vigil.recovery.backends.slurm.allocation import Allocation, vigil_job_id
 
     alloc = Allocation.from_env(env, hostnames=lambda _: [])
     if alloc is None:
         return {}
-    out = {"host": alloc.host, "job_id": f"slurm-{alloc.job_id}"}
+    out = {"host": alloc.host, "job_id": vigil_job_id(alloc.job_id)}
     return {k: v for k, v in out.items() if not env.get(f"VIGIL_{k.upper()}")}
 
 

@@ -120,6 +120,12 @@ def cmd_status(args: argparse.Namespace) -> int:
                 print(f"  metrics {name:<11} {part['metrics_url']}")
         if report.get("metrics_url"):
             print(f"  metrics {'(all)':<11} {report['metrics_url']} (Authorization: Bearer <token from stack.json>)")
+        for svc in report.get("services", []):  # external: what each service announced on the log
+            if svc.get("error"):
+                print(f"  services    not read: {svc['error']}")
+            elif svc["state"] == "up":
+                print(f"  metrics {svc['service']:<11} {svc['metrics_url'] or 'off'}  ({svc['instance']}, announced "
+                      f"{svc['age_s']:.0f} s ago{', STALE' if svc['stale'] else ''})")
         if report.get("error"):
             print(f"  {report['error']}")
     return 0 if report["ok"] else 1
@@ -164,7 +170,26 @@ def _direct_health(settings: VigilSettings) -> dict[str, Any]:
         for spec in SERVICES:
             if spec.probe is not None:
                 parts[spec.name] = spec.probe(settings, bootstrap)
-    return {"ok": all(p["ok"] for p in parts.values()), "mode": "external", "parts": parts}
+    report: dict[str, Any] = {"ok": all(p["ok"] for p in parts.values()), "mode": "external", "parts": parts}
+    if parts["kafka"]["ok"]:
+        report["services"] = _announced(settings, bootstrap)
+    return report
+
+
+def _announced(settings: VigilSettings, bootstrap: str) -> list[dict[str, Any]]:
+    """Each service instance's newest announcement (`vigil.kafka.announce`): kind, instance, metrics URL, age;
+    stale when it missed three of its announcements."""
+    from vigil.contract.base import utcnow
+    from vigil.kafka.announce import age_s, read_services
+
+    try:
+        found = read_services(settings, bootstrap)
+    except VigilError as exc:
+        return [{"service": "?", "instance": "?", "state": "unknown", "error": str(exc)}]
+    now = utcnow()
+    return [{"service": str(e.service), "instance": e.instance, "host": e.host, "state": e.state,
+             "metrics_url": e.metrics_url, "age_s": round(age_s(e, now), 1),
+             "stale": age_s(e, now) > 3 * e.interval_s} for e in found]
 
 
 def cmd_down(args: argparse.Namespace) -> int:
