@@ -146,7 +146,8 @@ class KernelLog:
             category=fact.category, severity=fact.severity, message=record.message[:8192], xid=fact.xid,
             source="kernel", action=fact.action, gpu_index=gpu, gpu_uuid=uuid[:256], pci=fact.pci, pid=fact.pid)
         if self.memory is not None and fact.action in HOST_ACTIONS and fact.category in FAULTS:
-            self.memory.note_fault(FAULTS[fact.category], record.message[:2048], event.ts)
+            self.memory.note_fault(FAULTS[fact.category], record.message[:2048], event.ts, gpu=gpu,
+                                   action=str(fact.action or ""))
         emitted = self._limiter.offer((fact.category, gpu, fact.pci), event, self.clock())
         return [self._repeat(e, n) if n > 1 else e for e, n in emitted]
 

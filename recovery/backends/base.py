@@ -6,6 +6,11 @@ eviction of the job's pods through the Eviction API: `backends.kubernetes`) and 
 with vigil's reason, resumed only when that reason is vigil's: `backends.slurm`). Every call is idempotent: cordoning a cordoned host changes nothing
 and says so (`Change.changed` False), which is what makes a controller restarted mid-action
 safe. Calls raise `BackendError` (naming the host and backend) when the backend fails.
+
+A backend with `gpu_quarantine` True can also take single GPUs of a host out (`quarantine`) while the host
+stays in service (local: the registry's GPU list its agent honours; kubernetes: a node label + cordon); the
+controller quarantines instead of cordoning where the Xid catalog calls for a GPU reset and the fact names
+the GPU (no backend resets a GPU). `uncordon` clears a host's quarantine too. Slurm has no per-GPU cordon here.
 """
 
 from __future__ import annotations
@@ -32,8 +37,19 @@ class CordonInfo:
     at: str = ""  # ISO 8601 UTC, when known
 
 
+@dataclass(frozen=True, kw_only=True)
+class GpuQuarantine:
+    host: str
+    gpus: tuple[int, ...]
+    reason: str = ""
+    incident_id: str = ""
+    by: str = ""
+    at: str = ""
+
+
 class NodeBackend(Protocol):
     name: str
+    gpu_quarantine: bool  # `quarantine` takes single GPUs out; False: the controller cordons the host instead
 
     def cordon(self, host: str, *, reason: str, incident_id: str, actor: str) -> Change:
         """Mark `host` unschedulable for new work, with who, why, which incident and when."""
@@ -49,4 +65,12 @@ class NodeBackend(Protocol):
 
     def cordoned(self) -> dict[str, CordonInfo]:
         """Every host this backend has cordoned."""
+        ...
+
+    def quarantine(self, host: str, gpus: tuple[int, ...], *, reason: str, incident_id: str, actor: str) -> Change:
+        """Take GPUs `gpus` (NVML indices) of `host` out of service; the host's other GPUs stay in it."""
+        ...
+
+    def quarantined(self) -> dict[str, GpuQuarantine]:
+        """Every host with GPUs this backend quarantined."""
         ...
