@@ -8,7 +8,10 @@ agent's own `CUDA_VISIBLE_DEVICES` when it is a list of indices, else what NVML 
 per local rank. When fewer GPUs are left than torchrun's `--nproc-per-node`, the argv asks for as many
 workers as there are GPUs: torchrun assigns global ranks from each node's local world size, so the job's world
 shrinks by the quarantined GPUs, the way it shrinks by cordoned hosts (`--nodes MIN:MAX`). No GPU left: the
-start is refused with the reason. Pure logic.
+start is refused with the reason. A warm start (`collector.control.warm`) gets the same environment: its
+interpreters imported torch without initialising CUDA, so `CUDA_VISIBLE_DEVICES` set before the script runs
+holds; a lowered `--nproc-per-node` starts cold (the warm launcher assigns ranks as if every node ran as many
+workers). Pure logic.
 """
 
 from __future__ import annotations

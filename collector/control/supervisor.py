@@ -155,8 +155,8 @@ class Supervisor:
             log.warning("generation %d: GPUs %s quarantined: %s=%s, %d rank(s) here", world.generation,
                         list(got.excluded), "CUDA_VISIBLE_DEVICES", got.env.get("CUDA_VISIBLE_DEVICES"), got.nproc)
         launcher = self.make_launcher(got.argv, {**env, **got.env})
-        if got.excluded:
-            launcher.warm = None  # the warm interpreters were started for every GPU: this generation starts cold
+        if got.nproc != self.nproc:
+            launcher.warm = None  # the warm interpreters were started for more ranks: this generation starts cold
         with self._lock:
             self._launcher, self._start_cmd, self.world = launcher, command, world
             self.generation, self._started_at = world.generation, utcnow()
