@@ -96,7 +96,8 @@ class Agent:
             path=s.kmsg_path, job_id=s.job_id, host=s.host, store=self.store, emit=self.xids.wrap(self.emit),
             gpus=GpuMap(sysfs_root=s.sysfs_root, probe=self.gpus), rank_of_pid=self.rank_of_pid,
             boot_id=read_boot_id(s.procfs_root), poll_s=s.poll_interval, flood_burst=s.flood_burst,
-            flood_window_s=s.flood_window_s, clock=self.clock, memory=self.memory) if s.kmsg_path is not None else None
+            flood_window_s=s.flood_window_s, clock=self.clock, memory=self.memory, source=s.kernel_log,
+            journalctl=s.journalctl) if s.kmsg_path is not None else None
         self.streams: list[LogStream] = []
         self._file_streams: dict[str, LogStream] = {}
         self._stop = threading.Event()
