@@ -285,3 +285,23 @@ def test_a_gpu_quarantine_labels_and_cordons_the_node_but_keeps_it_for_vigil(kub
     node3 = kube.node("node-3")
     assert "vigil.io/quarantined-gpus" not in (node3["metadata"].get("labels") or {})
     assert not node3["spec"].get("unschedulable") and b.quarantined() == {}
+
+
+def test_where_the_api_server_offers_device_taints_a_gpu_is_tainted_not_the_node(kube: FakeKube) -> None:
+    kube.dra = "v1beta2"
+    kube.add_node("node-1")
+    b: NodeBackend = backend(kube)
+    assert b.quarantine("node-1", (3,), reason="Xid 48 on GPU 3", incident_id=INCIDENT, actor="controller").changed
+    assert not b.quarantine("node-1", (3,), reason="again", incident_id=INCIDENT, actor="controller").changed
+    (rule,) = kube.rules.values()
+    assert rule["apiVersion"] == "resource.k8s.io/v1beta2" and rule["metadata"]["name"] == "vigil-node-1-gpu3"
+    assert rule["spec"] == {"deviceSelector": {"driver": "gpu.nvidia.com", "pool": "node-1", "device": "gpu-3"},
+                            "taint": {"key": "vigil.io/faulty", "value": "llama.xid.node-1.r3.20261123T120000",
+                                      "effect": "NoSchedule"}}
+    node = kube.node("node-1")
+    assert not node["spec"].get("unschedulable")  # the node's other GPUs stay schedulable
+    assert {h: q.gpus for h, q in b.quarantined().items()} == {"node-1": (3,)} and b.cordoned() == {}
+    assert b.uncordon("node-1", reason="GPU replaced", actor="user:ops").changed
+    assert kube.rules == {} and b.quarantined() == {}
+    discovery = [r.path for r in kube.sent("GET", "/apis/") if not r.path.endswith("/devicetaintrules")]
+    assert discovery == ["/apis/resource.k8s.io/v1", "/apis/resource.k8s.io/v1beta2"]  # asked once

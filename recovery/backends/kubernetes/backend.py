@@ -15,6 +15,7 @@ from kubernetes.client.exceptions import ApiException
 
 from vigil.errors import one_line
 from vigil.recovery.backends.base import Change, CordonInfo, GpuQuarantine
+from vigil.recovery.backends.kubernetes.devicetaints import DeviceTaints
 from vigil.recovery.backends.kubernetes.patches import (
     Keys,
     cordon_patch,
@@ -46,6 +47,7 @@ class KubernetesBackend:
         self._core = client.CoreV1Api(api if api is not None else api_client(settings))
         self._keys = Keys.of(settings.key_prefix)
         self._sleep, self._clock = sleep, clock
+        self._dra = DeviceTaints(settings, self._core.api_client, self._api_error, self._unreachable)
 
     # -- NodeBackend ---------------------------------------------------------------------------
 
@@ -75,6 +77,10 @@ class KubernetesBackend:
             node = self._node(host)
             name = node["metadata"]["name"]
             patch = uncordon_patch(node, self.settings)
+            cleared = self._dra.clear(name) if self._dra.version() is not None else []
+            if patch is None and cleared:
+                return Change(changed=True, detail=f"node {name}: device taint rules {', '.join(cleared)} deleted",
+                              data={"node": name, "device_taint_rules": cleared})
             if patch is None:
                 left = " (unschedulable by someone else: left so)" if (node.get("spec") or {}).get("unschedulable") else ""
                 return Change(changed=False, detail=f"node {name} was not cordoned by vigil{left}", data={"node": name})
@@ -136,8 +142,11 @@ class KubernetesBackend:
                             "reason": reason, "incident_id": incident_id})
 
     def quarantine(self, host: str, gpus: tuple[int, ...], *, reason: str, incident_id: str, actor: str) -> Change:
-        """Label the node with its quarantined GPUs (`<prefix>quarantined-gpus=0.3`) and cordon it (no new pods:
-        the scheduler cannot hand out a single GPU); vigil's agent there keeps training on the other GPUs."""
+        """Where the API server serves DRA device taint rules: one per GPU (`devicetaints`) and the node labelled
+        with its quarantined GPUs (`<prefix>quarantined-gpus=0.3`). Else the label and a cordon (no new pods: the
+        scheduler cannot hand out single GPUs). vigil's agent there keeps training on the other GPUs."""
+        if self._dra.version() is not None:
+            return self._taint_devices(host, gpus, reason=reason, incident_id=incident_id, actor=actor)
         for _ in range(self.settings.conflict_retries + 1):
             node = self._node(host)
             meta, name = node["metadata"], node["metadata"]["name"]
@@ -157,6 +166,25 @@ class KubernetesBackend:
             if self._patch(host, name, patch):
                 return Change(changed=True, data={"node": name, "gpus": list(new)},
                               detail=f"node {name}: label {self._keys.gpus}={gpu_label(new)}, cordoned for new pods")
+        raise self._conflicted("quarantine GPUs of", host)
+
+    def _taint_devices(self, host: str, gpus: tuple[int, ...], *, reason: str, incident_id: str,
+                       actor: str) -> Change:
+        for _ in range(self.settings.conflict_retries + 1):
+            node = self._node(host)
+            meta, name = node["metadata"], node["metadata"]["name"]
+            made = self._dra.taint(name, gpus, reason=reason, incident_id=incident_id, actor=actor)
+            have = parse_gpus((meta.get("labels") or {}).get(self._keys.gpus))
+            new = tuple(sorted({*have, *gpus}))
+            data = {"node": name, "gpus": list(new), "device_taint_rules": made}
+            if new == have:
+                return Change(changed=bool(made), data=data, detail=f"node {name}: GPUs {list(gpus)} quarantined"
+                              + (f"; device taint rules {', '.join(made)} created" if made else " already"))
+            patch = {"metadata": {"resourceVersion": meta["resourceVersion"], "labels": {self._keys.gpus: gpu_label(new)},
+                                  "annotations": {self._keys.host: host}}}
+            if self._patch(host, name, patch):
+                return Change(changed=True, data=data, detail=f"node {name}: device taint rules "
+                              f"{', '.join(made) or '(there already)'}, label {self._keys.gpus}={gpu_label(new)}")
         raise self._conflicted("quarantine GPUs of", host)
 
     def quarantined(self) -> dict[str, GpuQuarantine]:
