@@ -56,6 +56,10 @@ class CollectorSettings(VigilBaseSettings):
     kernel_log: Literal["auto", "kmsg", "journald"] = Field(
         default="auto", description="where the kernel log is read: kmsg (kmsg_path), journald (`journalctl -k -o "
         "json --follow`, its cursor saved), auto: kmsg_path where it is readable, else journald")
+    dcgm: bool = Field(default=True, description="read DCGM's health watches where DCGM (its Python bindings and "
+                       "host engine) is installed; skipped where it is not")
+    dcgm_address: str = Field(default="127.0.0.1", max_length=256, description="DCGM's host engine (nv-hostengine)")
+    dcgm_interval_s: float = Field(default=30.0, gt=0, description="how often DCGM's health check runs")
     journalctl: str = Field(default="journalctl", min_length=1, max_length=4096,
                             description="the journalctl executable (a name looked up on PATH, or a path)")
     rules: list[dict[str, Any]] = Field(default_factory=list, description="user log rules, tried before built-ins")
