@@ -65,6 +65,8 @@ def test_an_xid_31_restarts_without_a_cordon_an_xid_79_cordons_and_an_xid_48_qua
                      and a.status == "succeeded"]
     assert (quarantine.target, quarantine.details["gpus"]) == ("h0", [1]) and quarantine.signature
     assert {h: q.gpus for h, q in CordonRegistry(live.home / "cordons.json").quarantined().items()} == {"h0": (1,)}
+    status = live.cli("recovery", "status", "--job", JOB)
+    assert status.returncode == 0 and "quarantined GPUs: h0 GPU 1 (GPU(s) 1: h0 exited" in status.stdout, status.stderr
     faulted = [e for e in live.events if isinstance(e, Member) and e.host == "h0" and e.fault == "xid"]
     assert faulted and (faulted[0].fault_gpus, faulted[0].fault_action) == ([1], "reset_gpu") and faulted[0].signature
     # what the ranks were started with: every GPU before the quarantine (nothing set), then all but GPU 1 on h0
