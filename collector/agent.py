@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vigil.collector.dcgm import DcgmHealth, DcgmWatch, load_dcgm
 from vigil.collector.flightrec import FlightRecorderWatcher
 from vigil.collector.gpu import NvmlProbe
 from vigil.collector.gpumap import GpuMap
@@ -53,6 +54,7 @@ class Agent:
     log_dirs: list[Path] = field(default_factory=list)
     tracker: ProcessTracker = field(default_factory=ProcessTracker)
     gpus: NvmlProbe | None = None
+    dcgm_health: DcgmHealth | None = None  # DCGM's health watches (None: `load_dcgm` where `settings.dcgm`)
     clock: Callable[[], float] = time.monotonic
     memory: ErrorMemory = field(default_factory=ErrorMemory)  # each rank's last error, for the exit report
     serves_one_job: bool = True  # False: a DaemonSet agent shipping the spool lines of every job on its host
@@ -91,12 +93,16 @@ class Agent:
         self.xids = XidDedupe(clock=self.clock)  # one Xid the kernel log and NVML both report ships once
         self.nvml_events = NvmlEvents(nvml=module, job_id=s.job_id, host=s.host, emit=self.xids.wrap(self.emit),
                                       memory=self.memory) if module is not None else None
+        health = self.dcgm_health or (load_dcgm(s.dcgm_address) if s.dcgm else None)
+        self.dcgm = DcgmWatch(health=health, job_id=s.job_id, host=s.host, emit=self.emit, interval_s=s.dcgm_interval_s,
+                              memory=self.memory) if health is not None else None
         self.ib = IbHealth(job_id=s.job_id, host=s.host, polling_s=s.ib_polling_s, report_s=s.ib_report_s)
         self.kernel = KernelLog(
             path=s.kmsg_path, job_id=s.job_id, host=s.host, store=self.store, emit=self.xids.wrap(self.emit),
             gpus=GpuMap(sysfs_root=s.sysfs_root, probe=self.gpus), rank_of_pid=self.rank_of_pid,
             boot_id=read_boot_id(s.procfs_root), poll_s=s.poll_interval, flood_burst=s.flood_burst,
-            flood_window_s=s.flood_window_s, clock=self.clock, memory=self.memory) if s.kmsg_path is not None else None
+            flood_window_s=s.flood_window_s, clock=self.clock, memory=self.memory, source=s.kernel_log,
+            journalctl=s.journalctl) if s.kmsg_path is not None else None
         self.streams: list[LogStream] = []
         self._file_streams: dict[str, LogStream] = {}
         self._stop = threading.Event()
@@ -207,6 +213,9 @@ class Agent:
         if self.nvml_events is not None:  # waits on NVML's event set: a thread of its own
             self._threads.append(threading.Thread(target=self.nvml_events.run, args=(self._stop,),
                                                   name="vigil-agent-nvml", daemon=True))
+        if self.dcgm is not None:  # DCGM's health check may take its time: a thread of its own
+            self._threads.append(threading.Thread(target=self.dcgm.run, args=(self._stop,),
+                                                  name="vigil-agent-dcgm", daemon=True))
         for t in self._threads:
             t.start()
 

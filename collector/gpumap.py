@@ -48,6 +48,12 @@ class GpuMap:
         found = self.probe.bus_ids() if self.probe is not None else {}
         self._map = {k: v for a, v in found.items() if (k := pci_key(a)) is not None} or sysfs_gpus(self.sysfs_root)
 
+    def indices(self) -> list[int]:
+        """Every GPU index NVML (else sysfs) enumerates."""
+        if not self._map:
+            self.refresh()
+        return sorted({i for i, _ in self._map.values()})
+
     def lookup(self, address: str) -> tuple[int | None, str]:
         key = pci_key(address)
         if key is None:

@@ -1,5 +1,10 @@
 """The kernel log source: follow `/dev/kmsg` on a thread of its own and ship its hardware facts as `source=kernel`.
 
+Where `/dev/kmsg` is not readable, the kernel log is followed through journald (`source` auto, the default, or
+journald: `collector.journal`, `journalctl -k -o json --follow`), with the same guarantees: the position saved
+is the journal cursor (under `journal` in the agent's offsets), a restart resumes after it, lines are bounded,
+and the reads happen on this thread only.
+
 Each record `kernelrules` recognises becomes a `LogLine` with the fact's category, severity and catalog action,
 the GPU its PCI address names (`GpuMap`), and the job rank of the pid it names when that pid is one of this
 host's ranks (`rank_of_pid`). Its `event_id` derives from (host, boot, sequence number), so a record read again
@@ -27,6 +32,7 @@ from pathlib import Path
 
 from vigil.collector.flood import FloodLimiter
 from vigil.collector.gpumap import GpuMap
+from vigil.collector.journal import JournalReader
 from vigil.collector.kernelrules import classify_kernel
 from vigil.collector.kmsg import KmsgReader, KmsgRecord
 from vigil.collector.offsets import OffsetStore
@@ -36,6 +42,7 @@ from vigil.contract.xid import HOST_ACTIONS
 
 log = logging.getLogger(__name__)
 STATE_KEY = "kmsg"
+JOURNAL_KEY = "journal"
 RETRY_OPEN_S = 10.0
 MAX_BACKDATE_S = 86_400.0  # a record's time from the boot clock, unless that puts it further back than this
 
@@ -66,7 +73,9 @@ class KernelLog:
     flood_window_s: float = 10.0
     clock: Callable[[], float] = time.monotonic
     memory: ErrorMemory | None = None  # the agent's: a host fault here is what a failed generation reports
-    reader: KmsgReader | None = field(default=None, init=False)
+    source: str = "kmsg"  # kmsg | journald | auto: /dev/kmsg where it is readable, else journald
+    journalctl: str = "journalctl"
+    reader: KmsgReader | JournalReader | None = field(default=None, init=False)
     facts: int = 0
     user_records: int = 0  # records userspace wrote to the log (facility >= 1): not the kernel's word
     save_errors: int = 0  # the position could not be saved (the state directory refused it)
@@ -78,6 +87,21 @@ class KernelLog:
         self._limiter = FloodLimiter(burst=self.flood_burst, window_s=self.flood_window_s)
 
     def open(self) -> bool:
+        if self.source != "journald":
+            kmsg = self._open_kmsg(quiet=self.source == "auto")
+            if kmsg is not None or self.source == "kmsg":
+                return self._opened(kmsg, str(self.path))
+        return self._opened(self._open_journal(), "journald")
+
+    def _opened(self, reader: KmsgReader | JournalReader | None, what: str) -> bool:
+        if reader is None:
+            return False
+        self.reader = reader
+        self._save()
+        log.info("following the kernel log (%s) after record %s", what, reader.last_seq)
+        return True
+
+    def _open_kmsg(self, *, quiet: bool) -> KmsgReader | None:
         saved = self.store.get(STATE_KEY) or {}
         same_boot = isinstance(saved, dict) and saved.get("boot") == self.boot_id and isinstance(saved.get("seq"), int)
         reader = KmsgReader(path=self.path, after_seq=saved["seq"] if same_boot else None,
@@ -85,15 +109,26 @@ class KernelLog:
         try:
             reader.open()
         except OSError as exc:
-            if self.reader is None:
+            if self.reader is None and not quiet:
                 log.warning("kernel log %s not readable (%s): no kernel facts (retried every %.0f s)",
                             self.path, exc.strerror, RETRY_OPEN_S)
             self.reader = self.reader or reader
-            return False
-        self.reader = reader
-        self._save()
-        log.info("following the kernel log %s after record %s", self.path, reader.last_seq)
-        return True
+            return None
+        return reader
+
+    def _open_journal(self) -> JournalReader | None:
+        saved = self.store.get(JOURNAL_KEY)
+        cursor = saved.get("cursor") if isinstance(saved, dict) and isinstance(saved.get("cursor"), str) else None
+        reader = JournalReader(journalctl=self.journalctl, after_cursor=cursor, from_end=cursor is None)
+        try:
+            reader.open()
+        except OSError as exc:
+            if not isinstance(self.reader, JournalReader):
+                log.warning("kernel log: %s not readable and %s cannot run (%s): no kernel facts (retried every "
+                            "%.0f s)", self.path, self.journalctl, exc.strerror or exc, RETRY_OPEN_S)
+            self.reader = reader
+            return None
+        return reader
 
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set() and not self.open():
@@ -141,12 +176,14 @@ class KernelLog:
         rank, local = self.rank_of_pid(fact.pid) if fact.pid is not None else (None, None)
         self.facts += 1
         event = LogLine(
-            event_id=hashlib.sha256(f"{self.host}|{self.boot_id}|{record.seq}".encode()).hexdigest()[:32],
+            event_id=hashlib.sha256((f"{self.host}|journal|{record.cursor}" if record.cursor else
+                                     f"{self.host}|{self.boot_id}|{record.seq}").encode()).hexdigest()[:32],
             job_id=self.job_id, host=self.host, ts=self._when(record), rank=rank, local_rank=local,
             category=fact.category, severity=fact.severity, message=record.message[:8192], xid=fact.xid,
             source="kernel", action=fact.action, gpu_index=gpu, gpu_uuid=uuid[:256], pci=fact.pci, pid=fact.pid)
         if self.memory is not None and fact.action in HOST_ACTIONS and fact.category in FAULTS:
-            self.memory.note_fault(FAULTS[fact.category], record.message[:2048], event.ts)
+            self.memory.note_fault(FAULTS[fact.category], record.message[:2048], event.ts, gpu=gpu,
+                                   action=str(fact.action or ""))
         emitted = self._limiter.offer((fact.category, gpu, fact.pci), event, self.clock())
         return [self._repeat(e, n) if n > 1 else e for e, n in emitted]
 
@@ -158,9 +195,12 @@ class KernelLog:
     def _save(self) -> None:
         """Save the position; a state directory that refuses it (full, unwritable) is counted and logged, never the
         end of the thread: the agent keeps reading, and after a restart re-reads at most what was not saved."""
-        if self.reader is not None and self.reader.last_seq is not None:
+        r = self.reader
+        if r is not None and r.last_seq is not None:
+            position = {JOURNAL_KEY: {"cursor": r.last_seq}} if isinstance(r, JournalReader) else \
+                {STATE_KEY: {"boot": self.boot_id, "seq": r.last_seq}}
             try:
-                self.store.save(**{STATE_KEY: {"boot": self.boot_id, "seq": self.reader.last_seq}})
+                self.store.save(**position)
             except OSError as exc:
                 self.save_errors += 1
                 if self.save_errors == 1 or self.save_errors % 1000 == 0:

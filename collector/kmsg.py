@@ -33,6 +33,7 @@ class KmsgRecord:
     facility: int  # 0 kernel
     message: str
     fields: dict[str, str] = field(default_factory=dict)
+    cursor: str = ""  # read from journald (`collector.journal`): the journal's cursor of the record
 
 
 def _unescape(raw: bytes) -> str:

@@ -155,7 +155,7 @@ class NvmlEvents:
     def _fact(self, index: int | None, category: str, severity: Severity, action: XidAction, message: str,
               xid: int | None = None) -> LogLine:
         if self.memory is not None and action in HOST_ACTIONS and category in ("xid", "ecc", "gpu_lost"):
-            self.memory.note_fault(category, message, utcnow())
+            self.memory.note_fault(category, message, utcnow(), gpu=index, action=action.value)
         return LogLine(job_id=self.job_id, host=self.host, category=category, severity=severity, source="nvml",
                        action=action, xid=xid, gpu_index=index, message=message,
                        gpu_uuid=self._uuid.get(index, "") if index is not None else "")

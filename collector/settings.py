@@ -15,7 +15,7 @@ import re
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
@@ -53,6 +53,15 @@ class CollectorSettings(VigilBaseSettings):
 
     kmsg_path: Path | None = Field(default=Path("/dev/kmsg"), description="the kernel log followed for hardware "
                                    "facts (Xid, SXid, AER, link down, EDAC/MCE, OOM-killer); unset or empty: none")
+    kernel_log: Literal["auto", "kmsg", "journald"] = Field(
+        default="auto", description="where the kernel log is read: kmsg (kmsg_path), journald (`journalctl -k -o "
+        "json --follow`, its cursor saved), auto: kmsg_path where it is readable, else journald")
+    dcgm: bool = Field(default=True, description="read DCGM's health watches where DCGM (its Python bindings and "
+                       "host engine) is installed; skipped where it is not")
+    dcgm_address: str = Field(default="127.0.0.1", max_length=256, description="DCGM's host engine (nv-hostengine)")
+    dcgm_interval_s: float = Field(default=30.0, gt=0, description="how often DCGM's health check runs")
+    journalctl: str = Field(default="journalctl", min_length=1, max_length=4096,
+                            description="the journalctl executable (a name looked up on PATH, or a path)")
     rules: list[dict[str, Any]] = Field(default_factory=list, description="user log rules, tried before built-ins")
     rules_file: Path | None = Field(default=None, description="TOML file with [[rules]] tables")
     flood_burst: int = Field(default=20, ge=1, description="events per (category, rank) per window before summarising")

@@ -49,6 +49,8 @@ class OwnError:
     text: str
     at: datetime
     is_traceback: bool
+    gpus: tuple[int, ...] = ()  # a hardware fault: the GPU indices its record named
+    action: str = ""  # a hardware fault: the Xid catalog's action
 
     @property
     def line(self) -> str:
@@ -121,10 +123,11 @@ class ErrorMemory:
     def note_error(self, key: Key, line: str, at: datetime) -> None:
         _remember(self.errors, key, OwnError(text=line, at=at, is_traceback=False))
 
-    def note_fault(self, category: str, line: str, at: datetime) -> None:
+    def note_fault(self, category: str, line: str, at: datetime, *, gpu: int | None = None, action: str = "") -> None:
         """A hardware fault the kernel log or NVML reported (`HARDWARE_FAULTS`: Xid, ECC, NVLink, GPU lost) whose
         catalog action takes the host out; never a line a training process printed (a claim)."""
-        self.faults[category] = OwnError(text=line, at=at, is_traceback=False)
+        self.faults[category] = OwnError(text=line, at=at, is_traceback=False,
+                                         gpus=(gpu,) if gpu is not None else (), action=action)
 
     def fault_since(self, since: datetime | None) -> tuple[str, OwnError] | None:
         """The first hardware error printed at or after `since` (its category and line): what the failure began with."""

@@ -45,6 +45,9 @@ class PolicySettings(_Section):
                                     "culprit is weak or unknown, which is when they decide who goes)")
     diagnose_hang: bool = Field(default=True, description="hangs and traffic stops: run diagnostics")
     cordon_slow: bool = Field(default=True, description="cordon hosts the diagnostics find slow (not only faulty)")
+    quarantine_gpus: bool = Field(default=True, description="an attested fault whose Xid catalog action is a GPU "
+                                  "reset and that names its GPU quarantines that GPU (the host keeps its others) "
+                                  "where the node backend can (local, kubernetes); off, or on slurm: cordon the host")
     crash_loops: int = Field(default=3, ge=1, description="software faults: after this many restarts without "
                              "checkpoint progress, stop the job and page")
     other_as: PolicyClass = Field(default="hang", description="network and unknown causes are handled as this")

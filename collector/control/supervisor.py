@@ -49,13 +49,17 @@ import psutil
 from vigil.collector.agent import Agent
 from vigil.collector.control.commands import CommandFeed, ack
 from vigil.collector.control.diagnose import run_diagnostics
+from vigil.collector.control.gpus import devices
 from vigil.collector.control.launcher import Launcher, exit_status
 from vigil.collector.control.progress import Progress
 from vigil.collector.control.rendezvous import NodeRange, fill, free_ports, rendezvous_env
 from vigil.collector.control.replication import Replicator
 from vigil.collector.control.stopping import ProcessGroups
 from vigil.collector.control.warmdiag import WarmDiagnostics
+from vigil.collector.gpumap import GpuMap
+from vigil.collector.summary import OwnError
 from vigil.contract import Command, HardwareFault, Member, MemberState, World, utcnow
+from vigil.contract.xid import XidAction
 from vigil.cordons import CordonRegistry, RegistryError
 
 log = logging.getLogger(__name__)
@@ -97,7 +101,7 @@ class Supervisor:
     _ports: list[int] = field(default_factory=list, init=False, repr=False)
     _started_at: datetime | None = field(default=None, init=False, repr=False)
     _exit_code: int | None = field(default=None, init=False, repr=False)
-    _fault: tuple[HardwareFault, str] | None = field(default=None, init=False, repr=False)  # (category, its line)
+    _fault: tuple[HardwareFault, OwnError] | None = field(default=None, init=False, repr=False)  # category, line
     _signal: str | None = field(default=None, init=False, repr=False)
     _last_announce: float = field(default=0.0, init=False, repr=False)
     _since: datetime | None = field(default=None, init=False, repr=False)
@@ -140,8 +144,19 @@ class Supervisor:
         if self.replicator is not None:  # before the ranks look for them: what they need from the new world
             self.replicator.stage(world, self.nproc)
             self.replicator.follow(world, self.nproc)
-        argv, env = fill(self.argv, world), {**self.env, **rendezvous_env(world)}
-        launcher = self.make_launcher(argv, env)
+        env = {**self.env, **rendezvous_env(world)}
+        got = devices(fill(self.argv, world), env, quarantined={*world.quarantined_gpus, *self._quarantined()},
+                      known=self._known_gpus())
+        if isinstance(got, str):
+            log.warning("generation %d not started: %s", world.generation, got)
+            self.agent.emit([ack(command, "failed", reason=got)])
+            return 0
+        if got.excluded:
+            log.warning("generation %d: GPUs %s quarantined: %s=%s, %d rank(s) here", world.generation,
+                        list(got.excluded), "CUDA_VISIBLE_DEVICES", got.env.get("CUDA_VISIBLE_DEVICES"), got.nproc)
+        launcher = self.make_launcher(got.argv, {**env, **got.env})
+        if got.nproc != self.nproc:
+            launcher.warm = None  # the warm interpreters were started for more ranks: this generation starts cold
         with self._lock:
             self._launcher, self._start_cmd, self.world = launcher, command, world
             self.generation, self._started_at = world.generation, utcnow()
@@ -213,6 +228,25 @@ class Supervisor:
             command, self._start_cmd = self._start_cmd, None
         if command is not None:
             self.agent.emit([ack(command, status, reason=reason, started=command.ts)])
+
+    def _quarantined(self) -> set[int]:
+        """This host's GPUs in the local registry's quarantine (none without a registry or when it is unreadable)."""
+        if self.registry is None:
+            return set()
+        try:
+            held = self.registry.quarantined().get(self.agent.settings.host)
+        except RegistryError as exc:
+            log.warning("%s", exc)
+            return set()
+        return set(held.gpus) if held is not None else set()
+
+    def _known_gpus(self) -> list[int]:
+        """The GPU indices NVML or sysfs enumerate on this host ([] where there are none)."""
+        try:
+            return GpuMap(sysfs_root=self.agent.settings.sysfs_root, probe=self.agent.gpus).indices()
+        except Exception:  # a failed look at NVML or sysfs: the agent's CUDA_VISIBLE_DEVICES or one GPU per rank
+            log.debug("enumerating the GPUs failed", exc_info=True)
+            return []
 
     def _check_cordon(self) -> None:
         if self.registry is None:
@@ -298,12 +332,12 @@ class Supervisor:
             # generation names the cause, and with this agent's attestation the controller cordons at once
             recent = utcnow() - timedelta(seconds=FAULT_WINDOW_S)
             fault = self.agent.memory.fault_since(max(self._started_at, recent) if self._started_at else recent)
-            self._fault = (cast(HardwareFault, fault[0]), fault[1].text) if fault is not None else None
+            self._fault = (cast(HardwareFault, fault[0]), fault[1]) if fault is not None else None
         self._announce("exited", reason=self._exit_reason(status))
 
     def _exit_reason(self, status: int) -> str:
         why = f"the command exited with status {status}"
-        return f"{self._fault[0]} error: {self._fault[1]}; then {why}" if self._fault is not None else why
+        return f"{self._fault[0]} error: {self._fault[1].text}; then {why}" if self._fault is not None else why
 
     def _settle(self) -> None:
         """Wait until the spool was scanned after the command ended and everything in it was shipped."""
@@ -386,7 +420,9 @@ class Supervisor:
                 first_step_at=snap.first_step_at, last_step=snap.last_step, last_step_at=snap.last_step_at,
                 steps=snap.steps, step_ms=snap.step_ms, command_id=command_id, reason=reason[:2048],
                 replication=self.replicator.report() if self.replicator is not None else None,
-                fault=self._fault[0] if self._fault is not None and state == "exited" else None,
+                fault=fault[0] if (fault := self._fault if state == "exited" else None) is not None else None,
+                fault_gpus=list(fault[1].gpus) if fault is not None else [],
+                fault_action=XidAction(fault[1].action) if fault is not None and fault[1].action else None,
             )
             self._last_announce = utcnow().timestamp()
         self.agent.emit([self.seal(member) if self.seal is not None else member])

@@ -12,14 +12,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from vigil.cordons import CordonRegistry, registry_path
-from vigil.recovery.backends.base import Change, CordonInfo, NodeBackend
+from vigil.recovery.backends.base import Change, CordonInfo, GpuQuarantine, NodeBackend
 from vigil.recovery.backends.local import LocalBackend
 from vigil.settings import VigilSettings
 
 if TYPE_CHECKING:  # the settings hold the kubernetes backend's section: imported by them, not here
     from vigil.recovery.settings import RecoverySettings
 
-__all__ = ["Change", "CordonInfo", "LocalBackend", "NodeBackend", "select"]
+__all__ = ["Change", "CordonInfo", "GpuQuarantine", "LocalBackend", "NodeBackend", "select"]
 
 
 def select(settings: RecoverySettings, core: VigilSettings) -> NodeBackend:

@@ -7,6 +7,11 @@ with vigil's reason, resumed only when that reason is vigil's: `backends.slurm`)
 and says so (`Change.changed` False), which is what makes a controller restarted mid-action
 safe. Calls raise `BackendError` (naming the host and backend) when the backend fails.
 A backend that can also submit a job afresh (Slurm) is a `Relauncher` too.
+
+A backend with `gpu_quarantine` True can also take single GPUs of a host out (`quarantine`) while the host
+stays in service (local: the registry's GPU list its agent honours; kubernetes: a node label + cordon); the
+controller quarantines instead of cordoning where the Xid catalog calls for a GPU reset and the fact names
+the GPU (no backend resets a GPU). `uncordon` clears a host's quarantine too. Slurm has no per-GPU cordon here.
 """
 
 from __future__ import annotations
@@ -34,8 +39,19 @@ class CordonInfo:
     at: str = ""  # ISO 8601 UTC, when known
 
 
+@dataclass(frozen=True, kw_only=True)
+class GpuQuarantine:
+    host: str
+    gpus: tuple[int, ...]
+    reason: str = ""
+    incident_id: str = ""
+    by: str = ""
+    at: str = ""
+
+
 class NodeBackend(Protocol):
     name: str
+    gpu_quarantine: bool  # `quarantine` takes single GPUs out; False: the controller cordons the host instead
 
     def cordon(self, host: str, *, reason: str, incident_id: str, actor: str) -> Change:
         """Mark `host` unschedulable for new work, with who, why, which incident and when."""
@@ -51,6 +67,14 @@ class NodeBackend(Protocol):
 
     def cordoned(self) -> dict[str, CordonInfo]:
         """Every host this backend has cordoned."""
+        ...
+
+    def quarantine(self, host: str, gpus: tuple[int, ...], *, reason: str, incident_id: str, actor: str) -> Change:
+        """Take GPUs `gpus` (NVML indices) of `host` out of service; the host's other GPUs stay in it."""
+        ...
+
+    def quarantined(self) -> dict[str, GpuQuarantine]:
+        """Every host with GPUs this backend quarantined."""
         ...
 
 

@@ -4,7 +4,9 @@ For one machine (the demo, the tests) or hosts sharing a filesystem: `cordon` ad
 to `$VIGIL_HOME/cordons.json`; each `vigil run` agent checks the registry every half second
 and, while its host is listed, stops its training processes (SIGTERM to the launcher and
 every worker's process group) and refuses to start new ones. So `evict` has nothing to do
-beyond the cordon: the agent is the one that stops the job's processes.
+beyond the cordon: the agent is the one that stops the job's processes. `quarantine` adds GPU indices to the
+host's entry in the registry's `gpus` list: the agent starts its next generation with `CUDA_VISIBLE_DEVICES`
+without them (`collector.control.gpus`); `uncordon` clears the host's cordon and its quarantined GPUs.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vigil.cordons import CordonRegistry, RegistryError
-from vigil.recovery.backends.base import Change, CordonInfo
+from vigil.recovery.backends.base import Change, CordonInfo, GpuQuarantine
 from vigil.recovery.errors import BackendError
 
 
@@ -20,6 +22,7 @@ from vigil.recovery.errors import BackendError
 class LocalBackend:
     registry: CordonRegistry
     name: str = "local"
+    gpu_quarantine: bool = True
 
     def cordon(self, host: str, *, reason: str, incident_id: str, actor: str) -> Change:
         try:
@@ -33,11 +36,33 @@ class LocalBackend:
     def uncordon(self, host: str, *, reason: str, actor: str) -> Change:
         try:
             held = self.registry.remove(host)
+            gpus = self.registry.release(host)
         except RegistryError as exc:
             raise BackendError(f"local backend: uncordon {host}: {exc}") from None
-        if held is None:
+        if held is None and gpus is None:
             return Change(changed=False, detail="was not cordoned")
-        return Change(changed=True, detail=f"removed from {self.registry.path}", data={"was": held.reason})
+        released = {"released_gpus": list(gpus.gpus)} if gpus is not None else {}
+        what = "cordon" if gpus is None else ("quarantined GPUs" if held is None else "cordon and quarantined GPUs")
+        return Change(changed=True, detail=f"{what} removed from {self.registry.path}",
+                      data={"was": held.reason if held else gpus.reason if gpus else "", **released})
+
+    def quarantine(self, host: str, gpus: tuple[int, ...], *, reason: str, incident_id: str, actor: str) -> Change:
+        try:
+            entry, added = self.registry.quarantine(host, gpus, reason=reason, incident_id=incident_id, by=actor)
+        except (RegistryError, ValueError) as exc:
+            raise BackendError(f"local backend: quarantine GPUs {list(gpus)} of {host}: {exc}") from None
+        data = {"gpus": list(entry.gpus), "at": entry.at}
+        if not added:
+            return Change(changed=False, detail=f"GPUs {list(gpus)} already quarantined since {entry.at}", data=data)
+        return Change(changed=True, detail=f"GPUs {list(entry.gpus)} quarantined in {self.registry.path}", data=data)
+
+    def quarantined(self) -> dict[str, GpuQuarantine]:
+        try:
+            entries = self.registry.quarantined()
+        except RegistryError as exc:
+            raise BackendError(f"local backend: {exc}") from None
+        return {h: GpuQuarantine(host=h, gpus=q.gpus, reason=q.reason, incident_id=q.incident_id, by=q.by, at=q.at)
+                for h, q in entries.items()}
 
     def evict(self, host: str, *, job_id: str, reason: str, incident_id: str) -> Change:
         return Change(changed=False, detail="local: the host's agent stops the job's processes while it is cordoned")

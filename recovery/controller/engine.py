@@ -62,7 +62,7 @@ from vigil.recovery.controller.plan import (
     steps_for,
 )
 from vigil.recovery.controller.state import Case, ClusterState, Job, new_run
-from vigil.recovery.controller.triggers import STRENGTH, Trigger, since, strongest, triggers
+from vigil.recovery.controller.triggers import STRENGTH, Culprit, Trigger, since, strongest, triggers
 from vigil.recovery.settings import RecoverySettings
 
 log = logging.getLogger(__name__)
@@ -160,7 +160,8 @@ class Engine:
                 exit_only = c.from_exit and (held is None or bool(held.get("from_exit")))
                 if held is None or (c.strong and not held.get("strong")) or (held.get("rank") is None and c.rank is not None):
                     culprits[c.host] = {"host": c.host, "strong": c.strong or bool(held and held.get("strong")),
-                                        "rank": c.rank, "message": c.message, "from_exit": exit_only}
+                                        "rank": c.rank, "message": c.message, "from_exit": exit_only,
+                                        **_gpu_fault(c)}
                 else:
                     held["from_exit"] = exit_only
         plan = case.plan
@@ -220,7 +221,8 @@ class Engine:
             "cause": t.cause, "summary": t.summary[:1000], "first_sign": t.first_sign.isoformat(),
             "detected": t.detected.isoformat(), "generation": job.generation, "merged": merged or [],
             "culprits": [{"host": c.host, "strong": c.strong, "rank": c.rank, "message": c.message,
-                          "from_exit": c.from_exit} for c in t.culprits], "fault_classes": list(t.fault_classes)}
+                          "from_exit": c.from_exit, **_gpu_fault(c)} for c in t.culprits],
+            "fault_classes": list(t.fault_classes)}
         cited = citation(job.advice, hosts)
         reason = f"{cls}: {t.summary[:500]}"
         if cited is not None:  # the advisor's latest word on the node count, cited (not obeyed)
@@ -366,3 +368,8 @@ def halted_by(state: ClusterState, job: Job) -> Case | None:
 def _synthetic(job: Job, case_id: str, source: str, now: datetime, summary: str) -> Trigger:
     return Trigger(trigger_id=case_id, job_id=job.job_id, cls="software", source=source, category=source,
                    cause="", culprits=(), first_sign=now, detected=now, summary=summary)
+
+
+def _gpu_fault(c: Culprit) -> dict[str, Any]:
+    """A culprit's GPUs and catalog action, where its fault named them (what a GPU quarantine reads)."""
+    return {"gpus": list(c.gpus), "action": c.action} if c.gpus or c.action else {}

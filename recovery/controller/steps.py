@@ -6,16 +6,19 @@ Every step is one umbrella `recovery` event pair `(step, job)`: `started`, then 
 command (`command_id`, acknowledged by the agent). A handler returns True once its step has
 ended. Commands carry stable ids (`<case>/pause/<host>`, `<job>/g<N>/start/<host>`), so one
 re-sent after a controller restart is recognised by the agent and not executed again; a
-cordon re-done is idempotent at the backend.
+cordon re-done is idempotent at the backend. A GPU quarantine (`(quarantine, host)`, `quarantines`) is done by
+the cordon step in place of its host's cordon; the next start commands carry each host's quarantined GPUs.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from vigil.contract import Alert, Command, DiagnoseParams, Event, RecoveryAction, World
+from vigil.contract.xid import XidAction
 from vigil.recovery.backends.base import CordonInfo
 from vigil.recovery.controller.effects import Effects
 from vigil.recovery.controller.fleetmemory import repeat_offenders
@@ -24,6 +27,7 @@ from vigil.recovery.controller.state import Case, ClusterState, Step
 from vigil.recovery.errors import BackendError
 from vigil.recovery.settings import RecoverySettings
 
+log = logging.getLogger(__name__)
 ACTOR = "controller"
 SETTLED = ("waiting", "exited", "cordoned", "left")
 
@@ -161,14 +165,29 @@ def condemned(ctx: Ctx, case: Case) -> list[str]:
         culprits = case.details.get("culprits", [])
         strong = any(c.get("strong") for c in culprits)
         diagnosed = "diagnose" in case.plan
-        out += [str(c["host"]) for c in culprits
-                if c.get("strong") or not (diagnosed or (strong and c.get("from_exit")))]
+        spared = quarantines(ctx, case)  # a bad GPU goes, not its host
+        out += [str(c["host"]) for c in culprits if str(c["host"]) not in spared
+                and (c.get("strong") or not (diagnosed or (strong and c.get("from_exit"))))]
     out += repeat_offenders(ctx.state, case, ctx.settings.policy)  # fleet memory: whatever a self-test says
     verdicts = verdicts_of(case)
     out += sorted(h for h, v in verdicts.items() if v == "faulty")
     if ctx.settings.policy.cordon_slow:
         out += sorted(h for h, v in verdicts.items() if v == "slow")
     return list(dict.fromkeys(out))
+
+
+def quarantines(ctx: Ctx, case: Case) -> dict[str, list[int]]:
+    """GPUs this case takes out instead of their hosts: a hardware case's strong culprit whose attested fault the
+    Xid catalog answers with a GPU reset (`reset_gpu`) and names its GPUs, where the policy allows it and the node
+    backend can quarantine single GPUs (no backend resets a GPU)."""
+    if case.cls != "hardware" or not ctx.settings.policy.quarantine_gpus:
+        return {}
+    out: dict[str, list[int]] = {}
+    for c in case.details.get("culprits", []):
+        gpus = [g for g in c.get("gpus") or [] if type(g) is int and 0 <= g < 64]
+        if c.get("strong") and c.get("action") == XidAction.RESET_GPU.value and gpus:
+            out[str(c["host"])] = sorted(set(gpus))
+    return out if out and getattr(ctx.fx.backend, "gpu_quarantine", False) else {}
 
 
 def verdicts_of(case: Case) -> dict[str, str]:
@@ -188,13 +207,21 @@ def cordon(ctx: Ctx, case: Case) -> bool:
         allowed, why = cordon_allowance(ctx.state, job, ctx.settings.breaker, ctx.now, already)
         if outside:
             _page_outside(ctx, case, outside)
+        gpus = {h: g for h, g in quarantines(ctx, case).items() if h in ours and h not in already}
         _begin(ctx, case, "cordon", {"targets": targets, "allowed": allowed, "limit": why, "outside_job": outside,
-                                     "already": sorted(already & set(condemned(ctx, case)))})
+                                     "already": sorted(already & set(condemned(ctx, case))), "quarantine": gpus})
         step = umbrella(case, "cordon")
         assert step is not None
     targets = list(step.started_details.get("targets", []))
     allowed = int(step.started_details.get("allowed", 0))
     done, failed = [], []
+    gpus_out: dict[str, list[int]] = {}
+    for host, gpus in dict(step.started_details.get("quarantine", {})).items():
+        try:
+            if _quarantine_host(ctx, case, str(host), [int(g) for g in gpus]):
+                gpus_out[str(host)] = list(gpus)
+        except BackendError as exc:
+            failed.append(f"{host} GPUs {list(gpus)}: {exc}")
     for host in targets[:allowed]:
         try:
             if _cordon_host(ctx, case, host):
@@ -202,14 +229,15 @@ def cordon(ctx: Ctx, case: Case) -> bool:
         except BackendError as exc:
             failed.append(f"{host}: {exc}")
     if failed:
-        return _end(ctx, case, "cordon", "failed", reason="; ".join(failed), details={"cordoned": done})
+        return _end(ctx, case, "cordon", "failed", reason="; ".join(failed),
+                    details={"cordoned": done, "quarantined": gpus_out})
     if len(targets) > allowed:
         return _end(ctx, case, "cordon", "failed", details={"cordoned": done, "refused": targets[allowed:],
                                                             "breaker": True},
                     reason=f"circuit breaker: {len(targets)} hosts to cordon, {allowed} allowed "
                            f"({step.started_details.get('limit', '')}); stopping and paging")
-    return _end(ctx, case, "cordon", "succeeded", details={"cordoned": done},
-                reason="nothing to cordon" if not targets else "")
+    return _end(ctx, case, "cordon", "succeeded", details={"cordoned": done, "quarantined": gpus_out},
+                reason="nothing to cordon" if not targets and not gpus_out else "")
 
 
 def _page_outside(ctx: Ctx, case: Case, hosts: list[str]) -> None:
@@ -242,6 +270,34 @@ def _cordon_host(ctx: Ctx, case: Case, host: str) -> bool:
     return True
 
 
+def _quarantine_host(ctx: Ctx, case: Case, host: str, gpus: list[int]) -> bool:
+    """`(quarantine, host)`: the backend takes `gpus` of `host` out; the host stays in the job's next world."""
+    step = case.step("quarantine", host)
+    if step is not None and step.ended:
+        return step.status == "succeeded"
+    redo = step is not None and step.started_at is not None
+    why = f"GPU(s) {', '.join(map(str, gpus))}: {case.details.get('summary', '')}"[:1000]
+    if not redo:
+        ctx.publish([ctx.act(case, "quarantine", host, "started", reason=why, host=host, details={"gpus": gpus})])
+        step = case.step("quarantine", host)
+    started_at = step.started_at if step is not None else ctx.now
+    change = ctx.fx.backend.quarantine(host, tuple(gpus), reason=why, incident_id=case.case_id, actor=ACTOR)
+    ctx._cordoned = None
+    ctx.publish([ctx.act(case, "quarantine", host, "succeeded", reason=change.detail, started_at=started_at,
+                         host=host, details={"changed": change.changed or redo, "backend": ctx.fx.backend.name,
+                                             **change.data, "gpus": gpus})])
+    return True
+
+
+def quarantined_gpus(ctx: Ctx) -> dict[str, list[int]]:
+    """Each host's GPUs the backend holds quarantined, for the start commands ({} when it cannot tell)."""
+    try:
+        return {h: list(q.gpus) for h, q in ctx.fx.backend.quarantined().items()}
+    except BackendError as exc:
+        log.warning("the node backend's quarantined GPUs: %s", exc)
+        return {}
+
+
 # ---- restart / start -----------------------------------------------------------------------------
 def restart(ctx: Ctx, case: Case, name: str = "restart") -> bool:
     job = ctx.state.job(case.job_id)
@@ -258,13 +314,16 @@ def restart(ctx: Ctx, case: Case, name: str = "restart") -> bool:
             return False
         gen = job.generation + 1
         cmds: list[Event] = []
+        gpus_out = quarantined_gpus(ctx)
         for rank, host in enumerate(plan.hosts):
             world = World(generation=gen, hosts=plan.hosts, node_rank=rank, master_addr=plan.master_addr,
-                          master_port=plan.master_port)
+                          master_port=plan.master_port, quarantined_gpus=gpus_out.get(host, []))
             cmds.append(ctx.command(case, host, "start", start_id(job.job_id, gen, host), generation=gen,
                                     world=world, reason=f"{name} on {len(plan.hosts)} hosts"))
         _begin(ctx, case, name, {"generation": gen, "hosts": plan.hosts, "master_addr": plan.master_addr,
-                                 "master_port": plan.master_port, "excluded": sorted(exclude)}, cmds, generation=gen)
+                                 "master_port": plan.master_port, "excluded": sorted(exclude),
+                                 "quarantined_gpus": {h: g for h, g in gpus_out.items() if h in plan.hosts}},
+               cmds, generation=gen)
         return False
     gen = int(step.started_details.get("generation", job.generation))
     hosts = list(step.started_details.get("hosts", []))
@@ -303,7 +362,8 @@ def _resend_starts(ctx: Ctx, case: Case, step: Step, gen: int, hosts: list[str])
     ctx.publish([ctx.command(case, h, "start", start_id(case.job_id, gen, h), generation=gen,
                              reason="restart (re-sent)",
                              world=World(generation=gen, hosts=hosts, node_rank=r, master_addr=str(d["master_addr"]),
-                                         master_port=int(d["master_port"])))
+                                         master_port=int(d["master_port"]),
+                                         quarantined_gpus=list(dict(d.get("quarantined_gpus") or {}).get(h, []))))
                  for r, h in enumerate(hosts)])
 
 

@@ -48,6 +48,8 @@ class Culprit:
     from_exit: bool = False  # named only because its rank exited first: beside a strong culprit, its victim
     rank: int | None = None
     message: str = ""
+    gpus: tuple[int, ...] = ()  # the GPUs the fault's record named (kernel / NVML)
+    action: str = ""  # the Xid catalog's action for it: `reset_gpu` with gpus is a GPU quarantine (`steps`)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,7 +119,8 @@ def triggers(state: ClusterState, policy: PolicySettings, now: datetime) -> list
             continue
         host = str(alert.evidence.get("host") or alert.host)
         culprits = () if host in ("*", "") else (
-            Culprit(host=host, strong=strong, message=alert.summary[:500]),)
+            Culprit(host=host, strong=strong, message=alert.summary[:500], gpus=_gpus(alert.evidence.get("gpus")),
+                    action=str(alert.evidence.get("action") or "")),)
         out.append(Trigger(
             trigger_id=tid, job_id=alert.job_id, cls=cls, source="alert", category=alert.alert,
             cause="hardware" if cls == "hardware" else "unknown", culprits=culprits, first_sign=alert.first_seen,
@@ -179,9 +182,23 @@ def _fault(state: ClusterState, m: Member, oldest: datetime, policy: PolicySetti
     how = f"signal {m.signal}" if m.signal else f"exit code {m.exit_code}"
     return Trigger(
         trigger_id=tid, job_id=m.job_id, cls="hardware", source="exit", category=str(m.fault), cause="hardware",
-        culprits=(Culprit(host=m.host, strong=True, message=m.reason[:500]),), first_sign=since(m),
+        culprits=(Culprit(host=m.host, strong=True, message=m.reason[:500], gpus=tuple(m.fault_gpus),
+                          action=m.fault_action.value if m.fault_action is not None else ""),), first_sign=since(m),
         detected=since(m), prompt=True,
         summary=f"{m.host} exited with {how} (attested by its agent): {m.reason[:500]}")
+
+
+def _merged_gpu_fault(a: Culprit, b: Culprit) -> tuple[tuple[int, ...], str]:
+    """Two words on one host's GPUs: every GPU named, one action only where they agree (or one said none)."""
+    action = a.action if a.action == b.action or not b.action else b.action if not a.action else ""
+    return tuple(sorted({*a.gpus, *b.gpus})), action
+
+
+def _gpus(value: object) -> tuple[int, ...]:
+    """GPU indices an alert's evidence names (the analyzer's `gpus`, nulls and non-indices left out)."""
+    if not isinstance(value, list):
+        return ()
+    return tuple(sorted({g for g in value if type(g) is int and 0 <= g < 64}))[:64]
 
 
 def strongest(group: Sequence[Trigger]) -> Trigger:
@@ -197,7 +214,8 @@ def strongest(group: Sequence[Trigger]) -> Trigger:
                 culprits[c.host] = c
             else:  # the stronger word on the host; named by an exit only if every trigger named it so
                 best = c if c.strong and not held.strong else held
-                culprits[c.host] = replace(best, from_exit=held.from_exit and c.from_exit)
+                gpus, action = _merged_gpu_fault(c, held)
+                culprits[c.host] = replace(best, from_exit=held.from_exit and c.from_exit, gpus=gpus, action=action)
     return Trigger(trigger_id=first.trigger_id, job_id=first.job_id, cls=top.cls, source=top.source,
                    category=top.category, cause=top.cause, culprits=tuple(culprits.values()),
                    first_sign=min(t.first_sign for t in group), detected=first.detected, summary=top.summary,

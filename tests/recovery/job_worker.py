@@ -49,6 +49,8 @@ def parse() -> argparse.Namespace:
     p.add_argument("--xid", action="append", default=[], metavar="CODE:HOST:STEP",
                    help="the driver reports Xid CODE for HOST's rank at STEP (once: --once-dir), and the rank dies")
     p.add_argument("--once-dir", default="")
+    p.add_argument("--record-env", default="", metavar="DIR",
+                   help="write the CUDA_VISIBLE_DEVICES this rank was started with to DIR/env-<host>-g<generation>")
     return p.parse_args()
 
 
@@ -57,7 +59,8 @@ def load_batch(step: int) -> torch.Tensor:
 
 
 XID_TEXT = {31: "Ch 00000008, intr 10000000. MMU Fault: ENGINE GRAPHICS faulted @ 0x7f23_4a600000",
-            79: "GPU has fallen off the bus."}
+            79: "GPU has fallen off the bus.",
+            48: "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 6."}
 
 
 def driver_xids(args: argparse.Namespace, step: int) -> None:
@@ -100,6 +103,9 @@ def fault(args: argparse.Namespace, step: int) -> None:
 @record
 def main() -> int:
     args = parse()
+    if args.record_env:  # what the agent started this rank with (a per-GPU quarantine leaves GPUs out)
+        name = f"env-{os.environ.get('VIGIL_HOST')}-g{os.environ.get('VIGIL_GENERATION')}"
+        (Path(args.record_env) / name).write_text(os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", timeout=timedelta(seconds=30))
     rank = dist.get_rank()

@@ -11,6 +11,9 @@ carry no kind, `Status` bodies for every error):
     GET   /api/v1/pods[?labelSelector=&fieldSelector=]           PodList (all namespaces)
     GET   /api/v1/namespaces/{ns}/pods[?...]                     PodList
     POST  /api/v1/namespaces/{ns}/pods/{name}/eviction           201 Status | 429 (PDB) | 404
+    GET   /apis/resource.k8s.io/{v}                              APIResourceList (devicetaintrules) when `dra` = v
+    GET | POST  /apis/resource.k8s.io/{v}/devicetaintrules       DeviceTaintRuleList | created | 409 AlreadyExists
+    DELETE /apis/resource.k8s.io/{v}/devicetaintrules/{name}     the deleted rule | 404
 
 Like the API server: a patch carrying `metadata.resourceVersion` is refused with 409 when the
 object changed since (optimistic concurrency); an eviction whose body names another pod is a
@@ -76,6 +79,8 @@ class FakeKube:
     pods: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     requests: list[Recorded] = field(default_factory=list)
     evict_linger: int = 0  # an evicted pod stays (terminating) for this many pod lists, then is deleted
+    dra: str | None = None  # the resource.k8s.io version serving device taint rules (None: DRA taints not offered)
+    rules: dict[str, dict[str, Any]] = field(default_factory=dict)  # DeviceTaintRules by name
 
     def __post_init__(self) -> None:
         self.lock = threading.Lock()
@@ -187,6 +192,8 @@ class FakeKube:
     def _route(self, method: str, path: str, query: dict[str, str], headers: dict[str, str],
                body: Any) -> tuple[int, dict[str, Any], dict[str, str]]:
         parts = path.strip("/").split("/")
+        if parts[:2] == ["apis", "resource.k8s.io"]:
+            return self._resource(method, parts[2:], query, body)
         if parts[:2] != ["api", "v1"]:
             return _status(404, "the server could not find the requested resource")
         rest = parts[2:]
@@ -209,6 +216,29 @@ class FakeKube:
             if method != "POST":
                 return _status(405, f"method {method} not allowed on pods/eviction")
             return self._evict(rest[1], rest[3], body)
+        return _status(404, "the server could not find the requested resource")
+
+    def _resource(self, method: str, rest: list[str], query: dict[str, str],
+                  body: Any) -> tuple[int, dict[str, Any], dict[str, str]]:
+        if not rest or rest[0] != self.dra:
+            return _status(404, "the server could not find the requested resource")
+        if len(rest) == 1 and method == "GET":
+            return 200, {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"resource.k8s.io/{self.dra}",
+                         "resources": [{"name": "devicetaintrules", "singularName": "devicetaintrule",
+                                        "namespaced": False, "kind": "DeviceTaintRule",
+                                        "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"]}]}, {}
+        if rest[1:] == ["devicetaintrules"] and method == "GET":
+            return self._list("DeviceTaintRuleList", list(self.rules.values()), query)
+        if rest[1:] == ["devicetaintrules"] and method == "POST":
+            name = str(body["metadata"]["name"])
+            if name in self.rules:
+                return _status(409, f'devicetaintrules.resource.k8s.io "{name}" already exists')
+            meta = self._meta(name, None, body["metadata"].get("labels"), body["metadata"].get("annotations"))
+            self.rules[name] = {**body, "metadata": meta}
+            return 201, self.rules[name], {}
+        if len(rest) == 3 and rest[1] == "devicetaintrules" and method == "DELETE":
+            gone = self.rules.pop(rest[2], None)
+            return (200, gone, {}) if gone is not None else _status(404, f'"{rest[2]}" not found')
         return _status(404, "the server could not find the requested resource")
 
     def _list(self, kind: str, objects: list[dict[str, Any]], query: dict[str, str]) -> tuple[int, dict[str, Any], dict[str, str]]:

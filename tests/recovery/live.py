@@ -92,10 +92,10 @@ class Live:
                                                                     "FAKE_KMSG": str(kmsg), **(env or {})})
 
     def start_job(self, job: str, hosts: Sequence[str], command: Sequence[str], *, nodes: str,
-                  timeout: float = 240) -> None:
+                  timeout: float = 240, env: dict[str, str] | None = None) -> None:
         """An agent per host and the controller started, then awaited until the job trains on every host."""
         for h in hosts:
-            self.start_agent(h, command, nodes=nodes, job=job)
+            self.start_agent(h, command, nodes=nodes, job=job, env=env)
         self.start_controller()
         self.wait_for(lambda s: (j := s.jobs.get(job)) is not None and len(j.world) == len(hosts)
                       and all(m.state == "training" for m in j.members.values()), timeout,

@@ -235,7 +235,7 @@ def test_cordoned_lists_vigils_nodes_by_host(kube: FakeKube) -> None:
     assert sorted(listed) == ["gpu-2", "gpu-7"]
     assert listed["gpu-7"].incident_id == INCIDENT and listed["gpu-7"].reason == "Xid 79"
     assert listed["gpu-2"].by == "alice" and listed["gpu-2"].at.endswith("Z")
-    assert kube.sent("GET", "/api/v1/nodes")[-1].query == {"labelSelector": "vigil.io/cordoned=true"}
+    assert kube.sent("GET", "/api/v1/nodes")[-1].query == {"labelSelector": "vigil.io/cordoned=true,!vigil.io/quarantined-gpus"}
 
     b.uncordon("gpu-7", reason="fixed", actor="alice")
     assert sorted(b.cordoned()) == ["gpu-2"]
@@ -255,3 +255,53 @@ def test_kubeconfig_is_loaded_by_the_clients_own_loader(kube: FakeKube, tmp_path
     assert b.cordon("node-1", reason="r", incident_id="i", actor="a").changed
     with pytest.raises(BackendError, match="no API server configuration"):
         KubernetesBackend(KubernetesSettings(kubeconfig=str(tmp_path / "missing")))
+
+
+def test_a_gpu_quarantine_labels_and_cordons_the_node_but_keeps_it_for_vigil(kube: FakeKube) -> None:
+    kube.add_node("node-1", taints=[OTHER_TAINT])
+    kube.add_node("node-2")
+    b: NodeBackend = backend(kube)
+    assert b.gpu_quarantine
+    change = b.quarantine("node-1", (3,), reason="Xid 48 on GPU 3", incident_id=INCIDENT, actor="controller")
+    assert change.changed and change.data["gpus"] == [3]
+    assert b.quarantine("node-1", (0, 3), reason="Xid 94 on GPU 0", incident_id=INCIDENT, actor="controller").changed
+    assert not b.quarantine("node-1", (0,), reason="again", incident_id=INCIDENT, actor="controller").changed
+    node = kube.node("node-1")
+    assert node["metadata"]["labels"]["vigil.io/quarantined-gpus"] == "0.3"
+    assert node["spec"]["unschedulable"] is True  # no new pods: the scheduler cannot hand out single GPUs
+    assert {h: q.gpus for h, q in b.quarantined().items()} == {"node-1": (0, 3)}
+    assert b.cordoned() == {}  # the host stays in the job: vigil's agent trains on its other GPUs
+
+    b.cordon("node-2", reason="Xid 79", incident_id=INCIDENT, actor="controller")
+    assert set(b.cordoned()) == {"node-2"}
+    assert b.cordon("node-1", reason="Xid 79 on GPU 1", incident_id=INCIDENT, actor="controller").changed
+    assert set(b.cordoned()) == {"node-1", "node-2"} and b.quarantined() == {}  # the host's cordon took over
+
+    b.quarantine("node-2", (1,), reason="Xid 48", incident_id=INCIDENT, actor="controller")  # cordoned: nothing
+    assert b.quarantined() == {}
+    kube.add_node("node-3")
+    b.quarantine("node-3", (2,), reason="Xid 48", incident_id=INCIDENT, actor="controller")
+    assert b.uncordon("node-3", reason="GPU replaced", actor="user:ops").changed
+    node3 = kube.node("node-3")
+    assert "vigil.io/quarantined-gpus" not in (node3["metadata"].get("labels") or {})
+    assert not node3["spec"].get("unschedulable") and b.quarantined() == {}
+
+
+def test_where_the_api_server_offers_device_taints_a_gpu_is_tainted_not_the_node(kube: FakeKube) -> None:
+    kube.dra = "v1beta2"
+    kube.add_node("node-1")
+    b: NodeBackend = backend(kube)
+    assert b.quarantine("node-1", (3,), reason="Xid 48 on GPU 3", incident_id=INCIDENT, actor="controller").changed
+    assert not b.quarantine("node-1", (3,), reason="again", incident_id=INCIDENT, actor="controller").changed
+    (rule,) = kube.rules.values()
+    assert rule["apiVersion"] == "resource.k8s.io/v1beta2" and rule["metadata"]["name"] == "vigil-node-1-gpu3"
+    assert rule["spec"] == {"deviceSelector": {"driver": "gpu.nvidia.com", "pool": "node-1", "device": "gpu-3"},
+                            "taint": {"key": "vigil.io/faulty", "value": "llama.xid.node-1.r3.20261123T120000",
+                                      "effect": "NoSchedule"}}
+    node = kube.node("node-1")
+    assert not node["spec"].get("unschedulable")  # the node's other GPUs stay schedulable
+    assert {h: q.gpus for h, q in b.quarantined().items()} == {"node-1": (3,)} and b.cordoned() == {}
+    assert b.uncordon("node-1", reason="GPU replaced", actor="user:ops").changed
+    assert kube.rules == {} and b.quarantined() == {}
+    discovery = [r.path for r in kube.sent("GET", "/apis/") if not r.path.endswith("/devicetaintrules")]
+    assert discovery == ["/apis/resource.k8s.io/v1", "/apis/resource.k8s.io/v1beta2"]  # asked once

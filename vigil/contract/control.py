@@ -17,6 +17,7 @@ from typing import Annotated, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from vigil.contract.base import I32, MODEL_CONFIG, U32, U64, Event, Name, NonNegFloat, UtcDatetime
+from vigil.contract.xid import XidAction
 
 MemberState = Literal["waiting", "starting", "training", "stopping", "exited", "diagnosing", "cordoned", "left"]
 Verdict = Literal["healthy", "slow", "faulty"]
@@ -35,6 +36,9 @@ class World(BaseModel):
     node_rank: U32 = Field(ge=0)
     master_addr: Name
     master_port: U32 = Field(ge=1, le=65535)
+    quarantined_gpus: list[Annotated[int, Field(ge=0, lt=64)]] = Field(
+        default_factory=list, max_length=64,
+        description="this host's GPU indices its ranks must not use (the node backend's GPU quarantine)")
 
     @property
     def nnodes(self) -> int:
@@ -184,6 +188,9 @@ class Member(Event):
                                         "the agent read from the kernel log or NVML (never a line its ranks "
                                         "printed), what `reason` quotes; attested, its host is the failure's "
                                         "strong culprit")
+    fault_gpus: list[Annotated[int, Field(ge=0, lt=64)]] = Field(
+        default_factory=list, max_length=64, description="the GPU indices the fault's kernel/NVML record named")
+    fault_action: XidAction | None = Field(default=None, description="the Xid catalog's action for the fault")
     signature: str = Field(default="", max_length=512, description="<role>/<key id>/<base64 Ed25519>: the "
                            "agent's attestation (vigil.signing); empty: an unattested fact")
 

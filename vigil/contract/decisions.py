@@ -176,6 +176,7 @@ class RecoveryStep(StrEnum):
     DIAGNOSE = "diagnose"
     CORDON = "cordon"
     UNCORDON = "uncordon"
+    QUARANTINE = "quarantine"  # single GPUs of a host taken out (the Xid catalog's reset_gpu; no reset available)
     EVICT = "evict"
     RESTART = "restart"
     RELAUNCH = "relaunch"

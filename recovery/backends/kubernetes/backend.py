@@ -14,8 +14,16 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from vigil.errors import one_line
-from vigil.recovery.backends.base import Change, CordonInfo
-from vigil.recovery.backends.kubernetes.patches import Keys, cordon_patch, label_value, uncordon_patch
+from vigil.recovery.backends.base import Change, CordonInfo, GpuQuarantine
+from vigil.recovery.backends.kubernetes.devicetaints import DeviceTaints
+from vigil.recovery.backends.kubernetes.patches import (
+    Keys,
+    cordon_patch,
+    gpu_label,
+    label_value,
+    parse_gpus,
+    uncordon_patch,
+)
 from vigil.recovery.backends.kubernetes.responses import api_message, retry_after
 from vigil.recovery.backends.kubernetes.settings import KubernetesSettings, api_client
 from vigil.recovery.errors import BackendError
@@ -31,6 +39,7 @@ class KubernetesBackend:
     """`NodeBackend` on a Kubernetes cluster; `api` defaults to `api_client(settings)`."""
 
     name = "kubernetes"
+    gpu_quarantine = True  # a node label naming the GPUs + a cordon (no new pods); vigil's agent keeps the others
 
     def __init__(self, settings: KubernetesSettings, *, api: Any = None,
                  sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> None:
@@ -38,6 +47,7 @@ class KubernetesBackend:
         self._core = client.CoreV1Api(api if api is not None else api_client(settings))
         self._keys = Keys.of(settings.key_prefix)
         self._sleep, self._clock = sleep, clock
+        self._dra = DeviceTaints(settings, self._core.api_client, self._api_error, self._unreachable)
 
     # -- NodeBackend ---------------------------------------------------------------------------
 
@@ -47,6 +57,9 @@ class KubernetesBackend:
             name = node["metadata"]["name"]
             patch = cordon_patch(node, self.settings, host=host, reason=reason, incident_id=incident_id,
                                  actor=actor, at=_now())
+            if self._keys.gpus in (node["metadata"].get("labels") or {}):  # a GPU quarantine becomes the host's cordon
+                patch = patch or {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"]}}
+                patch["metadata"].setdefault("labels", {})[self._keys.gpus] = None
             if patch is None:
                 ann = node["metadata"].get("annotations") or {}
                 return Change(changed=False, data={"node": name},
@@ -64,6 +77,10 @@ class KubernetesBackend:
             node = self._node(host)
             name = node["metadata"]["name"]
             patch = uncordon_patch(node, self.settings)
+            cleared = self._dra.clear(name) if self._dra.version() is not None else []
+            if patch is None and cleared:
+                return Change(changed=True, detail=f"node {name}: device taint rules {', '.join(cleared)} deleted",
+                              data={"node": name, "device_taint_rules": cleared})
             if patch is None:
                 left = " (unschedulable by someone else: left so)" if (node.get("spec") or {}).get("unschedulable") else ""
                 return Change(changed=False, detail=f"node {name} was not cordoned by vigil{left}", data={"node": name})
@@ -124,8 +141,67 @@ class KubernetesBackend:
                       data={"node": node, "evicted": evicted, "gone": gone, "pdb_retries": tries,
                             "reason": reason, "incident_id": incident_id})
 
+    def quarantine(self, host: str, gpus: tuple[int, ...], *, reason: str, incident_id: str, actor: str) -> Change:
+        """Where the API server serves DRA device taint rules: one per GPU (`devicetaints`) and the node labelled
+        with its quarantined GPUs (`<prefix>quarantined-gpus=0.3`). Else the label and a cordon (no new pods: the
+        scheduler cannot hand out single GPUs). vigil's agent there keeps training on the other GPUs."""
+        if self._dra.version() is not None:
+            return self._taint_devices(host, gpus, reason=reason, incident_id=incident_id, actor=actor)
+        for _ in range(self.settings.conflict_retries + 1):
+            node = self._node(host)
+            meta, name = node["metadata"], node["metadata"]["name"]
+            labels = meta.get("labels") or {}
+            if labels.get(self._keys.label) == "true" and self._keys.gpus not in labels:
+                return Change(changed=False, detail=f"node {name} is cordoned: its GPUs are out with it",
+                              data={"node": name})
+            have = parse_gpus(labels.get(self._keys.gpus))
+            new = tuple(sorted({*have, *gpus}))
+            patch = cordon_patch(node, self.settings, host=host, reason=reason, incident_id=incident_id,
+                                 actor=actor, at=_now())
+            if patch is None and new == have:
+                return Change(changed=False, detail=f"node {name}: GPUs {list(gpus)} already quarantined",
+                              data={"node": name, "gpus": list(have)})
+            patch = patch or {"metadata": {"resourceVersion": meta["resourceVersion"]}}
+            patch["metadata"].setdefault("labels", {})[self._keys.gpus] = gpu_label(new)
+            if self._patch(host, name, patch):
+                return Change(changed=True, data={"node": name, "gpus": list(new)},
+                              detail=f"node {name}: label {self._keys.gpus}={gpu_label(new)}, cordoned for new pods")
+        raise self._conflicted("quarantine GPUs of", host)
+
+    def _taint_devices(self, host: str, gpus: tuple[int, ...], *, reason: str, incident_id: str,
+                       actor: str) -> Change:
+        for _ in range(self.settings.conflict_retries + 1):
+            node = self._node(host)
+            meta, name = node["metadata"], node["metadata"]["name"]
+            made = self._dra.taint(name, gpus, reason=reason, incident_id=incident_id, actor=actor)
+            have = parse_gpus((meta.get("labels") or {}).get(self._keys.gpus))
+            new = tuple(sorted({*have, *gpus}))
+            data = {"node": name, "gpus": list(new), "device_taint_rules": made}
+            if new == have:
+                return Change(changed=bool(made), data=data, detail=f"node {name}: GPUs {list(gpus)} quarantined"
+                              + (f"; device taint rules {', '.join(made)} created" if made else " already"))
+            patch = {"metadata": {"resourceVersion": meta["resourceVersion"], "labels": {self._keys.gpus: gpu_label(new)},
+                                  "annotations": {self._keys.host: host}}}
+            if self._patch(host, name, patch):
+                return Change(changed=True, data=data, detail=f"node {name}: device taint rules "
+                              f"{', '.join(made) or '(there already)'}, label {self._keys.gpus}={gpu_label(new)}")
+        raise self._conflicted("quarantine GPUs of", host)
+
+    def quarantined(self) -> dict[str, GpuQuarantine]:
+        out: dict[str, GpuQuarantine] = {}
+        for node in self._list_nodes("list nodes with quarantined GPUs", self._keys.gpus):
+            meta = node["metadata"]
+            ann, gpus = meta.get("annotations") or {}, parse_gpus((meta.get("labels") or {}).get(self._keys.gpus))
+            host = ann.get(self._keys.host) or meta["name"]
+            if gpus:
+                out[host] = GpuQuarantine(host=host, gpus=gpus, reason=ann.get(self._keys.reason, ""),
+                                          incident_id=ann.get(self._keys.incident, ""), by=ann.get(self._keys.by, ""),
+                                          at=ann.get(self._keys.at, ""))
+        return out
+
     def cordoned(self) -> dict[str, CordonInfo]:
-        nodes = self._list_nodes("list cordoned nodes", f"{self._keys.label}=true")
+        """vigil's cordoned nodes by host; a node cordoned for its quarantined GPUs only stays in service for vigil."""
+        nodes = self._list_nodes("list cordoned nodes", f"{self._keys.label}=true,!{self._keys.gpus}")
         out: dict[str, CordonInfo] = {}
         for node in nodes:
             ann = node["metadata"].get("annotations") or {}

@@ -26,11 +26,12 @@ class Keys:
     host: str
     unschedulable: str  # "true": vigil set spec.unschedulable; "false": it was already so
     label: str
+    gpus: str  # label: the quarantined GPU indices joined by '.' (`0.3`); the node's cordon is then for them
 
     @classmethod
     def of(cls, prefix: str) -> Keys:
         return cls(*(prefix + s for s in ("cordoned-by", "cordoned-reason", "cordoned-incident", "cordoned-at",
-                                          "cordoned-host", "cordoned-unschedulable", "cordoned")))
+                                          "cordoned-host", "cordoned-unschedulable", "cordoned", "quarantined-gpus")))
 
     def annotations(self) -> tuple[str, ...]:
         return self.by, self.reason, self.incident, self.at, self.host, self.unschedulable
@@ -75,18 +76,29 @@ def uncordon_patch(node: dict[str, Any], settings: KubernetesSettings) -> dict[s
     taints = list(spec.get("taints") or [])
     kept = [t for t in taints if not is_ours(t, settings)]
     ours_ann = [k for k in keys.annotations() if k in ann]
-    if len(kept) == len(taints) and not ours_ann and keys.label not in labels:
+    if len(kept) == len(taints) and not ours_ann and keys.label not in labels and keys.gpus not in labels:
         return None
     patch: dict[str, Any] = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "spec": {}}
     if ours_ann:
         patch["metadata"]["annotations"] = dict.fromkeys(ours_ann)
-    if keys.label in labels:
-        patch["metadata"]["labels"] = {keys.label: None}
+    if keys.label in labels or keys.gpus in labels:
+        patch["metadata"]["labels"] = {k: None for k in (keys.label, keys.gpus) if k in labels}
     if len(kept) != len(taints):
         patch["spec"]["taints"] = kept
     if ann.get(keys.unschedulable) == "true" and spec.get("unschedulable"):
         patch["spec"]["unschedulable"] = None  # the default, false; as `kubectl uncordon` leaves it
     return patch
+
+
+def gpu_label(gpus: tuple[int, ...]) -> str:
+    """GPU indices as a label value: `0.3`."""
+    return ".".join(str(g) for g in sorted(set(gpus)))
+
+
+def parse_gpus(value: str | None) -> tuple[int, ...]:
+    """The indices of a `gpu_label` value; () for none or a value that is not one."""
+    parts = (value or "").split(".")
+    return tuple(sorted({int(p) for p in parts})) if all(p.isdigit() and len(p) <= 3 for p in parts) else ()
 
 
 def is_ours(taint: dict[str, Any], settings: KubernetesSettings) -> bool:

@@ -31,6 +31,10 @@ class KubernetesSettings(BaseModel):
     key_prefix: str = Field(default="vigil.io/", description="prefix of vigil's annotations and label")
     taint_key: str = "vigil.io/faulty"
     taint_effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+    device_taints: bool = Field(default=True, description="a GPU quarantine as DRA device taint rules where the API "
+                                "server serves resource.k8s.io devicetaintrules (else: a node label + cordon)")
+    dra_driver: str = Field(default="gpu.nvidia.com", description="the DRA driver whose devices are tainted")
+    dra_device: str = Field(default="gpu-{index}", description="the DRA device name of GPU {index} (NVML's index)")
     pod_namespace: str = Field(default="", description="namespace of the jobs' pods (empty: all namespaces)")
     pod_selector: str = Field(default="vigil.io/job={job}", description="label selector of a job's pods; "
                                                                         "{job} is the job id")

@@ -7,7 +7,7 @@ import math
 import time
 from collections.abc import Callable, Iterable
 
-from vigil.recovery.backends.base import Change, CordonInfo
+from vigil.recovery.backends.base import Change, CordonInfo, GpuQuarantine
 from vigil.recovery.backends.slurm.cli import SlurmCli, SubprocessCli
 from vigil.recovery.backends.slurm.nodes import (
     SINFO_FORMAT,
@@ -28,6 +28,7 @@ class SlurmBackend:
     """`NodeBackend` on a Slurm cluster; `cli` defaults to the real tools (`SubprocessCli`)."""
 
     name = "slurm"
+    gpu_quarantine = False  # no per-GPU cordon: the controller drains the node
 
     def __init__(self, settings: SlurmSettings, *, cli: SlurmCli | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -71,6 +72,12 @@ class SlurmBackend:
     def evict(self, host: str, *, job_id: str, reason: str, incident_id: str) -> Change:
         return Change(changed=False, detail="slurm: nothing to cancel; vigil's agents stop the job's ranks (the "
                                             "pause), the drain keeps new work off the node")
+
+    def quarantine(self, host: str, gpus: tuple[int, ...], *, reason: str, incident_id: str, actor: str) -> Change:
+        raise BackendError(f"slurm backend: no per-GPU cordon (host {host}, GPUs {list(gpus)}): drain the node")
+
+    def quarantined(self) -> dict[str, GpuQuarantine]:
+        return {}
 
     def cordoned(self) -> dict[str, CordonInfo]:
         """The nodes vigil drained (reason `vigil: ...`), by host; others' drains are in `drained()`."""

@@ -106,7 +106,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     doc = status(state, now, cordoned, args.job)
     doc["faults"] = fault_history(state, cordoned, now, window_s=settings.policy.repeat_window_s,
                                   repeat_faults=settings.policy.repeat_faults)
-    text = "\n".join([format_status(doc), *format_faults(doc["faults"])])
+    quarantined = backend.quarantined()  # single GPUs out, their hosts in service
+    doc["quarantined_gpus"] = {h: {"gpus": list(q.gpus), "reason": q.reason, "incident_id": q.incident_id, "at": q.at}
+                               for h, q in sorted(quarantined.items())}
+    text = "\n".join([format_status(doc), "quarantined GPUs: " + (", ".join(
+        f"{h} GPU {','.join(map(str, q.gpus))} ({q.reason[:60]})" for h, q in sorted(quarantined.items())) or "none"),
+        *format_faults(doc["faults"])])
     if (others := getattr(backend, "drained_by_others", None)) is not None:  # Slurm: others' drains are evidence
         doc["drained_by_others"] = others()
         text += "\ndrained by others (evidence; vigil never resumes them): " + (", ".join(
