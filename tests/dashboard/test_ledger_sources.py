@@ -76,3 +76,27 @@ def test_each_category_from_the_stored_rows_sums_to_the_wall_clock(store: Store)
     assert ci is not None and (ci.failures, ci.save_s, ci.restore_s) == (1, 0.5, 3.0)
     assert ci.current_s == pytest.approx((10.5 + 13.5) / 2) and ci.mtbf_s == pytest.approx(48.0, abs=0.01)
     assert ci.optimal_s == pytest.approx(young_daly_s(0.5, ci.mtbf_s)) and not ci.bound
+
+
+def test_the_goodput_page_shows_the_same_ledger_the_interval_and_the_fleet(store: Store) -> None:
+    from tests.dashboard.dashhttp import find, render_page, texts
+    from vigil.contract.ckpt_interval import describe
+    from vigil.dashboard.queries.ledger import checkpoint_interval, job_ledger
+    from vigil.dashboard.service import DashboardService
+    from vigil.dashboard.settings import DashboardSettings
+
+    svc = DashboardService(client=store.client, settings=DashboardSettings(port=0))
+    svc.start()
+    try:
+        page = render_page(svc.url, "/goodput", f"?job={JOB}&range=all")
+    finally:
+        svc.stop()
+    ledger_rows = " | ".join(texts(find(page, "ledger-table")))
+    whole = job_ledger(store, JOB)
+    assert whole is not None
+    assert f"data_loader | 3.5 s ({3.5 / whole.wall_s:.1%})" in ledger_rows, ledger_rows  # the whole job's column
+    assert f"{whole.ettr:.1%}" in ledger_rows
+    ci = checkpoint_interval(store, JOB)
+    assert ci is not None and texts(find(page, "ckpt-interval-line")) == [describe(ci)]
+    fleet = " | ".join(texts(find(page, "fleet-table")))
+    assert f"data_loader | {3.5 * 2 / 3600:,.2f}" in fleet, fleet

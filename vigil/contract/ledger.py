@@ -49,6 +49,7 @@ class Category(StrEnum):
 RECOVERY = ("detect", "decide", "pause", "diagnose", "restart", "restore")
 CATEGORIES: tuple[str, ...] = tuple(c.value for c in Category)
 TOLERANCE = 0.005
+WINDOWS: dict[str, float | None] = {"5m": 300.0, "1h": 3600.0, "1d": 86400.0, "all": None}  # rolling, seconds
 DATA_PHASES: tuple[str, ...] = ("data", "data_wait", "dataloader", "input")  # the data loader's phases
 SDC_PHASES: tuple[str, ...] = ("sdc_check", "replica_digest", "digest")  # SDC checks timed as phases
 RESIZE_CATEGORIES: frozenset[str] = frozenset({"scale"})  # recovery cases that are planned resizes

@@ -15,10 +15,8 @@ import json
 from typing import Any
 
 from vigil.contract.ckpt_interval import describe
-from vigil.contract.ledger import CATEGORIES, FleetLedger, Ledger
+from vigil.contract.ledger import CATEGORIES, WINDOWS, FleetLedger, Ledger
 from vigil.settings import VigilSettings
-
-WINDOWS: dict[str, float | None] = {"5m": 300.0, "1h": 3600.0, "1d": 86400.0, "all": None}
 
 
 def register(sub: Any) -> None:
