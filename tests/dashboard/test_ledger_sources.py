@@ -72,6 +72,11 @@ def test_each_category_from_the_stored_rows_sums_to_the_wall_clock(store: Store)
     assert f.gpu_hours["data_loader"] == pytest.approx(3.5 * 2 / 3600, abs=1e-5)
     recent = fleet_ledger(store, 10.0)  # the fleet's last 10 s: the data-loader stalls
     assert recent is not None and recent.wall_gpu_hours == pytest.approx(10 * 2 / 3600, abs=1e-5)
+    from vigil.app.cli.goodput import format_fleet
+
+    text = format_fleet({"10s": recent, "all": f}).splitlines()  # `vigil goodput --fleet`
+    assert next(line for line in text if line.startswith("data_loader")).split()[3:5] == [
+        f"{f.gpu_hours['data_loader']:.2f}", f"{3.5 / led.wall_s:.1%}"]
     ci = checkpoint_interval(store, JOB)
     assert ci is not None and (ci.failures, ci.save_s, ci.restore_s) == (1, 0.5, 3.0)
     assert ci.current_s == pytest.approx((10.5 + 13.5) / 2) and ci.mtbf_s == pytest.approx(48.0, abs=0.01)
