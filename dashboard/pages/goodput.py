@@ -17,7 +17,7 @@ from vigil.contract.ckpt_interval import CheckpointInterval, describe
 from vigil.contract.ledger import CATEGORIES, WINDOWS, Ledger
 from vigil.dashboard.components import fmt_pct, notice, panel, stat, table
 from vigil.dashboard.pages.base import PageView
-from vigil.dashboard.queries.ledger import checkpoint_interval, fleet_ledger, job_ledger
+from vigil.dashboard.queries.ledger import checkpoint_interval, fleet_ledger, job_ledgers
 from vigil.dashboard.selection import RANGE_LABELS, page_href
 
 
@@ -84,7 +84,7 @@ def render(v: PageView) -> Component:
     if v.job is None:
         return notice("no job yet")
     job = v.job.job_id
-    ledgers = {w: job_ledger(v.store, job, s) for w, s in WINDOWS.items()}
+    ledgers = job_ledgers(v.store, job, WINDOWS)
     return html.Div([
         panel(f"Where {job}'s wall clock went (rolling windows, ending at its latest event)",
               lambda: _ledger(v, job, ledgers), id="ledger-panel"),

@@ -8,7 +8,7 @@ data and SDC check phases (`job_step_runs`: a phase's mean over the ranks that r
 beyond the step time was timed outside the step, data loaded before it opened), the ideal step time and the
 typical phase times of the whole job (a window of slowed steps is slowdown, not a new ideal; charged to hosts by
 their compute time above their peers'), the saves' blocked time (the slowest rank's per save), and the
-recoveries that resumed in it. The fleet's window ends at the latest event of any job; each job counts the part
+recoveries that resumed in it (not the job's start: its launch lies before the wall clock). The fleet's window ends at the latest event of any job; each job counts the part
 of its clock inside it, times its GPUs (the world size of its latest step record).
 """
 
@@ -116,27 +116,39 @@ def _outcomes(store: Store, job: str, since: int) -> list[dict[str, Any]]:
     return store.rows("recovery outcomes", _OUTCOMES_SQL, {"job": job, "since": since})
 
 
+_PHASES = {"data": list(DATA_PHASES), "sdc": list(SDC_PHASES)}
+
+
 def job_ledger(store: Store, job: str, window_s: float | None = None) -> Ledger | None:
     """The job's ledger over the last `window_s` of its clock (None: all of it); None before its first step."""
+    return job_ledgers(store, job, {"w": window_s})["w"]
+
+
+def job_ledgers(store: Store, job: str, windows: dict[str, float | None]) -> dict[str, Ledger | None]:
+    """The job's ledger over each window (by name), its clock and typical phase times read once."""
     clock = _clock(store, job)
     if clock is None:
-        return None
+        return dict.fromkeys(windows)
+    typ = store.rows("typical phase times", _TYPICAL_SQL, {"job": job, **_PHASES})
+    typical = (float(typ[0]["data_ms"] or 0), float(typ[0]["sdc_ms"] or 0)) if typ else (None, None)
+    return {name: _window(store, job, clock, typical, w) for name, w in windows.items()}
+
+
+def _window(store: Store, job: str, clock: tuple[float, float, float],
+            typical: tuple[float | None, float | None], window_s: float | None) -> Ledger:
     start_ms, end_ms, ideal = clock
     since = _since(start_ms, end_ms, window_s)
-    phases = {"data": list(DATA_PHASES), "sdc": list(SDC_PHASES)}
     params = {"job": job, "since": since}
     times = [StepTime(float(r["step_ms"]), float(r["share"]), float(r["data_in_ms"] or 0),
                       float(r["data_out_ms"] or 0), float(r["sdc_ms"] or 0))
-             for r in store.rows("the job's steps", _STEPS_SQL, {**params, **phases})]
-    typ = store.rows("typical phase times", _TYPICAL_SQL, {"job": job, **phases})
+             for r in store.rows("the job's steps", _STEPS_SQL, {**params, **_PHASES})]
     saves = [float(r["blocked_ms"]) for r in store.rows("checkpoint saves", _SAVES_SQL, params)]
     waits = waiting_phases(store, Window(job=job, start_ms=since, end_ms=int(end_ms)))
     excess = {str(r["host"]): float(r["excess_ms"])
               for r in store.rows("compute time per host", _EXCESS_SQL, {**params, "waits": waits})}
     return ledger(wall_s=(end_ms - since) / 1000, ideal_ms=ideal, step_ms=times, save_blocked_ms=saves,
-                  outcomes=_outcomes(store, job, since), excess_ms=excess,
-                  typical_data_ms=float(typ[0]["data_ms"] or 0) if typ else None,
-                  typical_sdc_ms=float(typ[0]["sdc_ms"] or 0) if typ else None)
+                  outcomes=_outcomes(store, job, since), excess_ms=excess, typical_data_ms=typical[0],
+                  typical_sdc_ms=typical[1])
 
 
 def fleet_ledger(store: Store, window_s: float | None = None) -> FleetLedger | None:

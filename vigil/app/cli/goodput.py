@@ -30,7 +30,7 @@ def register(sub: Any) -> None:
 
 def cmd_goodput(args: argparse.Namespace) -> int:
     from vigil.app.stack.access import clickhouse_for_cli
-    from vigil.dashboard.queries.ledger import checkpoint_interval, fleet_ledger, job_ledger
+    from vigil.dashboard.queries.ledger import checkpoint_interval, fleet_ledger, job_ledgers
     from vigil.dashboard.store import Store
 
     store = Store(client=clickhouse_for_cli(VigilSettings.load()))
@@ -44,7 +44,7 @@ def cmd_goodput(args: argparse.Namespace) -> int:
                                                       "jobs": f.jobs} for w, f in fleets.items()}, indent=2)
               if args.json else format_fleet(fleets))
         return 0
-    ledgers = {w: job_ledger(store, args.job, s) for w, s in WINDOWS.items()}
+    ledgers = job_ledgers(store, args.job, WINDOWS)
     if all(led is None for led in ledgers.values()):
         print(f"{args.job}: no completed step yet")
         return 1
