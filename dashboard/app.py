@@ -15,14 +15,24 @@ from vigil.clickhouse.query import QueryClient
 from vigil.dashboard import actions_ui, callbacks
 from vigil.dashboard.actions import Actions, Publisher
 from vigil.dashboard.layout import shell
-from vigil.dashboard.pages import alerts, heatmap, host, network, notifications, overview, parallel, recovery
+from vigil.dashboard.pages import (
+    alerts,
+    goodput,
+    heatmap,
+    host,
+    network,
+    notifications,
+    overview,
+    parallel,
+    recovery,
+)
 from vigil.dashboard.settings import DashboardSettings
 from vigil.dashboard.store import Store
 
 RENDERERS: dict[str, callbacks.Renderer] = {
     "/overview": overview.render, "/heatmap": heatmap.render, "/host": host.render,
     "/network": network.render, "/alerts": alerts.render, "/parallel": parallel.render,
-    "/notifications": notifications.render, "/recovery": recovery.render,
+    "/notifications": notifications.render, "/recovery": recovery.render, "/goodput": goodput.render,
 }
 
 

@@ -30,6 +30,7 @@ PAGES: tuple[PageSpec, ...] = (
     PageSpec(path="/parallel", label="3D view", question="Which rank, stage or DP group is slow?"),
     PageSpec(path="/notifications", label="Notifications", question="Who was told what, and what is muted?"),
     PageSpec(path="/recovery", label="Recovery", question="What broke, what was done, and what did it cost?"),
+    PageSpec(path="/goodput", label="Goodput", question="Where did the time go, and who cost it?"),
 )
 
 

@@ -55,6 +55,7 @@ ALERT_EVENTS = _t("alert_events", "ts job_id host fingerprint alert subject stat
 ALERTS_CURRENT = _t("alerts_current", "job_id fingerprint alert subject host status severity summary first_seen "
                                       "last_seen evidence updated")
 PHASE_HOST_WINDOWS = _t("phase_host_windows", "job_id phase window host sum_ms n max_ms first_ts last_ts")
+JOB_STEP_RUNS = _t("job_step_runs", "job_id step bucket ranks sum_step_ms phase_ms phase_n first_ts last_ts")
 JOB_STEPS = _t("job_steps", "job_id step ranks sum_step_ms max_step_ms sum_mfu n_mfu sum_tokens failed first_ts last_ts")
 NIC_WINDOWS = _t("nic_windows", "job_id bucket host device sum_bps n")
 HOST_PRESENCE = _t("host_presence", "job_id host first_ts last_ts interval_s")
@@ -67,7 +68,7 @@ INCIDENTS_CURRENT = _t("incidents_current", "job_id incident_id category cause s
 CHECKPOINTS = _t("checkpoints", "job_id ts step phase path blocked_ms duration_ms bytes error")
 RECOVERY_ACTIONS = _t("recovery_actions", "ts job_id action target status reason details incident_id actor command_id "
                                           "generation duration_ms dry_run verified signature")
-RECOVERY_OUTCOMES = _t("recovery_outcomes", "ts job_id incident_id result detect_s decide_s pause_s diagnose_s "
+RECOVERY_OUTCOMES = _t("recovery_outcomes", "ts job_id incident_id result category detect_s decide_s pause_s diagnose_s "
                                             "restart_s checkpoint_load_s total_s checkpoint_step last_step "
                                             "steps_lost first_step cordoned hosts reason resumed_at verified signature")
 RECOVERY_MEMBERS = _t("recovery_members", "ts job_id host state generation last_step step_ms last_step_at repl_buddy "
@@ -79,7 +80,7 @@ NOTIFY_DELIVERIES = _t("notify_deliveries", "key receiver receiver_kind group_ke
 NOTIFY_SILENCES = _t("notify_silences", "silence_id ts matchers starts_at ends_at created_by reason status")
 
 ALL: tuple[Table, ...] = (JOBS, JOB_RANKS, STEP_TIMINGS, HEARTBEATS, GPU_STATS, NIC_COUNTERS, LOG_LINES, PROCESS_EXITS,
-                          ALERT_EVENTS, ALERTS_CURRENT, PHASE_HOST_WINDOWS, JOB_STEPS, NIC_WINDOWS, HOST_PRESENCE,
+                          ALERT_EVENTS, ALERTS_CURRENT, PHASE_HOST_WINDOWS, JOB_STEP_RUNS, JOB_STEPS, NIC_WINDOWS, HOST_PRESENCE,
                           JOB_CLOCK, HOST_CLOCK, JOB_PHASE_KINDS, INCIDENTS_CURRENT, CHECKPOINTS, RECOVERY_ACTIONS, RECOVERY_OUTCOMES, RECOVERY_MEMBERS,
                           NOTIFY_DELIVERIES, NOTIFY_SILENCES)
 ADVICE_EVENTS = _t("advice_events", "job_id ts advice_id nodes current predicted still_scaling curve hot starved "

@@ -7,6 +7,7 @@ from typing import ClassVar
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
+from vigil.contract.ledger import DATA_PHASES
 from vigil.settings import VigilBaseSettings
 
 
@@ -21,6 +22,6 @@ class AdvisorSettings(VigilBaseSettings):
     warmup_steps: int = Field(default=3, ge=0, description="the first steps measured at each node count are skipped")
     host_z: float = Field(default=3.5, gt=0, description="robust z-score (MAD) that flags a host hot or starved")
     min_host_excess_pct: float = Field(default=5.0, ge=0, description="... and at least this much above the median")
-    data_phases: tuple[str, ...] = Field(default=("data", "data_wait", "dataloader", "input"),
+    data_phases: tuple[str, ...] = Field(default=DATA_PHASES,
                                          description="phases that are the data loader's (waiting for input)")
     max_steps: int = Field(default=20_000, ge=100, description="newest steps read per job (bounds the query)")

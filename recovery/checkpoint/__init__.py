@@ -17,13 +17,15 @@ memory), `persist` (phase 2: background `dcp.save`, commit, retention), `layout`
 marker's atomic write, on a path or an fsspec URL), `coordination` (the checkpointer's
 process groups and how ranks agree), `restore` (one reader per DP group + broadcast),
 `events` / `spool` (``checkpoint`` event lines for the node agent), `state`
-(`TrainState`), `errors` (the error tree), `checkpointer` (the facade).
+(`TrainState`), `errors` (the error tree), `checkpointer` (the facade), `ddp` (`settle_ddp`:
+bitwise continuation of a DistributedDataParallel model after a restore).
 
 Imports only the standard library and torch. See recovery/README.md.
 """
 
 from vigil.recovery.checkpoint.checkpointer import Checkpointer, Stats
 from vigil.recovery.checkpoint.config import CheckpointConfig
+from vigil.recovery.checkpoint.ddp import settle_ddp
 from vigil.recovery.checkpoint.errors import (
     CheckpointError,
     ConfigError,
@@ -55,4 +57,5 @@ __all__ = [
     "Stats",
     "StorageFailed",
     "TrainState",
+    "settle_ddp",
 ]

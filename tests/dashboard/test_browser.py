@@ -31,6 +31,7 @@ PAGES = {
     "/alerts": "#alerts-table",
     "/parallel": "#parallel-panel .js-plotly-plot",
     "/notifications": "#deliveries-panel",
+    "/goodput": "#ledger-table",
 }
 
 
@@ -65,6 +66,9 @@ def test_every_page_renders_with_data(dash_duo: Any, sim_client: Any, sim_run: S
     slowest = dash_duo.find_element("#slowest-hosts").text.splitlines()
     # its own slow phase, or the waiting it made the others do in grad_sync (charged to it, the larger here)
     assert slowest[1].startswith((f"{STRAGGLER} {STRAGGLER_PHASE} +", f"{STRAGGLER} grad_sync +"))
+    open_page(dash_duo, "/goodput", "#slowdown-hosts")  # the ledger charges the slowdown to the straggler
+    assert dash_duo.find_element("#slowdown-hosts").text.splitlines()[1].startswith(STRAGGLER)
+    assert "GPU-HOURS" in dash_duo.find_element("#fleet-panel").text.upper()
 
 
 def test_heatmap_shows_straggler_and_click_opens_host(dash_duo: Any, sim_client: Any, sim_run: SimRun) -> None:

@@ -6,7 +6,9 @@ Scenarios (results go to WORKDIR as JSON / torch files the test reads):
 
 * ``ddp_save``: 4-rank DDP + Adam, trains steps 1..5, saves step 5, trains 6..8 while
   step 5 is persisted in the background.
-* ``ddp_resume``: a fresh model and optimizer, `load_latest`, trains on to step 8.
+* ``ddp_resume``: a fresh model and optimizer, `load_latest`, `settle_ddp`, trains on to step 8.
+* ``ddp_resume_unsettled``: the same without `settle_ddp` (DDP's first iteration sums in its construction
+  bucket order: the last bits differ from the uninterrupted run's).
 * ``kill_mid_persist``: saves step 10, then step 20 into storage that blocks after the
   first bytes; says so in WORKDIR and waits to be SIGKILLed.
 * ``reads``: 4 ranks as DP=2 x TP=2; saves a known state, scrambles it and restores it
@@ -36,7 +38,7 @@ from storage_fakes import CountingReader, ReadCount, disk_full_after, gated_writ
 from torch.distributed.checkpoint.state_dict import get_state_dict
 from torch.nn.parallel import DistributedDataParallel
 
-from vigil.recovery.checkpoint import CheckpointConfig, Checkpointer, TrainState
+from vigil.recovery.checkpoint import CheckpointConfig, Checkpointer, TrainState, settle_ddp
 
 STEPS = 8
 SAVE_AT = 5
@@ -64,7 +66,7 @@ def config(work: Path, **kw: Any) -> CheckpointConfig:
     return CheckpointConfig(directory=work / "ckpt", spool_dir=work / "spool", collective_timeout_s=60, **kw)
 
 
-def ddp(rank: int, work: Path, resume: bool) -> None:
+def ddp(rank: int, work: Path, resume: bool, settle: bool = True) -> None:
     model = DistributedDataParallel(make_model(999 if resume else 0))
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     state = {"train": TrainState(model, opt), "meta": {"seen": 0}}
@@ -80,6 +82,8 @@ def ddp(rank: int, work: Path, resume: bool) -> None:
         start = loaded + 1
         if rank == 0:
             torch.save(snapshot(model, opt), work / "loaded.pt")
+        if settle:  # the new DDP's first iteration, without effect: its buckets as the uninterrupted run's
+            settle_ddp(model, torch.zeros(8, 16))
     for step in range(start, STEPS + 1):
         train_step(model, opt, rank, step)
         state["meta"]["seen"] = step
@@ -87,11 +91,9 @@ def ddp(rank: int, work: Path, resume: bool) -> None:
             saved = ckpt.save(step, state)
             if rank == 0:  # what save() staged; training goes on below while it is persisted
                 torch.save(snapshot(model, opt), work / "at-save.pt")
-            # The reference goes on under a fresh DDP wrapper, like the resumed job: DDP reorders its
-            # gradient buckets after its first iteration, which changes the order floats are summed in.
-            model = DistributedDataParallel(model.module)
     if rank == 0:
-        torch.save(snapshot(model, opt), work / ("end-resumed.pt" if resume else "end.pt"))
+        torch.save(snapshot(model, opt), work / ("end.pt" if not resume else "end-resumed.pt" if settle
+                                                 else "end-unsettled.pt"))
     ckpt.close()
     report(work, rank, saved=saved, meta=state["meta"], stats=dataclasses.asdict(ckpt.stats()),
            loaded_meta=loaded_meta, reads=dataclasses.asdict(count), read_storage=ckpt.last_restore.read_storage if resume else None)  # fmt: skip
@@ -249,6 +251,8 @@ def main() -> None:
         ddp(rank, w, resume=False)
     elif scenario == "ddp_resume":
         ddp(rank, w, resume=True)
+    elif scenario == "ddp_resume_unsettled":
+        ddp(rank, w, resume=True, settle=False)
     elif scenario == "kill_mid_persist":
         kill_mid_persist(rank, w)
     elif scenario == "reads":

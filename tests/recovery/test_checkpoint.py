@@ -332,3 +332,20 @@ def test_the_readme_example_runs_and_resumes(tmp_path: Path) -> None:
         outputs.append(done.stdout.strip())
     assert outputs == ["starting at step 1, 0 samples seen", "starting at step 51, 1600 samples seen"]
     assert phases(tmp_path / "spool")[-3:] == [(100, "staged"), (100, "persisted"), (100, "committed")]
+
+
+def test_settle_ddp_changes_nothing_but_the_buckets() -> None:
+    """The no-op iteration leaves parameters, buffers (BatchNorm statistics) and the RNG stream as they were, and
+    no gradient; a model whose output needs no gradient is refused."""
+    from vigil.recovery.checkpoint import settle_ddp
+
+    torch.manual_seed(3)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.Dropout(0.5),
+                                torch.nn.Linear(8, 2))
+    before, x = {k: v.clone() for k, v in model.state_dict().items()}, torch.randn(16, 4)
+    rng = torch.get_rng_state()
+    settle_ddp(model, x)
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    assert torch.equal(torch.get_rng_state(), rng) and all(p.grad is None for p in model.parameters())
+    with pytest.raises(ValueError):
+        settle_ddp(torch.nn.Identity(), torch.zeros(2))

@@ -43,7 +43,7 @@ def assert_same(a: dict[str, Any], b: dict[str, Any]) -> None:
             assert x == lb[key], key
 
 
-def test_ddp_4_ranks_round_trip_continues_with_identical_parameters(tmp_path: Path) -> None:
+def test_ddp_4_ranks_round_trip_continues_bitwise_as_if_uninterrupted(tmp_path: Path) -> None:
     first = run("ddp_save", 4, tmp_path)
     assert [r["saved"] for r in first] == [True] * 4
     assert [r["stats"]["committed"] for r in first] == [1, 0, 0, 0]  # rank 0 commits
@@ -51,6 +51,7 @@ def test_ddp_4_ranks_round_trip_continues_with_identical_parameters(tmp_path: Pa
     resumed = run("ddp_resume", 4, tmp_path)  # a new process group, fresh model and optimizer
     at_save, loaded = torch.load(tmp_path / "at-save.pt"), torch.load(tmp_path / "loaded.pt")
     assert_same(at_save, loaded)  # parameters and Adam state (step, moments), bit for bit
+    # bitwise as if uninterrupted (the reference never restarted): settle_ddp rebuilt the new DDP's buckets
     assert_same(torch.load(tmp_path / "end.pt"), torch.load(tmp_path / "end-resumed.pt"))
     assert [r["loaded_meta"] for r in resumed] == [{"seen": 5}] * 4
     # dp_group="world": rank 0 read the checkpoint, the other three got it by broadcast
@@ -64,6 +65,10 @@ def test_ddp_4_ranks_round_trip_continues_with_identical_parameters(tmp_path: Pa
     )  # every rank of the resumed run reports its restore (the controller's checkpoint-load time)
     committed = next(e for e in got if e.phase == "committed")
     assert Path(committed.path, MARKER).exists() and committed.bytes > 0
+
+    run("ddp_resume_unsettled", 4, tmp_path)  # the limit settle_ddp lifts: the last bits differ without it
+    end, raw = leaves(torch.load(tmp_path / "end.pt")), leaves(torch.load(tmp_path / "end-unsettled.pt"))
+    assert any(isinstance(v, torch.Tensor) and not torch.equal(v, raw[k]) for k, v in end.items())
 
 
 def test_sigkill_mid_persist_leaves_the_previous_checkpoint_latest(tmp_path: Path) -> None:
