@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from vigil.contract import Alert, Command, Event, RecoveryAction
+from vigil.signing.freshness import LogClock, stale
 from vigil.signing.policy import CONTROLLER, Refusal, Refusals, check, decision_kind, expected_roles
 from vigil.signing.seal import Problem, Verifier
 
@@ -33,17 +34,23 @@ class Gate:
     verifier: Verifier
     refusals: Refusals
     step_floor: int = 0  # controller steps of an older (non-zero) epoch are refused
+    clock: LogClock = field(default_factory=LogClock)
     _epochs: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
 
     @property
     def refused(self) -> int:
         return self.refusals.count
 
-    def admit(self, events: Iterable[Event], now: datetime) -> tuple[list[Event], list[Alert]]:
+    def admit(self, events: Iterable[Event], now: datetime, *, acting: bool = True) -> tuple[list[Event], list[Alert]]:
+        """What may be acted on (`acting`) or folded (not `acting`: a replay of the log rebuilding state), and the
+        security alerts for what was refused; `now` dates the alerts."""
         accepted: list[Event] = []
         alerts: list[Alert] = []
         for e in events:
             refusal = check(e, self.verifier) or self._fence(e)
+            if refusal is None:
+                log_now = self.clock.advance(e)
+                refusal = stale(e, log_now) if acting else None
             if refusal is None:
                 accepted.append(e)
                 continue
