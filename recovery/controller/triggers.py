@@ -37,8 +37,8 @@ from datetime import datetime, timedelta
 from vigil.contract import HARDWARE_FAULTS, Alert, Incident, IncidentCategory, Member
 from vigil.contract.xid import XidAction, decides, fault_classes
 from vigil.recovery.controller.state import ClusterState
-from vigil.signing.freshness import expired
 from vigil.recovery.settings import PolicyClass, PolicySettings
+from vigil.signing.freshness import expired
 
 STRENGTH: dict[str, int] = {"software": 0, "hang": 1, "hardware": 2}
 

@@ -22,7 +22,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
-from vigil.contract import Advice, Alert, Command, Diagnostic, Event, Incident, Outcome, RecoveryAction, Silence
+from vigil.contract import (
+    Advice,
+    Alert,
+    Command,
+    Diagnostic,
+    Event,
+    Incident,
+    Outcome,
+    RecoveryAction,
+    Silence,
+)
 from vigil.contract.decisions import is_operator_request
 from vigil.signing.policy import decision_kind, needs_signature
 from vigil.signing.refusals import Refusal
