@@ -2,14 +2,15 @@
 
 The one home of the rule (issue 48, "lifetimes"). A decision (any kind `policy.expected_roles` gives a signing
 role) is issued at its `ts` and valid until `ts + valid_s`; the signer stamps `valid_s` with its kind's lifetime
-(`LIFETIMES`, `stamp`, called by `seal.Ed25519Signer.seal` before it signs; alerts and incidents, dated in event
+(`LIFETIMES`, `stamp`, called by `seal.Ed25519Signer.seal` before it signs every kind that has the field, facts an agent
+attests included, whose bound nothing reads; alerts and incidents, dated in event
 time, which an analyzer catching up dates behind the clock, get their lifetime from the moment they are signed),
 so the bound is signed with the rest and a reader cannot stretch it. A decision signed before the field existed has its kind's lifetime (`lifetime`).
 
 A consumer that *acts* on a decision (the agent on a command, the notifier on an alert, incident or step, the
 controller on an operator request, an approval, an incident or alert that would open a recovery) acts only while
-`expired(event, now)` is False; one past its bound is refused (`stale`: a `Refusal` of problem `expired`, counted
-and raised as a `security` alert like a forged one), never acted on. `now` is the log's clock (`LogClock`: the
+`expired(event, now)` is False; one past its bound is refused (`gate.stale`: a `Refusal` of problem `expired`,
+counted and raised as a `security` alert like a forged one), never acted on. `now` is the log's clock (`LogClock`: the
 newest `ts` this consumer admitted, event by event in log order, or the consumer's tick time), so history read in
 log order is current where it stands, and a genuine decision re-published later, after the log moved past its
 bound, is a replay. Rebuilding state from the log is not acting: a fold admits every genuine decision whatever its
@@ -34,9 +35,6 @@ from vigil.contract import (
     Silence,
 )
 from vigil.contract.decisions import is_operator_request
-from vigil.signing.policy import decision_kind, needs_signature
-from vigil.signing.refusals import Refusal
-from vigil.signing.seal import Problem
 
 E = TypeVar("E", bound=Event)
 
@@ -85,8 +83,6 @@ def stamp(event: E, now: datetime | None = None) -> E:
     kind's lifetime after it is signed (`now`)."""
     if "valid_s" not in type(event).model_fields or getattr(event, "valid_s", None) is not None:
         return event
-    if not needs_signature(event):
-        return event
     behind = timedelta(0)
     if isinstance(event, Alert | Incident):
         behind = max(behind, (now or datetime.now(UTC)) - event.ts)
@@ -99,17 +95,8 @@ def expires(event: Event) -> datetime:
 
 
 def expired(event: Event, now: datetime) -> bool:
-    """`event` is a decision past its bound at `now` (facts never expire here: they are not acted on as orders)."""
-    return needs_signature(event) and now > expires(event)
-
-
-def stale(event: Event, now: datetime) -> Refusal | None:
-    """The refusal of a decision past its bound (a replay, or one nobody acted on in time); None while current."""
-    if not expired(event, now):
-        return None
-    return Refusal(what=decision_kind(event), problem=Problem.EXPIRED, job_id=event.job_id, host=event.host,
-                   event_id=event.event_id, detail=f"issued {event.ts:%Y-%m-%d %H:%M:%S}, valid until "
-                   f"{expires(event):%Y-%m-%d %H:%M:%S}, the log is at {now:%Y-%m-%d %H:%M:%S}")
+    """`event` is past its bound at `now` (the gate asks it of decisions only: facts are not acted on as orders)."""
+    return now > expires(event)
 
 
 @dataclass

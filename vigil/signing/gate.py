@@ -22,8 +22,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from vigil.contract import Alert, Command, Event, RecoveryAction
-from vigil.signing.freshness import LogClock, stale
-from vigil.signing.policy import CONTROLLER, Refusal, Refusals, check, decision_kind, expected_roles
+from vigil.signing.freshness import LogClock, expired, expires
+from vigil.signing.policy import (
+    CONTROLLER,
+    Refusal,
+    Refusals,
+    check,
+    decision_kind,
+    expected_roles,
+    needs_signature,
+)
 from vigil.signing.seal import Problem, Verifier
 
 REMEMBERED = 100_000  # (job, host) epochs kept; beyond it the oldest entries are dropped
@@ -79,3 +87,12 @@ class Gate:
             while len(self._epochs) > REMEMBERED:
                 del self._epochs[next(iter(self._epochs))]
         return None
+
+
+def stale(e: Event, now: datetime) -> Refusal | None:
+    """The refusal of a decision past its signed bound at `now` (`freshness`); None for a current one or a fact."""
+    if not needs_signature(e) or not expired(e, now):
+        return None
+    return Refusal(what=decision_kind(e), problem=Problem.EXPIRED, job_id=e.job_id, host=e.host, event_id=e.event_id,
+                   detail=f"issued {e.ts:%Y-%m-%d %H:%M:%S}, valid until {expires(e):%Y-%m-%d %H:%M:%S}, "
+                   f"the log is at {now:%Y-%m-%d %H:%M:%S}")
