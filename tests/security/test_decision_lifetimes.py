@@ -30,6 +30,7 @@ from vigil.contract import (
     Silence,
     operator_request,
 )
+from vigil.contract.base import VALID_MAX_S
 from vigil.recovery.controller.state import ClusterState
 from vigil.signing import KeyStore, check
 from vigil.signing.freshness import lifetime, stamp
@@ -141,3 +142,12 @@ def test_a_replayed_older_member_report_never_overwrites_the_newer_one() -> None
     exited = report(NOW, "exited")
     state.apply([exited])
     assert state.jobs["j"].members["h1"] == exited and state.stale_members == 1
+
+
+def test_a_bound_longer_than_the_contract_allows_is_stamped_at_its_maximum(tmp_path: Path) -> None:
+    """A silence of a century: its bound is the contract's maximum, so it still decodes off the wire."""
+    century = Silence(job_id="*", host="*", ts=NOW, silence_id="long", matchers={"job": "j"}, starts_at=NOW,
+                      ends_at=NOW + timedelta(days=36_500), created_by="alice", reason="decommissioned")
+    (e,) = sealed(tmp_path, [century])
+    assert isinstance(e, Silence) and e.valid_s == VALID_MAX_S
+    assert Silence.model_validate_json(e.model_dump_json()) == e

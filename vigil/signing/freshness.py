@@ -34,6 +34,7 @@ from vigil.contract import (
     RecoveryAction,
     Silence,
 )
+from vigil.contract.base import VALID_MAX_S
 from vigil.contract.decisions import is_operator_request
 
 E = TypeVar("E", bound=Event)
@@ -86,7 +87,8 @@ def stamp(event: E, now: datetime | None = None) -> E:
     behind = timedelta(0)
     if isinstance(event, Alert | Incident):
         behind = max(behind, (now or datetime.now(UTC)) - event.ts)
-    return event.model_copy(update={"valid_s": round((lifetime(event) + behind).total_seconds(), 3)})
+    valid_s = min(round((lifetime(event) + behind).total_seconds(), 3), VALID_MAX_S)  # a silence of years: 400 days
+    return event.model_copy(update={"valid_s": valid_s})
 
 
 def expires(event: Event) -> datetime:
