@@ -24,6 +24,7 @@ from vigil.contract import (
     Diagnostic,
     Event,
     Incident,
+    JobRegistered,
     Member,
     Outcome,
     RecoveryAction,
@@ -151,3 +152,13 @@ def test_a_bound_longer_than_the_contract_allows_is_stamped_at_its_maximum(tmp_p
     (e,) = sealed(tmp_path, [century])
     assert isinstance(e, Silence) and e.valid_s == VALID_MAX_S
     assert Silence.model_validate_json(e.model_dump_json()) == e
+
+
+def test_a_claim_dated_ahead_does_not_move_the_logs_clock(tmp_path: Path) -> None:
+    """An unsigned fact (what a training process may produce) dated 4 minutes ahead, within the contract's skew, does
+    not age a genuine decision: only what a key vouches for moves the clock."""
+    claim = JobRegistered(job_id="j", host="h1", ts=NOW + timedelta(minutes=4), world_size=1)
+    (command,) = sealed(tmp_path, [KINDS["command"](NOW).model_copy(update={"valid_s": 60.0})])
+    gate = Gate(verifier=KeyRing(load=KeyStore(tmp_path / "keys").public_keys), refusals=Refusals(reporter="agent:h1"))
+    assert gate.admit([claim, command], NOW) == ([claim, command], [])
+    assert gate.clock.newest == NOW

@@ -11,7 +11,8 @@ A consumer that *acts* on a decision (the agent on a command, the notifier on an
 controller on an operator request, an approval, an incident or alert that would open a recovery) acts only while
 `expired(event, now)` is False; one past its bound is refused (`gate.stale`: a `Refusal` of problem `expired`,
 counted and raised as a `security` alert like a forged one), never acted on. `now` is the log's clock (`LogClock`: the
-newest `ts` this consumer admitted, event by event in log order, or the consumer's tick time), so history read in
+newest `ts` of a signed decision or attested fact this consumer admitted, event by event in log order, or the
+consumer's tick time), so history read in
 log order is current where it stands, and a genuine decision re-published later, after the log moved past its
 bound, is a replay. Rebuilding state from the log is not acting: a fold admits every genuine decision whatever its
 age (`gate.Gate.admit(..., acting=False)`); only the step that would act checks the bound.

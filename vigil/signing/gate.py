@@ -27,6 +27,7 @@ from vigil.signing.policy import (
     CONTROLLER,
     Refusal,
     Refusals,
+    attested,
     check,
     decision_kind,
     expected_roles,
@@ -56,8 +57,8 @@ class Gate:
         alerts: list[Alert] = []
         for e in events:
             refusal = check(e, self.verifier) or self._fence(e)
-            if refusal is None:
-                log_now = self.clock.advance(e)
+            if refusal is None and (needs_signature(e) or attested(e)):  # a key vouches for its time: the clock
+                log_now = self.clock.advance(e)  # never moves for a claim (a training process's line dated ahead)
                 refusal = stale(e, log_now) if acting else None
             if refusal is None:
                 accepted.append(e)
