@@ -18,7 +18,9 @@ Alerts, incidents and silences pass a `vigil.signing` gate first, on restore and
 signed by the role that may make it (analyzer alerts and incidents, operator silences) is never
 folded, so a forged silence mutes nothing and a forged incident pages nobody; it is counted
 (`health()["refused"]`), logged, and raised once per kind and job as a `security` alert (which
-pages: security alerts are claims, acted on unsigned).
+pages: security alerts are claims, acted on unsigned). Live, a decision past its signed bound
+(`vigil.signing.freshness`: a genuine alert or incident re-published after the log moved on) is refused
+the same way; the restore folds every genuine one whatever its age (rebuilding is not acting).
 """
 
 from __future__ import annotations
@@ -160,7 +162,8 @@ class NotifyService:
             d.state.apply(s)
         topics = [self.ctx.settings.topic(t) for t in TOPICS]
         for rec in read_topics(self.ctx.settings, self.ctx.bootstrap, topics, timeout=300):
-            accepted, alerts = self.gate.admit(decode_batch(rec.value).events, datetime.now(UTC))
+            # rebuilding is not acting: every genuine decision is folded, whatever its age
+            accepted, alerts = self.gate.admit(decode_batch(rec.value).events, datetime.now(UTC), acting=False)
             self._security += alerts
             for e in accepted:
                 d.state.apply(e)

@@ -11,9 +11,10 @@ Only commands signed by the controller's key, of a lease epoch no older than the
 agent obeyed, are returned (`vigil.signing.gate`); the others are counted, logged and raised
 once as a `security` alert (`emit`), and their `command_id` is not remembered, so a forged
 command that took a genuine one's id first does not shadow it. A signed command also has a
-lifetime against the log's clock: one dated more than `max(timeout_s, LIFETIME)` before the newest
-command this agent read for its host (one partition: log order) is a replay, refused the same way
-(problem `expired`), whether or not its id is still remembered.
+lifetime (`vigil.signing.freshness`: its signed `valid_s`, at least `max(timeout_s, 10 min)`) against the
+log's clock, the newest command this agent read for its host (one partition: log order): one past it is a
+replay, refused the same way (problem `expired`), whether or not its id is still remembered. Commands dated
+before this agent started (less `SKEW`) are history, neither executed nor refused.
 """
 
 from __future__ import annotations
@@ -30,13 +31,10 @@ from typing import Any, Literal
 
 from vigil.contract import Command, Event, RecoveryAction
 from vigil.signing.gate import Gate
-from vigil.signing.policy import Refusal, decision_kind
-from vigil.signing.seal import Problem
 
 log = logging.getLogger(__name__)
 SKEW = timedelta(seconds=30)
 REMEMBERED = 2000
-LIFETIME = timedelta(minutes=10)  # the least lifetime of a command, against the newest read before it
 
 AckStatus = Literal["started", "succeeded", "failed", "skipped"]
 
@@ -52,7 +50,6 @@ class CommandFeed:
     emit: Callable[[list[Event]], None]  # where security alerts go (the agent's sink)
     _done: deque[str] = field(default_factory=deque, init=False)
     _seen: set[str] = field(default_factory=set, init=False)
-    _newest: datetime | None = field(default=None, init=False)  # the log's clock: the newest command read
 
     def __post_init__(self) -> None:
         try:
@@ -64,33 +61,20 @@ class CommandFeed:
 
     def poll(self, timeout: float = 0.5) -> list[Command]:
         out: list[Command] = []
-        mine = [e for e in self.poll_events(timeout)
-                if isinstance(e, Command) and e.job_id == self.job_id and e.host == self.host]
-        now = datetime.now(self.since.tzinfo)
-        accepted, alerts = self.gate.admit(mine, now)
+        mine = [e for e in self.poll_events(timeout) if isinstance(e, Command) and e.job_id == self.job_id
+                and e.host == self.host and e.ts >= self.since - SKEW]
+        accepted, alerts = self.gate.admit(mine, datetime.now(self.since.tzinfo))
         if alerts:
             self.emit(list(alerts))
         for e in accepted:
             assert isinstance(e, Command)
-            if self._expired(e, now):
-                continue
-            if e.command_id in self._seen or e.ts < self.since - SKEW:
+            if e.command_id in self._seen:
                 continue
             self._remember(e.command_id)
             out.append(e)
         if out:
             self._save()
         return out
-
-    def _expired(self, e: Command, now: datetime) -> bool:
-        newest = self._newest = e.ts if self._newest is None else max(self._newest, e.ts)
-        if e.ts + max(timedelta(seconds=e.timeout_s), LIFETIME) >= newest:
-            return False
-        refusal = Refusal(what=decision_kind(e), problem=Problem.EXPIRED, job_id=e.job_id, host=e.host,
-                          event_id=e.event_id, detail=f"dated {e.ts:%Y-%m-%d %H:%M:%S}, the log is at {newest:%H:%M:%S}")
-        if (alert := self.gate.refusals.refuse(refusal, now)) is not None:
-            self.emit([alert])
-        return True
 
     def _remember(self, command_id: str) -> None:
         self._done.append(command_id)

@@ -4,7 +4,8 @@ An operator request (the dashboard's cordon / uncordon / evict) is signed by the
 the key proves only that an operator tool made it, not that its target is sane. Before executing
 one, the leading controller checks, on its own state, never on what the request claims:
 
-* it is fresh: signed less than the state's retention (`compaction.Retention.keep`, 1 day) ago, so a
+* it is fresh: within its signed bound (`vigil.signing.freshness`: a request is valid for the state's
+  retention, `compaction.Retention.keep`, 1 day, after it was signed) and not older than that retention, so a
   signed request re-published after compaction forgot that it was done is refused, never executed
   twice (`RequestRefusal.EXPIRED`); done ids are kept longer still, for the topic's retention
   (`compaction.Retention.keep_request_ids`), so a copy is never pending again while the log holds it;
@@ -30,6 +31,7 @@ from enum import StrEnum
 
 from vigil.contract import RecoveryAction
 from vigil.recovery.controller.state import ClusterState
+from vigil.signing.freshness import expired
 
 MAX_IDENTITIES = 4096
 
@@ -55,7 +57,7 @@ class Admission:
 
     def check(self, req: RecoveryAction, state: ClusterState, now: datetime) -> RequestRefusal | None:
         """None when `req` may be executed now (and a token of its identity is spent)."""
-        if req.ts < now - state.retention.keep:
+        if req.ts < now - state.retention.keep or expired(req, now):
             return RequestRefusal.EXPIRED
         job = state.jobs.get(req.job_id)
         if job is None or not job.members:

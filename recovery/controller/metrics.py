@@ -49,6 +49,8 @@ class RecoveryMetrics(Metrics):
         self.declare("vigil_recovery_leading", "gauge", "1 while this instance holds the controller lease")
         self.declare("vigil_recovery_open_cases", "gauge", "recoveries under way")
         self.declare("vigil_recovery_events_total", "counter", "events folded into the controller's state")
+        self.declare("vigil_recovery_stale_members_total", "counter", "member reports folded after a newer one of "
+                     "their host (a replay, or a late copy): counted, never kept")
         self.declare("vigil_security_refusals_total", "counter", "decisions and claims refused (unsigned, wrong "
                      "signer, deposed leader, forged checkpoint ...), by what and why", ("what", "problem"))
         self._counted: OrderedDict[str, None] = OrderedDict()
@@ -89,6 +91,8 @@ class RecoveryMetrics(Metrics):
                                 value=sum(1 for c in list(svc.state.cases.values()) if c.open))
         yield CounterMetricFamily("vigil_recovery_events_total", self.described("vigil_recovery_events_total"),
                                   value=svc.state.applied)
+        yield CounterMetricFamily("vigil_recovery_stale_members_total",
+                                  self.described("vigil_recovery_stale_members_total"), value=svc.state.stale_members)
         refused = CounterMetricFamily("vigil_security_refusals_total",
                                       self.described("vigil_security_refusals_total"), labels=["what", "problem"])
         for (what, problem), n in sorted(dict(svc.gate.refusals.kinds).items()):

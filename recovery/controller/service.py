@@ -13,7 +13,8 @@ Signing (`vigil.signing`): everything the controller publishes is signed with th
 key and carries its lease epoch; what it folds passes its `Gate` first, so incidents, alerts,
 operator requests, approvals and controller steps that are not signed by the role that may make
 them never reach the state, nor, once this instance has led for a moment, controller steps of an
-older lease epoch than its own (a deposed leader's late steps): they are counted
+older lease epoch than its own (a deposed leader's late steps), nor, once it has read the log to its end, a
+decision past its signed bound (`vigil.signing.freshness`: a genuine decision re-published later): they are counted
 (`health()["refused"]`), logged, and raised once per kind and job as a `security` alert. So are a `member` dated ahead (refused by the contract)
 and a checkpoint that failed verification, once per kind, job and host (`controller.claims`).
 """
@@ -119,7 +120,9 @@ class RecoveryService:
             self.gate.step_floor = self.lease.epoch if settled else 0
             try:
                 seen_at = datetime.now(UTC)
-                accepted, alerts = self.gate.admit(self.follower.poll(0.1), seen_at)
+                # rebuilding from the log folds every genuine decision; once caught up, a decision past its
+                # signed bound (a genuine one re-published later) is refused, never folded nor acted on
+                accepted, alerts = self.gate.admit(self.follower.poll(0.1), seen_at, acting=self.follower.caught_up)
                 alerts += self.claims.review(accepted, self.follower.take_ahead(), seen_at)
                 self.state.apply(accepted)
                 self.metrics.folded(accepted, leading=settled, class_of=self._class_of)

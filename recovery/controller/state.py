@@ -10,8 +10,10 @@ for the host a command went to, and only an attested checkpoint of a host of the
 `apply()` is idempotent (by `event_id`; member reports, most of the log, by their fold alone, so
 keep-alives do not accumulate ids) and does not depend on the order of partitions: a
 step's status is its most advanced one (planned < started < ended), a member's state its
-latest event in the log (a host's reports travel keyed by host, in one partition, in order;
-never by producer clocks). A member's `ts` and `since` dated more than `MEMBER_SKEW` past
+newest report by the report's own attested time (`ts`, signed by its host's agent; the gate admits no
+unattested member): a genuine older report re-published later (a replay) or a late copy never overwrites
+a newer one, it is counted (`stale_members`) and dropped (a held report dated ahead of the fold's clock outranks
+no report up to that clock). A member's `ts` and `since` dated more than `MEMBER_SKEW` past
 the folding clock are clamped to it, so a report dated ahead neither looks alive for hours
 nor outranks later ones. So a controller killed at any point and started again folds the same state,
 sees which steps started and did not end, and finishes them instead of repeating them.
@@ -148,6 +150,7 @@ class ClusterState:
     requests_done: set[str] = field(default_factory=set)  # operator requests with a result
     executed: dict[str, datetime] = field(default_factory=dict)  # forgotten done requests: id -> time (compaction)
     applied: int = 0
+    stale_members: int = 0  # member reports older than the one held for their host (`_member`)
     clock: Callable[[], datetime] = utcnow  # what member times are clamped against
     retention: Retention = field(default_factory=Retention)
     forgotten: dict[str, datetime] = field(default_factory=dict)  # tombstones: case id -> its last event time
@@ -236,7 +239,13 @@ class ClusterState:
     def _member(self, e: Member) -> None:
         job = self.job(e.job_id)
         e = clamp_member(e, self.clock())
-        job.members[e.host] = e  # the log's order, not the producer's clock
+        held = job.members.get(e.host)
+        # older than the held report (equal times: the log's order); a held one dated ahead of the fold's clock
+        # outranks nothing later than that clock (it would hold off its host's real reports)
+        if held is not None and e.ts < min(held.ts, self.clock()):
+            self.stale_members += 1  # an older report of this host (a replay, a late copy): the newest one stays
+            return
+        job.members[e.host] = e
         if job.first_seen is None or e.ts < job.first_seen or (
                 new_run(job, e) and job.finished is not None and job.first_seen <= job.finished.ts):
             job.first_seen = e.ts

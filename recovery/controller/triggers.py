@@ -22,7 +22,8 @@
   culprit — the Xid decided at the agent's speed, one recovery that cordons (a victim's exit
   that opened a software case first is refined by it while the pause runs).
 
-Triggers older than `policy.max_trigger_age_s` are history and never returned; neither is a
+Triggers older than `policy.max_trigger_age_s`, or past their signed bound (`vigil.signing.freshness`), are history
+and never returned; neither is a
 trigger some case already took (`ClusterState.merged`). `strongest` merges a job's triggers
 that arrive within the settle window into one: the strongest class, every culprit.
 """
@@ -37,6 +38,7 @@ from vigil.contract import HARDWARE_FAULTS, Alert, Incident, IncidentCategory, M
 from vigil.contract.xid import XidAction, decides, fault_classes
 from vigil.recovery.controller.state import ClusterState
 from vigil.recovery.settings import PolicyClass, PolicySettings
+from vigil.signing.freshness import expired
 
 STRENGTH: dict[str, int] = {"software": 0, "hang": 1, "hardware": 2}
 
@@ -93,7 +95,7 @@ def triggers(state: ClusterState, policy: PolicySettings, now: datetime) -> list
     oldest = now - timedelta(seconds=policy.max_trigger_age_s)
     out: list[Trigger] = []
     for inc in state.incidents.values():
-        if inc.status != "open" or inc.incident_id in state.merged or inc.detected < oldest:
+        if inc.status != "open" or inc.incident_id in state.merged or inc.detected < oldest or expired(inc, now):
             continue
         if not _controlled(state, inc.job_id):
             continue
@@ -106,7 +108,7 @@ def triggers(state: ClusterState, policy: PolicySettings, now: datetime) -> list
             summary=inc.summary, fault_classes=tuple(str(c) for c in inc.evidence.get("fault_classes") or ())))
     for key, alert in state.alerts.items():
         tid = key
-        if tid in state.merged or alert.ts < oldest:
+        if tid in state.merged or alert.ts < oldest or expired(alert, now):
             continue
         if not _controlled(state, alert.job_id):
             continue

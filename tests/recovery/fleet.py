@@ -49,7 +49,8 @@ class Fleet:
         base.update(kw)
         base["since"] = held.since if held is not None and held.state == state and held.since else now
         lo, hi, mult = self.nodes
-        m = Member(job_id=self.job, host=host, ts=now, state=state, nodes_min=lo, nodes_max=hi,  # type: ignore[arg-type]
+        at = now if held is None else max(now, held.ts)  # an agent dates its reports on one clock: never backwards
+        m = Member(job_id=self.job, host=host, ts=at, state=state, nodes_min=lo, nodes_max=hi,  # type: ignore[arg-type]
                    node_multiple=mult, ip="127.0.0.1", ports=[30000 + i for i in range(4)], **base)
         self.members[host] = m
         return m

@@ -9,11 +9,16 @@ host `--fault-host` (its local rank 0) at step `--fault-step`, once per `--once 
 * `xid`: prints an Xid 79 line and dies with a CUDA error (a GPU fallen off the bus);
 * `crash`: a ValueError raised in user code (a traceback, exit 1);
 * `hang`: stops in the middle of a step for good (its peers wait in the all-reduce).
+
+`--probe FILE --probe-out DIR`: at start each rank tries to read FILE (its agent's private key: `vigil run --user`
+keeps it out of reach) and writes what it got and its uid to DIR/probe-<pid>.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
+import json
 import os
 import sys
 import time
@@ -51,6 +56,8 @@ def parse() -> argparse.Namespace:
     p.add_argument("--once-dir", default="")
     p.add_argument("--record-env", default="", metavar="DIR",
                    help="write the CUDA_VISIBLE_DEVICES this rank was started with to DIR/env-<host>-g<generation>")
+    p.add_argument("--probe", default="", help="a file this training process should not be able to read")
+    p.add_argument("--probe-out", default="", help="where to say what reading --probe gave")
     return p.parse_args()
 
 
@@ -100,12 +107,25 @@ def fault(args: argparse.Namespace, step: int) -> None:
     load_batch(step)
 
 
+def probe(path: str, out: str) -> None:
+    """Try to read `path` (the agent's key) and say how it went, with this process's uid, under `out`."""
+    try:
+        with open(path, "rb") as fh:
+            fh.read(1)
+        got = "read"
+    except OSError as exc:
+        got = errno.errorcode.get(exc.errno or 0, str(exc))
+    Path(out, f"probe-{os.getpid()}.json").write_text(json.dumps({"uid": os.getuid(), "read": got}))
+
+
 @record
 def main() -> int:
     args = parse()
     if args.record_env:  # what the agent started this rank with (a per-GPU quarantine leaves GPUs out)
         name = f"env-{os.environ.get('VIGIL_HOST')}-g{os.environ.get('VIGIL_GENERATION')}"
         (Path(args.record_env) / name).write_text(os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"))
+    if args.probe:
+        probe(args.probe, args.probe_out)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", timeout=timedelta(seconds=30))
     rank = dist.get_rank()

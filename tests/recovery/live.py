@@ -3,13 +3,15 @@ the real broker; the test plays the analyzer (it publishes the incidents) and re
 
 Every process shares one key set under the test's VIGIL_HOME (signing on, as in `vigil up`), and
 `publish` signs as the analyzer. `Live.fold()` follows the recovery, commands, logs and alerts topics into a `ClusterState` (the
-controller's own fold) and keeps every event; `wait_for` polls it. `close()` stops every process
+controller's own fold) and keeps every event; `wait_for` polls it. With `run_as` the agents start the training
+commands as that user (`vigil run --user`, the agents root, `python` an interpreter that user can run: `interpreter_for`). `close()` stops every process
 it started: agents by SIGTERM (each stops its training command), then SIGKILL of what is left.
 """
 
 from __future__ import annotations
 
 import os
+import pwd
 import signal
 import subprocess
 import sys
@@ -31,6 +33,9 @@ from vigil.signing.setup import signer
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).parent
 PY = sys.executable
+SYSTEM_PYTHON = f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}"
+RUN_AS_PATH = os.pathsep.join([str(ROOT), *(p for p in sys.path if p.endswith("site-packages"))])
+"""PYTHONPATH of a job run as another user: the checkout and this venv's packages (for the system Python)."""
 FAST = {  # the controller's timings for tests: act at once, short grace periods
     "VIGIL_RECOVERY_POLICY_SETTLE_S": "0", "VIGIL_RECOVERY_FORM_WAIT_S": "2", "VIGIL_RECOVERY_TICK_S": "0.2",
     "VIGIL_RECOVERY_POLICY_EXIT_GRACE_S": "60", "VIGIL_RECOVERY_MEMBER_STALE_S": "30",
@@ -43,6 +48,8 @@ class Live:
     bootstrap: str
     tmp: Path
     recovery_env: dict[str, str] = field(default_factory=dict)
+    run_as: str = ""  # `vigil run --user`: the training processes' user (the agents stay root's)
+    python: str = PY  # the interpreter of the training command (`interpreter_for` run_as)
     agents: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     controller: subprocess.Popen[bytes] | None = None
     state: ClusterState = field(default_factory=ClusterState)
@@ -55,7 +62,7 @@ class Live:
         self.env.update(VIGIL_HOME=str(self.home), VIGIL_KAFKA_BOOTSTRAP=self.bootstrap,
                         VIGIL_TOPIC_PREFIX=self.settings.topic_prefix,
                         VIGIL_TOPIC_PARTITIONS=str(self.settings.topic_partitions), OMP_NUM_THREADS="1",
-                        PYTHONPATH=str(ROOT), **FAST, **self.recovery_env)
+                        PYTHONPATH=RUN_AS_PATH if self.run_as else str(ROOT), **FAST, **self.recovery_env)
         self._follower = Follower(settings=self.settings, bootstrap=self.bootstrap,
                                   topics=["recovery", "commands", "logs", "alerts", "incidents"], refresh_s=1.0)
         # the key set every process here shares (VIGIL_HOME); the test plays the analyzer: it signs as one
@@ -85,11 +92,20 @@ class Live:
         KeyStore(self.home / "keys").issue(host)  # its own key: the agent attests its host's facts with it
         argv = [PY, "-m", "vigil", "run", "--host", host, "--job", job, "--nodes", nodes, "--rdzv-addr", "127.0.0.1",
                 "--keepalive", "2", "--kill-grace", "10", "--heartbeat-interval", "5", *(["--spare"] if spare else []),
-                "--", *command]
+                *(["--user", self.run_as] if self.run_as else []), "--", *command]
         kmsg = self.tmp / f"kmsg-{host}"  # the host's kernel log: the workers' Xid faults go there (FAKE_KMSG)
         kmsg.touch()
         self.agents[host] = self._spawn(argv, f"agent-{host}.log", {**self.env, "VIGIL_KMSG_PATH": str(kmsg),
                                                                     "FAKE_KMSG": str(kmsg), **(env or {})})
+
+    def writable(self, name: str) -> Path:
+        """A folder under `tmp` the training processes may write (theirs under `run_as`)."""
+        path = self.tmp / name
+        path.mkdir(parents=True, exist_ok=True)
+        if self.run_as:
+            who = pwd.getpwnam(self.run_as)
+            os.chown(path, who.pw_uid, who.pw_gid)
+        return path
 
     def start_job(self, job: str, hosts: Sequence[str], command: Sequence[str], *, nodes: str,
                   timeout: float = 240, env: dict[str, str] | None = None) -> None:
@@ -143,6 +159,39 @@ class Live:
         return subprocess.run([PY, "-m", "vigil", *args], env=self.env, capture_output=True, text=True, timeout=120)
 
 
+FINDS_THE_JOB = ("import importlib.util as u, sys; t = u.find_spec('torch'); j = u.find_spec('tests.recovery.job_worker'); "
+                 "sys.exit(not (t and j and t.origin and j.origin and open(t.origin, 'rb').read(1) "
+                 "and open(j.origin, 'rb').read(1)))")
+"""Whether an interpreter finds and may read torch and the test job (without the seconds an import of torch takes)."""
+
+
+def interpreter_for(user: str) -> tuple[str, str]:
+    """An interpreter `user` can run this checkout's job with under `vigil run --user` (this venv's, else the
+    system Python of this version over this venv's packages: a venv whose interpreter lies under a home only root
+    may enter), and "" — or "" and why this machine cannot (the agent must be root, on Linux)."""
+    if not sys.platform.startswith("linux") or os.geteuid() != 0:
+        return "", "vigil run --user needs Linux and an agent running as root"
+    try:
+        who = pwd.getpwnam(user)
+    except KeyError:
+        return "", f"no user {user!r} on this machine"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VIGIL_")}
+    env["PYTHONPATH"] = RUN_AS_PATH
+    tried: list[str] = []
+    for python in dict.fromkeys((PY, SYSTEM_PYTHON)):
+        try:
+            done = subprocess.run([python, "-c", FINDS_THE_JOB], user=who.pw_uid,
+                                  group=who.pw_gid, extra_groups=[], cwd="/", env=env, capture_output=True, text=True,
+                                  timeout=300)
+        except (OSError, subprocess.SubprocessError) as exc:
+            tried.append(f"{python}: {exc}")
+            continue
+        if done.returncode == 0:
+            return python, ""
+        tried.append(f"{python}: {(done.stderr.strip().splitlines() or ['no output'])[-1]}")
+    return "", f"{user} cannot run this checkout's job ({ROOT}) with {'; '.join(tried)}"
+
+
 def _wait_or_kill(proc: subprocess.Popen[bytes], timeout: float) -> None:
     try:
         proc.wait(timeout)
@@ -150,9 +199,9 @@ def _wait_or_kill(proc: subprocess.Popen[bytes], timeout: float) -> None:
         kill_tree(proc)
 
 
-def worker(*args: str) -> list[str]:
+def worker(*args: str, python: str = PY) -> list[str]:
     """A torchrun command line of the real training job (tests/recovery/job_worker.py), one rank per host."""
-    return [PY, "-m", "torch.distributed.run", "--nproc-per-node", "1", str(HERE / "job_worker.py"), *args]
+    return [python, "-m", "torch.distributed.run", "--nproc-per-node", "1", str(HERE / "job_worker.py"), *args]
 
 
 def fake_train(*args: str) -> list[str]:

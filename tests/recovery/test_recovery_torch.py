@@ -9,6 +9,7 @@ process. The test plays the analyzer: it reads the agents' classified lines and 
 from __future__ import annotations
 
 import json
+import pwd
 from datetime import UTC, datetime
 
 import pytest
@@ -17,6 +18,7 @@ from test_recovery_live import cordoned
 
 from vigil.contract import Alert, Checkpoint, Incident, LogLine, Member, ProcessExit, RankRef
 from vigil.recovery.controller.state import Case
+from vigil.signing import KeyStore, Role
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -89,11 +91,17 @@ def test_xid_on_one_of_three_hosts_cordons_it_and_training_resumes_on_two_from_t
 
 
 @pytest.mark.recovery_env({"VIGIL_RECOVERY_POLICY_CRASH_LOOPS": "1"})
+@pytest.mark.recovery_run_as("nobody")
 def test_user_code_crash_restarts_without_cordon_and_a_crash_loop_stops_the_job_and_pages(live: Live) -> None:
+    """The training processes run as nobody (`vigil run --user`, the agents root, each with its own host key): the
+    job recovers the same, and no training process can read its agent's private key."""
     job = "job-crash"
-    args = ["--ckpt", str(live.tmp / "ckpt"), "--fault", "crash", "--fault-host", "h1", "--fault-step", "3"]
+    args = ["--ckpt", str(live.writable("ckpt")), "--fault", "crash", "--fault-host", "h1", "--fault-step", "3",
+            "--probe-out", str(live.writable("probes"))]
+    keys = KeyStore(live.home / "keys")
+    agent_keys = {h: live.home / "keys" / f"{Role.AGENT.value}.{keys.issue(h)}.key" for h in ("h0", "h1")}
     for h in ("h0", "h1"):  # crashes at step 3 every time, before the first checkpoint (step 5)
-        live.start_agent(h, worker(*args), nodes="2:2", job=job)
+        live.start_agent(h, worker(*args, "--probe", str(agent_keys[h]), python=live.python), nodes="2:2", job=job)
     live.start_controller()
     reported: list[str] = []
     seen = [0]
@@ -128,3 +136,8 @@ def test_user_code_crash_restarts_without_cordon_and_a_crash_loop_stops_the_job_
     assert len(pages) == 1 and "restarts without checkpoint progress" in pages[0].summary
     assert all(m.state in ("waiting", "exited") for m in live.fold().job(job).members.values())  # stopped
     assert live.state.job(job).generation == 2  # and not started again
+    probes = [json.loads(p.read_text()) for p in (live.tmp / "probes").glob("probe-*.json")]
+    assert len(probes) >= 4  # both ranks of both generations tried
+    assert all(key.read_bytes() for key in agent_keys.values())  # there to read, for root
+    nobody = pwd.getpwnam("nobody").pw_uid
+    assert all(p["uid"] == nobody and p["read"] == "EACCES" for p in probes), probes

@@ -3,7 +3,8 @@
 A job's owner produces, with a plain confluent-kafka producer and no key, a silence of every job
 for a hundred years and an incident of another job; then the analyzer's genuine (signed) alert
 follows. The genuine alert pages, the forged incident does not, the silence mutes nothing, and
-the notifier raises one `security` alert per refused kind, which pages too.
+the notifier raises one `security` alert per refused kind, which pages too. A genuine alert re-published
+days after it was signed (past its signed bound) is refused the same way and pages nobody.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from tests.notify.receiver import Receiver
 from tests.waiting import wait_until
 from vigil.contract import Event, Silence, encode_batch
 from vigil.service import StackContext
+from vigil.signing.freshness import stamp
 
 pytestmark = [pytest.mark.kafka, pytest.mark.clickhouse]
 
@@ -56,3 +58,11 @@ def test_forged_silence_mutes_nothing_and_forged_incident_pages_nobody(
     security = [d for d in pages() if "security" in str(d)]
     assert any("refused incident" in str(d) for d in security) or any("refused silence" in str(d) for d in security)
     assert svc.gate.refusals.count == 2
+
+    # a genuine alert signed three days ago (its bound: an hour then), re-published now: refused, never paged
+    old = straggler("replayed", "h2").model_copy(update={"ts": now - timedelta(days=3)})
+    publish(stamp(old, now=old.ts))
+    wait_until(lambda: svc.gate.refusals.count == 3, 60, "the replayed alert to be refused")
+    wait_until(lambda: any("expired" in str(d) and "replayed" in str(d) for d in pages()), 60,
+               "the security alert of the replay to page")
+    assert not [d for d in pages() if "straggler on h2" in str(d)]

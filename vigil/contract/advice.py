@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
-from vigil.contract.base import MODEL_CONFIG, U32, Event, Name, NonNegFloat, UtcDatetime
+from vigil.contract.base import MODEL_CONFIG, U32, Event, Name, NonNegFloat, UtcDatetime, ValidFor
 
 Reason = Annotated[str, Field(max_length=512)]
 
@@ -56,4 +56,6 @@ class Advice(Event):
     data_share: float | None = Field(default=None, ge=0, le=1)
     reasons: list[Reason] = Field(default_factory=list, max_length=32)
     scored: AdviceScore | None = None
+    valid_s: ValidFor | None = Field(default=None, description="seconds after `ts` it is valid for, signed "
+                                     "(vigil.signing.freshness stamps it; None: its kind's lifetime)")
     signature: str = Field(default="", max_length=512, description="<role>/<key id>/<base64 Ed25519>: vigil.signing")

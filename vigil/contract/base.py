@@ -78,6 +78,9 @@ U32 = Annotated[int, Field(ge=0, le=2**32 - 1)]
 U64 = Annotated[int, Field(ge=0, le=2**64 - 1)]
 I32 = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
 NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+VALID_MAX_S = 400 * 86_400
+ValidFor = Annotated[float, Field(gt=0, le=VALID_MAX_S, allow_inf_nan=False)]
+"""A signed decision's validity after its `ts`, in seconds (`vigil.signing.freshness`)."""
 """A duration, rate or size: finite and not negative."""
 MODEL_CONFIG = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 """Every contract model: unknown fields refused, immutable, no NaN or infinity in any float."""

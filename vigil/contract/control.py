@@ -16,7 +16,7 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-from vigil.contract.base import I32, MODEL_CONFIG, U32, U64, Event, Name, NonNegFloat, UtcDatetime
+from vigil.contract.base import I32, MODEL_CONFIG, U32, U64, Event, Name, NonNegFloat, UtcDatetime, ValidFor
 from vigil.contract.xid import XidAction
 
 MemberState = Literal["waiting", "starting", "training", "stopping", "exited", "diagnosing", "cordoned", "left"]
@@ -115,6 +115,8 @@ class Command(Event):
     env: dict[str, str] = Field(default_factory=dict, max_length=0, description="refused: see `diagnose`")
     timeout_s: float = Field(default=60.0, gt=0)
     epoch: U64 = Field(default=0, ge=0, description="the lease epoch of the controller that sent it (fencing)")
+    valid_s: ValidFor | None = Field(default=None, description="seconds after `ts` it is valid for, signed "
+                                     "(vigil.signing.freshness stamps it; None: its kind's lifetime)")
     signature: str = Field(default="", max_length=512, description="<role>/<key id>/<base64 Ed25519>: vigil.signing")
 
     @model_validator(mode="after")
@@ -216,6 +218,8 @@ class Diagnostic(Event):
     verdict: Verdict | None = None
     values: dict[str, float] = Field(default_factory=dict)
     error: str = Field(default="", max_length=4096)
+    valid_s: ValidFor | None = Field(default=None, description="seconds after `ts` it is valid for, signed "
+                                     "(vigil.signing.freshness stamps it; None: its kind's lifetime)")
     signature: str = Field(default="", max_length=512, description="<role>/<key id>/<base64 Ed25519>: vigil.signing")
 
 
@@ -248,5 +252,7 @@ class Outcome(Event):
     cordoned: list[Name] = Field(default_factory=list)
     hosts: list[Name] = Field(default_factory=list, description="the hosts training resumed on")
     reason: str = Field(default="", max_length=2048)
+    valid_s: ValidFor | None = Field(default=None, description="seconds after `ts` it is valid for, signed "
+                                     "(vigil.signing.freshness stamps it; None: its kind's lifetime)")
     signature: str = Field(default="", max_length=512, description="<role>/<key id>/<base64 Ed25519>: the "
                            "controller's (vigil.signing); a case ends only by the controller's signed outcome")

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, Field, model_validator
 
-from vigil.contract.base import MODEL_CONFIG, U32, U64, Event, Name, NonNegFloat, UtcDatetime
+from vigil.contract.base import MODEL_CONFIG, U32, U64, Event, Name, NonNegFloat, UtcDatetime, ValidFor
 from vigil.contract.phases import PhaseKind
 from vigil.contract.telemetry import ParallelCoords, Severity
 
@@ -86,6 +86,8 @@ class Alert(Event):
     first_seen: UtcDatetime
     last_seen: UtcDatetime
     evidence: dict[str, Any] = Field(default_factory=dict)
+    valid_s: ValidFor | None = Field(default=None, description="seconds after `ts` it is valid for, signed "
+                                     "(vigil.signing.freshness stamps it; None: its kind's lifetime)")
     signature: str = Field(default="", max_length=512, description="<role>/<key id>/<base64 Ed25519>: vigil.signing")
 
 
@@ -137,6 +139,8 @@ class Incident(Event):
     first_sign: UtcDatetime = Field(description="earliest evidence of the cause")
     detected: UtcDatetime = Field(description="when the incident was first published")
     evidence: dict[str, Any] = Field(default_factory=dict)
+    valid_s: ValidFor | None = Field(default=None, description="seconds after `ts` it is valid for, signed "
+                                     "(vigil.signing.freshness stamps it; None: its kind's lifetime)")
     signature: str = Field(default="", max_length=512, description="<role>/<key id>/<base64 Ed25519>: vigil.signing")
 
 
@@ -155,6 +159,8 @@ class Silence(Event):
     created_by: Name
     reason: str = Field(min_length=1, max_length=1024)
     status: Literal["active", "expired"] = "active"
+    valid_s: ValidFor | None = Field(default=None, description="seconds after `ts` it is valid for, signed "
+                                     "(vigil.signing.freshness stamps it; None: its kind's lifetime)")
     signature: str = Field(default="", max_length=512, description="<role>/<key id>/<base64 Ed25519>: vigil.signing")
 
     @model_validator(mode="after")
@@ -213,6 +219,8 @@ class RecoveryAction(Event):
     duration_ms: NonNegFloat | None = Field(default=None, ge=0)
     dry_run: bool = Field(default=False, description="decided and published only (mode dry-run)")
     epoch: int = Field(default=0, ge=0, description="the controller's lease epoch (fencing); 0 = not a controller's")
+    valid_s: ValidFor | None = Field(default=None, description="seconds after `ts` it is valid for, signed "
+                                     "(vigil.signing.freshness stamps it; None: its kind's lifetime)")
     signature: str = Field(default="", max_length=512, description="<role>/<key id>/<base64 Ed25519>: vigil.signing")
 
 

@@ -22,7 +22,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from vigil.contract import Alert, Command, Event, RecoveryAction
-from vigil.signing.policy import CONTROLLER, Refusal, Refusals, check, decision_kind, expected_roles
+from vigil.signing.freshness import LogClock, expired, expires
+from vigil.signing.policy import (
+    CONTROLLER,
+    Refusal,
+    Refusals,
+    attested,
+    check,
+    decision_kind,
+    expected_roles,
+    needs_signature,
+)
 from vigil.signing.seal import Problem, Verifier
 
 REMEMBERED = 100_000  # (job, host) epochs kept; beyond it the oldest entries are dropped
@@ -33,17 +43,23 @@ class Gate:
     verifier: Verifier
     refusals: Refusals
     step_floor: int = 0  # controller steps of an older (non-zero) epoch are refused
+    clock: LogClock = field(default_factory=LogClock)
     _epochs: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
 
     @property
     def refused(self) -> int:
         return self.refusals.count
 
-    def admit(self, events: Iterable[Event], now: datetime) -> tuple[list[Event], list[Alert]]:
+    def admit(self, events: Iterable[Event], now: datetime, *, acting: bool = True) -> tuple[list[Event], list[Alert]]:
+        """What may be acted on (`acting`) or folded (not `acting`: a replay of the log rebuilding state), and the
+        security alerts for what was refused; `now` dates the alerts."""
         accepted: list[Event] = []
         alerts: list[Alert] = []
         for e in events:
             refusal = check(e, self.verifier) or self._fence(e)
+            if refusal is None and (needs_signature(e) or attested(e)):  # a key vouches for its time: the clock
+                log_now = self.clock.advance(e)  # never moves for a claim (a training process's line dated ahead)
+                refusal = stale(e, log_now) if acting else None
             if refusal is None:
                 accepted.append(e)
                 continue
@@ -72,3 +88,12 @@ class Gate:
             while len(self._epochs) > REMEMBERED:
                 del self._epochs[next(iter(self._epochs))]
         return None
+
+
+def stale(e: Event, now: datetime) -> Refusal | None:
+    """The refusal of a decision past its signed bound at `now` (`freshness`); None for a current one or a fact."""
+    if not needs_signature(e) or not expired(e, now):
+        return None
+    return Refusal(what=decision_kind(e), problem=Problem.EXPIRED, job_id=e.job_id, host=e.host, event_id=e.event_id,
+                   detail=f"issued {e.ts:%Y-%m-%d %H:%M:%S}, valid until {expires(e):%Y-%m-%d %H:%M:%S}, "
+                   f"the log is at {now:%Y-%m-%d %H:%M:%S}")

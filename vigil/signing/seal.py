@@ -108,9 +108,11 @@ class Ed25519Signer:
     def seal(self, event: E) -> E:
         if "signature" not in type(event).model_fields:
             return event
-        unsigned = event.model_copy(update={"signature": ""})
+        from vigil.signing.freshness import stamp  # freshness reads the policy, which reads this module
+
+        unsigned = stamp(event).model_copy(update={"signature": ""})
         sig = self.key.sign(canonical(unsigned, self.role, self.key_id))
-        return event.model_copy(
+        return unsigned.model_copy(
             update={"signature": f"{self.role.value}/{self.key_id}/{base64.b64encode(sig).decode()}"})
 
 
