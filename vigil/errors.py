@@ -13,7 +13,8 @@
     ├── RegistryError                      the local cordon registry could not be read or written (vigil.cordons)
     ├── RecoveryError                      the recovery controller's errors (vigil.recovery.errors)
     │   ├── BackendError                   a node backend call failed; names the host and backend
-    │   │   └── CliTimeout                 a Slurm command ran past its timeout (vigil.recovery.backends.slurm.cli)
+    │   │   └── BackendTimeout             the backend did not answer in time: the outcome is unknown
+    │   │       └── CliTimeout             a Slurm command ran past its timeout (vigil.recovery.backends.slurm.cli)
     │   └── NotFound                       no such host, job or recovery
     ├── StoreError                         a dashboard query failed; says what could not load (vigil.dashboard.store)
     ├── ActionRefused                      a dashboard action was not allowed; nothing published (vigil.dashboard.actions)

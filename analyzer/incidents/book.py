@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from vigil.analyzer.incidents.build import Draft, Party
+from vigil.analyzer.incidents.draft import Draft, Party
 from vigil.contract import Incident, ParallelCoords, RankRef
 from vigil.contract.latest import supersedes
 from vigil.contract.telemetry import Severity

@@ -28,11 +28,12 @@ than `settle_s`, as hardware is a hard fault to page fast. Pure logic.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from vigil.analyzer.detect.base import Finding, as_utc
+from vigil.analyzer.incidents.draft import Draft, Party
 from vigil.analyzer.incidents.errors import (
     Cause,
     cause_of,
@@ -42,47 +43,11 @@ from vigil.analyzer.incidents.errors import (
     is_timeout,
     kind_of,
 )
+from vigil.analyzer.incidents.numeric import drafts as numeric_drafts
 from vigil.analyzer.settings import IncidentSettings
 from vigil.contract import IncidentCategory
 
 SLACK = timedelta(seconds=5)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Party:
-    """A culprit or victim: a rank (or a whole host when `rank` is None) and its own message."""
-
-    host: str
-    rank: int | None
-    message: str = ""
-    at: datetime | None = None
-
-    @property
-    def key(self) -> tuple[str, int | None]:
-        return self.host, self.rank
-
-
-@dataclass(kw_only=True)
-class Draft:
-    category: IncidentCategory
-    cause: Cause
-    culprits: list[Party]
-    victims: list[Party]
-    strong: bool
-    first_sign: datetime
-    last_sign: datetime
-    summary: str
-    culprit_findings: list[Finding] = field(default_factory=list)
-    victim_findings: list[Finding] = field(default_factory=list)
-    evidence: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def parties(self) -> set[tuple[str, int | None]]:
-        return {p.key for p in self.culprits + self.victims}
-
-    @property
-    def hosts(self) -> set[str]:
-        return {p.host for p in self.culprits + self.victims}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -261,9 +226,7 @@ def build(findings: Sequence[Finding], at: datetime, s: IncidentSettings) -> Bui
             held += [x.finding for x in cascade]
         else:
             drafts.append(draft)
-    from vigil.analyzer.incidents import numeric  # it builds on this module's Draft
-
-    drafts += numeric.drafts(findings)
+    drafts += numeric_drafts(findings)
     _link_logs(drafts, logs)
     linked = {id(f) for d in drafts for f in d.culprit_findings + d.victim_findings}
     for f in logs:  # a hardware line waits a moment for the crash it may cause, so one incident pages, not two

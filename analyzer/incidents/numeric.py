@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from vigil.analyzer.detect.base import Finding
-from vigil.analyzer.incidents.build import Draft, Party
+from vigil.analyzer.incidents.draft import Draft, Party
 from vigil.contract import IncidentCategory
 
 FAULT_CLASSES = {IncidentCategory.SILENT_DATA_CORRUPTION: "sdc", IncidentCategory.NUMERIC_FAULT: "numeric"}

@@ -208,7 +208,7 @@ def test_a_straggler_on_a_host_whose_nic_fails_is_its_symptom_not_a_second_page(
 
 def test_a_host_wide_culprit_and_its_rank_are_one_incident_not_two() -> None:
     """One crash of rank 1: first known host-wide (the launcher's exit), then as the rank: one crash_cascade."""
-    from vigil.analyzer.incidents.build import Draft, Party
+    from vigil.analyzer.incidents.draft import Draft, Party
 
     book = IncidentBook(window_s=S.window_s)
 
