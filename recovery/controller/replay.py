@@ -7,13 +7,17 @@ suspect steps. The `replay` step then waits for the replica detector's word on t
 
 * started once the restart's generation trained its first step: the target step is the first bad step plus
   `policy.sdc_replay_intervals` digest intervals (an interval: first bad - last agreed step);
-* judged once every host of that generation reported a step at or past the target (or exited) and
+* judged once every host of that generation reported a step at or past the target (or finished) and
   `policy.sdc_settle_s` passed (the detector's lag: no verdict on data in flight), or at
-  `policy.sdc_replay_timeout_s`;
+  `policy.sdc_replay_timeout_s`, or when a host of it crashed (not reached: undecided unless an incident came;
+  the crash is the next case's);
 * the evidence: `silent_data_corruption` incidents of the job first seen since the restart began. One naming the
   suspect's host -> the suspect reproduced it; one naming another host or none (replicas without a majority) ->
   a "peer" reproduced it too. `controller.sdc` decides: persistent (the suspect only), batch (everyone),
-  transient (nothing), undecided (the replay did not reach its steps and nothing came).
+  transient (nothing), undecided (the replay did not reach its steps and nothing came). The analyzer continues
+  an open incident rather than opening one when a draft of the same culprit starts within its window: the
+  original incident resolves once the new run's window no longer holds its finding, so the replay's finding is a
+  new incident (or the case's own, re-opened with a fresh first sign; both count). Not yet checked live.
 
 The step ends with the verdict and its incidents listed as `merged` (they are its evidence, never a recovery of
 their own), and `sdc.outcome`'s `diagnose` record on the suspect host is published beside it (signed like every
@@ -70,7 +74,11 @@ def replay(ctx: st.Ctx, case: Case) -> bool:
     gen, target = int(d.get("generation") or job.generation), int(d["target_step"])
     hosts = [str(h) for h in rst.details.get("hosts", [])]
     members = [m for m in (job.members.get(h) for h in hosts) if m is not None and m.generation == gen]
-    reached = [m for m in members if (m.last_step or -1) >= target or m.state == "exited"]
+    crashed = [m for m in members if m.state == "exited" and (m.exit_code or m.signal)]
+    if crashed:  # the replay ends here: judged on what came (a crash is the next case's)
+        return _judge(ctx, case, evidence(ctx.state, case, rst.started_at), reached=False,
+                      steps=max((m.last_step or 0) for m in members))
+    reached = [m for m in members if (m.last_step or -1) >= target or m.state == "exited"]  # or it finished
     done = len(members) == len(hosts) and len(reached) == len(hosts)
     if done and d.get("reached_at") is None:  # a second `started` adds to the first's details (state.apply)
         ctx.publish([ctx.act(case, "replay", case.job_id, "started", details={"reached_at": ctx.now.isoformat()},

@@ -120,6 +120,15 @@ def test_a_replay_that_never_reaches_its_steps_is_undecided(tmp_path: Path) -> N
     assert verdict(h, iid)["verdict"] == "undecided"
 
 
+def test_a_replay_that_crashes_is_judged_at_once_and_the_crash_is_the_next_case(tmp_path: Path) -> None:
+    h, iid = rolled_back(tmp_path, policy_exit_grace_s=1)
+    h.turn()
+    h.feed(h.fleet.crash("h2", h.now))
+    h.run(lambda: done(h, iid))
+    assert verdict(h, iid)["verdict"] == "undecided"
+    h.run(lambda: any(c.startswith(f"{JOB}/exit/") for c in h.engine.state.cases))
+
+
 @pytest.mark.parametrize("cut", ["settling", "judged"])
 def test_a_controller_rebuilt_from_the_log_judges_once(tmp_path: Path, cut: str) -> None:
     h, iid = rolled_back(tmp_path)
