@@ -73,6 +73,15 @@ class PolicySettings(_Section):
                                "(fleet memory); 0: off")
     repeat_window_s: float = Field(default=86_400.0, gt=0, le=86_400.0, description="the window of repeat_faults "
                                    "(at most a day: the controller keeps a day of finished recoveries)")
+    sdc_rollback: bool = Field(default=True, description="a silent_data_corruption incident naming its replica rolls "
+                               "the job back (pause, restart restoring no snapshot newer than the suspect's last agreed "
+                               "step, then the replay verdict); off: handled as other_as")
+    sdc_replay_intervals: int = Field(default=2, ge=1, description="the replay is judged once every rank passed the "
+                                      "first bad step by this many digest intervals (and sdc_settle_s more)")
+    sdc_settle_s: float = Field(default=30.0, ge=0, description="after the ranks passed the replayed steps, how long "
+                                "the replica detector's verdict may take to arrive (its incident)")
+    sdc_replay_timeout_s: float = Field(default=600.0, gt=0, description="a replay that has not reached its steps by "
+                                        "then is undecided")
     scale_up: bool = Field(default=True, description="restart with more nodes when an eligible host waits")
     scale_up_wait_s: float = Field(default=30.0, ge=0, description="how long a new host waits before a scale-up")
 

@@ -67,7 +67,8 @@ def rendezvous_env(world: World) -> dict[str, str]:
     """The world for the training command's environment (also set for torchrun commands)."""
     return {env.GENERATION: str(world.generation), env.NNODES: str(world.nnodes),
             env.NODE_RANK: str(world.node_rank), env.MASTER_ADDR: world.master_addr,
-            env.MASTER_PORT: str(world.master_port), env.HOSTS: ",".join(world.hosts)}
+            env.MASTER_PORT: str(world.master_port), env.HOSTS: ",".join(world.hosts),
+            **({} if world.restore_max_step is None else {env.RESTORE_MAX_STEP: str(world.restore_max_step)})}
 
 
 def free_ports(count: int, host: str = "") -> list[int]:

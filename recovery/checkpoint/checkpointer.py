@@ -58,6 +58,7 @@ from vigil.recovery.checkpoint.restore import RestoreReport, load_latest
 from vigil.recovery.checkpoint.snapshot import PEER, default_snapshot_dir
 from vigil.recovery.checkpoint.staging import Staged, Stager
 from vigil.recovery.checkpoint.stores import default_reader, default_writer, open_store
+from vigil.trainside import env
 from vigil.trainside.identity import resolve_identity
 
 log = logging.getLogger("vigil.recovery.checkpoint")
@@ -255,7 +256,7 @@ class Checkpointer:
         return self._persister.wait_idle(timeout)
 
     # ---- restoring ---------------------------------------------------------------------------
-    def load_latest(self, state: MutableMapping[str, Any]) -> int | None:
+    def load_latest(self, state: MutableMapping[str, Any], *, at_most: int | None = None) -> int | None:
         """Load the freshest state every rank can obtain into `state` in place; its step, or None.
 
         Collective (every rank, same point). One all-gather of what each rank holds decides
@@ -265,21 +266,26 @@ class Checkpointer:
         checkpoint. Raises `RestoreError` when checkpoints exist but none can be loaded (its
         `rejected`: the ones that failed verification). Snapshots newer than the step restored
         are removed. The ``restored`` event names the `source` (memory, peer, persisted).
+
+        `at_most` (default: ``VIGIL_RESTORE_MAX_STEP``, set by the agent when the controller rolls the job back
+        from a silent data corruption): nothing newer than this step is restored, snapshot or checkpoint.
         """
+        if at_most is None:
+            at_most = env.integer(env.RESTORE_MAX_STEP, 0)
         if not self._persister.wait_idle(self.config.persist_timeout_s):
             raise RestoreError("a save is still persisting; cannot restore while it runs")
         self.snapshots.wait(self.config.busy_timeout_s)
         t0 = time.monotonic()
         self._report_planted()
-        step = self._load_snapshot(state, t0)
+        step = self._load_snapshot(state, t0, at_most)
         if step is None:
-            step = self._load_persisted(state)
+            step = self._load_persisted(state, at_most)
         self.snapshots.discard_after(step)
         return step
 
-    def _load_snapshot(self, state: MutableMapping[str, Any], t0: float) -> int | None:
-        newest = self.latest() if self.topology.rank == 0 else None
-        step = choose(self.topology.gather_rows(self.snapshots.row(newest.step if newest else None)))
+    def _load_snapshot(self, state: MutableMapping[str, Any], t0: float, at_most: int | None) -> int | None:
+        newest = self.latest(at_most) if self.topology.rank == 0 else None
+        step = choose(self.topology.gather_rows(self.snapshots.row(newest.step if newest else None)), at_most)
         if step is None:
             return None
         found, sd, error = self.snapshots.find(step), None, ""
@@ -303,12 +309,13 @@ class Checkpointer:
         log.info("restored step %d from the in-memory snapshot %s (%s)", step, snap.path, source)
         return step
 
-    def _load_persisted(self, state: MutableMapping[str, Any]) -> int | None:
+    def _load_persisted(self, state: MutableMapping[str, Any], at_most: int | None) -> int | None:
         if self.topology.rank == 0:  # planted (a marker without the job's key): never read, reported, pruned later
             self._report_rejected(tuple((step, self.layout.path(name), f"{name}: commit marker not made with the "
                                          "job's integrity key") for step, name in self.layout.forged()))
         try:
-            report = load_latest(state, topology=self.topology, layout=self.layout, reader_factory=self._reader)
+            report = load_latest(state, topology=self.topology, layout=self.layout, reader_factory=self._reader,
+                                 at_most=at_most)
         except RestoreError as exc:
             self._report_rejected(exc.rejected)
             raise
@@ -341,9 +348,9 @@ class Checkpointer:
             if rejected:
                 self.events.flush()
 
-    def latest(self) -> Commit | None:
-        """The newest complete checkpoint as this rank sees the directory (no collective)."""
-        committed = self.layout.committed()
+    def latest(self, at_most: int | None = None) -> Commit | None:
+        """The newest complete checkpoint (at or below `at_most`) as this rank sees the directory (no collective)."""
+        committed = [c for c in self.layout.committed() if at_most is None or c.step <= at_most]
         return committed[0] if committed else None
 
     # ---- state -------------------------------------------------------------------------------

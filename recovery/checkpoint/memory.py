@@ -45,14 +45,15 @@ MAX_EVERY = 10_000  # the chosen interval's ceiling
 WRITE_MARGIN = 1.25  # the interval leaves the writer this much more than its median write
 
 
-def choose(rows: Sequence[Sequence[int]]) -> int | None:
-    """The snapshot step to restore, or None (use the persisted checkpoint).
+def choose(rows: Sequence[Sequence[int]], at_most: int | None = None) -> int | None:
+    """The snapshot step to restore, or None (use the persisted checkpoint); none newer than `at_most`.
 
     Each row: ``[persisted step or -1 (rank 0's is used), held snapshot steps..., -1 padding]``.
     """
     if not rows:
         return None
-    common = set.intersection(*({s for s in row[1:] if s >= 0} for row in rows))
+    common = set.intersection(*({s for s in row[1:] if s >= 0 and (at_most is None or s <= at_most)}
+                                for row in rows))
     if not common:
         return None
     best = max(common)

@@ -70,7 +70,9 @@ def load_latest(
     topology: Topology,
     layout: Layout,
     reader_factory: Callable[[str], StorageReader],
+    at_most: int | None = None,
 ) -> RestoreReport | None:
+    """The newest complete checkpoint (none newer than step `at_most`) loaded into `state`: see the module."""
     t0 = time.monotonic()
     listing: tuple[str, Any] = ("ok", [])
     commits: dict[str, Commit] = {}
@@ -80,7 +82,7 @@ def load_latest(
             if old := layout.unverifiable():
                 log.warning("%d checkpoints under %s have a commit marker without digests (an older vigil): "
                             "they are not restored: %s", len(old), layout.store.root, ", ".join(old[:5]))
-            listing = ("ok", [(c.path, c.step) for c in commits.values()])
+            listing = ("ok", [(c.path, c.step) for c in commits.values() if at_most is None or c.step <= at_most])
         except Exception as exc:
             listing = ("error", describe(exc))
     status, payload = topology.from_rank0(listing)

@@ -47,7 +47,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from vigil.contract import Command, RecoveryAction
-from vigil.recovery.controller import relaunch, requests
+from vigil.recovery.controller import relaunch, replay, requests
 from vigil.recovery.controller import steps as st
 from vigil.recovery.controller.admission import Admission
 from vigil.recovery.controller.cite import citation, phrase
@@ -70,7 +70,7 @@ RUNNING = ("starting", "training", "stopping", "diagnosing")
 
 HANDLERS: dict[str, Callable[[st.Ctx, Case], bool]] = {
     "approve": st.approve, "dump": st.dump, "pause": st.pause, "diagnose": diagnose, "cordon": st.cordon,
-    "restart": relaunch.restart, "halt": st.halt, "start": lambda ctx, case: st.restart(ctx, case, "start"),
+    "restart": relaunch.restart, "replay": replay.replay, "halt": st.halt, "start": lambda ctx, case: st.restart(ctx, case, "start"),
 }
 
 
@@ -205,7 +205,7 @@ class Engine:
                              details={"source": t.source, "category": t.category, "summary": t.summary[:500]})])
 
     def _open(self, ctx: st.Ctx, job: Job, t: Trigger, *, merged: list[str] | None = None,
-              cls: str | None = None, hosts: int | None = None) -> None:
+              cls: str | None = None, hosts: int | None = None, rollback: dict[str, Any] | None = None) -> None:
         policy, mode = self.settings.policy, self.settings.mode
         cls = cls or t.cls
         loops = restarts_without_progress(self.state, job) if cls == "software" else 0
@@ -215,6 +215,9 @@ class Engine:
                          explicit=explicit)
         if cls == "resume":
             plan = ["restart"]
+        sdc_case = rollback is None and t.category == replay.SDC and policy.sdc_rollback
+        if sdc_case and (rollback := replay.rollback_of(self.state.incidents.get(t.trigger_id))) is not None:
+            plan = [*(["approve"] if mode == "manual" else []), "pause", "restart", "replay"]  # the rollback
         dry = mode == "dry-run" and cls not in ("start", "resume")
         details: dict[str, Any] = {
             "class": cls, "steps": plan, "mode": mode, "dry_run": dry, "source": t.source, "category": t.category,
@@ -223,6 +226,9 @@ class Engine:
             "culprits": [{"host": c.host, "strong": c.strong, "rank": c.rank, "message": c.message,
                           "from_exit": c.from_exit, **_gpu_fault(c)} for c in t.culprits],
             "fault_classes": list(t.fault_classes)}
+        if rollback is not None:
+            details["rollback"] = rollback
+            details["fault_classes"] = sorted({*t.fault_classes, replay.FAULT_CLASS})  # fleet memory's class sdc
         cited = citation(job.advice, hosts)
         reason = f"{cls}: {t.summary[:500]}"
         if cited is not None:  # the advisor's latest word on the node count, cited (not obeyed)
@@ -346,6 +352,24 @@ class Engine:
         result = "halted" if "halt" in case.plan else "relaunched" if fresh else "resumed"
         ctx.publish([outcome(self.state, case, result, ctx.now, rst.reason if fresh and rst else "")])
         log.info("recovery %s of %s: %s", case.case_id, case.job_id, result)
+        if replay.persistent(case):
+            self._persistent(ctx, case)
+
+    def _persistent(self, ctx: st.Ctx, case: Case) -> None:
+        """The replay found the suspect's hardware: a follow-up case cordons it (within the breaker) and restarts
+        without it, restoring within the same bound (the replay's steps hold the corruption again). Once."""
+        cid, rb = f"{case.case_id}/persistent", dict(case.details.get("rollback") or {})
+        if cid in self.state.cases or not rb:
+            return
+        job, host = self.state.job(case.job_id), str(rb["suspect"])
+        rank = rb.get("rank")
+        t = Trigger(trigger_id=cid, job_id=job.job_id, cls="hardware", source="replay", category=str(replay.SDC),
+                    cause="hardware", culprits=(Culprit(host=host, strong=True, rank=rank if isinstance(rank, int)
+                                                        else None, message="SDC reproduced by the replay"),),
+                    first_sign=ctx.now, detected=ctx.now,
+                    summary=f"silent data corruption on {host} reproduced by the replay of {case.case_id}: persistent",
+                    fault_classes=(replay.FAULT_CLASS,))
+        self._open(ctx, job, t, cls="hardware", rollback=rb)
 
     def _failed(self, ctx: st.Ctx, case: Case, name: str, reason: str) -> None:
         crashed = "did not come up" in reason

@@ -321,6 +321,9 @@ class ClusterState:
             return
         if e.action == "approve" and e.status == "succeeded":
             case.approved_at = e.ts if case.approved_at is None else max(case.approved_at, e.ts)
+        if e.action == "replay":  # the replay's own incidents are its evidence, never a recovery of their own
+            for merged in e.details.get("merged", []):
+                self.merged[str(merged)] = e.incident_id
         step = case.steps.get((e.action, e.target))
         if step is None:
             step = case.steps[(e.action, e.target)] = Step(action=e.action, target=e.target)

@@ -315,14 +315,17 @@ def restart(ctx: Ctx, case: Case, name: str = "restart") -> bool:
         gen = job.generation + 1
         cmds: list[Event] = []
         gpus_out = quarantined_gpus(ctx)
+        bound = restore_bound(case)
         for rank, host in enumerate(plan.hosts):
             world = World(generation=gen, hosts=plan.hosts, node_rank=rank, master_addr=plan.master_addr,
-                          master_port=plan.master_port, quarantined_gpus=gpus_out.get(host, []))
+                          master_port=plan.master_port, quarantined_gpus=gpus_out.get(host, []),
+                          restore_max_step=bound)
             cmds.append(ctx.command(case, host, "start", start_id(job.job_id, gen, host), generation=gen,
                                     world=world, reason=f"{name} on {len(plan.hosts)} hosts"))
         _begin(ctx, case, name, {"generation": gen, "hosts": plan.hosts, "master_addr": plan.master_addr,
                                  "master_port": plan.master_port, "excluded": sorted(exclude),
-                                 "quarantined_gpus": {h: g for h, g in gpus_out.items() if h in plan.hosts}},
+                                 "quarantined_gpus": {h: g for h, g in gpus_out.items() if h in plan.hosts},
+                                 **({} if bound is None else {"restore_max_step": bound})},
                cmds, generation=gen)
         return False
     gen = int(step.started_details.get("generation", job.generation))
@@ -363,8 +366,15 @@ def _resend_starts(ctx: Ctx, case: Case, step: Step, gen: int, hosts: list[str])
                              reason="restart (re-sent)",
                              world=World(generation=gen, hosts=hosts, node_rank=r, master_addr=str(d["master_addr"]),
                                          master_port=int(d["master_port"]),
-                                         quarantined_gpus=list(dict(d.get("quarantined_gpus") or {}).get(h, []))))
+                                         quarantined_gpus=list(dict(d.get("quarantined_gpus") or {}).get(h, [])),
+                                         restore_max_step=restore_bound(case)))
                  for r, h in enumerate(hosts)])
+
+
+def restore_bound(case: Case) -> int | None:
+    """The newest step a rollback's restart may restore (`controller.replay`: an SDC case and its follow-up)."""
+    bound = dict(case.details.get("rollback") or {}).get("restore_max_step")
+    return None if bound is None else int(bound)
 
 
 def start_id(job_id: str, generation: int, host: str) -> str:

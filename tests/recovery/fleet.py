@@ -80,7 +80,10 @@ class Fleet:
                 out += [RecoveryAction(status="succeeded", **ack), self.member(c.host, "waiting", now)]
             elif c.action == "start":
                 assert c.world is not None
-                first = (self.checkpoint or -1) + 1
+                newest = self.checkpoint  # the ranks restore the newest state at or below the rollback's bound
+                if c.world.restore_max_step is not None and newest is not None:
+                    newest = min(newest, c.world.restore_max_step)
+                first = (newest if newest is not None else -1) + 1
                 out += [RecoveryAction(status="succeeded", **ack),
                         self.member(c.host, "starting", now, generation=c.generation, node_rank=c.world.node_rank,
                                     started_at=now, first_step=None, first_step_at=None, last_step=None, steps=0)]

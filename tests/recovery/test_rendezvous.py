@@ -34,6 +34,8 @@ def test_a_command_that_is_not_torchrun_is_left_alone_and_gets_the_env() -> None
     assert fill(["python", "train.py"], WORLD) == ["python", "train.py"]
     env = rendezvous_env(WORLD)
     assert env["VIGIL_NODE_RANK"] == "1" and env["VIGIL_NNODES"] == "2" and env["VIGIL_HOSTS"] == "h0,h1"
+    assert "VIGIL_RESTORE_MAX_STEP" not in env
+    assert rendezvous_env(WORLD.model_copy(update={"restore_max_step": 27}))["VIGIL_RESTORE_MAX_STEP"] == "27"
 
 
 def test_flags_match_torchruns_own_parser() -> None:

@@ -97,6 +97,30 @@ def test_snapshots_keep_k_restore_bitwise_and_beat_an_older_checkpoint(tmp_path:
     assert isinstance(checked, Checkpoint) and checked.source == "memory"
 
 
+def test_a_rollback_restores_nothing_newer_than_its_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 51's SDC rollback: the agent sets VIGIL_RESTORE_MAX_STEP from the start command; the ranks take the
+    newest snapshot or checkpoint at or below it (a newer one may hold the corruption) and drop the newer snapshots."""
+    assert choose([[4, 8, 6], [-1, 8, 6]], at_most=7) == 6
+    assert choose([[4, 8, 6], [-1, 8, 6]], at_most=5) is None  # the checkpoint of step 4, then
+    model, opt, state = job()
+    with Checkpointer(cfg(tmp_path, snapshot_every=2, snapshot_keep=2)) as ckpt:
+        for n in range(1, 9):
+            step(model, opt, state, n)
+            if n in (4, 8):
+                assert ckpt.save(n, state) and ckpt.wait(30)
+            ckpt.snapshot(n, state)
+        assert ckpt.snapshots.wait(30)
+    monkeypatch.setenv("VIGIL_RESTORE_MAX_STEP", "7")
+    with Checkpointer(cfg(tmp_path, snapshot_every=2, snapshot_keep=2)) as again:
+        fresh = job(seed=3)[2]
+        assert again.load_latest(fresh) == 6 and fresh["meta"] == {"step": 6}
+        assert again.last_restore is not None and again.last_restore.source == "memory"
+        assert again.snapshots.find(8) is None  # the abandoned future is gone
+        fresh = job(seed=3)[2]
+        assert again.load_latest(fresh, at_most=5) == 4 and fresh["meta"] == {"step": 4}
+        assert again.last_restore is not None and again.last_restore.source == "persisted"
+
+
 def test_a_corrupt_snapshot_is_never_restored_and_the_checkpoint_is(tmp_path: Path) -> None:
     model, opt, state = job()
     with Checkpointer(cfg(tmp_path, snapshot_keep=1)) as ckpt:

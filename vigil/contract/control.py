@@ -39,6 +39,9 @@ class World(BaseModel):
     quarantined_gpus: list[Annotated[int, Field(ge=0, lt=64)]] = Field(
         default_factory=list, max_length=64,
         description="this host's GPU indices its ranks must not use (the node backend's GPU quarantine)")
+    restore_max_step: U64 | None = Field(
+        default=None, ge=0, description="restore no snapshot or checkpoint newer than this step: a rollback to before "
+        "a silent data corruption (the ranks pick the newest one at or below it)")
 
     @property
     def nnodes(self) -> int:

@@ -186,6 +186,7 @@ class RecoveryStep(StrEnum):
     EVICT = "evict"
     RESTART = "restart"
     RELAUNCH = "relaunch"
+    REPLAY = "replay"  # an SDC rollback's verdict: the replayed steps judged by the replica detector
     NOTIFY = "notify"
     PAGE = "page"
     HALT = "halt"

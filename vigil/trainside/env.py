@@ -42,6 +42,7 @@ NODE_RANK = "VIGIL_NODE_RANK"  # this host's index among them
 MASTER_ADDR = "VIGIL_MASTER_ADDR"  # where rank 0's store listens
 MASTER_PORT = "VIGIL_MASTER_PORT"  # and on which port
 HOSTS = "VIGIL_HOSTS"  # the hosts, comma-separated, in node-rank order
+RESTORE_MAX_STEP = "VIGIL_RESTORE_MAX_STEP"  # restore no snapshot or checkpoint newer than this step (an SDC rollback)
 FR_DUMP_PREFIX = "TORCH_FR_DUMP_TEMP_FILE"  # torch's: Flight Recorder dumps go to <prefix><rank> (set by the agent)
 WARM_SLOT = "VIGIL_WARM_SLOT"  # the local rank a warm interpreter waits to serve (warm launcher; the agent reads /proc)
 RANK = "RANK"  # torchrun's: this process's global rank (torch.distributed's wins once initialised)
