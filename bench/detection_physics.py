@@ -71,6 +71,14 @@ CLASSES: tuple[PhysicsClass, ...] = (
     PhysicsClass(name="hang (one host first)", spec="hang:host={host},start={start}"),
     PhysicsClass(name="heartbeat_loss", spec="heartbeat_loss:host={host},start={start}"),
     PhysicsClass(name="process_exit", spec="process_exit:host={host},start={start},local_rank=3"),
+    # issue 51: numerical faults (slow drift, spike and recover, non-finite, a job-wide loss spike) and silent data
+    # corruption (a replica's digest off its replicas', every 50 steps: persistent, and transient as after a rollback)
+    PhysicsClass(name="grad_drift 0.5%/step (slow)", spec="grad_drift:host={host},start={start},local_rank=2,magnitude=0.005"),
+    PhysicsClass(name="grad_spike x2 for 4 steps", spec="grad_spike:host={host},start={start},local_rank=5,duration=4"),
+    PhysicsClass(name="nan (one rank, then all 2 steps)", spec="nan:host={host},start={start},local_rank=1,duration=3"),
+    PhysicsClass(name="loss_spike +100% over 8 steps", spec="loss_spike:start={start},magnitude=1.0,duration=8"),
+    PhysicsClass(name="sdc (persistent)", spec="sdc:host={host},start={start},local_rank=6"),
+    PhysicsClass(name="sdc_transient", spec="sdc_transient:host={host},start={start},local_rank=3"),
     PhysicsClass(name="healthy control (long)", spec="", steps=900, hosts=64),
     # the false-alarm budget at scale: 4,096 GPUs, >= 30 min of job time (1,700 steps of ~1 s, evaluation pauses
     # and checkpoints): <= 1 false alert per healthy job-hour
@@ -285,13 +293,13 @@ def verdict(per_replay: dict[str, dict[str, Any]], per_live: dict[str, dict[str,
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, default=1, help="jobs per class")
-    ap.add_argument("--classes", default="", help="only classes whose name contains this")
+    ap.add_argument("--classes", default="", help="only classes whose name contains this (or one of these, comma-separated)")
     ap.add_argument("--no-live", dest="live", action="store_false", help="replay only")
     ap.add_argument("--no-append", dest="append", action="store_false", help="print only; do not add to bench/RESULTS.md")
     args = ap.parse_args()
     client = connect(f"chdb://{tempfile.mkdtemp(prefix='vigil-bench-ph-')}", database="vigil")
     migrate_all(client, 3650)
-    classes = [c for c in CLASSES if args.classes in c.name]
+    classes = [c for c in CLASSES if any(part in c.name for part in args.classes.split(","))]
     results = []
     t0 = time.perf_counter()
     for seed in range(args.seeds):
@@ -311,7 +319,7 @@ def main() -> None:
                        machine_info() + "\n\n"
                        "One simulated job per class and seed (48 hosts x 8 GPUs, pp=4, 240 steps with evaluation "
                        "pauses, checkpoints and a stopped tail; the healthy controls 64 hosts x 900 steps and 512 hosts x 1,700 "
-                       "steps), written "
+                       "steps; every rank's step record carries the health signals and, every 50 steps, its replica digest), written "
                        "through the ingest processors into chdb. Replay: every instant over the stored job; live: "
                        "the job arriving step by step, a live cursor turn every 10 s of event time. Alerts of "
                        "warning or worse count; latency = alert event time - fault onset.\n\n" + body

@@ -17,10 +17,17 @@ Kinds and what they do (defaults in brackets):
                     (job-wide, like the MegaScale MFU decline; host= may be omitted or `all`)
     heartbeat_loss  the host goes silent: no heartbeat, NIC, step or log events
     xid             a GPU Xid error (xid=[79]) logged by local_rank=[0], repeated a few times
-    grad_drift      one rank's (local_rank=[0]) local grad norm grows by magnitude [0.02] a step (health.py)
+    grad_drift      one rank's (local_rank=[0]) local grad norm grows by magnitude [0.02] a step (health.py):
+                    slow drift (0.005 takes ~40 steps to stand out)
+    grad_spike      one rank's (local_rank=[0]) local grad norm x (1 + magnitude [1.0]) for `duration` [5]
+                    steps, then back: spike and recover
     nan             one rank's (local_rank=[0]) gradients non-finite at `start`; every rank's for `duration` - 1 after
     loss_spike      the job's loss jumps by magnitude [1.0] (relative) and recovers over `duration` [10] steps
                     (job-wide: host= may be omitted or `all`)
+    sdc             one rank's (local_rank=[0]) parameters corrupted at `start` (a flipped bit): its replica
+                    digest differs from its replicas' at every digest step from then on (health.py)
+    sdc_transient   the same, diverging at the first digest step at or after `start` only (a rollback and
+                    replay of the suspect step restored it)
     process_exit    the training process of local_rank=[0] exits (exit_code=[1]); it restarts after
                     `duration` steps when given
 
@@ -33,10 +40,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 KINDS = ("straggler", "intermittent", "gpu_straggler", "nic_drop", "traffic_stop", "nic_flap", "hang", "mfu_decay",
-         "heartbeat_loss", "xid", "process_exit", "grad_drift", "nan", "loss_spike")
+         "heartbeat_loss", "xid", "process_exit", "grad_drift", "grad_spike", "nan", "loss_spike", "sdc", "sdc_transient")
 JOB_WIDE = ("mfu_decay", "loss_spike")
 _DEFAULT_MAGNITUDE = {"straggler": 0.08, "intermittent": 0.2, "gpu_straggler": 0.08, "nic_drop": 0.7,
-                      "traffic_stop": 1.0, "mfu_decay": 0.3, "grad_drift": 0.02, "loss_spike": 1.0}
+                      "traffic_stop": 1.0, "mfu_decay": 0.3, "grad_drift": 0.02, "grad_spike": 1.0, "loss_spike": 1.0}
 _EXTRA = {"phase", "nic", "ramp", "xid", "local_rank", "exit_code", "gpu", "reason", "fraction", "down", "period", "lag"}
 _INTS = ("ramp", "xid", "local_rank", "exit_code", "gpu")
 _FLOATS = ("fraction", "down", "period", "lag")
@@ -84,7 +91,9 @@ class Fault:
             return "mfu_drift", "job"
         if self.kind == "heartbeat_loss":
             return "heartbeat_loss", self.host
-        if self.kind == "grad_drift":
+        if self.kind in ("sdc", "sdc_transient"):
+            return "replica_mismatch", f"{self.host}/rank{host_index * gpus_per_host + self.int_option('local_rank', 0)}"
+        if self.kind in ("grad_drift", "grad_spike"):
             return "numeric_fault", f"{self.host}/rank{host_index * gpus_per_host + self.int_option('local_rank', 0)}"
         if self.kind == "nan":
             return "numeric_fault", "nonfinite"
@@ -132,7 +141,8 @@ def parse_fault(spec: str) -> Fault:
         raise ValueError(f"--fault {spec!r}: unknown option(s) {', '.join(sorted(unknown))}")
     if start < 0 or (duration is not None and duration < 1):
         raise ValueError(f"--fault {spec!r}: start must be >= 0 and duration >= 1")
-    if kind in ("straggler", "intermittent", "gpu_straggler", "mfu_decay", "grad_drift", "loss_spike") and magnitude <= 0:
+    if kind in ("straggler", "intermittent", "gpu_straggler", "mfu_decay", "grad_drift", "grad_spike",
+                "loss_spike") and magnitude <= 0:
         raise ValueError(f"--fault {spec!r}: magnitude must be > 0")
     if kind == "nic_drop" and not 0 < magnitude <= 1:
         raise ValueError(f"--fault {spec!r}: nic_drop magnitude is the fraction lost, in (0, 1]")

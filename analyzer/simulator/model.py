@@ -65,6 +65,7 @@ class SimConfig:
     quiet_level: float = 0.005  # NIC traffic of a paused job, as a fraction of normal
     gc_prob: float = 0.002  # per TP group and step: a GC-like pause
     tail_s: float = 0.0  # after the last step: the job stopped, agents still report (runner)
+    digest_every: int = 50  # steps between replica digests on the step records (the timer's default; 0: none)
 
 
 class Simulation:
@@ -98,7 +99,7 @@ class Simulation:
         self._silent: frozenset[int] = frozenset()  # hosts silent at the latest step
         self.nodes = NodeReports(job=cfg.job, names=self._names, gpus=g, nics=cfg.nics, start=cfg.start,
                                  heartbeat_s=cfg.heartbeat_s, nic_s=cfg.nic_s, rng=self._rng, new_id=self._id)
-        self._health = HealthModel(lay, cfg.seed)  # its own random stream: the timings stay as they were
+        self._health = HealthModel(lay, cfg.seed, cfg.digest_every)  # its own random stream: the timings stay as they were
         self.flops = BASE_MFU * PEAK_TFLOPS * 1e12 * lay.world_size * cfg.step_ms / 1000
 
     def _id(self) -> str:
