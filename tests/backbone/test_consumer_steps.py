@@ -4,13 +4,15 @@ What each step promises (`vigil.kafka.steps`): decode turns a record into its ev
 it to the offload that claims it); accumulate cuts by size and by age, never while holding, asking for room first;
 write stores one batch in flight, stages the next while waiting and commits the one before first, hands failures to
 the retry; store dead-letters what its writer refuses, naming the record; commit commits each range's next offset,
-nothing once stopped. The broker-backed consumer tests (test_consumer_*.py, test_kafka.py) are the acceptance suite.
+nothing once stopped; a re-cut is planned only for a batch owned whole; a retry retries only transient failures.
+The broker-backed consumer tests (test_consumer_*.py, test_kafka.py) are the acceptance suite.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -18,9 +20,13 @@ from confluent_kafka import TopicPartition
 
 from tests.waiting import wait_until
 from vigil.contract import StepTiming, encode_batch
+from vigil.errors import Unreachable
 from vigil.kafka.batch import Batch, Raw
-from vigil.kafka.batchid import BatchId, OffsetRange, Unstorable
+from vigil.kafka.batchid import BatchId, Intent, OffsetRange, Unstorable
 from vigil.kafka.deadletter import DeadLetter
+from vigil.kafka.failures import ConsumerFailed
+from vigil.kafka.recut import plan
+from vigil.kafka.retry import Retry
 from vigil.kafka.stats import ConsumerStats
 from vigil.kafka.steps.accumulate import Accumulate
 from vigil.kafka.steps.chain import build
@@ -274,3 +280,72 @@ def test_the_chain_carries_a_record_from_decode_to_commit() -> None:
         assert (stats.records, stats.events, stats.rejected, stats.batches) == (2, 3, 1, 1)
     finally:
         chain.close()
+
+
+def intent(*ranges: tuple[int, int, int]) -> Intent:
+    return Intent(ranges=tuple(OffsetRange(topic="t", partition=p, first=f, last=la) for p, f, la in ranges),
+                  at=datetime(2026, 1, 1, tzinfo=UTC))
+
+
+def test_an_uncommitted_batch_is_re_cut_when_owned_whole_else_its_offsets_are_re_checked() -> None:
+    whole = intent((0, 10, 19), (1, 5, 9))
+    recheck: dict[tuple[str, int], int] = {}
+    recut = plan({("t", 0): whole, ("t", 1): whole}, {("t", 0): 10, ("t", 1): 5}, [("t", 0), ("t", 1)], recheck,
+                 busy=False)
+    assert recut is not None and recut.todo == {("t", 0): 19, ("t", 1): 9} and recut.last(("t", 1)) == 9
+    assert not recheck
+    split = plan({("t", 0): whole}, {("t", 0): 10}, [("t", 0)], recheck, busy=False)
+    assert split is None and recheck == {("t", 0): 19}, "partition 1 went elsewhere: re-check, never re-cut"
+    assert plan({("t", 0): whole, ("t", 1): whole}, {("t", 0): 10, ("t", 1): 5}, [("t", 0), ("t", 1)], recheck,
+                busy=True) is None, "one re-cut at a time"
+    assert plan({("t", 0): intent((0, 10, 19))}, {("t", 0): 20}, [("t", 0)], {}, busy=False) is None, "committed"
+
+
+class Idles:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def pause(self) -> bool:
+        self.calls.append("pause")
+        return True
+
+    def keep_alive(self, timeout: float) -> None:
+        self.calls.append(f"alive:{timeout}")
+
+    def resume(self) -> None:
+        self.calls.append("resume")
+
+
+def test_retry_retries_only_transient_failures_with_backoff_while_the_group_is_kept_alive() -> None:
+    stats, idle = ConsumerStats(), Idles()
+    retry = Retry(stats=stats, backoff_s=0.0001, max_backoff_s=0.0002)
+    outcomes: list[Exception | None] = [TimeoutError("down"), Unreachable("still down"), None]
+
+    def write() -> None:
+        assert retry.retrying
+        exc = outcomes.pop(0)
+        if exc is not None:
+            raise exc
+
+    assert retry.attempt(write, 3, idle, None) and not outcomes and not retry.retrying
+    assert idle.calls == ["pause", "alive:0.0001", "alive:0.0002", "resume"] and stats.write_errors == 2
+    with pytest.raises(ConsumerFailed, match="bug") as failed:
+        retry.attempt(write, 3, Idles(), None, failed=KeyError("bug"))
+    assert isinstance(failed.value.__cause__, KeyError) and stats.state == "failed"
+    stop = threading.Event()
+    stop.set()
+    assert not retry.attempt(lambda: (_ for _ in ()).throw(TimeoutError("down")), 1, Idles(), stop), \
+        "stopped while retrying: left unwritten"
+
+
+def test_retry_ends_when_a_rebalance_revokes_the_batch() -> None:
+    retry = Retry(stats=ConsumerStats(), backoff_s=0.0001, max_backoff_s=0.0001)
+    idle = Idles()
+    idle.keep_alive = lambda timeout: setattr(retry, "revoked", True)  # type: ignore[method-assign]
+    written: list[int] = []
+
+    def write() -> None:
+        written.append(1)
+        raise TimeoutError("down")
+
+    assert retry.attempt(write, 1, idle, None) and written == [1], "left to the next owner, not written again"

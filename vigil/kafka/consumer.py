@@ -1,61 +1,32 @@
-"""Consuming events: decode -> validate -> batch (size/time) -> write -> commit after the write.
+"""Consuming events: the source of a chain of steps, decode -> accumulate (size/time) -> write -> commit.
 
-The processing is a chain of steps (`vigil.kafka.steps`: decode, accumulate, write, commit, each with
-`submit/poll/join/close`, listed in `vigil.kafka.steps.chain`); `BatchingConsumer` is the source that feeds it and
-owns what needs the group: subscribing, rebalances, re-cuts of uncommitted batches, retries, pause/resume.
+One consumer group over several topics. The processing is a chain of arroyo-style steps (`vigil.kafka.steps`,
+listed in `vigil.kafka.steps.chain`; each module says what it guarantees): records are decoded (rejects dead-lettered
+with their reason and record), batched by size and age (bounded memory), written with their `BatchId` on a writer
+thread, one batch in flight (backpressure), and their offsets committed only once written, in the order batches
+were cut. An `Offload` (the analyzer's decode process) decodes the records it claims while the batch before is
+written; a `Staging` writer stages the next batch meanwhile. `BatchingConsumer` feeds the chain and owns what needs
+the group:
 
-One consumer group over several topics. Each polled record is decoded (the fast path of
-`vigil.contract.fastwire`, same decisions as the per-event pydantic path); rejected events
-and undecodable records become dead letters. A batch is handed to the `BatchWriter` with
-its identity, a `BatchId`: the offset range it covers on each partition. Only once the
-batch and its dead letters are durably stored are the offsets committed. With `pipeline`
-(the default) a batch is written on a writer thread while the next one is read and decoded
-(the engine releases the GIL while it inserts); one batch is in flight at most, and its
-commit comes before the next batch is handed over, so crash semantics do not change. A
-`Staging` writer is handed the next batch's events once more, on this thread, before it waits
-for the one in flight: work that needs no earlier batch is done there, in the time the engine
-inserts.
+Exactly once. The writer records the batch's ranges (an intent) before writing and inserts under a token derived
+from them. A consumer assigned a partition whose latest intent is not committed re-cuts that very batch and hands
+it over with `first_attempt` set, or marks the batches over those offsets `recheck` (`vigil.kafka.recut`).
 
-Offload. With an `Offload` (the analyzer's decode process) the records it `claim`s are not
-decoded here: a batch's claimed records are handed to it at hand-over, so it decodes them while
-the batch before is written, and the batch goes to an `OffloadWriter` with what it decoded. What
-it declines (or all of it, when it failed) is decoded here before the write, its rejected events
-dead letters; `everything()` gives the whole batch in record order as objects, for a batch the
-writer cannot store from the offload's answer as it is. The identities, intents, commits and
-retries above do not change.
+Retries (`vigil.kafka.retry`). A write, dead-letter write or commit that fails transiently is retried with backoff,
+partitions paused and the group kept alive, `stats.state` "retrying". Anything else raises `ConsumerFailed` out of
+`poll`/`run`: nothing more is written or committed (nor by the revocation of the `close` that follows), and the
+owner (the service) exits non-zero. A stop while a batch is retried commits nothing more (what was read after it
+may still be written: its re-read is deduplicated).
 
-Exactly once. The writer records the batch's ranges (an intent) before writing and inserts
-under a token derived from them. A consumer that is assigned a partition whose latest
-intent is not committed (a crash or a failed commit between write and commit) re-cuts that
-very batch and hands it over with `first_attempt` set, so the writer can make it a no-op
-where the first attempt got through. When it cannot own every partition of that batch (a
-rebalance split them) it marks batches over those offsets `recheck`: the writer checks
-their event_ids against what is stored.
+Rebalances. A revocation writes and commits what is batched, unless a batch is being retried: then nothing is
+committed (the retried batch, the one read after it and the records consumed before are dropped; the partitions'
+next owner reads them again from the last commit, the retried batch's intent telling it how).
 
-Commits. An offset is committed only once every record before it on its partition is
-written or dead-lettered: batches are committed in the order they were cut, each for its own
-ranges only. A stop while a batch's write is retried commits nothing more (what was read after
-it may still be written: its re-read is deduplicated). A rebalance while a batch is being retried (its write keeps failing) commits
-nothing: the retried batch, the one read after it and the records consumed before the
-rebalance are dropped, and the partitions' next owner reads them again from the last
-commit (the retried batch's intent tells it how).
-
-Leaving. `close` first waits (bounded) for a group join in flight to be answered
-(`vigil.kafka.membership`): a member that closes while joining stalls the embedded broker's group
-for minutes.
-
-Errors. A write, dead-letter write or commit that fails with a transient error (the store
-or the broker unavailable, a timeout) is retried with exponential backoff, partitions
-paused and the group kept alive, and `stats.state` says "retrying" with the error.
-Anything else stops the consumer: `ConsumerFailed` is raised out of `poll`/`run` with the
-cause, nothing is committed (nor written or committed by the revocation of the `close` that
-follows: the batches read after the failed one are left to the next owner), and the owner (the
-service) exits non-zero. Events the writer
-can never store (valid by the contract, refused by the store) come back from `write` and
-become dead letters, so one bad value never stalls the stream.
+Leaving. `close` first waits (bounded) for a group join in flight to be answered (`vigil.kafka.membership`): a
+member that closes while joining stalls the embedded broker's group for minutes.
 
     VigilError
-    ├── ConsumerFailed   a non-transient error stopped the consumer (the cause is chained)
+    ├── ConsumerFailed   a non-transient error stopped the consumer (the cause is chained; vigil.kafka.failures)
     └── Unreachable (vigil.errors)
         └── OffloadLost  the offload lost a batch's decoded events: retried, decoded here
 """
@@ -79,6 +50,8 @@ from vigil.kafka.deadletter import DeadLetterSink
 from vigil.kafka.failures import ConsumerFailed, OffloadLost, is_transient
 from vigil.kafka.membership import Membership
 from vigil.kafka.ports import BatchWriter, Deferred, IntentSource, Offload, OffloadWriter, Pending, Staging
+from vigil.kafka.recut import Recut, plan
+from vigil.kafka.retry import Retry
 from vigil.kafka.stats import ConsumerStats
 from vigil.kafka.steps.chain import build
 from vigil.settings import VigilSettings
@@ -89,16 +62,6 @@ _Batch = Batch  # (the name the offload's pure test knows)
 __all__ = ["BatchId", "BatchWriter", "BatchingConsumer", "ConsumerFailed", "ConsumerStats", "Deferred", "Intent",
            "IntentSource", "Offload", "OffloadLost", "OffloadWriter", "OffsetRange", "Partition", "Pending",
            "Staging", "Unstorable", "is_transient"]
-
-
-@dataclass
-class _Replay:
-    intent: Intent
-    todo: dict[Partition, int]  # partitions of the batch still being re-read -> its last offset there
-    started: float = field(default_factory=time.monotonic)
-
-    def last(self, tp: Partition) -> int | None:
-        return next((r.last for r in self.intent.ranges if (r.topic, r.partition) == tp), None)
 
 
 @dataclass(kw_only=True)
@@ -138,24 +101,24 @@ class BatchingConsumer:
                             retry=lambda batch, bid, exc: self._flush_with_retry(self._stop, batch, bid, failed=exc))
         self._recheck = self._chain.commit.recheck  # partition -> last offset an earlier owner may have stored
         self._stop: threading.Event | None = None  # the one of the poll or run in progress (None: a revocation)
-        self._replay_: _Replay | None = None
+        self._replay_: Recut | None = None
         self._held: list[Raw] = []  # records read while a replayed batch is completed
         self._paused: set[Partition] = set()
-        self._retrying = False  # a batch's write is failing: nothing read after it may be committed
+        self._retry = Retry(stats=self.stats, backoff_s=self.retry_backoff_s, max_backoff_s=self.max_backoff_s)
+        self._retry_paused: list[TopicPartition] = []
         self._rebalances = 0  # revocations seen: records consumed before one are stale
-        self._revoked = False  # the partitions were revoked while it was: it is left to their next owner
         self._membership = Membership()  # a close while joining waits for the join (`vigil.kafka.membership`)
         self._consumer.subscribe([self.settings.topic(t) for t in self.topics],
                                  on_assign=self._membership.assigned(self._on_assign),
                                  on_revoke=self._membership.revoked(self._on_revoke))
 
     @property
-    def _replay(self) -> _Replay | None:
+    def _replay(self) -> Recut | None:
         """The uncommitted batch being re-cut; while there is one the chain cuts no batch of its own."""
         return self._replay_
 
     @_replay.setter
-    def _replay(self, replay: _Replay | None) -> None:
+    def _replay(self, replay: Recut | None) -> None:
         self._replay_ = replay
         self._chain.accumulate.holding = replay is not None
 
@@ -163,7 +126,7 @@ class BatchingConsumer:
     def _batch(self) -> Batch:
         return self._chain.accumulate.batch
 
-    def _cut(self, replay: _Replay | None) -> tuple[Batch, BatchId]:
+    def _cut(self, replay: Recut | None) -> tuple[Batch, BatchId]:
         """The batch being accumulated and its identity (a re-cut's: its intent's); a new batch starts."""
         batch = self._chain.accumulate.take()
         self._chain.write.prefetch(batch)
@@ -189,28 +152,16 @@ class BatchingConsumer:
             key = (str(part.topic), int(part.partition))
             if key in intents and committed.get(key, -1) < 0 and self.from_beginning:
                 committed[key] = int(consumer.get_watermark_offsets(part, timeout=10)[0])
-        owned = set(tps)
-        pending: dict[tuple[OffsetRange, ...], Intent] = {}
-        for tp, intent in intents.items():
-            rng = next(r for r in intent.ranges if (r.topic, r.partition) == tp)
-            if committed.get(tp, -1) <= rng.last:  # written (maybe), never committed
-                pending[intent.ranges] = intent
-        for intent in pending.values():
-            ours = all((r.topic, r.partition) in owned and committed.get((r.topic, r.partition)) == r.first
-                       for r in intent.ranges)
-            if ours and self._replay is None:
-                self._replay = _Replay(intent=intent, todo={(r.topic, r.partition): r.last for r in intent.ranges})
-                log.info("re-cutting an uncommitted batch of %d partition(s) first recorded at %s",
-                         len(intent.ranges), intent.at.isoformat())
-            else:
-                for r in intent.ranges:
-                    if (r.topic, r.partition) in owned:
-                        self._recheck[(r.topic, r.partition)] = max(r.last, self._recheck.get((r.topic, r.partition), -1))
+        recut = plan(intents, committed, tps, self._recheck, busy=self._replay is not None)
+        if recut is not None:
+            self._replay = recut
+            log.info("re-cutting an uncommitted batch of %d partition(s) first recorded at %s",
+                     len(recut.intent.ranges), recut.intent.at.isoformat())
 
     def _on_revoke(self, _consumer: Consumer, _partitions: list[TopicPartition]) -> None:
         self._rebalances += 1
-        if self._retrying:  # an earlier batch is unwritten: committing the current one would skip it
-            self._revoked = True
+        if self._retry.retrying:  # an earlier batch is unwritten: committing the current one would skip it
+            self._retry.revoked = True
             log.warning("partitions revoked while a batch write is retried: it and %d record(s) after it are "
                         "left to the next owner", len(self._batch))
         self._abandon_replay()
@@ -218,7 +169,7 @@ class BatchingConsumer:
         try:
             if not self._chain.commit.stopped:  # after a failure nothing is written or committed here
                 self._chain.write.join()
-                if len(self._batch) and not self._retrying:
+                if len(self._batch) and not self._retry.retrying:
                     self._chain.commit.submit(self._chain.store(*self._cut(None)))
         except Exception as exc:  # the next owner re-reads what we could not commit (its intent says how)
             log.warning("flush on rebalance failed, batch will be re-read: %s", one_line(exc))
@@ -319,49 +270,29 @@ class BatchingConsumer:
 
     def _flush_with_retry(self, stop: threading.Event | None, batch: Batch, bid: BatchId,
                           failed: Exception | None = None) -> None:
-        """Store and commit `batch`, retrying transient failures (the same BatchId: a no-op where it got through)."""
-        paused: list[TopicPartition] = []
-        backoff = self.retry_backoff_s
-        self._retrying, self._revoked = True, False
-        try:
-            while True:
-                try:
-                    if failed is not None:
-                        exc, failed = failed, None
-                        raise exc
-                    if self._revoked:  # its partitions went to a rebalance: their next owner reads it again
-                        self.stats.state = "running"
-                        break
-                    self._chain.commit.submit(self._chain.store(batch, bid))
-                    break
-                except Exception as exc:
-                    self.stats.write_errors += 1
-                    if not is_transient(exc):
-                        self.stats.state = "failed"
-                        self.stats.last_error = f"stopped: {one_line(exc)}"
-                        log.error("batch write failed (%d events), stopping: %s", len(batch), exc)
-                        raise ConsumerFailed(f"ingest stopped: {one_line(exc)}") from exc
-                    self.stats.state = "retrying"
-                    self.stats.last_error = f"retrying in {backoff:.1f} s: {one_line(exc)}"
-                    log.warning("batch write failed (%d events), retrying in %.1f s: %s",
-                                len(batch), backoff, one_line(exc))
-                    if not paused:
-                        paused = self._consumer.assignment()
-                        self._consumer.pause(paused)
-                    if stop is not None and stop.is_set():
-                        self._chain.commit.stopped = True  # stopped with it unwritten: no later batch may be committed
-                        return
-                    for msg in self._consumer.consume(num_messages=100, timeout=backoff):  # keeps the group alive
-                        if msg.error() is None:  # (only from a partition assigned meanwhile) kept for later
-                            self._held.append((str(msg.topic()), int(msg.partition() or 0), int(msg.offset() or 0),
-                                               int(msg.timestamp()[1]), msg.value()))
-                    backoff = min(self.max_backoff_s, backoff * 2)
-        finally:
-            self._retrying = False
-            if paused:  # (harmless for partitions a rebalance took away)
-                self._consumer.resume(paused)
+        """Store and commit `batch`, retrying transient failures (`vigil.kafka.retry`)."""
+        if not self._retry.attempt(lambda: self._chain.commit.submit(self._chain.store(batch, bid)), len(batch),
+                                   self, stop, failed):
+            self._chain.commit.stopped = True  # stopped with it unwritten: no later batch may be committed
+            return
         if self._held and self._replay is None:
             self._after_replay()
+
+    # ------------------------------------------------------------------ `Idle`: the group kept alive while retrying
+    def pause(self) -> bool:
+        self._retry_paused = self._consumer.assignment()
+        if self._retry_paused:
+            self._consumer.pause(self._retry_paused)
+        return bool(self._retry_paused)
+
+    def keep_alive(self, timeout: float) -> None:
+        for msg in self._consumer.consume(num_messages=100, timeout=timeout):
+            if msg.error() is None:  # (only from a partition assigned meanwhile) kept for later
+                self._held.append((str(msg.topic()), int(msg.partition() or 0), int(msg.offset() or 0),
+                                   int(msg.timestamp()[1]), msg.value()))
+
+    def resume(self) -> None:
+        self._consumer.resume(self._retry_paused)
 
     def run(self, stop: threading.Event) -> None:
         """Consume until `stop` is set, then write and commit what is batched; ConsumerFailed on a fatal error."""

@@ -2,9 +2,9 @@
 
 Its size counts events, dead letters and the offload's estimate of what it claimed, so a batch is bounded whichever
 process decodes (bounded memory). A cut hands the batch to the next step and starts a new one; while `holding` (the
-consumer completes a re-cut batch) nothing is cut here: the consumer cuts it with `take`. A cut first asks the
-next step to make room for the batch (backpressure), then takes it: records re-read while waiting join it. Records keep the order
-they were read in; nothing is committed here.
+consumer completes a re-cut batch) nothing is cut here: the consumer cuts it with `take`. A cut first asks the next
+step to make room for the batch (backpressure), then takes it: records re-read while waiting join it. Records keep
+the order they were read in; nothing is committed here.
 """
 
 from __future__ import annotations

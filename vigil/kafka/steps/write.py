@@ -3,11 +3,11 @@
 The hand-over of a batch: its claimed records go to the offload (decoded while the batch before is written), a
 `Staging` writer stages its events, then the batch in flight is waited for and passed on (its commit comes before
 the next batch is handed over, so crash semantics do not change), then the batch gets its identity and is written.
-The batch is cut only after that wait (`make_room`, then `submit`): records re-read
-meanwhile join it, and a rebalance meanwhile (it may drop the batch being read) is seen by the cut. Backpressure:
-the hand-over returns once the batch before is written and committed. A failed write (or commit) goes to `retry`,
-which retries transient failures of that same batch or raises; without `pipeline` every batch is written through
-`retry`, on the caller's thread.
+The batch is cut only after that wait (`make_room`, then `submit`): records re-read meanwhile join it, and a
+rebalance meanwhile (it may drop the batch being read) is seen by the cut. Backpressure: the hand-over returns once
+the batch before is written and committed. A failed write (or commit) goes to `retry`, which retries transient
+failures of that same batch or raises; without `pipeline` every batch is written through `retry`, on the caller's
+thread.
 """
 
 from __future__ import annotations
