@@ -349,3 +349,16 @@ def test_retry_ends_when_a_rebalance_revokes_the_batch() -> None:
         raise TimeoutError("down")
 
     assert retry.attempt(write, 1, idle, None) and written == [1], "left to the next owner, not written again"
+
+
+def test_the_chain_writes_to_a_writer_swapped_after_it_was_built() -> None:
+    stats, first, second = ConsumerStats(), Refuses(), Refuses()
+    chain = build(stats=stats, writer=first, dead_letters=Letters(), max_events=1, max_s=3600,
+                  commit=lambda tps: None, retry=lambda *a: pytest.fail(f"retried: {a}"))
+    try:
+        chain.use(second)
+        chain.decode.submit(raw(0, steps(1)))
+        chain.write.join()
+        assert not first.written and second.written == [0]
+    finally:
+        chain.close()

@@ -112,6 +112,12 @@ class BatchingConsumer:
                                  on_assign=self._membership.assigned(self._on_assign),
                                  on_revoke=self._membership.revoked(self._on_revoke))
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        """A writer swapped after the start (as the old class read it at each batch) is the chain's from the next."""
+        super().__setattr__(name, value)
+        if name == "writer" and "_chain" in self.__dict__:
+            self._chain.use(value)
+
     @property
     def _replay(self) -> Recut | None:
         """The uncommitted batch being re-cut; while there is one the chain cuts no batch of its own."""

@@ -33,6 +33,11 @@ class Chain:
     store: Store  # the handler, for the source's synchronous writes (a retry, a re-cut, a revocation)
     commit: Commit
 
+    def use(self, writer: BatchWriter) -> None:
+        """Write to `writer` from the next batch on (its abilities taken up again)."""
+        self.store.writer = writer
+        self.write.staging = writer if self.write.pipeline and isinstance(writer, Staging) else None
+
     def poll(self) -> None:
         """The due work, tail first: a written batch committed, then a full or old batch cut."""
         self.write.poll()
