@@ -3,12 +3,12 @@
     VigilError
     ├── SettingsError (also ValueError)    a bad setting value; names the setting (vigil.settings)
     ├── Unreachable                        a broker / ClickHouse / service did not answer
-    │   ├── OffloadLost                    the ingest's decode child died with a batch (vigil.kafka.consumer)
+    │   ├── OffloadLost                    the ingest's decode child died with a batch (vigil.kafka.failures)
     │   └── ReadIncomplete                 a topic could not be read to its end in time (vigil.kafka.reader)
     ├── DeliveryError                      Kafka did not accept events in time
     ├── MigrationError                     a ClickHouse migration failed
     ├── StackError                         the embedded stack could not start or stop
-    ├── ConsumerFailed                     a non-transient error stopped a consumer; nothing committed (vigil.kafka.consumer)
+    ├── ConsumerFailed                     a non-transient error stopped a consumer; nothing committed (vigil.kafka.failures)
     ├── KeyStoreError                      a signing key is missing, unreadable or malformed (vigil.signing.keys)
     ├── RegistryError                      the local cordon registry could not be read or written (vigil.cordons)
     ├── RecoveryError                      the recovery controller's errors (vigil.recovery.errors)

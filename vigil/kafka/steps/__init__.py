@@ -1,0 +1,8 @@
+"""A consumer's processing steps, arroyo-style: each one job, each `submit`/`poll`/`join`/`close`.
+
+The chain (`vigil.kafka.steps.chain.build`, the one place it is listed):
+
+    polled record -> Decode -> Accumulate (size/time bound) -> Write (the writer, one batch in flight) -> Commit
+
+`vigil.kafka.consumer.BatchingConsumer` is the source that feeds it (the group, rebalances, re-cuts, retries).
+"""
