@@ -1,4 +1,4 @@
-"""The Slurm backend against a real Slurm: munged, slurmctld and three slurmd on this machine (tests/slurm_cluster.py)."""
+"""The Slurm backend against a real Slurm: munged, slurmctld and three slurmd on this machine (tests/support/slurm_cluster.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.slurm_cluster import SlurmCluster
-from tests.waiting import wait_until
+from tests.support.slurm_cluster import SlurmCluster
+from tests.support.waiting import wait_until
 from vigil.recovery.backends.slurm import SlurmBackend, SlurmSettings, SubprocessCli
 from vigil.recovery.backends.slurm.allocation import Allocation, hostnames, relaunch_argv, running
 

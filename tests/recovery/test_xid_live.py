@@ -8,9 +8,9 @@ training resumes on h0 and h1. No analyzer runs: the agents' attested reports de
 from __future__ import annotations
 
 import pytest
-from live import Live, worker
-from test_recovery_live import cordoned, training
 
+from tests.support.live import Live, worker
+from tests.support.recovery_waits import cordoned, training
 from vigil.contract import LogLine, Member
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(500)]

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.waiting import wait_until
+from tests.support.waiting import wait_until
 from vigil.app.demo.run import kill_tree
 from vigil.contract import Event, Outcome, RecoveryAction
 from vigil.kafka.follow import Follower
@@ -29,7 +29,7 @@ from vigil.signing import KeyStore, Role
 from vigil.signing.setup import signer
 
 ROOT = Path(__file__).resolve().parents[2]
-HERE = Path(__file__).parent
+HERE = ROOT / "tests" / "recovery"  # the worker scripts (job_worker.py, fake_train.py, snap_worker.py)
 PY = sys.executable
 FAST = {  # the controller's timings for tests: act at once, short grace periods
     "VIGIL_RECOVERY_POLICY_SETTLE_S": "0", "VIGIL_RECOVERY_FORM_WAIT_S": "2", "VIGIL_RECOVERY_TICK_S": "0.2",
