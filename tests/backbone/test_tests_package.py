@@ -18,6 +18,24 @@ def python_files() -> list[Path]:
     return sorted(p for p in TESTS.rglob("*.py") if "__pycache__" not in p.parts)
 
 
+def is_sys_path(node: ast.AST) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == "path" and isinstance(node.value, ast.Name) \
+        and node.value.id == "sys"
+
+
+def changes_sys_path(node: ast.AST) -> bool:
+    """`sys.path.insert(...)` (any method call on it), `sys.path = ...`, `sys.path[:0] = ...`, `sys.path += ...`,
+    `del sys.path[0]`; reading it (a child's PYTHONPATH built from it) is fine."""
+    if isinstance(node, ast.Call):
+        return isinstance(node.func, ast.Attribute) and is_sys_path(node.func.value)
+    targets: list[ast.expr] = []
+    if isinstance(node, ast.Assign | ast.Delete):
+        targets = node.targets
+    elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+        targets = [node.target]
+    return any(is_sys_path(t) or (isinstance(t, ast.Subscript) and is_sys_path(t.value)) for t in targets)
+
+
 def violations(source: str, local: set[str]) -> list[str]:
     """What `source` does against the rules; `local` holds the module names of the files under tests/."""
     found: list[str] = []
@@ -31,9 +49,8 @@ def violations(source: str, local: set[str]) -> list[str]:
                 found.append(f"line {node.lineno}: imports sys.path")
         elif isinstance(node, ast.ImportFrom) and node.level > 0:
             found.append(f"line {node.lineno}: relative import (spell the package path)")
-        elif isinstance(node, ast.Attribute) and node.attr == "path" and isinstance(node.value, ast.Name) \
-                and node.value.id == "sys":
-            found.append(f"line {node.lineno}: sys.path")
+        elif changes_sys_path(node):
+            found.append(f"line {node.lineno}: changes sys.path")
         for module in modules:
             parts = module.split(".")
             if parts[0] != "tests" and parts[0] in local:
@@ -54,6 +71,8 @@ def test_the_rules_catch_what_they_forbid() -> None:
     assert len(violations("def f():\n    import sys\n    sys.path[:0] = ['x']", local)) == 1
     assert len(violations("from sys import path", local)) == 1
     assert len(violations("from .waiting import wait_for", local)) == 1
+    assert len(violations("import sys\nsys.path = ['x']\nsys.path += ['y']\ndel sys.path[0]", local)) == 3
+    assert violations("import os, sys\nenv = os.pathsep.join(p for p in sys.path if p)", local) == []
 
 
 def test_no_test_code_imports_by_bare_name_or_a_test_module_or_touches_sys_path() -> None:
