@@ -26,7 +26,7 @@ browser:
 	  else echo "note: chromium-driver missing and not root; browser tests will be skipped"; fi; \
 	fi
 
-# Slurm and munge for the Slurm backend's tests (tests/slurm_cluster.py starts its own daemons; needs root).
+# Slurm and munge for the Slurm backend's tests (tests/support/slurm_cluster.py starts its own daemons; needs root).
 slurm:
 	@if ! command -v slurmctld >/dev/null 2>&1 || ! command -v munged >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ]; then \

@@ -40,8 +40,8 @@ from vigil.clickhouse.client import connect, open_client
 from vigil.contract import encode_batch
 from vigil.contract.fastwire import decode_fast
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "analyzer"))
-from crafted import heartbeats, nic, steps  # type: ignore[import-not-found]
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.support.crafted import heartbeats, nic, steps  # type: ignore[import-not-found]
 
 N = 20_000
 ARROW = {"ts": pa.timestamp("ms", tz="UTC"), "phases": pa.map_(pa.string(), pa.float64()),

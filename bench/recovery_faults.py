@@ -45,8 +45,7 @@ def run_job(n: int, bootstrap: str, work: Path, stall_s: float, faults: list[str
     A fault is armed `gap_s` after the previous one was recovered (faults minutes apart are the common case;
     one within seconds of a restart finds the next generation's warm interpreters still importing: the agents
     start them `warm_refill_delay_s` after a start, so as not to slow it)."""
-    from live import HERE, PY, Live  # tests/recovery/live.py: controller + agents as processes
-
+    from tests.support.live import HERE, PY, Live  # tests/support/live.py: controller + agents as processes
     from vigil.kafka.admin import ensure_topics
     from vigil.settings import VigilSettings
 

@@ -32,7 +32,6 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests" / "recovery"))
 
 from analyzer_common import append_results, machine_info  # noqa: E402
 from recovery_faults import run_job  # noqa: E402

@@ -11,7 +11,7 @@ the embedded Tansu 0.6.0 answers ListOffsets(latest) (the high watermark, what `
 (1,553 for a partition whose last offset is 1,599), so a lag computed from it reads 0 while
 records are still unread, and a run stopped then counted them as lost:
 
-* **poison corpus**: the 308 cases of tests/chaos/poison.py, then 20,000 valid step events;
+* **poison corpus**: the 308 cases of tests/support/poison.py, then 20,000 valid step events;
 * **analyzer SIGKILLed mid-batch**: 20,000 valid step events in records of 100; the analyzer is
   killed (-9) twice while it is storing them, restarted each time;
 * **controller SIGKILLed mid-recovery** and **notifier SIGKILLed mid-batch with its receiver down**:
@@ -45,13 +45,11 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, ConsumerGroupTopicPartit
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-sys.path.insert(0, str(ROOT / "tests" / "chaos"))
-sys.path.insert(0, str(ROOT / "tests" / "recovery"))  # live.py's own imports
 
 from analyzer_common import append_results, machine_info  # noqa: E402
-from poison import corpus  # noqa: E402
 from reliability_services import controller_row, notifier_row  # noqa: E402
 
+from tests.support.poison import corpus  # noqa: E402
 from vigil.contract import StepTiming  # noqa: E402
 from vigil.kafka.admin import admin_client, ensure_topics  # noqa: E402
 from vigil.kafka.broker import EmbeddedBroker  # noqa: E402

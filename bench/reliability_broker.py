@@ -26,13 +26,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests" / "chaos"))
 
 from analyzer_common import append_results, machine_info  # noqa: E402
-from services import analyzer_service, chaos_job, spooled_steps, stored_steps  # noqa: E402
 
-from tests.recovery.live import Live  # noqa: E402
-from tests.waiting import wait_until  # noqa: E402
+from tests.support.live import Live  # noqa: E402
+from tests.support.services import analyzer_service, chaos_job, spooled_steps, stored_steps  # noqa: E402
+from tests.support.waiting import wait_until  # noqa: E402
 from vigil.analyzer.ingest.loop import INGEST_TOPICS  # noqa: E402
 from vigil.kafka.admin import ensure_topics  # noqa: E402
 from vigil.kafka.broker import EmbeddedBroker  # noqa: E402

@@ -31,13 +31,13 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "recovery")]  # the test harness it drives; live.py's own imports
+sys.path[:0] = [str(ROOT)]  # the test harness it drives; live.py's own imports
 
 from tests.notify.events import alert  # noqa: E402
-from tests.notify.receiver import Receiver  # noqa: E402
-from tests.recovery.live import Live, fake_train  # noqa: E402
-from tests.recovery.test_recovery_live import incident, training  # noqa: E402
-from tests.signed import sealed  # noqa: E402
+from tests.support.live import Live, fake_train  # noqa: E402
+from tests.support.receiver import Receiver  # noqa: E402
+from tests.support.recovery_waits import incident, training  # noqa: E402
+from tests.support.signed import sealed  # noqa: E402
 from vigil.contract import Outcome, RecoveryAction  # noqa: E402
 from vigil.kafka.admin import ensure_topics  # noqa: E402
 from vigil.kafka.producer import EventProducer  # noqa: E402

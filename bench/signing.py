@@ -7,7 +7,7 @@ carries the signature) and to verify one (canonical JSON + key lookup + Ed25519 
 
     python bench/signing.py [--n 2000] [--repeats 5] [--hosts 64] [--no-append]
 
-And per recovery: the controller's engine (pure, agents simulated as in tests/recovery/fleet.py)
+And per recovery: the controller's engine (pure, agents simulated as in tests/support/fleet.py)
 recovers a `--hosts`-host job from a hardware fault (pause, diagnose, cordon, restart); every
 decision it published and the incident that started it are signed once and verified once per
 reader (a command by its agent; a step, plan or outcome by the controller's fold, the notifier and
@@ -70,8 +70,8 @@ def best_us(fn: Callable[[], object], n: int, repeats: int) -> float:
 
 def recovery_cost(store: KeyStore, ring: KeyRing, hosts: int, repeats: int) -> tuple[int, float, float]:
     """(decisions, sign ms, verify ms) of one simulated hardware-fault recovery of a `hosts`-host job."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "recovery"))
-    from fleet import Fleet, Harness, incident  # type: ignore[import-not-found]
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.support.fleet import Fleet, Harness, incident  # type: ignore[import-not-found]
 
     with tempfile.TemporaryDirectory() as tmp:
         fleet = Fleet(job="bench", hosts=[f"h{i}" for i in range(hosts)], nodes=(hosts // 2, hosts, 1))

@@ -16,16 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from vigil.clickhouse.migrations import MigrationSet
+from tests.support.databases import FIXTURE_TTL_DAYS
 from vigil.settings import VigilSettings
 
 CONTAINERS = os.environ.get("VIGIL_TEST_CONTAINERS") == "1"
 # Fixtures carry fixed dates (2026-11-01 ...): the wire's freshness window must not age them out.
 # The window itself is tested with its default (tests/backbone/test_contract.py sets it back).
 os.environ.setdefault("VIGIL_CONTRACT_MAX_AGE_DAYS", "36500")
-# ... nor the tables' TTL delete them (ClickHouse drops rows past it on its next merge, within a second):
-# test databases keep ten years. (Not 36500: the TTL date would wrap past DateTime's 2106.)
-FIXTURE_TTL_DAYS = 3650
 
 
 @pytest.fixture(scope="session")
@@ -87,15 +84,3 @@ def database(clickhouse_dsn: str) -> str:
     name = f"t_{uuid.uuid4().hex[:10]}"
     migrate_all(connect(clickhouse_dsn, database=name), FIXTURE_TTL_DAYS)
     return name
-
-
-def analyzer_migrations_before(folder: Path, number: int) -> MigrationSet:
-    """The analyzer's migrations numbered below `number`, copied into `folder`: a store as an older release left it."""
-    from vigil.analyzer import schema
-
-    older = folder / f"before_{number:04d}"
-    older.mkdir(exist_ok=True)
-    for path in schema.MIGRATIONS.directory.glob("*.sql"):
-        if int(path.name[:4]) < number:
-            (older / path.name).write_text(path.read_text())
-    return MigrationSet(owner="analyzer", directory=older, ids=schema.MIGRATIONS.ids, more=schema.MIGRATIONS.more)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from advisor_sim import CURVES, history, knee_of
 
+from tests.analyzer.advisor_sim import CURVES, history, knee_of
 from vigil.analyzer.advisor.core import StepPoint, advise, curve
 from vigil.analyzer.advisor.hosts import HostPoint, hosts, robust_z
 from vigil.analyzer.advisor.score import predict, score

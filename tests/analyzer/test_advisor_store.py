@@ -11,8 +11,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from advisor_sim import RANKS_PER_NODE, TOKENS_PER_RANK, knee_of
 
+from tests.analyzer.advisor_sim import RANKS_PER_NODE, TOKENS_PER_RANK, knee_of
 from vigil.analyzer.advisor.query import recommend
 from vigil.analyzer.ingest.writer import ClickHouseWriter
 from vigil.app.cli import advise as cli

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.backbone.test_fastwire import records
+from tests.support.wire_records import records
 from vigil.analyzer.ingest.blocks import UNMERGED
 from vigil.analyzer.ingest.processors import process
 from vigil.analyzer.ingest.writer import ClickHouseWriter

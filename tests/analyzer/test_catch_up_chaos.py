@@ -17,8 +17,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from test_live_equals_replay import as_live, by_job, judged_to_the_end, key, live, simulation
 
+from tests.support.replay import as_live, by_job, judged_to_the_end, key, live, simulation
 from vigil.analyzer.alerts.view import read_alert_events
 from vigil.analyzer.engine import replay
 from vigil.analyzer.settings import AnalyzerSettings, HangSettings

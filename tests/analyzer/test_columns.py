@@ -8,9 +8,9 @@ from typing import Any
 
 import msgspec
 import pytest
-from crafted import steps
 
-from tests.backbone.test_fastwire import columnar_records, records
+from tests.support.crafted import steps
+from tests.support.wire_records import columnar_records, records
 from vigil.analyzer.ingest.blocks import BlockInserter, columns
 from vigil.analyzer.ingest.columns import BUILDERS, FROM_COLUMNS
 from vigil.analyzer.ingest.processors import KINDS, process

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from crafted import T0, heartbeats, nic, steps
 
+from tests.support.crafted import T0, heartbeats, nic, steps
 from vigil.contract import SPECS, Event, GpuState, validate_event
 from vigil.kafka.producer import EventProducer
 from vigil.settings import VigilSettings
@@ -129,4 +129,3 @@ def test_restart_resumes_from_committed_offsets(topics: VigilSettings, tmp_path:
         time.sleep(0.1)
     out, _ = worker("count", topics, dsn).communicate(timeout=120)
     assert json.loads(out.strip().splitlines()[-1])["step_timings"] == [4 * 2 * 10] * 2
-

@@ -6,27 +6,17 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from crafted import T0, heartbeats, nic, steps
 
+from tests.support.crafted import T0, heartbeats, nic, steps
+from tests.support.detectors import caught_up, load, run
 from vigil.analyzer.alerts.book import AlertBook
-from vigil.analyzer.engine import LiveCursor, evaluate, job_clocks, replay
+from vigil.analyzer.engine import LiveCursor, evaluate, job_clocks
 from vigil.analyzer.ingest.writer import ClickHouseWriter
 from vigil.analyzer.settings import AnalyzerSettings
 from vigil.clickhouse.client import connect
-from vigil.contract import Alert, Event, LogLine, ProcessExit
+from vigil.contract import Event, LogLine, ProcessExit
 
 pytestmark = pytest.mark.clickhouse
-
-
-def load(dsn: str, db: str, events: list[Event]) -> ClickHouseWriter:
-    w = ClickHouseWriter(client=connect(dsn, database=db))
-    for i in range(0, len(events), 50_000):
-        w.write(events[i:i + 50_000])
-    return w
-
-
-def run(dsn: str, db: str, job: str, **overrides: object) -> list:  # type: ignore[type-arg]
-    return replay(connect(dsn, database=db), AnalyzerSettings(**overrides), job)  # type: ignore[arg-type]
 
 
 def fingerprints(alerts: list[Any], status: str = "firing") -> set[str]:
@@ -215,15 +205,6 @@ def test_pipeline_stages_are_peers_even_before_the_job_registration_arrives(clic
                                          step_ms=sum(phases.values()), phases=phases, ts=T0 + timedelta(seconds=s + 1)))
     load(clickhouse_dsn, database, events)
     assert [a.fingerprint for a in run(clickhouse_dsn, database, "pp4") if a.alert == "straggler"] == []
-
-
-def caught_up(cursor: LiveCursor, client: Any, frontier: datetime | None = None,
-              topics: dict[str, datetime] | None = None) -> list[Alert]:
-    """Turns of the live cursor until nothing waits (each turn is bounded by its budget)."""
-    out = cursor.turn(client, frontier=frontier, topics=topics)
-    while cursor.backlog:
-        out += cursor.turn(client, frontier=frontier, topics=topics)
-    return out
 
 
 def test_heartbeats_first_stored_after_the_turn_read_its_clock_are_arriving_not_lost(clickhouse_dsn: str,

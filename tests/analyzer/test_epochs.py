@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from crafted import T0, steps
-from test_detectors import load, run
 
+from tests.support.crafted import T0, steps
+from tests.support.detectors import load, run
 from vigil.analyzer.detect.base import Epoch
 from vigil.analyzer.detect.epoch import SpanRow, fold
 from vigil.analyzer.ingest.processors import process

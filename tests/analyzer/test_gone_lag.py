@@ -7,9 +7,10 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from test_detectors import caught_up, load
 
-from tests.longjob import selected
+from tests.support.detectors import caught_up, load
+from tests.support.gone_lag import sql_time, steps_insert
+from tests.support.longjob import selected
 from vigil.analyzer import delivery
 from vigil.analyzer.alerts.book import AlertBook
 from vigil.analyzer.clock import _clock, job_clocks
@@ -49,21 +50,10 @@ def test_a_source_with_its_own_gone_lag_is_let_go_when_the_job_leads_it_by_that(
     assert c.watermark == T0 + timedelta(seconds=60)
 
 
-def _at(t: datetime) -> str:
-    return f"toDateTime64('{t:%Y-%m-%d %H:%M:%S.%f}', 3, 'UTC')"
-
-
 def _beats(job: str, host: str, times: list[datetime], ingested: list[datetime]) -> str:
-    rows = ", ".join(f"('{job}-{host}-b{i}', '{job}', '{host}', {_at(t)}, 2.0, {_at(w)})"
+    rows = ", ".join(f"('{job}-{host}-b{i}', '{job}', '{host}', {sql_time(t)}, 2.0, {sql_time(w)})"
                      for i, (t, w) in enumerate(zip(times, ingested, strict=True)))
     return f"INSERT INTO heartbeats (event_id, job_id, host, ts, interval_s, ingested_at) VALUES {rows}"
-
-
-def _steps(job: str, host: str, times: list[datetime], ingested: list[datetime]) -> str:
-    rows = ", ".join(f"('{job}-{host}-s{i}', '{job}', '{host}', 0, 0, 1, 0, 0, 0, {i}, {_at(t)}, 1000.0, 0, 0, {_at(w)})"
-                     for i, (t, w) in enumerate(zip(times, ingested, strict=True)))
-    return ("INSERT INTO step_timings (event_id, job_id, host, rank, local_rank, world_size, dp, tp, pp, step, ts, "
-            f"step_ms, failed, dropped, ingested_at) VALUES {rows}")
 
 
 @pytest.mark.clickhouse
@@ -81,7 +71,7 @@ def test_the_gone_lag_is_learnt_from_the_sources_stored_delivery(clickhouse_dsn:
     client.command(_beats("d", "new", times[-3:], [t + timedelta(seconds=1) for t in times[-3:]]))
     client.command(_beats("d", "late", times, [t + timedelta(seconds=4) for t in times]))
     secs = [T0 + timedelta(seconds=i) for i in range(41)]
-    client.command(_steps("d", "steady", secs, [t + timedelta(seconds=2) for t in secs]))
+    client.command(steps_insert("d", "steady", secs, [t + timedelta(seconds=2) for t in secs]))
     last = times[-1]
     hosts = ("steady", "bursty", "new", "late")
     wanted = [("d", h, "heartbeat", last) for h in hosts] + [("d", "steady", "step", last)]
@@ -119,12 +109,12 @@ def test_the_step_read_selects_the_steps_of_its_window(clickhouse_dsn: str, data
     client.command(f"""INSERT INTO step_timings (event_id, job_id, host, rank, local_rank, world_size, dp, tp, pp,
                            step, ts, step_ms, failed, dropped)
         SELECT concat('s', toString(number)), 'long', concat('h', toString(intDiv(number % 64, 8))), number % 64,
-               number % 8, 64, 0, 0, 0, intDiv(number, 64), {_at(T0)} + toIntervalSecond(intDiv(number, 64)), 1000, 0, 0
+               number % 8, 64, 0, 0, 0, intDiv(number, 64), {sql_time(T0)} + toIntervalSecond(intDiv(number, 64)), 1000, 0, 0
         FROM numbers({64 * 3 * 3600})""")
     client.command(f"""INSERT INTO step_timings (event_id, job_id, host, rank, local_rank, world_size, dp, tp, pp,
                            step, ts, step_ms, failed, dropped)
         SELECT concat('o', toString(number)), 'other', 'x', 0, 0, 1, 0, 0, 0, number,
-               {_at(T0)} + toIntervalSecond(number), 1000, 0, 0 FROM numbers({4 * 3600})""")  # another job, an hour on
+               {sql_time(T0)} + toIntervalSecond(number), 1000, 0, 0 FROM numbers({4 * 3600})""")  # another job, an hour on
     client.command("OPTIMIZE TABLE step_timings FINAL")
     sql = delivery.read("step_timings")
     end = T0 + timedelta(hours=3)

@@ -11,8 +11,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from crafted import T0, heartbeats, steps
 
+from tests.support.crafted import T0, heartbeats, steps
 from vigil.analyzer.engine import replay
 from vigil.analyzer.incidents.stage import IncidentStage
 from vigil.analyzer.ingest.writer import ClickHouseWriter

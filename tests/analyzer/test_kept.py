@@ -6,8 +6,8 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from crafted import T0, steps
 
+from tests.support.crafted import T0, steps
 from vigil.analyzer.alerts.book import AlertBook
 from vigil.analyzer.detect import hostcells, kept
 from vigil.analyzer.detect.base import EvalContext, Walk, due

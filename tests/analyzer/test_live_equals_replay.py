@@ -9,28 +9,22 @@ live analyzer publishes are compared with `replay` over the same stored data.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests.signed import attested
-from tests.waiting import wait_until
+from tests.support.replay import as_live, by_job, judged_to_the_end, key, live, simulation
+from tests.support.signed import attested
 from vigil.analyzer.alerts.view import read_alert_events
-from vigil.analyzer.clock import grid_ceil
 from vigil.analyzer.engine import replay
-from vigil.analyzer.incidents.stage import IncidentStage
 from vigil.analyzer.service import AnalyzerService
 from vigil.analyzer.settings import AnalyzerSettings
 from vigil.analyzer.simulator.delivery import Delivery, Run, deliver, late_hosts
 from vigil.analyzer.simulator.faults import parse_fault
-from vigil.analyzer.simulator.layout import Layout
-from vigil.analyzer.simulator.model import SimConfig, Simulation
 from vigil.app.components import migrate_all
 from vigil.clickhouse.client import connect
 from vigil.contract import (
-    Alert,
     Event,
     GpuState,
     Heartbeat,
@@ -42,56 +36,15 @@ from vigil.contract import (
 )
 from vigil.kafka.admin import ensure_topics
 from vigil.kafka.producer import EventProducer
-from vigil.service import StackContext
 from vigil.settings import VigilSettings
 
 pytestmark = [pytest.mark.kafka, pytest.mark.clickhouse, pytest.mark.slow]
-
-SETTINGS = {"batch_s": 0.3, "detect_interval_s": 0.5}
-
-
-@contextmanager
-def live(topics: VigilSettings, dsn: str, database: str, **overrides: float) -> Iterator[AnalyzerService]:
-    ctx = StackContext(settings=topics, bootstrap=str(topics.kafka_bootstrap),
-                       clickhouse=connect(dsn, database=database), clickhouse_dsn=dsn)
-    service = AnalyzerService(ctx, AnalyzerSettings(group_id=f"g-{database}", **{**SETTINGS, **overrides}))  # type: ignore[arg-type]
-    service.start()
-    try:
-        yield service
-    finally:
-        service.stop()
 
 
 def send(topics: VigilSettings, events: Sequence[Event]) -> None:
     producer = EventProducer(settings=topics, bootstrap=str(topics.kafka_bootstrap))
     producer.send(attested(topics.home, events))  # the hosts' agents attest their hardware facts
     producer.flush()
-
-
-def judged_to_the_end(service: AnalyzerService, ends: dict[str, datetime], timeout: float = 180) -> None:
-    """Wait until every job is judged up to its last instant (it stopped) and nothing waits."""
-    step = service.settings.eval_step_s
-    last = {job: grid_ceil(end, step) for job, end in ends.items()}
-
-    def done() -> bool:
-        pos = service.cursor.positions
-        return all(pos.get(j, end - timedelta(days=1)) >= end for j, end in last.items()) and not service.cursor.backlog
-
-    wait_until(done, timeout, f"the live analyzer judging every job to its end ({last})", every=0.5)
-
-
-def as_live() -> list[IncidentStage]:
-    """The finding stages the live service runs (a fresh one per replay)."""
-    return [IncidentStage(AnalyzerSettings())]
-
-
-def key(alerts: Sequence[Alert]) -> list[tuple[datetime, str, str, str]]:
-    """Alert events in instant order (the topic's partitions interleave events of one instant at random)."""
-    return sorted((a.ts, a.fingerprint, a.status, a.severity) for a in alerts)
-
-
-def by_job(alerts: Sequence[Alert], job: str) -> list[Alert]:
-    return [a for a in alerts if a.job_id == job]
 
 
 def crashing_job(job: str, t0: datetime, n_steps: int = 40) -> tuple[list[Event], datetime]:
@@ -145,12 +98,6 @@ def test_a_crashed_jobs_exits_are_judged_live_as_replay_judges_them(topics: Vigi
     late = replay(connect(clickhouse_dsn, database=database), AnalyzerSettings(), "crash", end=end + timedelta(minutes=5),
                   stages=as_live())
     assert key(late) == key(expected)
-
-
-def simulation(job: str, hosts: int, start: datetime, faults: Sequence[str], *, gpus: int = 1, seed: int = 0,
-               step_ms: float = 1000.0, nics: int = 2) -> Simulation:
-    return Simulation(SimConfig(job=job, layout=Layout(hosts=hosts, gpus_per_host=gpus), seed=seed, start=start,
-                                step_ms=step_ms, nics=nics, faults=[parse_fault(f) for f in faults]))
 
 
 def test_late_out_of_order_heartbeats_page_only_the_silent_host(topics: VigilSettings, clickhouse_dsn: str,

@@ -19,8 +19,8 @@ from typing import Any
 
 import msgspec
 import pytest
-from crafted import steps
 
+from tests.support.crafted import steps
 from vigil.analyzer.ingest.blocks import BlockInserter, Columns, Encoded
 from vigil.analyzer.ingest.offload import DecodeProcess, InlineDecode, Offloaded, claim, decode, taken_events
 from vigil.analyzer.ingest.staging import stage

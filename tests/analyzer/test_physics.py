@@ -12,8 +12,8 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from crafted import T0, gpu_heartbeats, heartbeats, nic, sync_steps
 
+from tests.support.crafted import T0, gpu_heartbeats, heartbeats, nic, sync_steps
 from vigil.analyzer.engine import replay
 from vigil.analyzer.ingest.writer import ClickHouseWriter
 from vigil.analyzer.settings import AnalyzerSettings

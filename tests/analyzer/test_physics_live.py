@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.waiting import wait_until
+from tests.support.waiting import wait_until
 from vigil.analyzer.alerts.view import read_alert_events
 from vigil.analyzer.engine import job_clocks, replay
 from vigil.analyzer.service import AnalyzerService

@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from crafted import T0
 
+from tests.support.crafted import T0
 from vigil.analyzer.alerts.book import AlertBook
 from vigil.analyzer.alerts.view import current
 from vigil.analyzer.detect.base import Finding

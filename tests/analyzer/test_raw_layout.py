@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FIXTURE_TTL_DAYS, analyzer_migrations_before
-from tests.longjob import HOURS, T0, grow, selected
+from tests.support.databases import FIXTURE_TTL_DAYS, analyzer_migrations_before
+from tests.support.longjob import HOURS, T0, grow, selected
 from vigil.analyzer import delivery, schema
 from vigil.analyzer.advisor import query as advisor_query
 from vigil.analyzer.detect import flap, hang, heartbeat, quiet, traffic

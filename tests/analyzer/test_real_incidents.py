@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.collector.agent_harness import agent_env, read_events
-from tests.waiting import wait_until
+from tests.support.agent_harness import agent_env, read_events
+from tests.support.waiting import wait_until
 from vigil.analyzer.alerts.view import read_alert_events
 from vigil.analyzer.clock import job_clocks
 from vigil.analyzer.engine import replay

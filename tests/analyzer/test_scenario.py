@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests.signed import attested
-from tests.waiting import wait_until
+from tests.support.signed import attested
+from tests.support.waiting import wait_until
 from vigil.analyzer.alerts.view import current, read_alert_events
 from vigil.analyzer.service import AnalyzerService
 from vigil.analyzer.settings import AnalyzerSettings

@@ -14,9 +14,9 @@ from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from test_live_equals_replay import as_live, by_job, key, live, simulation
 
-from tests.waiting import wait_until
+from tests.support.replay import as_live, by_job, key, live, simulation
+from tests.support.waiting import wait_until
 from vigil.analyzer.alerts.view import read_alert_events
 from vigil.analyzer.clock import grid_ceil
 from vigil.analyzer.engine import replay

@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from test_detectors import caught_up, load
-from test_live_cursor import key, simulated
 
+from tests.support.detectors import caught_up, load
+from tests.support.live_cursor import key, simulated
 from vigil.analyzer.alerts.book import AlertBook
 from vigil.analyzer.engine import LiveCursor, replay
 from vigil.analyzer.positions import MemoryPositions

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from tests.waiting import wait_until
+from tests.support.waiting import wait_until
 from vigil.analyzer.shard import Ownership
 from vigil.analyzer.shardgroup import ShardGroup
 from vigil.settings import VigilSettings

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from crafted import steps
 
+from tests.support.crafted import steps
 from vigil.analyzer.ingest.writer import ClickHouseWriter
 from vigil.app.components import migrate_all
 from vigil.clickhouse.client import connect

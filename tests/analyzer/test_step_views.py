@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from crafted import steps
 
-from tests.conftest import FIXTURE_TTL_DAYS, analyzer_migrations_before
+from tests.support.crafted import steps
+from tests.support.databases import FIXTURE_TTL_DAYS, analyzer_migrations_before
 from vigil.analyzer import schema
 from vigil.analyzer.detect import epoch
 from vigil.analyzer.detect.base import ch_time

@@ -12,9 +12,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from test_detectors import caught_up, load
-from test_gone_lag import _at, _steps
 
+from tests.support.detectors import caught_up, load
+from tests.support.gone_lag import sql_time, steps_insert
 from vigil.analyzer.alerts.book import AlertBook
 from vigil.analyzer.clock import topic_behind
 from vigil.analyzer.detect.base import EvalContext, NotYet
@@ -118,8 +118,8 @@ def test_a_weak_evidence_stall_waits_for_the_step_topic_to_reach_the_heartbeats_
     client = connect(clickhouse_dsn, database=database)
     now = datetime.now(UTC)
     steps = [T0 + timedelta(seconds=i) for i in range(1, 21)]
-    client.command(_steps("stall", "h0", steps, [now] * len(steps)))
-    beats = ", ".join(f"('stall-b{i}', 'stall', 'h0', {_at(T0 + timedelta(seconds=2 * i))}, 2.0, 1, {_at(now)})"
+    client.command(steps_insert("stall", "h0", steps, [now] * len(steps)))
+    beats = ", ".join(f"('stall-b{i}', 'stall', 'h0', {sql_time(T0 + timedelta(seconds=2 * i))}, 2.0, 1, {sql_time(now)})"
                       for i in range(31))
     client.command(f"INSERT INTO heartbeats (event_id, job_id, host, ts, interval_s, procs_running, ingested_at) "
                    f"VALUES {beats}")

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.analyzer.test_live_equals_replay import as_live, key
-from tests.collector.agent_harness import agent_env
-from tests.waiting import wait_until
+from tests.support.agent_harness import agent_env
+from tests.support.replay import as_live, key
+from tests.support.waiting import wait_until
 from vigil.analyzer.alerts.view import read_alert_events
 from vigil.analyzer.clock import job_clocks
 from vigil.analyzer.engine import replay

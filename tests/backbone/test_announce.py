@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from tests.waiting import wait_until
+from tests.support.waiting import wait_until
 from vigil.contract.services import SERVICES_TOPIC, ServiceKind
 from vigil.kafka.announce import Announcer, reachable, read_services
 from vigil.kafka.producer import EventProducer

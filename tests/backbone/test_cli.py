@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.signed import sealed
+from tests.support.signed import sealed
 from vigil.contract import SPECS, Event, EventSpec
 from vigil.kafka.producer import EventProducer
 from vigil.settings import VigilSettings

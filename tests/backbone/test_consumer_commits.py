@@ -10,18 +10,16 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from tests.waiting import wait_until
+from tests.support.commit_doubles import FirstBatchDown, committed
+from tests.support.waiting import wait_until
 from vigil.contract import StepTiming
-from vigil.contract.hotkinds import Ingestable
-from vigil.errors import Unreachable
-from vigil.kafka.consumer import BatchId, BatchingConsumer, Intent, Partition, Unstorable
+from vigil.kafka.consumer import BatchingConsumer
 from vigil.kafka.deadletter import DeadLetter
 from vigil.kafka.producer import EventProducer
 from vigil.settings import VigilSettings
@@ -31,43 +29,9 @@ pytestmark = [pytest.mark.kafka, pytest.mark.chaos]
 RECORDS, PER_RECORD = 6, 5
 
 
-class FirstBatchDown:
-    """Until `up` is set, the store refuses (transiently) every batch holding an event of the first batch it
-    saw (that batch again, or a re-read cut otherwise); the others it stores."""
-
-    def __init__(self) -> None:
-        self.up = threading.Event()
-        self.first: set[str] = set()
-        self.refused = 0
-        self.writes: Counter[str] = Counter()
-
-    def write(self, events: Sequence[Ingestable], batch: BatchId) -> list[Unstorable]:
-        ids = {e.event_id for e in events}
-        self.first = self.first or ids
-        if ids & self.first and not self.up.is_set():
-            self.refused += 1
-            raise Unreachable("ClickHouse: Connection refused")
-        self.writes.update(e.event_id for e in events)
-        return []
-
-    def intents(self, partitions: Sequence[Partition]) -> dict[Partition, Intent]:
-        return {}
-
-
 class Letters:
     def write(self, letters: Sequence[DeadLetter]) -> None:
         pass
-
-
-def committed(topics: VigilSettings, group: str) -> int:
-    """The group's committed offsets on the steps topic, summed over its partitions (none: 0)."""
-    probe = Consumer({"bootstrap.servers": str(topics.kafka_bootstrap), "group.id": group})
-    try:
-        got = probe.committed([TopicPartition(topics.topic("steps"), p) for p in range(topics.topic_partitions)],
-                              timeout=10)
-        return sum(max(0, int(tp.offset)) for tp in got)
-    finally:
-        probe.close()
 
 
 def test_a_rebalance_during_a_retried_write_commits_nothing_past_it(topics: VigilSettings) -> None:

@@ -14,9 +14,9 @@ from collections.abc import Callable, Sequence
 import pytest
 from confluent_kafka import Consumer
 
-from tests.backbone.test_consumer_commits import committed
-from tests.backbone.test_consumer_errors import FlakyWriter, Letters, consumer, send
-from tests.waiting import wait_until
+from tests.support.commit_doubles import committed
+from tests.support.consumer_doubles import FlakyWriter, Letters, consumer, send
+from tests.support.waiting import wait_until
 from vigil.contract import StepTiming
 from vigil.contract.hotkinds import Ingestable
 from vigil.kafka.consumer import BatchId, BatchingConsumer, ConsumerFailed, Unstorable

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from confluent_kafka import TopicPartition
 
-from tests.waiting import wait_until
+from tests.support.waiting import wait_until
 from vigil.contract import StepTiming, encode_batch
 from vigil.errors import Unreachable
 from vigil.kafka.batch import Batch, Raw

@@ -7,9 +7,9 @@ import threading
 import uuid
 
 import pytest
-from crafted import heartbeats, nic, steps
 
-from tests.waiting import wait_until
+from tests.support.crafted import heartbeats, nic, steps
+from tests.support.waiting import wait_until
 from vigil.analyzer.ingest.loop import IngestLoop
 from vigil.analyzer.settings import AnalyzerSettings
 from vigil.clickhouse.client import connect

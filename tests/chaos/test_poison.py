@@ -14,16 +14,15 @@ from collections import Counter
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import KafkaError, Message, Producer
-from poison import Case, corpus, valid_ids
 
-from tests.waiting import wait_until
+from tests.support.poison import corpus, valid_ids
+from tests.support.poison_feed import produce
+from tests.support.waiting import wait_until
 from vigil.analyzer.ingest.loop import INGEST_TOPICS, IngestLoop
 from vigil.analyzer.settings import AnalyzerSettings
 from vigil.clickhouse.client import connect
 from vigil.contract.fastwire import decode_fast
 from vigil.contract.wire import decode_batch
-from vigil.kafka.admin import client_config
 from vigil.kafka.lag import LagProbe
 from vigil.kafka.producer import EventProducer
 from vigil.kafka.reader import read_topics
@@ -55,25 +54,6 @@ def ingest(topics: VigilSettings, clickhouse_dsn: str, database: str) -> Iterato
     yield loop
     stop.set()
     t.join(30)
-
-
-def produce(settings: VigilSettings, cases: list[Case]) -> dict[tuple[int, int], Case]:
-    """Each case as one record of the `steps` topic; where each landed."""
-    where: dict[tuple[int, int], Case] = {}
-    producer = Producer({**client_config(settings, str(settings.kafka_bootstrap)), "message.max.bytes": 2_000_000})
-
-    def landed(case: Case) -> object:
-        def report(err: KafkaError | None, msg: Message) -> None:
-            assert err is None, f"{case.name}: {err}"
-            where[(msg.partition() or 0, msg.offset() or 0)] = case
-        return report
-
-    for case in cases:
-        producer.produce(settings.topic("steps"), value=case.value, on_delivery=landed(case))
-        producer.poll(0)
-    assert producer.flush(60) == 0
-    assert len(where) == len(cases)
-    return where
 
 
 @pytest.mark.chaos

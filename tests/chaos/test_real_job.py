@@ -8,7 +8,7 @@ harness, in turn:
 1. makes the broker unavailable until the ranks wrote 30 more step records: SIGSTOP, then SIGCONT.
    The embedded Tansu keeps its log in memory only, so a restart would lose the log (a real Kafka
    keeps it); a stopped broker is what an unreachable one looks like to every client;
-2. streams the poison corpus (tests/chaos/poison.py, >= 300 records: sizes, encodings, numbers,
+2. streams the poison corpus (tests/support/poison.py, >= 300 records: sizes, encodings, numbers,
    timestamps, identifiers, kinds, duplicates) into the `steps` topic and at once SIGKILLs the
    analyzer and starts it again; then the notifier;
 3. SIGKILLs host h2 (its agent and its training) and starts its agent again: the fault;
@@ -35,13 +35,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from poison import corpus, valid_ids
-from services import Service, analyzer_service, chaos_job, spooled_steps, stored_letters, stored_steps
-from test_poison import produce
 
-from tests.notify.receiver import Receiver
-from tests.recovery.live import Live
-from tests.waiting import wait_until
+from tests.support.live import Live
+from tests.support.poison import corpus, valid_ids
+from tests.support.poison_feed import produce
+from tests.support.receiver import Receiver
+from tests.support.services import (
+    Service,
+    analyzer_service,
+    chaos_job,
+    spooled_steps,
+    stored_letters,
+    stored_steps,
+)
+from tests.support.waiting import wait_until
 from vigil.analyzer.ingest.loop import INGEST_TOPICS
 from vigil.app.demo.run import kill_tree
 from vigil.contract import Outcome, RecoveryAction

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from agent_harness import agent_env, read_events, start_agent, step_line
 
-from tests.waiting import wait_until
+from tests.support.agent_harness import agent_env, read_events, start_agent, step_line
+from tests.support.waiting import wait_until
 from vigil.collector.agent import Agent
 from vigil.collector.settings import CollectorSettings, resolve_paths
 from vigil.collector.sink import MemorySink

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fake_node import FakeNode
 
+from tests.support.fake_node import FakeNode
 from vigil.collector.ibhealth import IbHealth, read_ports
 from vigil.contract.xid import XidAction
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.waiting import wait_until
+from tests.support.waiting import wait_until
 from vigil.collector.gpumap import GpuMap
 from vigil.collector.journal import MAX_LINE, JournalReader, parse_entry
 from vigil.collector.kernellog import JOURNAL_KEY, KernelLog

@@ -10,10 +10,21 @@ import sys
 from pathlib import Path
 
 import pytest
-from agent_harness import agent_env, read_events, start_agent
-from kmsg_lines import AER, EDAC_CE, EDAC_UE, LINK_DOWN, NOISE, OOM, OOM_KILL, SXID, XID, FakeKmsg
 
-from tests.waiting import wait_until
+from tests.support.agent_harness import agent_env, read_events, start_agent
+from tests.support.kmsg_lines import (
+    AER,
+    EDAC_CE,
+    EDAC_UE,
+    LINK_DOWN,
+    NOISE,
+    OOM,
+    OOM_KILL,
+    SXID,
+    XID,
+    FakeKmsg,
+)
+from tests.support.waiting import wait_until
 from vigil.contract import Heartbeat, LogLine
 from vigil.contract.xid import XidAction
 from vigil.settings import VigilSettings

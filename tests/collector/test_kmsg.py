@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from kmsg_lines import (
+
+from tests.support.kmsg_lines import (
     AER,
     AER_CORRECTED,
     EDAC_CE,
@@ -19,7 +20,6 @@ from kmsg_lines import (
     XID,
     FakeKmsg,
 )
-
 from vigil.collector.gpumap import GpuMap, pci_key
 from vigil.collector.kernelrules import classify_kernel
 from vigil.collector.kmsg import MAX_RECORD, KmsgReader, parse_record

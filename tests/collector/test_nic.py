@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fake_node import FakeNode
 
+from tests.support.fake_node import FakeNode
 from vigil.collector.nic import RateTracker, counter_delta, read_ethernet, read_rdma
 
 pytestmark = pytest.mark.pure

@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 
 import pytest
-from fake_nvml import FakeGpu, FakeNvml
 
-from tests.waiting import wait_until
+from tests.support.fake_nvml import FakeGpu, FakeNvml
+from tests.support.waiting import wait_until
 from vigil.collector.gpumap import GpuMap
 from vigil.collector.nvmlevents import NvmlEvents
 from vigil.collector.summary import ErrorMemory

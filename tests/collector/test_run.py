@@ -9,10 +9,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from agent_harness import agent_env, read_events
-from fake_node import FakeNode
 
-from tests.waiting import wait_until
+from tests.support.agent_harness import agent_env, read_events
+from tests.support.fake_node import FakeNode
+from tests.support.waiting import wait_until
 from vigil.contract import Heartbeat, LogLine, NicCounters, ProcessExit
 from vigil.settings import VigilSettings
 
@@ -117,8 +117,7 @@ def test_collector_mode_classifies_log_files_and_ships_fr_dumps(
 ) -> None:
     import json
 
-    from agent_harness import start_agent
-
+    from tests.support.agent_harness import start_agent
     from vigil.contract import CollectiveTrace
 
     logs = tmp_path / "torchrun-logs" / "run1" / "attempt_0" / "1"  # torchrun --log-dir layout: <local_rank>/

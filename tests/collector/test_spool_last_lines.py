@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.collector.agent_harness import append_lines, step_line
-from tests.waiting import wait_until
+from tests.support.agent_harness import append_lines, step_line
+from tests.support.waiting import wait_until
 from vigil.collector.agent import Agent
 from vigil.collector.settings import CollectorSettings, resolve_paths
 from vigil.collector.sink import MemorySink

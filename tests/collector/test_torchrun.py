@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from agent_harness import agent_env, read_events
 
-from tests.waiting import wait_until
+from tests.support.agent_harness import agent_env, read_events
+from tests.support.waiting import wait_until
 from vigil.contract import ProcessExit, StepTiming
 from vigil.kafka.broker import free_port
 from vigil.settings import VigilSettings

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.waiting import wait_until
+from tests.support.waiting import wait_until
 from vigil.collector.agent import Agent
 from vigil.collector.control.childenv import child_environment
 from vigil.collector.control.launcher import Launcher

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 import psutil
 import pytest
 
-from tests.waiting import wait_until
+from tests.support.waiting import wait_until
 from vigil.collector.control.diagnose import DiagnosticRun, run_diagnostics
 from vigil.collector.control.warmdiag import WarmDiagnostics
 from vigil.contract import Command, DiagnoseParams, Diagnostic

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.recovery.live import Live
+from tests.support.live import Live
 from vigil.contract import Command, Incident, Member, Outcome, ProcessExit, RankRef
 from vigil.recovery.controller.state import ClusterState
 from vigil.settings import VigilSettings

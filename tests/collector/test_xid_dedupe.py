@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fake_nvml import FakeGpu, FakeNvml
-from kmsg_lines import XID
 
+from tests.support.fake_nvml import FakeGpu, FakeNvml
+from tests.support.kmsg_lines import XID
 from vigil.collector.gpumap import GpuMap
 from vigil.collector.kernellog import KernelLog
 from vigil.collector.kmsg import KmsgRecord

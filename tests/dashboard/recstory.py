@@ -1,7 +1,7 @@
 """A recovery story for the Recovery page, told by the real controller engine against a simulated fleet.
 
 Three hosts train; h2 gets a hardware incident (Xid); the engine pauses, diagnoses, cordons h2 and
-restarts on h0 and h1 from the checkpoint at step 10 (tests/recovery/fleet.py drives it in simulated
+restarts on h0 and h1 from the checkpoint at step 10 (tests/support/fleet.py drives it in simulated
 seconds, no broker). `story()` returns everything that would be on the `recovery` topic — the
 controller's actions, commands and outcomes, the agents' member reports and checkpoints — plus the
 engine's folded state, so a test can compare what the dashboard computes from ClickHouse with what
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.recovery.fleet import Fleet, Harness, incident
+from tests.support.fleet import Fleet, Harness, incident
 from vigil.contract import Event, SnapshotReplication
 from vigil.contract.control import RefusedCopy
 

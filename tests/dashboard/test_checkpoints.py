@@ -66,7 +66,7 @@ def test_each_save_blocked_as_long_as_its_slowest_rank(store: Store) -> None:
 
 
 def test_the_job_page_shows_them(store: Store) -> None:
-    from tests.dashboard.dashhttp import find, render_page, texts
+    from tests.support.dashhttp import find, render_page, texts
     from vigil.dashboard.service import DashboardService
     from vigil.dashboard.settings import DashboardSettings
 

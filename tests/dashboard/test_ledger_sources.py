@@ -84,7 +84,7 @@ def test_each_category_from_the_stored_rows_sums_to_the_wall_clock(store: Store)
 
 
 def test_the_goodput_page_shows_the_same_ledger_the_interval_and_the_fleet(store: Store) -> None:
-    from tests.dashboard.dashhttp import find, render_page, texts
+    from tests.support.dashhttp import find, render_page, texts
     from vigil.contract.ckpt_interval import describe
     from vigil.dashboard.queries.ledger import checkpoint_interval, job_ledger
     from vigil.dashboard.service import DashboardService

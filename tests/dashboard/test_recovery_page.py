@@ -78,7 +78,7 @@ def test_current_cordons_and_goodput_agree_with_the_controller(store: Store, tol
 
 
 def test_the_page_tells_the_story_read_only(store: Store, told: Story) -> None:
-    from tests.dashboard.dashhttp import find, render_page, texts
+    from tests.support.dashhttp import find, render_page, texts
     from vigil.dashboard.service import DashboardService
     from vigil.dashboard.settings import DashboardSettings
 
@@ -138,7 +138,7 @@ def test_in_the_browser_the_story_shows_and_the_buttons_are_disabled(dash_duo: A
 def test_the_latest_advice_shows_with_its_curve_hosts_and_the_previous_score(store: Store, told: Story) -> None:
     from datetime import timedelta
 
-    from tests.dashboard.dashhttp import render_page, texts
+    from tests.support.dashhttp import render_page, texts
     from vigil.contract import Advice, AdvicePoint, AdviceScore
     from vigil.dashboard.queries import advice as qa
     from vigil.dashboard.service import DashboardService

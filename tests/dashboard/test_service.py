@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from tests.dashboard.dashhttp import figure_of, find, render_page, texts
 from tests.dashboard.simdata import HOSTS, JOB, STEPS, STRAGGLER, SimRun
+from tests.support.dashhttp import figure_of, find, render_page, texts
 from vigil.app.cli.main import build_parser
 from vigil.dashboard.service import DashboardService
 from vigil.dashboard.settings import DashboardSettings

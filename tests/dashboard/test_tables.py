@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import vigil.dashboard.queries as queries
-from tests.longjob import HOURS, grow, selected
+from tests.support.longjob import HOURS, grow, selected
 from vigil.clickhouse.client import connect
 from vigil.dashboard.queries import host
 from vigil.dashboard.tables import ALL, Table

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.dashboard.dashhttp import render_page, texts
+from tests.support.dashhttp import render_page, texts
 from vigil.contract import Alert, RecoveryAction
 from vigil.dashboard.queries import claims as q
 from vigil.dashboard.store import Store

@@ -23,8 +23,8 @@ import httpx
 import psutil
 import pytest
 
-from tests.dashboard.dashhttp import figure_of, find, render_page, texts
-from tests.notify.receiver import Receiver, signed_by
+from tests.support.dashhttp import figure_of, find, render_page, texts
+from tests.support.receiver import Receiver, signed_by
 
 pytestmark = [pytest.mark.kafka, pytest.mark.clickhouse, pytest.mark.slow, pytest.mark.timeout(720)]
 TORCH_HOSTS = {"demo-host-0", "demo-host-1", "demo-host-2"}

@@ -18,7 +18,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.waiting import wait_until
+from tests.support.waiting import wait_until
 
 BINARY = shutil.which("prometheus")
 

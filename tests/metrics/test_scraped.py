@@ -1,8 +1,8 @@
 """A real Prometheus scrapes the live analyzer and controller while a real job meets an Xid and recovers.
 
 Two `vigil run --nodes 1:2` agents run tests/recovery/job_worker.py (DDP over gloo); host h1's rank
-prints an Xid 79 line at step 12 and dies (once). The analyzer (`vigil analyzer`, tests/chaos/services.py)
-and the controller (`vigil recovery run`, tests/recovery/live.py) serve /metrics on free ports they
+prints an Xid 79 line at step 12 and dies (once). The analyzer (`vigil analyzer`, tests/support/services.py)
+and the controller (`vigil recovery run`, tests/support/live.py) serve /metrics on free ports they
 print; Debian's Prometheus scrapes both every second. Asserted over PromQL: the Xid counter is 1 for
 (h1, 79), one per Xid line the agent published, and stays so after the recovery; the recovery duration
 was observed once per case that ended, and each ended case counted once by outcome.
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos.services import analyzer_service
 from tests.metrics.prometheus import BINARY, Prometheus
-from tests.recovery.live import Live, worker
-from tests.waiting import wait_until
+from tests.support.live import Live, worker
+from tests.support.services import analyzer_service
+from tests.support.waiting import wait_until
 from vigil.contract import LogLine, Outcome
 from vigil.recovery.controller.metrics import LIFECYCLE
 from vigil.settings import VigilSettings

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.notify.receiver import Receiver
-from tests.signed import sealed
+from tests.support.receiver import Receiver
+from tests.support.signed import sealed
 from vigil.contract import Event
 from vigil.kafka.producer import EventProducer
 from vigil.service import StackContext

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.notify.conftest import SECRET
-from tests.notify.receiver import Receiver, signed_by
+from tests.support.receiver import Receiver, signed_by
 from vigil.app.cli.main import main
 from vigil.settings import VigilSettings
 

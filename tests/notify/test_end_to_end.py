@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from tests.notify.conftest import SECRET
-from tests.notify.receiver import Receiver, signed_by
-from tests.waiting import wait_until
+from tests.support.receiver import Receiver, signed_by
+from tests.support.waiting import wait_until
 from vigil.service import StackContext
 
 pytestmark = [pytest.mark.kafka, pytest.mark.clickhouse, pytest.mark.slow]
@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.clickhouse, pytest.mark.slow]
 
 def test_simulated_straggler_and_xid_page_once_each_then_resolve(ctx: StackContext, notifier: Any,
                                                                   receiver: Receiver) -> None:
-    from tests.signed import attested
+    from tests.support.signed import attested
     from vigil.analyzer.service import AnalyzerService
     from vigil.analyzer.settings import AnalyzerSettings
     from vigil.analyzer.simulator.faults import parse_fault

@@ -11,8 +11,8 @@ import pytest
 
 from tests.notify.conftest import SECRET
 from tests.notify.events import alert, incident, straggler, xid
-from tests.notify.receiver import Receiver, signed_by
-from tests.waiting import wait_until
+from tests.support.receiver import Receiver, signed_by
+from tests.support.waiting import wait_until
 from vigil.dashboard.app import RENDERERS
 from vigil.dashboard.callbacks import render_page
 from vigil.dashboard.settings import DashboardSettings

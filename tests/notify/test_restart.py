@@ -14,9 +14,9 @@ import pytest
 
 from tests.notify.conftest import SECRET
 from tests.notify.events import alert, straggler, xid
-from tests.notify.receiver import Receiver, signed_by
-from tests.signed import sealed
-from tests.waiting import wait_until
+from tests.support.receiver import Receiver, signed_by
+from tests.support.signed import sealed
+from tests.support.waiting import wait_until
 from vigil.kafka.producer import EventProducer
 from vigil.settings import VigilSettings
 

@@ -34,10 +34,16 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from storage_fakes import CountingReader, ReadCount, disk_full_after, gated_writer, touch_then_block_forever
 from torch.distributed.checkpoint.state_dict import get_state_dict
 from torch.nn.parallel import DistributedDataParallel
 
+from tests.recovery.storage_fakes import (
+    CountingReader,
+    ReadCount,
+    disk_full_after,
+    gated_writer,
+    touch_then_block_forever,
+)
 from vigil.recovery.checkpoint import CheckpointConfig, Checkpointer, TrainState, settle_ddp
 
 STEPS = 8

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.recovery.live import PY, Live, interpreter_for
-from tests.slurm_cluster import SlurmCluster, Unavailable
+from tests.support.live import PY, Live, interpreter_for
+from tests.support.slurm_cluster import SlurmCluster, Unavailable
 from vigil.settings import VigilSettings
 
 
@@ -43,7 +43,7 @@ def live(topics: VigilSettings, broker_bootstrap: str, tmp_path: Path, request: 
 
 @pytest.fixture(scope="session")
 def slurm_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
-    """A real Slurm (tests/slurm_cluster.py) for the session; the tests skip, saying why, when it cannot start."""
+    """A real Slurm (tests/support/slurm_cluster.py) for the session; the tests skip, saying why, when it cannot start."""
     cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"))
     try:
         cluster.start()

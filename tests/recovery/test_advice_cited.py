@@ -11,8 +11,8 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from fleet import Fleet, Harness
 
+from tests.support.fleet import Fleet, Harness
 from vigil.contract import Advice, AdvicePoint, AdviceScore
 
 pytestmark = pytest.mark.pure

@@ -1,6 +1,6 @@
 """Deciding at the agent's speed: an exit its agent attested opens a case at once, the analyzer's verdict refines it.
 
-Pure: the engine against the simulated fleet (tests/recovery/fleet.py) with the default settle window (2 s)
+Pure: the engine against the simulated fleet (tests/support/fleet.py) with the default settle window (2 s)
 and exit grace (30 s); the members are sealed with their host's real agent key, and the controller's
 gate refuses an unattested member or ack and one attested by another host's key. The same path with
 real agents and torch: test_snapshot_recovery.py.
@@ -12,8 +12,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from fleet import Fleet, Harness, incident
 
+from tests.support.fleet import Fleet, Harness, incident
 from vigil.contract import Command, Event, Member, Outcome, RecoveryAction
 from vigil.signing import KeyStore, Role
 from vigil.signing.gate import Gate

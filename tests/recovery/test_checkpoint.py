@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 import torch
-from storage_fakes import block_until, gated_writer
 
+from tests.recovery.storage_fakes import block_until, gated_writer
 from vigil.contract import Checkpoint, validate_event
 from vigil.recovery.checkpoint import (
     CheckpointConfig,

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 import torch
-from ranks import kill, launch, run, wait_for
 
+from tests.recovery.ranks import kill, launch, run, wait_for
 from vigil.contract import Checkpoint, validate_event
 from vigil.recovery.checkpoint import CheckpointConfig, Checkpointer, TrainState
 from vigil.recovery.checkpoint.layout import MARKER

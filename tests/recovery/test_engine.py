@@ -1,6 +1,6 @@
 """The controller's decisions against a simulated fleet: each policy, the safety limits, the modes, a restart.
 
-Pure: the engine publishes into memory, simulated agents answer its commands (tests/recovery/fleet.py).
+Pure: the engine publishes into memory, simulated agents answer its commands (tests/support/fleet.py).
 The same flows with real agents, real torch and the real broker are in test_recovery_e2e.py.
 """
 
@@ -10,8 +10,8 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from fleet import T0, Fleet, Harness, incident
 
+from tests.support.fleet import T0, Fleet, Harness, incident
 from vigil.contract import Alert, Command, Diagnostic, Outcome, RecoveryAction, operator_request
 from vigil.recovery.controller.report import format_history, history, status
 

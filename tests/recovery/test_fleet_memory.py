@@ -7,7 +7,8 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from fleet import Fleet, Harness, incident
+
+from tests.support.fleet import Fleet, Harness, incident
 
 pytestmark = pytest.mark.pure
 JOB = "job-m"

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kube_fake import FakeKube
 
+from tests.recovery.kube_fake import FakeKube
 from vigil.recovery.backends.base import NodeBackend
 from vigil.recovery.backends.kubernetes import KubernetesBackend, KubernetesSettings
 from vigil.recovery.errors import BackendError

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.waiting import wait_until
+from tests.support.waiting import wait_until
 from vigil.cordons import CordonRegistry
 from vigil.recovery.backends.local import LocalBackend
 from vigil.recovery.controller.lease import Lease

@@ -19,9 +19,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tests.chaos.services import analyzer_service, chaos_job
-from tests.recovery.live import PY, Live
-from tests.waiting import wait_until
+from tests.support.live import PY, Live
+from tests.support.services import analyzer_service, chaos_job
+from tests.support.waiting import wait_until
 from vigil.analyzer.alerts.view import read_alert_events
 from vigil.app.demo.run import kill_tree
 from vigil.contract import Alert

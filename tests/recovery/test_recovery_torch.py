@@ -13,9 +13,9 @@ import pwd
 from datetime import UTC, datetime
 
 import pytest
-from live import Live, worker
-from test_recovery_live import cordoned
 
+from tests.support.live import Live, worker
+from tests.support.recovery_waits import cordoned
 from vigil.contract import Alert, Checkpoint, Incident, LogLine, Member, ProcessExit, RankRef
 from vigil.recovery.controller.state import Case
 from vigil.signing import KeyStore, Role

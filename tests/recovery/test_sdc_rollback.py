@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fleet import Fleet, Harness, incident
 
+from tests.support.fleet import Fleet, Harness, incident
 from vigil.contract import Command, RankRef
 from vigil.recovery.controller.fleetmemory import classes
 

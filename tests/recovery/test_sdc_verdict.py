@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.signed import sealed
+from tests.support.signed import sealed
 from vigil.contract import RecoveryAction
 from vigil.contract.wire import decode_batch, encode_batch
 from vigil.recovery.controller.sdc import (

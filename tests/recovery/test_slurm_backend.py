@@ -25,7 +25,7 @@ from vigil.settings import VigilSettings
 
 pytestmark = pytest.mark.pure
 
-# captured from slurm-wlm 22.05.8 (three slurmd on one machine, tests/slurm_cluster.py)
+# captured from slurm-wlm 22.05.8 (three slurmd on one machine, tests/support/slurm_cluster.py)
 SCONTROL = ("NodeName=n2 Arch=x86_64 CoresPerSocket=1  CPUAlloc=0 CPUEfctv=2 CPUTot=2 CPULoad=0.47 AvailableFeatures=(null) "
             "NodeAddr=127.0.0.1 NodeHostName=localhost Port=26819 Version=22.05.8 OS=Linux 6.18.44-fc-v1294 #1 SMP "
             "PREEMPT_DYNAMIC @0  RealMemory=1000 State=IDLE+DRAIN ThreadsPerCore=1 TmpDisk=0 Partitions=main  "
@@ -208,7 +208,7 @@ def test_the_subprocess_runner_bounds_and_names_failures(tmp_path: Path) -> None
 
 
 def test_the_test_cluster_says_why_it_cannot_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.slurm_cluster import SlurmCluster, Unavailable
+    from tests.support.slurm_cluster import SlurmCluster, Unavailable
 
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(Unavailable, match="slurm-wlm/munge not installed"):

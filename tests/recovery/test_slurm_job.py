@@ -12,9 +12,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from live import PY, Live, worker
 
-from tests.slurm_cluster import SlurmCluster
+from tests.support.live import PY, Live, worker
+from tests.support.slurm_cluster import SlurmCluster
 from vigil.contract import Member
 from vigil.signing import KeyStore
 

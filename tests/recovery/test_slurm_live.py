@@ -1,4 +1,4 @@
-"""The Slurm backend against a real Slurm: munged, slurmctld and three slurmd on this machine (tests/slurm_cluster.py)."""
+"""The Slurm backend against a real Slurm: munged, slurmctld and three slurmd on this machine (tests/support/slurm_cluster.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.recovery.test_relaunch import allocation_ends, outcomes
-from tests.recovery.test_relaunch import harness as relaunch_harness
-from tests.slurm_cluster import SlurmCluster
-from tests.waiting import wait_until
+from tests.recovery.relaunch_harness import allocation_ends, outcomes
+from tests.recovery.relaunch_harness import harness as relaunch_harness
+from tests.support.slurm_cluster import SlurmCluster
+from tests.support.waiting import wait_until
 from vigil.recovery.backends.slurm import SlurmBackend, SlurmSettings, SubprocessCli
 from vigil.recovery.backends.slurm.allocation import Allocation, hostnames, relaunch_argv, running
 

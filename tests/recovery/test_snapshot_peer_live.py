@@ -20,10 +20,10 @@ import subprocess
 from datetime import UTC, datetime
 
 import pytest
-from live import Live
-from test_recovery_live import cordoned, training
-from test_snapshot_recovery import completed_before, torchrun
 
+from tests.support.live import Live
+from tests.support.recovery_waits import cordoned, training
+from tests.support.snapshot_job import completed_before, torchrun
 from vigil.contract import Checkpoint, Incident, LogLine, Member, RankRef
 from vigil.recovery.controller.state import Case
 

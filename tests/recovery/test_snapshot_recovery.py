@@ -21,32 +21,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from live import HERE, PY, Live
-from test_recovery_live import training
 
+from tests.support.live import Live
+from tests.support.recovery_waits import training
+from tests.support.snapshot_job import CRASH, HANG, completed_before, torchrun
 from vigil.contract import Checkpoint, Incident, Outcome, ProcessExit, RankRef
 from vigil.recovery.controller.state import ClusterState
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(500)]
-STEPS, CRASH, HANG = 28, 15, 22
-
-
-def torchrun(*args: str, standalone: bool = False) -> list[str]:
-    nproc = ["--standalone", "--nproc-per-node", "3"] if standalone else ["--nproc-per-node", "1"]
-    return [PY, "-m", "torch.distributed.run", *nproc, str(HERE / "snap_worker.py"), "--steps", str(STEPS), *args]
-
-
-def completed_before(live: Live, job: str, until: datetime | None) -> int:
-    """The newest step the job's ranks completed (not failed) before `until`, from their own step records."""
-    from vigil.contract import StepTiming
-    from vigil.contract.wire import decode_batch
-    from vigil.kafka.reader import read_topics
-
-    assert until is not None
-    steps = [e.step for rec in read_topics(live.settings, live.bootstrap, [live.settings.topic("steps")])
-             for e in decode_batch(rec.value).events
-             if isinstance(e, StepTiming) and e.job_id == job and not e.failed and e.ts < until]
-    return max(steps)
 
 
 @pytest.mark.recovery_env({"VIGIL_RECOVERY_POLICY_CORDON_SLOW": "false",

@@ -1,6 +1,6 @@
 """The controller's state stays bounded: finished recoveries and old triggers are forgotten, open ones never.
 
-Pure: the engine against the simulated fleet (tests/recovery/fleet.py); one software fault every four
+Pure: the engine against the simulated fleet (tests/support/fleet.py); one software fault every four
 hour for 30 simulated hours, a state that keeps 2 hours and a job's latest 4 recoveries.
 """
 
@@ -10,8 +10,8 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from fleet import Fleet, Harness, incident
 
+from tests.support.fleet import Fleet, Harness, incident
 from vigil.contract import Alert, Event, Outcome
 from vigil.recovery.controller.compaction import Retention
 from vigil.recovery.controller.state import ClusterState

@@ -1,6 +1,6 @@
 """The recovery does what the Xid catalog says, for what the hardware reported (issue 49).
 
-Pure: the engine against the simulated fleet (tests/recovery/fleet.py), fed the analyzer's `error_log` alerts as
+Pure: the engine against the simulated fleet (tests/support/fleet.py), fed the analyzer's `error_log` alerts as
 it writes them (source, catalog action, host_fault): a kernel Xid 31 (application) restarts the job on every
 host without a cordon; a kernel Xid 79 (reboot, then check) cordons its host at once and restarts on the
 others; a training process's printed Xid 79 (a claim: its own warning alert) and a kernel Xid 92 (watch)
@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fleet import Fleet, Harness
 
+from tests.support.fleet import Fleet, Harness
 from vigil.contract import Alert, Command
 from vigil.contract.xid import xid_entry
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from live import Live, worker
-from test_recovery_live import cordoned, training
 
+from tests.support.live import Live, worker
+from tests.support.recovery_waits import cordoned, training
 from vigil.contract import LogLine, Member, RecoveryAction
 from vigil.cordons import CordonRegistry
 

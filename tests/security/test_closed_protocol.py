@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.signed import sealed
+from tests.support.signed import sealed
 from vigil.contract import Incident, IncidentCategory, RankRef, decode_batch, encode_batch
 from vigil.recovery.controller.triggers import classify
 from vigil.recovery.settings import PolicySettings

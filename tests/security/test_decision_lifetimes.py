@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.recovery.fleet import Fleet, Harness, incident
-from tests.signed import sealed
+from tests.support.fleet import Fleet, Harness, incident
+from tests.support.signed import sealed
 from vigil.contract import (
     Advice,
     Alert,

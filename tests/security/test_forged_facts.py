@@ -16,8 +16,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tests.recovery.live import Live, fake_train
-from tests.security.test_forged import forge, security_alerts, signer_of
+from tests.support.forgery import forge, security_alerts, signer_of
+from tests.support.live import Live, fake_train
 from vigil.contract import Alert, Command, Member, Outcome
 from vigil.cordons import CordonRegistry
 from vigil.recovery.controller.state import alert_key

@@ -17,8 +17,8 @@ from confluent_kafka import Producer
 
 from tests.notify.conftest import ctx, notifier, publish, receiver  # noqa: F401 - the notifier's fixtures
 from tests.notify.events import incident, straggler
-from tests.notify.receiver import Receiver
-from tests.waiting import wait_until
+from tests.support.receiver import Receiver
+from tests.support.waiting import wait_until
 from vigil.contract import Event, Silence, encode_batch
 from vigil.service import StackContext
 from vigil.signing.freshness import stamp

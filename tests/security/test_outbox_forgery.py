@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.waiting import wait_until
+from tests.support.waiting import wait_until
 from vigil.collector.agent import Agent
 from vigil.collector.control.attest import Attester
 from vigil.collector.settings import CollectorSettings, resolve_paths

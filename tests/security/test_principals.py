@@ -25,7 +25,7 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.waiting import wait_until
+from tests.support.waiting import wait_until
 from vigil.app.stack.state import guard
 from vigil.collector.control.warm import WarmPlan, WarmPool, stop_idle
 from vigil.collector.control.warmdiag import WarmDiagnostics

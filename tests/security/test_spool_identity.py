@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.collector.agent_harness import agent_env, read_events, step_line
+from tests.support.agent_harness import agent_env, read_events, step_line
 from vigil.collector.control.childenv import child_environment
 from vigil.collector.spoolguard import Refusal, SpoolGuard
 from vigil.contract import StepTiming, validate_event

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import Producer
 
-from tests.recovery.live import Live
+from tests.support.live import Live
 from vigil.contract import Alert, Event, Member, RecoveryAction, encode_batch
 from vigil.contract.decisions import operator_request
 from vigil.cordons import CordonRegistry

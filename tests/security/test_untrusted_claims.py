@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from tests.collector.agent_harness import step_line
-from tests.recovery.live import Live
+from tests.support.agent_harness import step_line
+from tests.support.live import Live
 from vigil.collector.spoolguard import Refusal as SpoolRefusal
 from vigil.collector.spoolguard import SpoolGuard
 from vigil.contract import Alert, Checkpoint, Command, Member, encode_batch, validate_event

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from timer_testutil import read_records, timer_config
 
+from tests.timer.timer_testutil import read_records, timer_config
 from vigil.timer import StepTimer
 
 pytestmark = pytest.mark.pure

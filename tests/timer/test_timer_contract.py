@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
-from timer_testutil import read_records, timer_config
 
+from tests.timer.timer_testutil import read_records, timer_config
 from vigil.contract.telemetry import StepTiming
 from vigil.timer import StepTimer
 

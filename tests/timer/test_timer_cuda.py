@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 import torch
-from timer_testutil import read_records, timer_config
 
-from tests.waiting import wait_until
+from tests.support.waiting import wait_until
+from tests.timer.timer_testutil import read_records, timer_config
 from vigil.timer import StepTimer
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]

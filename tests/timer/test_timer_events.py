@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from timer_testutil import read_records, timer_config
 
-from tests.waiting import wait_until
+from tests.support.waiting import wait_until
+from tests.timer.timer_testutil import read_records, timer_config
 from vigil.timer import StepTimer
 from vigil.timer.clocks import CudaClock
 

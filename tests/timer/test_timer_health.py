@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from timer_testutil import read_records, timer_config
 
+from tests.timer.timer_testutil import read_records, timer_config
 from vigil.contract.colwire import decode_columnar
 from vigil.contract.fastwire import decode_hot
 from vigil.contract.telemetry import StepTiming

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch.distributed as dist
-from timer_testutil import read_records, timer_config
 
+from tests.timer.timer_testutil import read_records, timer_config
 from vigil.timer import StepTimer
 from vigil.timer.identity import derive_coords, resolve_coords, resolve_identity
 

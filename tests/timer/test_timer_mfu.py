@@ -6,9 +6,9 @@ import time
 from pathlib import Path
 
 import pytest
-from timer_testutil import read_records, timer_config
 
 import vigil.timer.mfu
+from tests.timer.timer_testutil import read_records, timer_config
 from vigil.timer import StepTimer, peak_for_device
 from vigil.timer.mfu import resolve_flops, resolve_peak, throughput
 

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from timer_testutil import read_records, spool_files, timer_config
 
 import vigil.trainside.spoolfile
+from tests.timer.timer_testutil import read_records, spool_files, timer_config
 from vigil.timer import StepTimer
 from vigil.trainside.spool import SpoolWriter
 

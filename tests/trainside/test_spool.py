@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.waiting import wait_until
+from tests.support.waiting import wait_until
 from vigil.trainside.identity import Identity
 from vigil.trainside.spool import SpoolWriter
 from vigil.trainside.spoolfile import location

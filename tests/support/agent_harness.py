@@ -1,4 +1,5 @@
-"""Driving a real node agent in tests: its environment and subprocess, spool lines to feed it, what reached Kafka."""
+"""Driving a real node agent in tests: its environment and subprocess, spool lines to feed it, what reached
+Kafka."""
 
 from __future__ import annotations
 

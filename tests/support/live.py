@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.waiting import wait_until
+from tests.support.waiting import wait_until
 from vigil.app.demo.run import kill_tree
 from vigil.contract import Event, Outcome, RecoveryAction
 from vigil.kafka.follow import Follower
@@ -31,7 +31,7 @@ from vigil.signing import KeyStore, Role
 from vigil.signing.setup import signer
 
 ROOT = Path(__file__).resolve().parents[2]
-HERE = Path(__file__).parent
+HERE = ROOT / "tests" / "recovery"  # the worker scripts (job_worker.py, fake_train.py, snap_worker.py)
 PY = sys.executable
 SYSTEM_PYTHON = f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}"
 RUN_AS_PATH = os.pathsep.join([str(ROOT), *(p for p in sys.path if p.endswith("site-packages"))])

@@ -74,7 +74,7 @@ class Service:
             return self.proc.wait(30)
 
 
-WORKER = Path(__file__).with_name("chaos_worker.py")
+WORKER = Path(__file__).resolve().parents[1] / "chaos" / "chaos_worker.py"
 
 
 def analyzer_service(env: dict[str, str], tmp: Path) -> tuple[Service, str]:
