@@ -18,7 +18,8 @@ sampled by the threads, never a query.
 
 Ingest scales out (instances share the consumer group); so does detection, by job: with
 `detect_shards` on, each detecting instance joins the `vigil-detect` group and judges only
-the jobs of the partitions it is assigned (analyzer/shardgroup.py). A turn holds the turn
+the jobs of the partitions it is assigned (analyzer/shardgroup.py), and writes lease records that `vigil status`
+reads from the broker (analyzer/shardreport.py). A turn holds the turn
 lock through publishing and saving positions, so a revocation waits for it; after an
 assignment changed, the next turn first restores the owned jobs' alert and incident books
 from their topics (and drops the others'), and the cursor goes on from the saved positions.
@@ -81,6 +82,7 @@ class AnalyzerService:
         self._unpublished: list[Event] = []
         self._turn_failed = False
         self.detect_turns = 0
+        self._turn_at = 0.0  # wall time the last turn ended
         self.last_error = ""
         self.metrics = AnalyzerMetrics()
         self._metrics_server = MetricsServer(self.metrics.registry, bind=self.metrics.settings.bind,
@@ -155,7 +157,11 @@ class AnalyzerService:
                     self._turn_failed = True
                     return 0
                 self._books_seen = self.owner.changed
-            return self._detect_turn()
+            published = self._detect_turn()
+            if self.group is not None:  # the lease records `vigil status` reads (throttled; never raises)
+                self.group.report(turn_at=self._turn_at, behind_s=self.cursor.behind_s, backlog=self.cursor.backlog,
+                                  jobs=self.cursor.owned_jobs())
+            return published
 
     def _detect_turn(self) -> int:
         self._turn_failed = False
@@ -170,6 +176,7 @@ class AnalyzerService:
             self._publish(turned)
             self.cursor.commit()
             self.detect_turns += 1
+            self._turn_at = time.time()
             return self.alerts_published - before
         except Exception as exc:
             self.last_error = f"detect: {one_line(exc)}"
