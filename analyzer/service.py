@@ -91,7 +91,8 @@ class AnalyzerService:
 
     def start(self) -> None:
         if self.settings.detect and self.owner is None:  # a shard restores its jobs' books once they are assigned
-            self.book.restore(read_alert_events(self.ctx.settings, self.ctx.bootstrap))
+            # as of the saved positions: a turn killed before saving them is judged again, not re-published
+            self.book.restore(read_alert_events(self.ctx.settings, self.ctx.bootstrap), until=self.cursor.saved())
             self.incidents.book.restore(read_incident_events(self.ctx.settings, self.ctx.bootstrap))
         # its own producer: a flush reports every failure since the last one, so one user each
         dead_letters = EventProducer(settings=self.ctx.settings, bootstrap=self.ctx.bootstrap, batch_events=500)
@@ -141,7 +142,9 @@ class AnalyzerService:
         assert self.owner is not None
         owns = self.owner.owns
         self.book.current = {fp: a for fp, a in self.book.current.items() if owns(a.job_id)}
-        self.book.restore(a for a in read_alert_events(self.ctx.settings, self.ctx.bootstrap) if owns(a.job_id))
+        self.book.ahead = set()
+        self.book.restore((a for a in read_alert_events(self.ctx.settings, self.ctx.bootstrap) if owns(a.job_id)),
+                          until=self.cursor.saved())  # a killed owner's unsaved turn: judged again, sent once
         book = self.incidents.book
         book.current = {k: i for k, i in book.current.items() if owns(i.job_id)}
         book.restore(i for i in read_incident_events(self.ctx.settings, self.ctx.bootstrap) if owns(i.job_id))

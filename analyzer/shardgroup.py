@@ -9,9 +9,10 @@ held by two members at once).
 Handover: a revocation waits on `turn_lock`, which the detect loop holds for a whole turn, its publishing and the
 saving of its positions, so the shard releases a job only after its alerts are on the topic and its position is
 stored; the next owner's cursor (`LiveCursor.owner`) then goes on from that position and the service restores the
-gained jobs' alert and incident books from their topics. A shard that dies mid-turn leaves at most that turn's
-instants unsaved: the next owner judges them again and the book, rebuilt from the topic, publishes nothing new
-(an alert's event id is its fingerprint, status and instant). `poll()` must be called often (the callbacks run in
+gained jobs' alert and incident books from their topics. A shard killed mid-catch-up leaves the instants of its
+last turn unsaved (its rounds possibly published): the next owner restores the alert book as of the saved
+positions, judges them again and publishes nothing twice (an alert's event id is its fingerprint, status and
+instant). `poll()` must be called often (the callbacks run in
 it); `close()` settles a join in flight first (`vigil.kafka.membership`). The detect loop never reads the topic:
 membership is what it is for; `report()` writes each owned partition a lease record for `vigil status`
 (analyzer/shardreport.py) and commits its offset as the group's pointer to it.
