@@ -161,10 +161,11 @@ class AnalyzerService:
                     return 0
                 self._books_seen = self.owner.changed
             published = self._detect_turn()
-            if self.group is not None:  # the lease records `vigil status` reads (throttled; never raises)
-                self.group.report(turn_at=self._turn_at, behind_s=self.cursor.behind_s, backlog=self.cursor.backlog,
-                                  jobs=self.cursor.owned_jobs())
-            return published
+        if self.group is not None:  # the lease records `vigil status` reads (throttled; never raises), outside
+            # the turn lock: a revocation waiting for it never waits on the broker for a view
+            self.group.report(turn_at=self._turn_at, behind_s=self.cursor.behind_s, backlog=self.cursor.backlog,
+                              jobs=self.cursor.owned_jobs())
+        return published
 
     def _detect_turn(self) -> int:
         self._turn_failed = False

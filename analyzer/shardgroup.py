@@ -14,8 +14,9 @@ last turn unsaved (its rounds possibly published): the next owner restores the a
 positions, judges them again and publishes nothing twice (an alert's event id is its fingerprint, status and
 instant). `poll()` must be called often (the callbacks run in
 it); `close()` settles a join in flight first (`vigil.kafka.membership`). The detect loop never reads the topic:
-membership is what it is for; `report()` writes each owned partition a lease record for `vigil status`
-(analyzer/shardreport.py) and commits its offset as the group's pointer to it.
+membership is what it is for; `report()` (the detect thread) writes each owned partition a lease record for
+`vigil status` (analyzer/shardreport.py) and `poll()` (the group's thread: the consumer is driven from that one
+thread, a commit from another blocked behind its poll) commits its offset as the group's pointer to it.
 """
 
 from __future__ import annotations
@@ -71,6 +72,8 @@ class ShardGroup:
             raise ValueError(f"{self.topic} has {found} partitions, detect_partitions is {self.owner.partitions}: "
                              "every detect shard must use the topic's count")
         self._producer = Producer({**client_config(self.settings, self.bootstrap), "linger.ms": 0})
+        self._lock = threading.Lock()
+        self._pending: dict[int, int] = {}  # lease records written, their offsets not committed yet
         self._reported: tuple[int, float] = (-1, 0.0)  # the ownership change and wall time last reported
         self._consumer.subscribe([self.topic], on_assign=self._membership.assigned(self._assigned),
                                  on_revoke=self._membership.revoked(self._revoked),
@@ -91,7 +94,16 @@ class ShardGroup:
         self.owner.revoke(p.partition for p in parts)  # already someone else's: stop at the next turn
 
     def poll(self, timeout: float = 0.5) -> None:
-        self._consumer.poll(timeout)  # serves the callbacks; nothing is produced to the topic
+        """Serve the group's callbacks, and commit the offsets of the lease records `report()` wrote."""
+        with self._lock:
+            pending, self._pending = self._pending, {}
+        if pending and self.owner.owned:
+            try:
+                self._consumer.commit(offsets=[TopicPartition(self.topic, p, off) for p, off in pending.items()],
+                                      asynchronous=True)
+            except KafkaException as exc:  # revoked meanwhile: the next owner's records say who holds it
+                log.info("detect shard: committing its lease records: %s", exc)
+        self._consumer.poll(timeout)
 
     def report(self, *, turn_at: float, behind_s: float, backlog: int, jobs: list[str], force: bool = False) -> bool:
         """Write this shard's lease record to each owned partition and commit it there (throttled); True if written.
@@ -113,9 +125,8 @@ class ShardGroup:
             for p in sorted(owned):
                 self._producer.produce(self.topic, value=rec, key=self.name.encode(), partition=p, on_delivery=done)
             self._producer.flush(10)
-            if offsets:
-                self._consumer.commit(offsets=[TopicPartition(self.topic, p, off) for p, off in offsets.items()],
-                                      asynchronous=False)
+            with self._lock:  # committed by the polling thread: a consumer is driven from one thread only
+                self._pending.update(offsets)
         except (KafkaException, BufferError) as exc:  # revoked meanwhile, or the broker away: the next turn retries
             log.info("detect shard: reporting to %s: %s", self.topic, exc)
             return False
