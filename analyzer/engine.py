@@ -264,6 +264,10 @@ class LiveCursor:
         del self.errors[:-20]
         return out
 
+    def saved(self) -> dict[str, datetime]:
+        """The positions saved in the store (what a restarted or a new owner goes on from)."""
+        return self.store.load() if self.store is not None else {}
+
     def owned_jobs(self) -> list[str]:
         """The jobs this cursor holds a position of and owns (any thread: a copy of the keys first)."""
         return sorted(j for j in list(self.positions) if self.owner is None or self.owner.owns(j))

@@ -18,7 +18,8 @@ sampled by the threads, never a query.
 
 Ingest scales out (instances share the consumer group); so does detection, by job: with
 `detect_shards` on, each detecting instance joins the `vigil-detect` group and judges only
-the jobs of the partitions it is assigned (analyzer/shardgroup.py). A turn holds the turn
+the jobs of the partitions it is assigned (analyzer/shardgroup.py), and writes lease records that `vigil status`
+reads from the broker (analyzer/shardreport.py). A turn holds the turn
 lock through publishing and saving positions, so a revocation waits for it; after an
 assignment changed, the next turn first restores the owned jobs' alert and incident books
 from their topics (and drops the others'), and the cursor goes on from the saved positions.
@@ -83,6 +84,7 @@ class AnalyzerService:
         self._unpublished: list[Event] = []
         self._turn_failed = False
         self.detect_turns = 0
+        self._turn_at = 0.0  # wall time the last turn ended
         self.last_error = ""
         self.metrics = AnalyzerMetrics()
         self._metrics_server = MetricsServer(self.metrics.registry, bind=self.metrics.settings.bind,
@@ -93,7 +95,8 @@ class AnalyzerService:
 
     def start(self) -> None:
         if self.settings.detect and self.owner is None:  # a shard restores its jobs' books once they are assigned
-            self.book.restore(read_alert_events(self.ctx.settings, self.ctx.bootstrap))
+            # as of the saved positions: a turn killed before saving them is judged again, not re-published
+            self.book.restore(read_alert_events(self.ctx.settings, self.ctx.bootstrap), until=self.cursor.saved())
             self.incidents.book.restore(read_incident_events(self.ctx.settings, self.ctx.bootstrap))
         # its own producer: a flush reports every failure since the last one, so one user each
         dead_letters = EventProducer(settings=self.ctx.settings, bootstrap=self.ctx.bootstrap, batch_events=500)
@@ -144,7 +147,9 @@ class AnalyzerService:
         assert self.owner is not None
         owns = self.owner.owns
         self.book.current = {fp: a for fp, a in self.book.current.items() if owns(a.job_id)}
-        self.book.restore(a for a in read_alert_events(self.ctx.settings, self.ctx.bootstrap) if owns(a.job_id))
+        self.book.ahead = set()
+        self.book.restore((a for a in read_alert_events(self.ctx.settings, self.ctx.bootstrap) if owns(a.job_id)),
+                          until=self.cursor.saved())  # a killed owner's unsaved turn: judged again, sent once
         book = self.incidents.book
         book.current = {k: i for k, i in book.current.items() if owns(i.job_id)}
         book.restore(i for i in read_incident_events(self.ctx.settings, self.ctx.bootstrap) if owns(i.job_id))
@@ -160,7 +165,12 @@ class AnalyzerService:
                     self._turn_failed = True
                     return 0
                 self._books_seen = self.owner.changed
-            return self._detect_turn()
+            published = self._detect_turn()
+        if self.group is not None:  # the lease records `vigil status` reads (throttled; never raises), outside
+            # the turn lock: a revocation waiting for it never waits on the broker for a view
+            self.group.report(turn_at=self._turn_at, behind_s=self.cursor.behind_s, backlog=self.cursor.backlog,
+                              jobs=self.cursor.owned_jobs())
+        return published
 
     def _detect_turn(self) -> int:
         self._turn_failed = False
@@ -175,6 +185,7 @@ class AnalyzerService:
             self._publish(turned)
             self.cursor.commit()
             self.detect_turns += 1
+            self._turn_at = time.time()
             return self.alerts_published - before
         except Exception as exc:
             self.last_error = f"detect: {one_line(exc)}"

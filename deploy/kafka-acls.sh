@@ -20,9 +20,11 @@ topics() {  # topics ROLE OPERATION TOPIC...
 
 topics agent Read commands
 topics agent Write jobs steps heartbeats nic logs collectives recovery alerts
-topics analyzer Read jobs steps heartbeats nic logs collectives alerts incidents silences recovery commands
-topics analyzer Write alerts incidents deadletter services
+topics analyzer Read jobs steps heartbeats nic logs collectives alerts incidents silences recovery commands detect-jobs
+topics analyzer Write alerts incidents deadletter detect-jobs services
+topics analyzer Create detect-jobs
 add analyzer --operation Read --group "vigil-analyzer"
+add analyzer --operation Read --group "${PREFIX}vigil-detect"
 topics recovery Read incidents alerts recovery commands recovery-lease
 topics recovery Write commands recovery alerts recovery-lease services
 add recovery --operation Read --group "${PREFIX}vigil-recovery"

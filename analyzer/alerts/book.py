@@ -8,12 +8,18 @@ changes or `refresh_s` of event time has passed; when a detector that ran no lon
 published. Event ids are derived from (fingerprint, status, ts), so re-publishing
 after a crash is recognisable as the same event. The book is rebuilt from the alerts
 topic at start (`restore`), so a restarted analyzer does not fire twice.
+
+Restored with `until` (each job's saved position), the book is the one of that position: an event stamped after
+its job's position was published by a turn whose positions were never saved (an analyzer or a shard killed
+mid-catch-up). Those instants are judged again; the events they yield are the same (same ids) and are applied
+without being published twice, instead of a book ahead of the cursor resolving and re-firing what it already
+published.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -50,9 +56,15 @@ def _event_id(fp: str, status: str, ts: datetime) -> str:
 class AlertBook:
     refresh_s: float = 60.0
     current: dict[str, Alert] = field(default_factory=dict)
+    ahead: set[str] = field(default_factory=set)  # ids published past their job's saved position: not sent again
 
-    def restore(self, alerts: Iterable[Alert]) -> None:
+    def restore(self, alerts: Iterable[Alert], until: Mapping[str, datetime] | None = None) -> None:
+        """Rebuild from the topic; with `until`, as of each listed job's saved position (later ids kept aside)."""
         for a in alerts:
+            pos = until.get(a.job_id) if until is not None else None
+            if pos is not None and a.ts > pos:
+                self.ahead.add(a.event_id)
+                continue
             held = self.current.get(a.fingerprint)
             if supersedes(a, held):
                 self.current[a.fingerprint] = a
@@ -84,6 +96,10 @@ class AlertBook:
         for fp, held in list(self.current.items()):
             if held.job_id == job and held.status == "firing" and held.alert in ran_set and fp not in found:
                 out.append(self._emit(job, fp, None, "resolved", at, held.first_seen, held.evidence))
+        if self.ahead:  # judged again after a crash: applied above, already on the topic
+            again = {a.event_id for a in out} & self.ahead
+            self.ahead -= again
+            out = [a for a in out if a.event_id not in again]
         return out
 
     def _emit(self, job: str, fp: str, f: Finding | None, status: str, at: datetime, first: datetime,

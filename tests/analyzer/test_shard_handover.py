@@ -1,4 +1,8 @@
-"""Jobs handed between detect shards mid-burst are judged at every instant once: live equals replay."""
+"""Jobs handed between detect shards mid-burst are judged at every instant once: live equals replay.
+
+The dead shard is killed mid-burst: its last turns' alerts are on the topic, its positions never saved. The new
+owner restores the book as of the saved positions (`AlertBook.restore(until=...)`) and judges those instants again:
+the same events, none published twice (before: 7 re-published and a job's alerts no longer equal to replay)."""
 
 from __future__ import annotations
 
@@ -42,25 +46,33 @@ def test_a_job_moved_to_another_shard_and_a_dead_shards_jobs_raise_each_alert_on
         for job in JOBS:  # each job owned by exactly one shard at a time
             assert sum(o.owns(job) for o in owners) == 1
 
-    def gain(k: int) -> None:  # the new owner restores the gained jobs' book from the topic
-        cursors[k].book.restore(a for a in live if owners[k].owns(a.job_id))
+    def gain(k: int, unsaved: int = 0, frontier: datetime = now) -> None:  # the new owner restores its book
+        cursors[k].book.restore((a for a in live if owners[k].owns(a.job_id)), until=store.load())  # from the topic
         judged = [c.instants_judged for c in cursors]
-        turn(now)  # nothing new: the new owner goes on from the saved positions, judging nothing twice
-        assert [c.instants_judged for c in cursors] == judged
+        turn(frontier)  # the new owner goes on from the saved positions: it judges again only what was never saved
+        assert sum(c.instants_judged for c in cursors) - sum(judged) == unsaved
 
     for k, chunk in enumerate((slice(0, 35), slice(35, 70), slice(70, None))):
         load(clickhouse_dsn, database, [e for job in JOBS for b in batches[job][chunk] for e in b])
+        if k == 2:  # the first shard is killed mid-burst: what it judged is published, its positions never saved
+            later = datetime.now(UTC) + timedelta(seconds=settings.watermark_idle_s + 1)  # silent hosts let go
+            live.extend(caught_up(cursors[1], client, later))  # the survivor judges its own job as usual
+            cursors[1].commit()
+            before, published = cursors[0].instants_judged, len(live)
+            live.extend(caught_up(cursors[0], client, later))
+            unsaved = cursors[0].instants_judged - before
+            assert unsaved > 0 and len(live) > published  # its book (on the topic) is ahead of its saved position
+            owners[0].revoke([pa])  # its session expires: its jobs move to the second
+            cursors.pop(0)
+            owners.pop(0)
+            owners[0].assign([pa, pb])
+            gain(0, unsaved, later)
+            continue
         turn(now)
         if k == 0:  # the group grows: job b moves to the second shard
             owners[0].revoke([pb])
             owners[1].assign([pb])
             gain(1)
-        elif k == 1:  # the first shard dies: its jobs move to the second
-            owners[0].revoke([pa])
-            cursors.pop(0)
-            owners.pop(0)
-            owners[0].assign([pa, pb])
-            gain(0)
     turn(datetime.now(UTC) + timedelta(seconds=settings.watermark_idle_s + 1))
     assert len({a.event_id for a in live}) == len(live)  # none raised twice
     for job in JOBS:

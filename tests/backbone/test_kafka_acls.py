@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from vigil.analyzer.shard import DETECT_GROUP, DETECT_TOPIC
 from vigil.app import acls
 from vigil.recovery.controller.lease import LEASE_TOPIC
 from vigil.recovery.controller.state import INPUT_TOPICS
@@ -30,6 +31,9 @@ def test_every_topic_is_written_and_read_by_some_role_and_the_controller_may_tak
     assert LEASE_TOPIC in recovery["read"] and LEASE_TOPIC in recovery["write"]
     assert set(INPUT_TOPICS) <= set(recovery["read"])
     assert RecoverySettings().lease_group in recovery["prefixed_groups"]
+    analyzer = roles["analyzer"]  # a detect shard: the group over detect-jobs, its lease records, the topic made
+    assert DETECT_TOPIC in analyzer["read"] and DETECT_TOPIC in analyzer["write"] and DETECT_TOPIC in analyzer["create"]
+    assert DETECT_GROUP in analyzer["prefixed_groups"]
 
 
 def test_the_script_runs_the_acls_it_says(tmp_path: Path) -> None:
@@ -45,3 +49,7 @@ def test_the_script_runs_the_acls_it_says(tmp_path: Path) -> None:
     recovery = [c for c in calls if "User:vigil-recovery" in c]
     assert any(c[-4:] == ["--operation", "Write", "--topic", "p.recovery-lease"] for c in recovery)
     assert any(c[-2:] == ["--group", f"p.{RecoverySettings().lease_group}"] for c in recovery)
+    analyzer = [c for c in calls if "User:vigil-analyzer" in c]
+    for op in ("Read", "Write", "Create"):
+        assert any(c[-4:] == ["--operation", op, "--topic", f"p.{DETECT_TOPIC}"] for c in analyzer), op
+    assert any(c[-2:] == ["--group", f"p.{DETECT_GROUP}"] for c in analyzer)

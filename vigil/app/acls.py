@@ -3,15 +3,17 @@
 `deploy/kafka-acls.sh` is this module's output (`python -m vigil.app.acls > deploy/kafka-acls.sh`; a test
 keeps them equal): one SASL principal per role (`User:vigil-<role>`), each allowed only the topics its
 role reads and writes and the consumer groups it joins. Topic names come from the event registry
-(`vigil.contract.registry`), the dead-letter topic and the controller's lease topic (`recovery-lease`);
-groups from the services' settings defaults (the analyzer's and the notifier's, the controller's lease
-group, which the lease prefixes with the topic prefix). A role's table below names logical topics only:
+(`vigil.contract.registry`), the dead-letter topic, the controller's lease topic (`recovery-lease`) and the
+detect shards' topic (`detect-jobs`, which a shard creates with its partition count and writes its lease
+records to); groups from the services' settings defaults (the analyzer's and the notifier's, the controller's
+lease group and the detect shards' group, which are prefixed with the topic prefix). A role's table below names logical topics only:
 a topic the code gains and no role reads or writes fails the test.
 """
 
 from __future__ import annotations
 
 from vigil.analyzer.settings import AnalyzerSettings
+from vigil.analyzer.shard import DETECT_GROUP, DETECT_TOPIC
 from vigil.contract.registry import DEAD_LETTER_TOPIC, SPECS
 from vigil.contract.services import SERVICES_TOPIC
 from vigil.notify.settings import NotifySettings
@@ -28,19 +30,22 @@ def _default(model: type, name: str) -> str:
 
 def topics() -> set[str]:
     """Every topic the code uses (logical names)."""
-    return {s.topic for s in SPECS} | {DEAD_LETTER_TOPIC, LEASE_TOPIC}
+    return {s.topic for s in SPECS} | {DEAD_LETTER_TOPIC, LEASE_TOPIC, DETECT_TOPIC}
 
 
 def roles() -> dict[str, dict[str, tuple[str, ...]]]:
-    """role -> {"read": topics, "write": topics, "groups": literal groups, "prefixed_groups": groups after PREFIX}."""
+    """role -> {"read"/"write"/"create": topics, "groups": literal groups, "prefixed_groups": groups after PREFIX}."""
     return {
         # node agent: its telemetry and recovery facts (member, diagnostic, checkpoint, acks), its security alerts;
         # commands to obey
         "agent": {"read": ("commands",), "write": (*TELEMETRY, "recovery", "alerts")},
-        # analyzer: stores telemetry and decisions; writes alerts, incidents, dead letters
+        # analyzer: stores telemetry and decisions; writes alerts, incidents, dead letters; a detect shard joins the
+        # detect group over detect-jobs (creating it with its partition count) and writes its lease records there
         # (every service also announces its metrics URL on SERVICES_TOPIC, which the dashboard's role reads for status)
-        "analyzer": {"read": (*TELEMETRY, *DECISIONS), "write": ("alerts", "incidents", DEAD_LETTER_TOPIC, SERVICES_TOPIC),
-                     "groups": (_default(AnalyzerSettings, "group_id"),)},
+        "analyzer": {"read": (*TELEMETRY, *DECISIONS, DETECT_TOPIC),
+                     "write": ("alerts", "incidents", DEAD_LETTER_TOPIC, DETECT_TOPIC, SERVICES_TOPIC),
+                     "create": (DETECT_TOPIC,),
+                     "groups": (_default(AnalyzerSettings, "group_id"),), "prefixed_groups": (DETECT_GROUP,)},
         # recovery controller: triggers and its own log; commands, steps, its pages and security alerts; the leader
         # lease (topic and group)
         "recovery": {"read": ("incidents", "alerts", "recovery", "commands", LEASE_TOPIC),
@@ -82,6 +87,8 @@ def script() -> str:
     for role, acl in roles().items():
         lines.append(f"topics {role} Read {' '.join(acl['read'])}")
         lines.append(f"topics {role} Write {' '.join(acl['write'])}")
+        if acl.get("create"):
+            lines.append(f"topics {role} Create {' '.join(acl['create'])}")
         for group in acl.get("groups", ()):
             lines.append(f'add {role} --operation Read --group "{group}"')
         for group in acl.get("prefixed_groups", ()):

@@ -113,8 +113,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     else:
         print(f"vigil: {'OK' if report['ok'] else 'DOWN'}  ({report.get('mode')})")
         for name, part in report.get("parts", {}).items():
-            detail = ", ".join(f"{k}={v}" for k, v in part.items() if k not in ("ok", "metrics_url"))
+            detail = ", ".join(f"{k}={v}" for k, v in part.items() if k not in ("ok", "metrics_url", "shards"))
             print(f"  {'ok ' if part.get('ok') else 'BAD'} {name:<11} {detail}")
+            for shard in part.get("shards", []):
+                print(f"      shard {_shard_line(shard)}")
         for name, part in report.get("parts", {}).items():
             if part.get("metrics_url"):
                 print(f"  metrics {name:<11} {part['metrics_url']}")
@@ -129,6 +131,15 @@ def cmd_status(args: argparse.Namespace) -> int:
         if report.get("error"):
             print(f"  {report['error']}")
     return 0 if report["ok"] else 1
+
+
+def _shard_line(s: dict[str, Any]) -> str:
+    """One detect shard as `vigil status` prints it (analyzer/shardreport.py's fields)."""
+    turn = "no turn yet" if s["last_turn_s_ago"] is None else f"last turn {s['last_turn_s_ago']} s ago"
+    more = f" (+{s['jobs_total'] - len(s['jobs'])})" if s["jobs_total"] > len(s["jobs"]) else ""
+    return (f"{s['shard']}: partitions {','.join(map(str, s['partitions'])) or '-'}; jobs "
+            f"{','.join(s['jobs']) or '-'}{more}; {turn}, behind {s['behind_s']} s, backlog {s['backlog']}; "
+            f"reported {s['age_s']} s ago")
 
 
 def stack_health(settings: VigilSettings) -> dict[str, Any]:
