@@ -53,7 +53,7 @@ from vigil.kafka.ports import BatchWriter, Deferred, IntentSource, Offload, Offl
 from vigil.kafka.recut import Recut, plan
 from vigil.kafka.retry import Retry
 from vigil.kafka.stats import ConsumerStats
-from vigil.kafka.steps.chain import build
+from vigil.kafka.steps.chain import ChainFactory, Ports, default
 from vigil.settings import VigilSettings
 
 log = logging.getLogger(__name__)
@@ -80,6 +80,7 @@ class BatchingConsumer:
     replay_timeout_s: float = 60.0
     pipeline: bool = True  # write a batch on a thread of its own while the next one is read and decoded
     offload: Offload | None = None  # decodes the records it claims elsewhere (the writer must be an OffloadWriter)
+    chain: ChainFactory = default  # the steps, given the consumer's ports (`vigil.kafka.steps.chain`)
     stats: ConsumerStats = field(default_factory=ConsumerStats)
 
     def __post_init__(self) -> None:
@@ -94,11 +95,11 @@ class BatchingConsumer:
             "heartbeat.interval.ms": 500,
         }
         self._consumer = Consumer(conf)
-        self._chain = build(stats=self.stats, writer=self.writer, dead_letters=self.dead_letters,
-                            max_events=self.max_batch_events, max_s=self.max_batch_s, offload=self.offload,
-                            pipeline=self.pipeline, commit=lambda offsets: self._consumer.commit(
-                                offsets=offsets, asynchronous=False),
-                            retry=lambda batch, bid, exc: self._flush_with_retry(self._stop, batch, bid, failed=exc))
+        self._chain = self.chain(Ports(
+            stats=self.stats, writer=self.writer, dead_letters=self.dead_letters, max_events=self.max_batch_events,
+            max_s=self.max_batch_s, offload=self.offload, pipeline=self.pipeline,
+            commit=lambda offsets: self._consumer.commit(offsets=offsets, asynchronous=False),
+            retry=lambda batch, bid, exc: self._flush_with_retry(self._stop, batch, bid, failed=exc)))
         self._recheck = self._chain.commit.recheck  # partition -> last offset an earlier owner may have stored
         self._stop: threading.Event | None = None  # the one of the poll or run in progress (None: a revocation)
         self._replay_: Recut | None = None
