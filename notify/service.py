@@ -43,6 +43,7 @@ from vigil.kafka.lag import LagProbe
 from vigil.kafka.producer import EventProducer
 from vigil.kafka.reader import read_topics
 from vigil.metrics.server import MetricsServer
+from vigil.notify.chain import notify_chain
 from vigil.notify.decider import Decider
 from vigil.notify.dispatch import Dispatcher
 from vigil.notify.formats import render
@@ -142,7 +143,8 @@ class NotifyService:
         self._dead = _DeadLetters(producer, self.ctx.settings)
         self.consumer = BatchingConsumer(settings=self.ctx.settings, bootstrap=self.ctx.bootstrap,
                                          group_id=self.settings.group_id, topics=TOPICS, writer=self,
-                                         dead_letters=self._dead, max_batch_s=0.2, max_batch_events=5000)
+                                         dead_letters=self._dead, max_batch_s=0.2, max_batch_events=5000,
+                                         chain=notify_chain)
         self.dispatcher.start(self._pending)
         for target, name in ((self.consumer.run, "notify-consumer"), (self.lag.run, "notify-lag")):
             t = threading.Thread(target=target, args=(self._stop,), name=name, daemon=True)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from vigil.analyzer.ingest.chain import ingest_chain
 from vigil.analyzer.ingest.offload import DecodeProcess, InlineDecode
 from vigil.analyzer.ingest.writer import ClickHouseDeadLetters, ClickHouseWriter
 from vigil.analyzer.settings import AnalyzerSettings
@@ -85,7 +86,8 @@ class IngestLoop:
             settings=self.settings, bootstrap=self.bootstrap, group_id=self.analyzer.group_id,
             topics=list(INGEST_TOPICS), writer=self.writer, dead_letters=sink,
             max_batch_events=self.analyzer.batch_events, max_batch_s=self.analyzer.batch_s,
-            pipeline=self.analyzer.write_thread, offload=self.decoder or InlineDecode(),  # else on the consumer's thread
+            pipeline=self.analyzer.write_thread,
+            chain=ingest_chain(self.decoder or InlineDecode()),  # (else decoded on the consumer's thread)
         )
         self.probe = LagProbe(settings=self.settings, bootstrap=self.bootstrap, group_id=self.analyzer.group_id,
                               topics=INGEST_TOPICS, every_s=self.probe_every_s)

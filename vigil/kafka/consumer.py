@@ -20,7 +20,8 @@ may still be written: its re-read is deduplicated).
 
 Rebalances. A revocation writes and commits what is batched, unless a batch is being retried: then nothing is
 committed (the retried batch, the one read after it and the records consumed before are dropped; the partitions'
-next owner reads them again from the last commit, the retried batch's intent telling it how).
+next owner reads them again from the last commit, the retried batch's intent telling it how). Assignments, re-cuts
+and the records held meanwhile are `vigil.kafka.regroup`'s.
 
 Leaving. `close` first waits (bounded) for a group join in flight to be answered (`vigil.kafka.membership`): a
 member that closes while joining stalls the embedded broker's group for minutes.
@@ -44,16 +45,17 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from vigil.errors import one_line
 from vigil.kafka.admin import client_config
-from vigil.kafka.batch import Batch, Raw
+from vigil.kafka.batch import Batch
 from vigil.kafka.batchid import BatchId, Intent, OffsetRange, Partition, Unstorable
 from vigil.kafka.deadletter import DeadLetterSink
 from vigil.kafka.failures import ConsumerFailed, OffloadLost, is_transient
 from vigil.kafka.membership import Membership
 from vigil.kafka.ports import BatchWriter, Deferred, IntentSource, Offload, OffloadWriter, Pending, Staging
-from vigil.kafka.recut import Recut, plan
+from vigil.kafka.recut import Recut
+from vigil.kafka.regroup import Regroup
 from vigil.kafka.retry import Retry
 from vigil.kafka.stats import ConsumerStats
-from vigil.kafka.steps.chain import build
+from vigil.kafka.steps.chain import ChainFactory, Ports, default
 from vigil.settings import VigilSettings
 
 log = logging.getLogger(__name__)
@@ -80,6 +82,7 @@ class BatchingConsumer:
     replay_timeout_s: float = 60.0
     pipeline: bool = True  # write a batch on a thread of its own while the next one is read and decoded
     offload: Offload | None = None  # decodes the records it claims elsewhere (the writer must be an OffloadWriter)
+    chain: ChainFactory = default  # the steps, given the consumer's ports (`vigil.kafka.steps.chain`)
     stats: ConsumerStats = field(default_factory=ConsumerStats)
 
     def __post_init__(self) -> None:
@@ -94,16 +97,14 @@ class BatchingConsumer:
             "heartbeat.interval.ms": 500,
         }
         self._consumer = Consumer(conf)
-        self._chain = build(stats=self.stats, writer=self.writer, dead_letters=self.dead_letters,
-                            max_events=self.max_batch_events, max_s=self.max_batch_s, offload=self.offload,
-                            pipeline=self.pipeline, commit=lambda offsets: self._consumer.commit(
-                                offsets=offsets, asynchronous=False),
-                            retry=lambda batch, bid, exc: self._flush_with_retry(self._stop, batch, bid, failed=exc))
-        self._recheck = self._chain.commit.recheck  # partition -> last offset an earlier owner may have stored
+        self._chain = self.chain(Ports(
+            stats=self.stats, writer=self.writer, dead_letters=self.dead_letters, max_events=self.max_batch_events,
+            max_s=self.max_batch_s, offload=self.offload, pipeline=self.pipeline,
+            commit=lambda offsets: self._consumer.commit(offsets=offsets, asynchronous=False),
+            retry=lambda batch, bid, exc: self._flush_with_retry(self._stop, batch, bid, failed=exc)))
         self._stop: threading.Event | None = None  # the one of the poll or run in progress (None: a revocation)
-        self._replay_: Recut | None = None
-        self._held: list[Raw] = []  # records read while a replayed batch is completed
-        self._paused: set[Partition] = set()
+        self._regroup = Regroup(consumer=self._consumer, chain=self._chain, stats=self.stats,
+                                from_beginning=self.from_beginning)  # re-cuts and held records (`vigil.kafka.regroup`)
         self._retry = Retry(stats=self.stats, backoff_s=self.retry_backoff_s, max_backoff_s=self.max_backoff_s)
         self._retry_paused: list[TopicPartition] = []
         self._rebalances = 0  # revocations seen: records consumed before one are stale
@@ -120,13 +121,7 @@ class BatchingConsumer:
 
     @property
     def _replay(self) -> Recut | None:
-        """The uncommitted batch being re-cut; while there is one the chain cuts no batch of its own."""
-        return self._replay_
-
-    @_replay.setter
-    def _replay(self, replay: Recut | None) -> None:
-        self._replay_ = replay
-        self._chain.accumulate.holding = replay is not None
+        return self._regroup.replay
 
     @property
     def _batch(self) -> Batch:
@@ -138,31 +133,12 @@ class BatchingConsumer:
         self._chain.write.prefetch(batch)
         if replay is not None:
             return batch, BatchId(ranges=replay.intent.ranges, first_attempt=replay.intent.at)
-        return batch, batch.identity(self._recheck)
+        return batch, batch.identity(self._chain.commit.recheck)
 
     # ------------------------------------------------------------------ group membership
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        tps = [(str(tp.topic), int(tp.partition)) for tp in partitions]
-        if not tps or not isinstance(self.writer, IntentSource) or self._membership.closing:
-            return  # (assigned while closing: nothing is read for it)
-        try:
-            intents = self.writer.intents(tps)
-            committed = {(str(tp.topic), int(tp.partition)): int(tp.offset)
-                         for tp in consumer.committed(partitions, timeout=10)} if intents else {}
-        except Exception as exc:  # cannot tell what an earlier owner left: re-check what it may have
-            log.warning("reading intents on assignment failed, re-checking recent offsets: %s", one_line(exc))
-            self.stats.last_error = f"intents: {one_line(exc)}"
-            self._recheck.update({tp: 2**63 - 1 for tp in tps})  # until the first commit passes them
-            return
-        for part in partitions:  # never committed: reading starts at the log's start (auto.offset.reset=earliest)
-            key = (str(part.topic), int(part.partition))
-            if key in intents and committed.get(key, -1) < 0 and self.from_beginning:
-                committed[key] = int(consumer.get_watermark_offsets(part, timeout=10)[0])
-        recut = plan(intents, committed, tps, self._recheck, busy=self._replay is not None)
-        if recut is not None:
-            self._replay = recut
-            log.info("re-cutting an uncommitted batch of %d partition(s) first recorded at %s",
-                     len(recut.intent.ranges), recut.intent.at.isoformat())
+    def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if not self._membership.closing:  # (assigned while closing: nothing is read for it)
+            self._regroup.assigned(self.writer, partitions)
 
     def _on_revoke(self, _consumer: Consumer, _partitions: list[TopicPartition]) -> None:
         self._rebalances += 1
@@ -170,7 +146,7 @@ class BatchingConsumer:
             self._retry.revoked = True
             log.warning("partitions revoked while a batch write is retried: it and %d record(s) after it are "
                         "left to the next owner", len(self._batch))
-        self._abandon_replay()
+        self._regroup.abandon()
         stop, self._stop = self._stop, None
         try:
             if not self._chain.commit.stopped:  # after a failure nothing is written or committed here
@@ -184,11 +160,7 @@ class BatchingConsumer:
                 self.stats.last_error = f"rebalance: a batch's write failed, left to the next owner: {one_line(exc)}"
         finally:
             self._stop = stop
-        self._chain.accumulate.take()
-        self._replay = None
-        self._held.clear()
-        self._paused.clear()
-        self._recheck.clear()
+        self._regroup.revoked()
 
     # ------------------------------------------------------------------ consuming
     def poll(self, timeout: float = 0.2, stop: threading.Event | None = None) -> None:
@@ -219,60 +191,23 @@ class BatchingConsumer:
                 if err.code() != KafkaError._PARTITION_EOF:
                     self.stats.last_error = err.str()
                 continue
-            self._route((str(msg.topic()), int(msg.partition() or 0), int(msg.offset() or 0),
-                         int(msg.timestamp()[1]), msg.value()))  # a full batch is cut there: the rest starts the next
+            raw = (str(msg.topic()), int(msg.partition() or 0), int(msg.offset() or 0), int(msg.timestamp()[1]),
+                   msg.value())
+            self._regroup.route(raw)  # a full batch is cut there: the rest starts the next
         self._chain.write.poll()
         replay = self._replay
         if replay is not None:
             if time.monotonic() - replay.started > self.replay_timeout_s:
                 log.warning("re-cut batch incomplete after %.0f s: writing it as a re-check", self.replay_timeout_s)
-                self._abandon_replay()
+                self._regroup.abandon()
             elif not replay.todo:
                 self._chain.write.join()
                 self._flush_with_retry(stop, *self._cut(replay))
-                self._after_replay()
+                self._regroup.release()
                 return
             else:
                 return
         self._chain.accumulate.poll()  # full or old: cut and handed to the write
-
-    def _route(self, raw: Raw) -> None:
-        replay = self._replay
-        if replay is not None:
-            tp = (raw[0], raw[1])
-            last = replay.last(tp)
-            if last is None or raw[2] > last:  # not part of the batch being re-cut: hold it until that is written
-                self._held.append(raw)
-                replay.todo.pop(tp, None)
-                if tp not in self._paused:
-                    self._consumer.pause([TopicPartition(tp[0], tp[1])])
-                    self._paused.add(tp)
-                return
-            if raw[2] == last:
-                replay.todo.pop(tp, None)
-        self._chain.decode.submit(raw)
-
-    def _abandon_replay(self) -> None:
-        """Give up re-cutting (partitions lost, records gone): what was read is re-checked instead."""
-        if self._replay is None:
-            return
-        for r in self._replay.intent.ranges:
-            tp = (r.topic, r.partition)
-            self._recheck[tp] = max(r.last, self._recheck.get(tp, -1))
-        self._after_replay()
-
-    def _after_replay(self) -> None:
-        self._replay = None
-        if self._paused:
-            self._consumer.resume([TopicPartition(t, p) for t, p in self._paused])
-            self._paused.clear()
-        held, self._held = self._held, []
-        self._chain.accumulate.holding = True  # (as read, with no cut in between)
-        try:
-            for raw in held:
-                self._chain.decode.submit(raw)
-        finally:
-            self._chain.accumulate.holding = self._replay is not None
 
     def _flush_with_retry(self, stop: threading.Event | None, batch: Batch, bid: BatchId,
                           failed: Exception | None = None) -> None:
@@ -281,8 +216,8 @@ class BatchingConsumer:
                                    self, stop, failed):
             self._chain.commit.stopped = True  # stopped with it unwritten: no later batch may be committed
             return
-        if self._held and self._replay is None:
-            self._after_replay()
+        if self._regroup.held and self._replay is None:
+            self._regroup.release()
 
     # ------------------------------------------------------------------ `Idle`: the group kept alive while retrying
     def pause(self) -> bool:
@@ -294,7 +229,7 @@ class BatchingConsumer:
     def keep_alive(self, timeout: float) -> None:
         for msg in self._consumer.consume(num_messages=100, timeout=timeout):
             if msg.error() is None:  # (only from a partition assigned meanwhile) kept for later
-                self._held.append((str(msg.topic()), int(msg.partition() or 0), int(msg.offset() or 0),
+                self._regroup.held.append((str(msg.topic()), int(msg.partition() or 0), int(msg.offset() or 0),
                                    int(msg.timestamp()[1]), msg.value()))
 
     def resume(self) -> None:
