@@ -17,6 +17,12 @@ No verdict on data in flight: a digest step is judged only when every rank of it
 or past it (stamped at or before the instant; a rank with no step in the window is gone, not a replica); until then a replica that is merely late is never counted as absent
 or odd. A replica whose record of that step was lost is left out of the vote (the others still vote).
 
+Digests are the job's claims about itself (the training process computes them; its agent ships them as the rank's
+step records), never a kernel fact: a rank claimed from two hosts in the window (its host differs between records,
+or one step's records name two hosts or two digests) is left out of every vote, so one host cannot vote as another's
+ranks, and a verdict on them costs what the controller bounds (a rollback of the job itself; a cordon only within the
+breaker: recovery/controller/replay.py).
+
 False alarms: the comparison is exact, so replicas that are bitwise equal (a flat all-reduce, DDP with one bucket
 order) give none: budget 0. Replicas that are not bitwise equal by construction (ZeRO/FSDP shards within the DP
 group, non-deterministic reductions that differ per rank) must not report digests as replicas; every torch of a job
@@ -32,7 +38,8 @@ from typing import Any
 from vigil.analyzer.detect.base import AT, EvalContext, Finding, as_utc, last_complete_step
 
 _DIGESTS_SQL = f"""
-SELECT step, rank, any(host) AS r_host, any(pp) AS r_pp, any(tp) AS r_tp, any(digest) AS r_digest, max(ts) AS r_ts
+SELECT step, rank, any(host) AS r_host, any(pp) AS r_pp, any(tp) AS r_tp, any(digest) AS r_digest, max(ts) AS r_ts,
+       uniqExact(host) AS r_hosts, uniqExact(digest) AS r_digests
 FROM step_timings
 WHERE job_id = {{job:String}} AND step >= {{lo:UInt64}} AND ts <= {AT} AND ts >= {{start:DateTime64(3, 'UTC')}}
   AND digest IS NOT NULL
@@ -52,6 +59,13 @@ def vote(rows: Sequence[Row], reach: Mapping[int, tuple[int, int, int]], min_rep
     """The findings of the digest `rows` (step, rank, host, pp, tp, digest, ts) given each rank's `reach`
     (rank -> (pp, tp, highest stored step)). `first` (rank -> first step it differed) is read and updated."""
     first = {} if first is None else first
+    seen: dict[int, set[str]] = defaultdict(set)  # rank -> the hosts its records were claimed from
+    for r in rows:
+        seen[int(r["rank"])].add(str(r["host"]))
+        if int(r.get("hosts", 1)) > 1 or int(r.get("digests", 1)) > 1:
+            seen[int(r["rank"])].add("*")  # two hosts or two digests for one step: conflicting claims
+    disputed = {rank for rank, hosts in seen.items() if len(hosts) > 1}
+    rows = [r for r in rows if int(r["rank"]) not in disputed]
     groups: dict[tuple[int, int], dict[int, dict[int, Row]]] = defaultdict(lambda: defaultdict(dict))
     for r in rows:
         groups[(int(r["pp"]), int(r["tp"]))][int(r["step"])][int(r["rank"])] = r

@@ -72,3 +72,16 @@ def test_a_named_replica_is_an_sdc_incident_and_a_tie_is_none() -> None:
     assert draft.category is IncidentCategory.SILENT_DATA_CORRUPTION and draft.cause == "unknown"
     assert [(p.host, p.rank) for p in draft.culprits] == [("h2", 2)] and draft.evidence["step"] == 5
     assert draft.evidence["fault_classes"] == ["sdc"]  # what fleet memory counts against h2
+
+
+def test_a_rank_claimed_from_two_hosts_is_left_out_of_the_vote() -> None:
+    """Digests are the job's claims: records of ranks 2 and 3 sent from h0 as well as from their own
+    hosts) do not outvote rank 1 on h1, nor does a step's record that names two digests."""
+    digests = {5: {0: 2, 1: 3, 2: 2, 3: 2}}
+    forged = rows(digests) + [{**r, "host": "h0"} for r in rows(digests) if r["rank"] in (2, 3)]
+    [tie] = vote(forged, reach(range(4), 5), 2)  # 0 and 1 left: two replicas, no majority, no one blamed
+    assert tie.host == "*" and tie.severity == "warning"
+    doubled = [{**r, "digests": 2} if r["rank"] == 3 else r for r in rows({5: {0: 2, 1: 2, 2: 2, 3: 9}})]
+    assert vote(doubled, reach(range(4), 5), 2) == []  # rank 3 out: 0, 1, 2 agree
+    [f] = vote(rows({5: {0: 2, 1: 2, 2: 2, 3: 9}}), reach(range(4), 5), 2)  # the same, claimed once: named
+    assert f.subject == "h3/rank3"
