@@ -172,10 +172,13 @@ def test_the_time_window_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize("url", ["ftp://h/metrics", "http://user:pw@h:1/metrics", "http://h:1/m etrics", "http:///metrics",
-                                 "http://h:99999/metrics", "http://h/" + "x" * 600, "javascript:alert(1)"])
+                                 "http://h:99999/metrics", "http://h/" + "x" * 600, "javascript:alert(1)",
+                                 "http://h:1/\x9b2J", "http://h:1/\u202emetrics", "http://h\u00e9:1/metrics"])
 def test_a_service_announcement_takes_only_a_bounded_http_url(url: str) -> None:
     example = {**spec_for("service").example, "ts": datetime.now(UTC).isoformat(), "metrics_url": url}
     with pytest.raises(ValueError, match="metrics_url"):
         validate_event("service", example)
     with pytest.raises(ValueError, match="service"):
         validate_event("service", {**example, "metrics_url": "", "service": "dashboard"})  # a closed set
+    with pytest.raises(ValueError, match="instance"):  # printed by `vigil status`: no bidi override, no C1 control
+        validate_event("service", {**example, "metrics_url": "", "instance": "a\u202eb"})

@@ -43,13 +43,20 @@ class ServiceAnnouncement(Event):
     interval_s: NonNegFloat = Field(default=300.0, ge=1, le=86_400, description="it announces again within this")
     started_at: UtcDatetime | None = None
 
+    @field_validator("instance")
+    @classmethod
+    def _printable(cls, v: str) -> str:
+        if not v.isprintable():  # C1 controls and bidi overrides: `vigil status` prints it to a terminal
+            raise ValueError("an instance name of printable characters (no controls or format characters)")
+        return v
+
     @field_validator("metrics_url")
     @classmethod
     def _http_url(cls, v: str) -> str:
         if not v:
             return v
-        if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in v):
-            raise ValueError("a URL without spaces or control characters")
+        if not v.isascii() or any(ch.isspace() or not ch.isprintable() for ch in v):
+            raise ValueError("a URL of printable ASCII (no spaces, controls, bidi or other format characters)")
         parts = urlsplit(v)
         if parts.scheme not in ("http", "https") or not parts.hostname or "@" in parts.netloc:
             raise ValueError("an http(s) URL with a host and no credentials")
