@@ -32,12 +32,14 @@ from vigil.contract import (
     operator_request,
 )
 from vigil.contract.base import VALID_MAX_S
+from vigil.contract.registry import spec_for
+from vigil.contract.wire import validate_event
 from vigil.recovery.controller.state import ClusterState
-from vigil.signing import KeyStore, check
+from vigil.signing import KeyStore, Role, check
 from vigil.signing.freshness import lifetime, stamp
 from vigil.signing.gate import Gate
 from vigil.signing.policy import Refusals
-from vigil.signing.seal import KeyRing
+from vigil.signing.seal import Ed25519Signer, KeyRing
 
 pytestmark = pytest.mark.pure
 NOW = datetime.now(UTC).replace(microsecond=0)
@@ -161,4 +163,18 @@ def test_a_claim_dated_ahead_does_not_move_the_logs_clock(tmp_path: Path) -> Non
     (command,) = sealed(tmp_path, [KINDS["command"](NOW).model_copy(update={"valid_s": 60.0})])
     gate = Gate(verifier=KeyRing(load=KeyStore(tmp_path / "keys").public_keys), refusals=Refusals(reporter="agent:h1"))
     assert gate.admit([claim, command], NOW) == ([claim, command], [])
+    assert gate.clock.newest == NOW
+
+
+def test_an_attested_fact_dated_ahead_moves_the_logs_clock_no_further_than_now(tmp_path: Path) -> None:
+    """A rank's checkpoint line keeps the time the rank gave it and its agent attests where it came from, not that
+    time: dated 4 minutes ahead (within the skew), it moves the clock to `now`, not past it (review of 2026-12-07)."""
+    store = KeyStore(tmp_path / "keys")
+    store.ensure()
+    store.issue("h1")
+    kid, key = store.private_key(Role.AGENT, "h1")
+    example = {**spec_for("checkpoint").example, "host": "h1", "ts": (NOW + timedelta(minutes=4)).isoformat()}
+    fact = Ed25519Signer(role=Role.AGENT, key_id=kid, key=key).seal(validate_event("checkpoint", example))
+    gate = Gate(verifier=KeyRing(load=store.public_keys), refusals=Refusals(reporter="controller"))
+    assert gate.admit([fact], NOW) == ([fact], [])
     assert gate.clock.newest == NOW

@@ -108,6 +108,9 @@ class LogClock:
 
     newest: datetime | None = None
 
-    def advance(self, event: Event) -> datetime:
-        self.newest = event.ts if self.newest is None else max(self.newest, event.ts)
+    def advance(self, event: Event, cap: datetime | None = None) -> datetime:
+        """Moved to `event.ts`, or to `cap` when that is earlier (an attested fact: its host's key vouches for where
+        it came from, not for a time the training side may have chosen)."""
+        ts = event.ts if cap is None else min(event.ts, cap)
+        self.newest = ts if self.newest is None else max(self.newest, ts)
         return self.newest

@@ -58,7 +58,9 @@ class Gate:
         for e in events:
             refusal = check(e, self.verifier) or self._fence(e)
             if refusal is None and (needs_signature(e) or attested(e)):  # a key vouches for its time: the clock
-                log_now = self.clock.advance(e)  # never moves for a claim (a training process's line dated ahead)
+                # never moves for a claim (a training process's line dated ahead), nor past `now` for an attested
+                # fact (a rank's checkpoint line keeps the time the rank gave it)
+                log_now = self.clock.advance(e, None if needs_signature(e) else now)
                 refusal = stale(e, log_now) if acting else None
             if refusal is None:
                 accepted.append(e)
