@@ -46,7 +46,8 @@ def _text(value: Any) -> str | None:
 
 def _int(value: Any, default: int) -> int:
     text = _text(value)
-    return int(text) if text is not None and text.isdigit() and len(text) <= 20 else default
+    ascii_digits = text is not None and text.isascii() and text.isdigit()  # "²" is a digit int() refuses
+    return int(text) if ascii_digits and text is not None and len(text) <= 20 else default
 
 
 def parse_entry(line: bytes) -> tuple[str, KmsgRecord] | None:

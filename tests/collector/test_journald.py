@@ -146,3 +146,5 @@ def test_journal_records_parse_as_the_kernels() -> None:
     assert (parse_entry(json.dumps(repeated).encode()) or ("", None))[1].message == XID_79  # type: ignore[union-attr]
     assert parse_entry(json.dumps({**entry(9, XID_79), "MESSAGE": None}).encode()) is None  # left out: too large
     assert parse_entry(b"[1, 2]") is None and parse_entry(b"{") is None
+    odd = parse_entry(json.dumps({**entry(9, XID_79), "PRIORITY": "\u00b2", "__SEQNUM": "\u0663"}).encode())
+    assert odd is not None and (odd[1].level, odd[1].seq) != (2, 3)  # non-ASCII digits: defaults, never a raise
