@@ -305,3 +305,17 @@ def test_where_the_api_server_offers_device_taints_a_gpu_is_tainted_not_the_node
     assert kube.rules == {} and b.quarantined() == {}
     discovery = [r.path for r in kube.sent("GET", "/apis/") if not r.path.endswith("/devicetaintrules")]
     assert discovery == ["/apis/resource.k8s.io/v1", "/apis/resource.k8s.io/v1beta2"]  # asked once
+
+
+def test_uncordoning_a_node_clears_only_its_own_device_taint_rules(kube: FakeKube) -> None:
+    """Node names longer than a label value (63) share their label when their first 63 characters agree: clearing one
+    node's rules must not clear the other's (review of 2026-12-07)."""
+    kube.dra = "v1beta2"
+    a, c = "n" * 63 + "-a", "n" * 63 + "-c"
+    kube.add_node(a)
+    kube.add_node(c)
+    b: NodeBackend = backend(kube)
+    for node in (a, c):
+        assert b.quarantine(node, (1,), reason="Xid 48", incident_id=INCIDENT, actor="controller").changed
+    assert b.uncordon(a, reason="GPU replaced", actor="user:ops").changed
+    assert [r["spec"]["deviceSelector"]["pool"] for r in kube.rules.values()] == [c]

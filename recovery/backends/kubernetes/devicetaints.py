@@ -100,7 +100,9 @@ class DeviceTaints:
                 GROUP, version, PLURAL, label_selector=f"{self.node_key}={label_value(node)}", _preload_content=False,
                 _request_timeout=self.settings.request_timeout_s)
             doc = json.loads(resp.data)
-            names = [str(r["metadata"]["name"]) for r in doc.get("items") or []]
+            # the label is the node's name cut to 63 characters: only the rules whose pool is this node
+            names = [str(r["metadata"]["name"]) for r in doc.get("items") or []
+                     if ((r.get("spec") or {}).get("deviceSelector") or {}).get("pool") == node]
             for name in names:
                 try:
                     self._api.delete_cluster_custom_object(GROUP, version, PLURAL, name, _preload_content=False,
