@@ -20,6 +20,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from vigil.cordons import Quarantine
+
 
 @dataclass(frozen=True, kw_only=True)
 class Change:
@@ -39,14 +41,7 @@ class CordonInfo:
     at: str = ""  # ISO 8601 UTC, when known
 
 
-@dataclass(frozen=True, kw_only=True)
-class GpuQuarantine:
-    host: str
-    gpus: tuple[int, ...]
-    reason: str = ""
-    incident_id: str = ""
-    by: str = ""
-    at: str = ""
+GpuQuarantine = Quarantine  # the one record of a host's quarantined GPUs (vigil.cordons: the local registry's)
 
 
 class NodeBackend(Protocol):

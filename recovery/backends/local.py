@@ -61,8 +61,7 @@ class LocalBackend:
             entries = self.registry.quarantined()
         except RegistryError as exc:
             raise BackendError(f"local backend: {exc}") from None
-        return {h: GpuQuarantine(host=h, gpus=q.gpus, reason=q.reason, incident_id=q.incident_id, by=q.by, at=q.at)
-                for h, q in entries.items()}
+        return dict(entries)  # the registry's records are the backend's (GpuQuarantine is vigil.cordons.Quarantine)
 
     def evict(self, host: str, *, job_id: str, reason: str, incident_id: str) -> Change:
         return Change(changed=False, detail="local: the host's agent stops the job's processes while it is cordoned")
