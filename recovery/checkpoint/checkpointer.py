@@ -268,7 +268,8 @@ class Checkpointer:
         are removed. The ``restored`` event names the `source` (memory, peer, persisted).
 
         `at_most` (default: ``VIGIL_RESTORE_MAX_STEP``, set by the agent when the controller rolls the job back
-        from a silent data corruption): nothing newer than this step is restored, snapshot or checkpoint.
+        from a silent data corruption): nothing newer than this step is restored, snapshot or checkpoint, and
+        rank 0 removes the committed checkpoints newer than it (a later restart must not restore them).
         """
         if at_most is None:
             at_most = env.integer(env.RESTORE_MAX_STEP, 0)
@@ -281,7 +282,16 @@ class Checkpointer:
         if step is None:
             step = self._load_persisted(state, at_most)
         self.snapshots.discard_after(step)
+        if at_most and self.topology.rank == 0:
+            self._retire_after(at_most)
         return step
+
+    def _retire_after(self, bound: int) -> None:
+        """A rollback's bound outlives its restore: committed checkpoints newer than it were written after the
+        divergence (they may hold the corruption), so a later ordinary restore must not take them: removed."""
+        for commit in self.layout.committed():
+            if commit.step > bound and self.layout.discard(commit.name):
+                log.warning("checkpoint of step %d (newer than the rollback's bound %d) removed", commit.step, bound)
 
     def _load_snapshot(self, state: MutableMapping[str, Any], t0: float, at_most: int | None) -> int | None:
         newest = self.latest(at_most) if self.topology.rank == 0 else None

@@ -116,9 +116,14 @@ def test_a_rollback_restores_nothing_newer_than_its_bound(tmp_path: Path, monkey
         assert again.load_latest(fresh) == 6 and fresh["meta"] == {"step": 6}
         assert again.last_restore is not None and again.last_restore.source == "memory"
         assert again.snapshots.find(8) is None  # the abandoned future is gone
+        assert [c.step for c in again.layout.committed()] == [4]  # and its checkpoint of step 8
         fresh = job(seed=3)[2]
         assert again.load_latest(fresh, at_most=5) == 4 and fresh["meta"] == {"step": 4}
         assert again.last_restore is not None and again.last_restore.source == "persisted"
+    monkeypatch.delenv("VIGIL_RESTORE_MAX_STEP")  # an ordinary restart after the rollback: never the newer future
+    with Checkpointer(cfg(tmp_path, snapshot_every=2, snapshot_keep=2)) as later:
+        fresh = job(seed=3)[2]
+        assert later.load_latest(fresh) == 4 and fresh["meta"] == {"step": 4}
 
 
 def test_a_corrupt_snapshot_is_never_restored_and_the_checkpoint_is(tmp_path: Path) -> None:
