@@ -102,6 +102,7 @@ class NotifyService:
                             topics=TOPICS)
         self.gate = Gate(verifier=verifier(ctx.settings.home), refusals=Refusals(reporter="notifier"))
         self._security: list[Event] = []
+        self._restored: dict[tuple[str, int], int] = {}  # partition -> the last offset `restore` folded
         self._producer: EventProducer | None = None
         self.ready = threading.Event()
         self.decided = 0
@@ -165,6 +166,7 @@ class NotifyService:
         topics = [self.ctx.settings.topic(t) for t in TOPICS]
         for rec in read_topics(self.ctx.settings, self.ctx.bootstrap, topics, timeout=300):
             # rebuilding is not acting: every genuine decision is folded, whatever its age
+            self._restored[(rec.topic, rec.partition)] = max(rec.offset, self._restored.get((rec.topic, rec.partition), -1))
             accepted, alerts = self.gate.admit(decode_batch(rec.value).events, datetime.now(UTC), acting=False)
             self._security += alerts
             for e in accepted:
@@ -189,13 +191,19 @@ class NotifyService:
     def write(self, events: Sequence[Event], batch: BatchId | None = None) -> Sequence[Unstorable]:
         """Fold a batch and save what it makes due; the consumer commits only after this returns."""
         with self._lock:
-            accepted, alerts = self.gate.admit(events, datetime.now(UTC))
+            accepted, alerts = self.gate.admit(events, datetime.now(UTC), acting=not self._folded(batch))
             self._security += alerts
             for e in accepted:
                 self.decider.state.apply(e)
             self.outbox.mirror([e for e in accepted if isinstance(e, Silence)])  # again on a retry: it dedups
             self._plan()
         return []
+
+    def _folded(self, batch: BatchId | None) -> bool:
+        """Every record of `batch` is one `restore` folded already (the group re-reads from its committed offsets
+        what restore read to the end): folding it again is not acting on it, so an old alert there is no replay."""
+        return batch is not None and bool(batch.ranges) and all(
+            r.last <= self._restored.get((r.topic, r.partition), -1) for r in batch.ranges)
 
     def tick(self) -> None:
         try:

@@ -66,3 +66,18 @@ def test_forged_silence_mutes_nothing_and_forged_incident_pages_nobody(
     wait_until(lambda: any("expired" in str(d) and "replayed" in str(d) for d in pages()), 60,
                "the security alert of the replay to page")
     assert not [d for d in pages() if "straggler on h2" in str(d)]
+
+
+def test_alerts_restore_folded_are_not_refused_when_the_group_reads_them_again(
+        notifier: Any, publish: Any, ctx: StackContext) -> None:  # noqa: F811
+    """After an outage the log holds a genuine alert dated hours before a newer one: restore folds both (rebuilding),
+    then the group reads them again from its offsets: that is not a replay, so nothing is refused and no security
+    alert is raised (review of 2026-12-07: the restore's clock made the older one look expired)."""
+    now = datetime.now(UTC)
+    old = straggler("backlog", "h3").model_copy(update={"ts": now - timedelta(hours=3)})
+    publish(stamp(old, now=old.ts))
+    publish(straggler("backlog", "h4").model_copy(update={"ts": now}))
+    svc = notifier()
+    wait_until(svc.ready.is_set, 60, "the notifier to start")
+    wait_until(lambda: svc.health()["events"] >= 2, 60, "the group to read both alerts again")
+    assert svc.gate.refusals.count == 0 and not svc._security
