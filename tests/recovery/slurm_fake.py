@@ -29,6 +29,7 @@ class FakeSlurm:
     jobs: dict[str, str] = field(default_factory=dict)  # id -> state
     comments: dict[str, str] = field(default_factory=dict)  # id -> its --comment
     names: dict[str, str] = field(default_factory=dict)  # id -> its job name
+    others: set[str] = field(default_factory=set)  # ids of jobs another user submitted (`squeue --me` hides them)
     submitted: list[list[str]] = field(default_factory=list)  # every sbatch argv that made a job
     lose_answer: int = 0  # the next sbatch calls submit, then time out (the answer lost)
     calls: list[list[str]] = field(default_factory=list)
@@ -48,7 +49,8 @@ class FakeSlurm:
             name = args[args.index("-n") + 1]
             return "".join(f"{j}\n" for j, n in self.names.items() if n == name and self.jobs.get(j) in ("PENDING", "RUNNING"))
         if tool == "squeue" and "-j" not in args:
-            return "".join(f"{j}|{self.comments.get(j, '(null)')}\n" for j in self.jobs)
+            mine = [j for j in self.jobs if "--me" not in args or j not in self.others]
+            return "".join(f"{j}|{self.comments.get(j, '(null)')}\n" for j in mine)
         if tool == "squeue":
             job = args[args.index("-j") + 1]
             if job not in self.jobs:

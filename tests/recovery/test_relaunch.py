@@ -17,6 +17,7 @@ from tests.recovery.slurm_fake import FakeSlurm
 from tests.support.fleet import DyingEffects
 from vigil.contract import Alert, RecoveryAction
 from vigil.recovery.backends.slurm import SlurmBackend, SlurmSettings
+from vigil.recovery.controller.steps import short_id
 
 pytestmark = pytest.mark.pure
 
@@ -53,6 +54,19 @@ def test_a_lost_sbatch_answer_is_looked_up_never_submitted_twice(tmp_path: Path)
     assert len(fake.submitted) == 1
     (o,) = outcomes(h, case)
     assert o.result == "relaunched" and "job 1000" in o.reason
+
+
+def test_a_lost_answer_is_looked_up_among_this_users_jobs_only(tmp_path: Path) -> None:
+    """Another user's job carrying the same tag (a comment anyone can set) is not the one this controller submitted
+    (review of 2026-12-07): the lookup asks `squeue --me`."""
+    fake = FakeSlurm(jobs={"42": "RUNNING"}, lose_answer=1)
+    h = harness(fake)
+    case = allocation_ends(h, fake)
+    fake.jobs["777"], fake.comments["777"] = "RUNNING", f"vigil-{short_id(case)}"
+    fake.others.add("777")
+    h.run(lambda: outcomes(h, case))
+    (o,) = outcomes(h, case)
+    assert o.result == "relaunched" and "job 1000" in o.reason and len(fake.submitted) == 1
 
 
 def test_a_controller_dead_between_decision_and_submission_pages_instead(tmp_path: Path) -> None:

@@ -77,7 +77,8 @@ class Relaunch:
         return new, argv
 
     def find(self, tag: str) -> str | None:
-        out = self._cli.run([self.settings.squeue, "-h", "-a", "-t", "all", "-o", "%i|%k"],
+        # only this user's jobs (the controller submitted it): another user's job carrying the tag is not ours
+        out = self._cli.run([self.settings.squeue, "-h", "--me", "-a", "-t", "all", "-o", "%i|%k"],
                             timeout_s=self.settings.command_timeout_s)
         for line in out.splitlines():
             job, _, comment = line.strip().partition("|")
