@@ -76,6 +76,9 @@ class PolicySettings(_Section):
     sdc_rollback: bool = Field(default=True, description="a silent_data_corruption incident naming its replica rolls "
                                "the job back (pause, restart restoring no snapshot newer than the suspect's last agreed "
                                "step, then the replay verdict); off: handled as other_as")
+    sdc_rollbacks: int = Field(default=3, ge=1, description="a job rolled back this many times for silent data "
+                               "corruption within repeat_window_s is paused and a human paged (halt) instead of "
+                               "rolled back again: digests are the job's claims, never an endless loop")
     sdc_replay_intervals: int = Field(default=2, ge=1, description="the replay is judged once every rank passed the "
                                       "first bad step by this many digest intervals (and sdc_settle_s more)")
     sdc_settle_s: float = Field(default=30.0, ge=0, description="after the ranks passed the replayed steps, how long "

@@ -204,6 +204,12 @@ class Engine:
         ctx.publish([ctx.act(case, "plan", t.job_id, "skipped", reason=reason,
                              details={"source": t.source, "category": t.category, "summary": t.summary[:500]})])
 
+    def _rollbacks(self, job_id: str, now: datetime) -> int:
+        """The job's SDC rollbacks opened within `policy.repeat_window_s` before `now`."""
+        since = now - timedelta(seconds=self.settings.policy.repeat_window_s)
+        return sum(1 for c in self.state.cases.values() if c.job_id == job_id and c.details.get("rollback")
+                   and "replay" in c.plan and c.opened_at is not None and c.opened_at >= since)
+
     def _open(self, ctx: st.Ctx, job: Job, t: Trigger, *, merged: list[str] | None = None,
               cls: str | None = None, hosts: int | None = None, rollback: dict[str, Any] | None = None) -> None:
         policy, mode = self.settings.policy, self.settings.mode
@@ -218,6 +224,8 @@ class Engine:
         sdc_case = rollback is None and t.category == replay.SDC and policy.sdc_rollback
         if sdc_case and (rollback := replay.rollback_of(self.state.incidents.get(t.trigger_id))) is not None:
             plan = [*(["approve"] if mode == "manual" else []), "pause", "restart", "replay"]  # the rollback
+            if self._rollbacks(job.job_id, ctx.now) >= policy.sdc_rollbacks:
+                plan = ["pause", "halt"]  # rolled back too often: a human decides
         dry = mode == "dry-run" and cls not in ("start", "resume")
         details: dict[str, Any] = {
             "class": cls, "steps": plan, "mode": mode, "dry_run": dry, "source": t.source, "category": t.category,

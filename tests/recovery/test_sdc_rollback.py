@@ -151,3 +151,15 @@ def test_a_controller_rebuilt_from_the_log_judges_once(tmp_path: Path, cut: str)
     mine = [e for e in everything if getattr(e, "action", "") in ("replay", "diagnose")
             and getattr(e, "incident_id", "") == iid and getattr(e, "status", "") == "succeeded"]
     assert len(mine) == (2 if cut == "settling" else 0)  # the verdict, taken by whichever controller got there
+
+
+def test_a_job_rolled_back_too_often_is_halted_and_paged_not_rolled_back_again(tmp_path: Path) -> None:
+    """Digests are the job's claims: a job named SDC again after `policy.sdc_rollbacks` rollbacks within the window
+    is paused and a human paged, never rolled back in an endless loop (review of 2026-12-07)."""
+    h, first = rolled_back(tmp_path, policy_sdc_rollbacks=1)
+    h.run(lambda: done(h, first))
+    again = sdc(h, "h1", 2)
+    h.run(lambda: done(h, again))
+    case = h.engine.state.cases[again]
+    assert case.plan == ["pause", "halt"] and case.outcome is not None and case.outcome.result == "halted"
+    assert not restarts_of(h, again)
