@@ -52,9 +52,11 @@ def _views_on_steps(client: Any) -> set[str]:
 def test_spans_read_from_the_view_as_from_the_rollup_before(clickhouse_dsn: str, tmp_path: Path) -> None:
     client = connect(clickhouse_dsn, database=f"t_{uuid.uuid4().hex[:10]}")
     older = analyzer_migrations_before(tmp_path, 199)
-    # today's writer writes the step health columns (1010): an older store that has them, as if migrated that far
-    health = next(schema.MIGRATIONS.directory.glob("1010_*.sql"))
-    (older.directory / health.name).write_text(health.read_text())
+    # today's writer writes the step health (1010) and digest (1020) columns: an older store that has them, as if
+    # migrated that far
+    for number in ("1010", "1020"):
+        columns = next(schema.MIGRATIONS.directory.glob(f"{number}_*.sql"))
+        (older.directory / columns.name).write_text(columns.read_text())
     migrate(client, [older], TTL)
     w = ClickHouseWriter(client=client)
     assert w.write(_runs("old", 6, DAY0 + timedelta(hours=23, minutes=59, seconds=30))) == []  # across midnight

@@ -96,7 +96,7 @@ def test_user_code_crash_restarts_without_cordon_and_a_crash_loop_stops_the_job_
     """The training processes run as nobody (`vigil run --user`, the agents root, each with its own host key): the
     job recovers the same, and no training process can read its agent's private key."""
     job = "job-crash"
-    args = ["--ckpt", str(live.writable("ckpt")), "--fault", "crash", "--fault-host", "h1", "--fault-step", "3",
+    args = ["--ckpt", str(live.writable("ckpt")), "--step-ms", "1000", "--fault", "crash", "--fault-host", "h1", "--fault-step", "3",
             "--probe-out", str(live.writable("probes"))]
     keys = KeyStore(live.home / "keys")
     agent_keys = {h: live.home / "keys" / f"{Role.AGENT.value}.{keys.issue(h)}.key" for h in ("h0", "h1")}
