@@ -15,21 +15,11 @@ Imports only the standard library and torch.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import torch
 
-
-def _tensors(out: Any) -> Iterator[torch.Tensor]:
-    if isinstance(out, torch.Tensor):
-        yield out
-    elif isinstance(out, dict):
-        for v in out.values():
-            yield from _tensors(v)
-    elif isinstance(out, list | tuple):
-        for v in out:
-            yield from _tensors(v)
+from vigil.recovery.checkpoint.staging import iter_tensors
 
 
 def settle_ddp(model: torch.nn.Module, *args: Any, **kwargs: Any) -> None:
@@ -40,7 +30,7 @@ def settle_ddp(model: torch.nn.Module, *args: Any, **kwargs: Any) -> None:
     devices = [torch.cuda.current_device()] if torch.cuda.is_available() and torch.cuda.is_initialized() else []  # type: ignore[no-untyped-call]
     with torch.random.fork_rng(devices=devices):
         out = model(*args, **kwargs)
-        grads = [t for t in _tensors(out) if t.requires_grad]
+        grads = [t for t in iter_tensors(out) if t.requires_grad]
         if not grads:
             raise ValueError("settle_ddp: the model's output holds no tensor that requires a gradient")
         torch.stack([t.sum() for t in grads]).sum().mul(0).backward()  # type: ignore[no-untyped-call]
