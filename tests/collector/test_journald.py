@@ -1,5 +1,7 @@
 """The kernel log through journald where /dev/kmsg is not readable (issue 49): a fake `journalctl` on PATH
 (tests/collector/fakebin/journalctl) prints real `journalctl -o json` records of a journal file the test writes.
+The fixture installs it under the test's own directory with this interpreter in its #! line, so neither the
+checkout's mount options nor which `python3` comes first on PATH decide whether it runs.
 
 The kernel log source (`collector.kernellog`, setting auto or journald) follows it: an Xid becomes its fact with
 its GPU and catalog action, a record a process wrote to the kernel log (facility 1) and a line that is not a record
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -60,7 +63,13 @@ class Journal:
 
 @pytest.fixture
 def journal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Journal:
-    monkeypatch.setenv("PATH", f"{FAKEBIN}{os.pathsep}{os.environ['PATH']}")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "journalctl"
+    body = (FAKEBIN / "journalctl").read_text().split("\n", 1)[1]  # without its own #! line
+    fake.write_text(f"#!{sys.executable}\n{body}")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_JOURNAL", str(tmp_path / "journal.json"))
     return Journal(tmp_path / "journal.json")
 
@@ -80,8 +89,11 @@ class Source:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self.log.run, args=(self._stop,), daemon=True)
         self._thread.start()
-        wait_until(lambda: isinstance(self.log.reader, JournalReader) and self.log.reader._proc is not None, 30,
-                   "journalctl started")
+        try:
+            wait_until(lambda: isinstance(self.log.reader, JournalReader) and self.log.reader._proc is not None, 30,
+                       "journalctl started")
+        except AssertionError as exc:  # say what the source holds: which reader, how often journalctl was restarted
+            raise AssertionError(f"{exc}; the source's reader: {self.log.reader!r}") from None
 
     def emit(self, events: Sequence[Event]) -> None:
         self.events += events

@@ -30,7 +30,8 @@ def reason_of(slurm: SlurmCluster, node: str) -> str:
                            "VIGIL_RECOVERY_POLICY_CORDON_SLOW": "false"})
 def test_xid_under_srun_drains_the_node_as_vigil_and_the_job_resumes_on_the_rest(
         live: Live, slurm: SlurmCluster, tmp_path: Path) -> None:
-    live.env.update(SLURM_CONF=str(slurm.conf), VIGIL_RECOVERY_SLURM_CONF=str(slurm.conf))
+    live.env.update(SLURM_CONF=str(slurm.conf), VIGIL_RECOVERY_SLURM_CONF=str(slurm.conf),
+                    VIGIL_SNAPSHOT_ROOT=str(tmp_path / "shm"))  # this test's own host memory: shm/<node>/<job>
     args = ["--ckpt", str(tmp_path / "ckpt"), "--fault", "xid", "--fault-host", "n2", "--fault-step", "12",
             "--once", str(tmp_path / "xid.once")]
     live.start_controller()

@@ -95,8 +95,11 @@ class Live:
                 *(["--user", self.run_as] if self.run_as else []), "--", *command]
         kmsg = self.tmp / f"kmsg-{host}"  # the host's kernel log: the workers' Xid faults go there (FAKE_KMSG)
         kmsg.touch()
+        memory = self.tmp / "shm"  # the hosts' memory for snapshots is this test's own, never /dev/shm/vigil shared
+        memory.mkdir(exist_ok=True)  # by every test (same host and job names, other users): shm/<host>/<job>
         self.agents[host] = self._spawn(argv, f"agent-{host}.log", {**self.env, "VIGIL_KMSG_PATH": str(kmsg),
-                                                                    "FAKE_KMSG": str(kmsg), **(env or {})})
+                                                                    "FAKE_KMSG": str(kmsg),
+                                                                    "VIGIL_SNAPSHOT_ROOT": str(memory), **(env or {})})
 
     def writable(self, name: str) -> Path:
         """A folder under `tmp` the training processes may write (theirs under `run_as`)."""
@@ -140,7 +143,28 @@ class Live:
         return self.state
 
     def wait_for(self, predicate: Callable[[ClusterState], Any], timeout: float, what: str) -> None:
-        wait_until(lambda: predicate(self.fold()), timeout, what)
+        try:
+            wait_until(lambda: predicate(self.fold()), timeout, what)
+        except AssertionError as exc:  # a failing wait says where the jobs, the cases and the processes stood
+            raise AssertionError(f"{exc}\n{self.summary()}") from None
+
+    def summary(self) -> str:
+        """Where things stand, for a failure message: each job's world and members, each case's steps, each
+        process's exit code and the last lines of its log."""
+        out = []
+        for j in self.state.jobs.values():
+            members = ", ".join(f"{h}: g{m.generation} {m.state}" for h, m in sorted(j.members.items()))
+            out.append(f"job {j.job_id}: generation {j.generation}, world {j.world}; members {members}")
+        for c in self.state.cases.values():
+            steps = ", ".join(f"{a}/{t}={st.status}{f' ({st.reason[:80]})' if st.reason else ''}"
+                              for (a, t), st in c.steps.items())
+            out.append(f"case {c.case_id}: plan {c.plan}; skipped {c.skipped!r}; steps {steps}; outcome {c.outcome}")
+        procs = {**{f"agent-{h}": p for h, p in self.agents.items()}, "controller": self.controller}
+        for log in sorted(self.tmp.glob("*.log")):  # ours, and any the test wrote beside them (srun.log)
+            proc = procs.get(log.stem)
+            state = f"exit {proc.poll()}" if proc is not None else "a log"
+            out.append(f"--- {log.name} ({state}), its tail:\n{log.read_bytes()[-1500:].decode(errors='replace')}")
+        return "\n".join(out)
 
     def actions(self, **match: Any) -> list[RecoveryAction]:
         return [e for e in self.events if isinstance(e, RecoveryAction)
