@@ -55,8 +55,16 @@ lint: install
 typecheck: install
 	$(VENV)/bin/mypy
 
+# Two tiers, each in its own pytest process: the quick tests, then the slow real-job ones (marker `slow`) in a
+# fresh interpreter, so nothing a thousand quick tests leave in one process reaches the real jobs. PYTEST_ARGS
+# given: one run with them instead.
 test: install browser slurm prometheus lint typecheck
+ifeq ($(strip $(PYTEST_ARGS)),)
+	$(PY) -m pytest -m "not slow"
+	$(PY) -m pytest -m slow
+else
 	$(PY) -m pytest $(PYTEST_ARGS)
+endif
 
 bench: install
 	for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
