@@ -109,7 +109,7 @@ class Live:
 
     def trained_as(self) -> set[str]:
         """The owners of the step records the training processes wrote (their spools under `home`)."""
-        return {path.owner() for path in (self.home / "spool").glob("*/*.jsonl")}
+        return {path.owner() for path in (self.home / "spool").rglob("*.jsonl")}
 
     def _give(self, path: Path) -> Path:
         """`path` handed to `run_as` (unchanged without one)."""
