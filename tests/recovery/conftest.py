@@ -59,11 +59,12 @@ def _run_as(request: pytest.FixtureRequest) -> tuple[str, str]:
 def live(topics: VigilSettings, broker_bootstrap: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Live]:
     marker = request.node.get_closest_marker("recovery_env")
     run_as, python = _run_as(request)
-    tmp = tmp_path
+    tmp, settings = tmp_path, topics
     if run_as:
         tmp = Path(tempfile.mkdtemp(prefix="vigil-runas-"))  # pytest's tmp_path is root's only: the job could not
         tmp.chmod(0o755)  # enter its own spool; its agent's keys under it stay 0600
-    setup = Live(settings=topics, bootstrap=broker_bootstrap, tmp=tmp,
+        settings = topics.model_copy(update={"home": tmp / "home"})  # the test reads with the processes' key set
+    setup = Live(settings=settings, bootstrap=broker_bootstrap, tmp=tmp,
                  recovery_env=dict(marker.args[0]) if marker else {}, run_as=run_as, python=python)
     try:
         yield setup
