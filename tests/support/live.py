@@ -94,10 +94,8 @@ class Live:
             f"{self.run_as} may not run {PY}: start the training command with `python=live.python`")
         argv = [PY, "-m", "vigil", "run", "--host", host, "--job", job, "--nodes", nodes, "--rdzv-addr", "127.0.0.1",
                 "--keepalive", "2", "--kill-grace", "10", "--heartbeat-interval", "5", *(["--spare"] if spare else []),
-                *(["--user", self.run_as] if self.run_as else []), "--", *command]
-        kmsg = self.tmp / f"kmsg-{host}"  # the host's kernel log: the workers' Xid faults go there (FAKE_KMSG)
-        kmsg.touch()
-        self._give(kmsg)  # the fake driver is the training process: it appends there as `run_as`
+                *self.user_args(), "--", *command]
+        kmsg = self.kernel_log(host)
         self.agents[host] = self._spawn(argv, f"agent-{host}.log", {**self.env, "VIGIL_KMSG_PATH": str(kmsg),
                                                                     "FAKE_KMSG": str(kmsg), **(env or {})})
 
@@ -106,6 +104,17 @@ class Live:
         path = self.tmp / name
         path.mkdir(parents=True, exist_ok=True)
         return self._give(path)
+
+    def user_args(self) -> list[str]:
+        """`vigil run`'s options that start the training command as `run_as` (none without one)."""
+        return ["--user", self.run_as] if self.run_as else []
+
+    def kernel_log(self, host: str) -> Path:
+        """`host`'s (fake) kernel log, which its agent follows: the workers' Xid faults go there (FAKE_KMSG): the
+        fake driver is the training process, so the file is `run_as`'s."""
+        kmsg = self.tmp / f"kmsg-{host}"
+        kmsg.touch()
+        return self._give(kmsg)
 
     def trained_as(self) -> set[str]:
         """The owners of the step records the training processes wrote (their spools under `home`)."""
