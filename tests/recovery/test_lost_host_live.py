@@ -61,7 +61,7 @@ def lost_pages(live: Live) -> list[Alert]:
 def test_a_real_job_that_loses_a_host_for_good_is_paged_naming_it_and_finishes_on_the_two_left(live: Live) -> None:
     tmp = live.tmp
     analyzer, dsn = analyzer_service(live.env, tmp)
-    command, stop = chaos_job(tmp)
+    command, stop = chaos_job(live.writable("job"), python=live.python)  # the job's folder: its own
     try:
         analyzer.start()
         wait_until(analyzer.ready, 300, "the analyzer to run")

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.kafka
 def test_controller_killed_between_cordon_and_restart_cordons_once_and_a_spare_replaces_the_host(live: Live) -> None:
     job = "job-kill"
     for h in ("h0", "h1", "h2"):
-        live.start_agent(h, fake_train(), nodes="3:3", job=job)
+        live.start_agent(h, fake_train(python=live.python), nodes="3:3", job=job)
     live.start_controller()
     live.wait_for(training(job, 1, 3), 120, "the job to start on 3 hosts")
     inc = incident(job, "h2")
@@ -31,7 +31,7 @@ def test_controller_killed_between_cordon_and_restart_cordons_once_and_a_spare_r
                   "the restart to wait for a host")
     assert cordoned(live) == {"h2"}
     live.kill_controller()
-    live.start_agent("h3", fake_train(), nodes="3:3", job=job, spare=True)
+    live.start_agent("h3", fake_train(python=live.python), nodes="3:3", job=job, spare=True)
     live.wait_for(lambda s: (m := s.job(job).members.get("h3")) is not None and m.state == "waiting", 60,
                   "the spare to announce itself")
     live.start_controller()
@@ -50,7 +50,7 @@ def test_controller_killed_between_cordon_and_restart_cordons_once_and_a_spare_r
 def test_circuit_breaker_acts_up_to_the_limit_then_pages_once(live: Live) -> None:
     job = "job-storm"
     for h in ("h0", "h1", "h2", "h3"):
-        live.start_agent(h, fake_train(), nodes="2:4", job=job)
+        live.start_agent(h, fake_train(python=live.python), nodes="2:4", job=job)
     live.start_controller()
     live.wait_for(training(job, 1, 4), 120, "the job to start on 4 hosts")
     first = incident(job, "h3")
@@ -77,7 +77,7 @@ def test_circuit_breaker_acts_up_to_the_limit_then_pages_once(live: Live) -> Non
 def test_diagnostics_find_a_throttled_host_slow_in_both_rounds_and_its_partners_healthy(live: Live) -> None:
     job = "job-slow"
     for h in ("h0", "h1", "h2"):
-        live.start_agent(h, fake_train(), nodes="2:3", job=job,
+        live.start_agent(h, fake_train(python=live.python), nodes="2:3", job=job,
                          env={"VIGIL_DIAG_SLOWDOWN": "8"} if h == "h1" else None)  # its GEMM test throttled
     live.start_controller()
     live.wait_for(training(job, 1, 3), 120, "the job to start")

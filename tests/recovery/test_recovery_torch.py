@@ -31,10 +31,10 @@ def committed(live: Live, job: str) -> list[Checkpoint]:
                            "VIGIL_RECOVERY_DIAGNOSTICS_ROUND_TIMEOUT_S": "90"})
 def test_xid_on_one_of_three_hosts_cordons_it_and_training_resumes_on_two_from_the_checkpoint(live: Live) -> None:
     job = "job-xid"
-    args = ["--ckpt", str(live.tmp / "ckpt"), "--fault", "xid", "--fault-host", "h2", "--fault-step", "12",
-            "--once", str(live.tmp / "xid.once")]
+    args = ["--ckpt", str(live.writable("ckpt")), "--fault", "xid", "--fault-host", "h2", "--fault-step", "12",
+            "--once", str(live.writable("once") / "xid.once")]
     for h in ("h0", "h1", "h2"):
-        live.start_agent(h, worker(*args), nodes="2:3", job=job)
+        live.start_agent(h, worker(*args, python=live.python), nodes="2:3", job=job)
     live.start_controller()
     # generation 1's training is awaited in the agents' reports, not in the folded state, which may have moved on to
     # the Xid (step 12) when it is polled: an agent whose rank stopped before its control loop saw "training" reports

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -29,21 +28,22 @@ def reason_of(slurm: SlurmCluster, node: str) -> str:
 @pytest.mark.recovery_env({"VIGIL_RECOVERY_BACKEND": "slurm", "VIGIL_RECOVERY_SLURM_READ_INTERVAL_S": "1",
                            "VIGIL_RECOVERY_POLICY_CORDON_SLOW": "false"})
 def test_xid_under_srun_drains_the_node_as_vigil_and_the_job_resumes_on_the_rest(
-        live: Live, slurm: SlurmCluster, tmp_path: Path) -> None:
+        live: Live, slurm: SlurmCluster) -> None:
     live.env.update(SLURM_CONF=str(slurm.conf), VIGIL_RECOVERY_SLURM_CONF=str(slurm.conf),
-                    VIGIL_SNAPSHOT_ROOT=str(tmp_path / "shm"))  # this test's own host memory: shm/<node>/<job>
-    args = ["--ckpt", str(tmp_path / "ckpt"), "--fault", "xid", "--fault-host", "n2", "--fault-step", "12",
-            "--once", str(tmp_path / "xid.once")]
+                    VIGIL_SNAPSHOT_ROOT=str(live.tmp / "shm"))  # this test's own host memory: shm/<node>/<job>
+    args = ["--ckpt", str(live.writable("ckpt")), "--fault", "xid", "--fault-host", "n2", "--fault-step", "12",
+            "--once", str(live.writable("once") / "xid.once")]  # the job's files: its own (vigil run --user)
     live.start_controller()
     for node in ("n1", "n2", "n3"):  # each node's agent attests its host's facts with its own key
         KeyStore(live.home / "keys").issue(node)
-        (tmp_path / f"kmsg-{node}").touch()  # and follows its own kernel log, where the driver's Xid lands
+        live.kernel_log(node)  # and follows its own kernel log, where the driver's Xid lands
     agent = [PY, "-m", "vigil", "run", "--nodes", "2:3", "--rdzv-addr", "127.0.0.1", "--keepalive", "2",
-             "--kill-grace", "10", "--heartbeat-interval", "5", "--", *worker(*args)]
-    per_node = (f'export VIGIL_KMSG_PATH="{tmp_path}/kmsg-$SLURMD_NODENAME" FAKE_KMSG="{tmp_path}/kmsg-$SLURMD_NODENAME"; '
+             "--kill-grace", "10", "--heartbeat-interval", "5", *live.user_args(), "--",
+             *worker(*args, python=live.python)]
+    per_node = (f'export VIGIL_KMSG_PATH="{live.tmp}/kmsg-$SLURMD_NODENAME" FAKE_KMSG="{live.tmp}/kmsg-$SLURMD_NODENAME"; '
                 'exec "$@"')
-    log = (tmp_path / "srun.log").open("wb")
-    srun = subprocess.Popen(["srun", "-N", "3", "--ntasks-per-node=1", "--kill-on-bad-exit=0", "--chdir", str(tmp_path),
+    log = (live.tmp / "srun.log").open("wb")  # beside the other logs: a failing wait shows its tail
+    srun = subprocess.Popen(["srun", "-N", "3", "--ntasks-per-node=1", "--kill-on-bad-exit=0", "--chdir", str(live.tmp),
                              "bash", "-c", per_node, "agent", *agent],
                             env=live.env, stdout=log, stderr=subprocess.STDOUT)
     try:

@@ -46,10 +46,11 @@ def test_an_xid_with_host_loss_resumes_from_the_buddys_copy_and_trains_bitwise_i
     try:
         shm = tmp / "shm"
         memory = {"VIGIL_SNAPSHOT_ROOT": str(shm)}  # each host's memory: shm/<host>/<job>
-        args = ["--ckpt", str(tmp / "ckpt"), "--out", str(tmp / "final.sha256"), "--crash-host", "h1",
-                "--crash-step", str(XID), "--xid", "--once", str(tmp / "xid.once")]  # fmt: skip
+        out_dir = live.writable("out")  # what the job writes is its own (vigil run --user); the agents own shm
+        args = ["--ckpt", str(live.writable("ckpt")), "--out", str(out_dir / "final.sha256"), "--crash-host", "h1",
+                "--crash-step", str(XID), "--xid", "--once", str(live.writable("once") / "xid.once")]  # fmt: skip
         for h in ("h0", "h1", "h2"):
-            live.start_agent(h, torchrun(*args), nodes="3:3", job=JOB, env=memory)
+            live.start_agent(h, torchrun(*args, python=live.python), nodes="3:3", job=JOB, env=memory)
         live.start_controller()
         live.wait_for(training(JOB, 1, 3), 180, "the job to start on 3 hosts")
 
@@ -83,7 +84,7 @@ def test_an_xid_with_host_loss_resumes_from_the_buddys_copy_and_trains_bitwise_i
         live.agents["h1"].wait(60)
         assert (shm / "h2" / JOB / "peer" / "1").is_dir()  # h1's snapshots were copied to its buddy before
         shutil.rmtree(shm / "h1")
-        live.start_agent("h3", torchrun(*args), nodes="3:3", job=JOB, env=memory, spare=True)
+        live.start_agent("h3", torchrun(*args, python=live.python), nodes="3:3", job=JOB, env=memory, spare=True)
         live.wait_for(lambda s: (c := recovery()) is not None and c.outcome is not None, 240, "the recovery to end")
 
         case = recovery()
@@ -106,9 +107,9 @@ def test_an_xid_with_host_loss_resumes_from_the_buddys_copy_and_trains_bitwise_i
         assert reps["h1"].pushed_bytes > 0 and set(reps["h1"].refused) <= {"io"}, reps["h1"]
         assert reps["h3"].staged >= 1 and reps["h3"].staged_bytes > 0 and reps["h3"].buddy == "h0", reps["h3"]
 
-        live.wait_for(lambda s: (tmp / "final.sha256").exists(), 180, "the resumed job to finish")
+        live.wait_for(lambda s: (out_dir / "final.sha256").exists(), 180, "the resumed job to finish")
         assert reference.wait(180) == 0, (ref_dir / "torchrun.log").read_text()[-3000:]
-        final, expected = (tmp / "final.sha256").read_text(), (ref_dir / "final.sha256").read_text()
+        final, expected = (out_dir / "final.sha256").read_text(), (ref_dir / "final.sha256").read_text()
         assert len(expected) == 64 and final == expected
         assert not (shm / "h1").exists()
     finally:

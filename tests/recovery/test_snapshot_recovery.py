@@ -47,11 +47,12 @@ def test_a_crash_and_a_hang_each_resume_from_the_snapshot_of_the_step_before_and
                      str(ref_dir / "final.sha256"), standalone=True),
             env=ref_env, stdout=ref_log, stderr=subprocess.STDOUT, cwd=ref_dir)  # fmt: skip
     try:
-        args = ["--ckpt", str(tmp / "ckpt"), "--snapshots", str(tmp / "shm"), "--out", str(tmp / "final.sha256"),
-                "--crash-host", "h1", "--crash-step", str(CRASH), "--once", str(tmp / "crash.once"),
-                "--fault", f"hang:h2:{HANG}", "--once-dir", str(tmp)]  # fmt: skip
+        shm, out_dir, once = live.writable("shm"), live.writable("out"), live.writable("once")  # the job's
+        args = ["--ckpt", str(live.writable("ckpt")), "--snapshots", str(shm), "--out", str(out_dir / "final.sha256"),
+                "--crash-host", "h1", "--crash-step", str(CRASH), "--once", str(once / "crash.once"),
+                "--fault", f"hang:h2:{HANG}", "--once-dir", str(once)]  # fmt: skip
         for h in ("h0", "h1", "h2"):
-            live.start_agent(h, torchrun(*args), nodes="2:3", job=job)
+            live.start_agent(h, torchrun(*args, python=live.python), nodes="2:3", job=job)
         live.start_controller()
         live.wait_for(training(job, 1, 3), 180, "the job to start on 3 hosts")
 
@@ -77,7 +78,7 @@ def test_a_crash_and_a_hang_each_resume_from_the_snapshot_of_the_step_before_and
         assert out.hosts == ["h0", "h1", "h2"] and out.cordoned == []
         assert out.checkpoint_step == CRASH - 1 and out.first_step == CRASH and out.restore_source == "memory", out
         assert out.steps_lost == completed_before(live, job, out.resumed_at) - out.checkpoint_step == 0, out
-        hang = hang_recovered(live, job, tmp / f"hang-h2-{HANG}.once")
+        hang = hang_recovered(live, job, once / f"hang-h2-{HANG}.once")
         assert hang.result == "resumed" and hang.hosts == ["h0", "h1", "h2"] and hang.cordoned == [], hang
         assert hang.checkpoint_step == HANG - 1 and hang.first_step == HANG and hang.restore_source == "memory", hang
         assert hang.steps_lost == completed_before(live, job, hang.resumed_at) - hang.checkpoint_step == 0, hang
@@ -89,11 +90,11 @@ def test_a_crash_and_a_hang_each_resume_from_the_snapshot_of_the_step_before_and
         assert f"resumed at step {CRASH} from checkpoint {CRASH - 1} (memory)" in text
         assert f"resumed at step {HANG} from checkpoint {HANG - 1} (memory)" in text
 
-        live.wait_for(lambda s: (tmp / "final.sha256").exists(), 180, "the resumed job to finish")
+        live.wait_for(lambda s: (out_dir / "final.sha256").exists(), 180, "the resumed job to finish")
         assert reference.wait(180) == 0, (ref_dir / "torchrun.log").read_text()[-3000:]
-        final, expected = (tmp / "final.sha256").read_text(), (ref_dir / "final.sha256").read_text()
+        final, expected = (out_dir / "final.sha256").read_text(), (ref_dir / "final.sha256").read_text()
         assert len(expected) == 64 and final == expected
-        assert all(len(os.listdir(tmp / "shm" / str(r))) == 2 for r in range(3))  # the last K=2 snapshots
+        assert all(len(os.listdir(shm / str(r))) == 2 for r in range(3))  # the last K=2 snapshots
     finally:
         if reference.poll() is None:
             reference.kill()

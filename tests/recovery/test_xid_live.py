@@ -39,10 +39,12 @@ def four_gpus(root: Path) -> Path:
 
 @pytest.mark.recovery_env({"VIGIL_RECOVERY_POLICY_CORDON_SLOW": "false"})
 def test_an_xid_31_restarts_without_a_cordon_an_xid_79_cordons_and_an_xid_48_quarantines_its_gpu(live: Live) -> None:
-    args = ["--ckpt", str(live.tmp / "ckpt"), "--xid", "31:h1:8", "--xid", "79:h2:16", "--xid", "48:h0:24",
-            "--once-dir", str(live.tmp), "--record-env", str(live.tmp)]
+    envs = live.writable("envs")  # what the training processes write: theirs (vigil run --user)
+    args = ["--ckpt", str(live.writable("ckpt")), "--xid", "31:h1:8", "--xid", "79:h2:16", "--xid", "48:h0:24",
+            "--once-dir", str(live.writable("once")), "--record-env", str(envs)]
     sysfs = four_gpus(live.tmp / "sysfs")
-    live.start_job(JOB, ["h0", "h1", "h2"], worker(*args), nodes="2:3", env={"VIGIL_SYSFS_ROOT": str(sysfs)})
+    live.start_job(JOB, ["h0", "h1", "h2"], worker(*args, python=live.python), nodes="2:3",
+                   env={"VIGIL_SYSFS_ROOT": str(sysfs)})
 
     # from the log, not the folded state: generation 2 may last under a second before the Xid 79 (8 steps of 100 ms)
     live.wait_for(lambda _s: trained(live, 2) == {"h0", "h1", "h2"}, 240,
@@ -72,8 +74,8 @@ def test_an_xid_31_restarts_without_a_cordon_an_xid_79_cordons_and_an_xid_48_qua
     faulted = [e for e in live.events if isinstance(e, Member) and e.host == "h0" and e.fault == "xid"]
     assert faulted and (faulted[0].fault_gpus, faulted[0].fault_action) == ([1], "reset_gpu") and faulted[0].signature
     # what the ranks were started with: every GPU before the quarantine (nothing set), then all but GPU 1 on h0
-    assert (live.tmp / "env-h0-g3").read_text() == "<unset>"
-    assert (live.tmp / "env-h0-g4").read_text() == "0,2,3" and (live.tmp / "env-h1-g4").read_text() == "<unset>"
+    assert (envs / "env-h0-g3").read_text() == "<unset>"
+    assert (envs / "env-h0-g4").read_text() == "0,2,3" and (envs / "env-h1-g4").read_text() == "<unset>"
 
     facts = {(e.host, e.xid): e for e in live.events if isinstance(e, LogLine) and e.category == "xid"}
     assert set(facts) == {("h1", 31), ("h2", 79), ("h0", 48)}

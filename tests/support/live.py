@@ -90,11 +90,12 @@ class Live:
     def start_agent(self, host: str, command: Sequence[str], *, nodes: str, job: str, spare: bool = False,
                     env: dict[str, str] | None = None) -> None:
         KeyStore(self.home / "keys").issue(host)  # its own key: the agent attests its host's facts with it
+        assert not self.run_as or command[:1] != [PY] or self.python == PY, (
+            f"{self.run_as} may not run {PY}: start the training command with `python=live.python`")
         argv = [PY, "-m", "vigil", "run", "--host", host, "--job", job, "--nodes", nodes, "--rdzv-addr", "127.0.0.1",
                 "--keepalive", "2", "--kill-grace", "10", "--heartbeat-interval", "5", *(["--spare"] if spare else []),
-                *(["--user", self.run_as] if self.run_as else []), "--", *command]
-        kmsg = self.tmp / f"kmsg-{host}"  # the host's kernel log: the workers' Xid faults go there (FAKE_KMSG)
-        kmsg.touch()
+                *self.user_args(), "--", *command]
+        kmsg = self.kernel_log(host)
         memory = self.tmp / "shm"  # the hosts' memory for snapshots is this test's own, never /dev/shm/vigil shared
         memory.mkdir(exist_ok=True)  # by every test (same host and job names, other users): shm/<host>/<job>
         self.agents[host] = self._spawn(argv, f"agent-{host}.log", {**self.env, "VIGIL_KMSG_PATH": str(kmsg),
@@ -105,6 +106,25 @@ class Live:
         """A folder under `tmp` the training processes may write (theirs under `run_as`)."""
         path = self.tmp / name
         path.mkdir(parents=True, exist_ok=True)
+        return self._give(path)
+
+    def user_args(self) -> list[str]:
+        """`vigil run`'s options that start the training command as `run_as` (none without one)."""
+        return ["--user", self.run_as] if self.run_as else []
+
+    def kernel_log(self, host: str) -> Path:
+        """`host`'s (fake) kernel log, which its agent follows: the workers' Xid faults go there (FAKE_KMSG): the
+        fake driver is the training process, so the file is `run_as`'s."""
+        kmsg = self.tmp / f"kmsg-{host}"
+        kmsg.touch()
+        return self._give(kmsg)
+
+    def trained_as(self) -> set[str]:
+        """The owners of the step records the training processes wrote (their spools under `home`)."""
+        return {path.owner() for path in (self.home / "spool").rglob("*.jsonl")}
+
+    def _give(self, path: Path) -> Path:
+        """`path` handed to `run_as` (unchanged without one)."""
         if self.run_as:
             who = pwd.getpwnam(self.run_as)
             os.chown(path, who.pw_uid, who.pw_gid)
@@ -228,5 +248,5 @@ def worker(*args: str, python: str = PY) -> list[str]:
     return [python, "-m", "torch.distributed.run", "--nproc-per-node", "1", str(HERE / "job_worker.py"), *args]
 
 
-def fake_train(*args: str) -> list[str]:
-    return [PY, str(HERE / "fake_train.py"), *args]
+def fake_train(*args: str, python: str = PY) -> list[str]:
+    return [python, str(HERE / "fake_train.py"), *args]

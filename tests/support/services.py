@@ -85,11 +85,12 @@ def analyzer_service(env: dict[str, str], tmp: Path) -> tuple[Service, str]:
                    env={**env, "VIGIL_CLICKHOUSE_DSN": dsn, "VIGIL_ANALYZER_BATCH_S": "0.3"}), dsn
 
 
-def chaos_job(tmp: Path) -> tuple[list[str], Path]:
-    """The torchrun command line of chaos_worker.py (one rank per host, checkpoints under `tmp`/ckpt) and the file
-    that ends the job: it trains until the file exists, then takes a few more steps and exits 0."""
+def chaos_job(tmp: Path, python: str = sys.executable) -> tuple[list[str], Path]:
+    """The torchrun command line of chaos_worker.py (one rank per host, checkpoints under `tmp`/ckpt, run by
+    `python`) and the file that ends the job: it trains until the file exists, then takes a few more steps and
+    exits 0."""
     stop = tmp / "stop"
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", str(WORKER), "--ckpt",
+    return [python, "-m", "torch.distributed.run", "--nproc-per-node", "1", str(WORKER), "--ckpt",
             str(tmp / "ckpt"), "--stop", str(stop)], stop
 
 

@@ -9,9 +9,9 @@ from tests.support.live import HERE, PY, Live
 STEPS, CRASH, HANG = 28, 15, 22
 
 
-def torchrun(*args: str, standalone: bool = False) -> list[str]:
+def torchrun(*args: str, standalone: bool = False, python: str = PY) -> list[str]:
     nproc = ["--standalone", "--nproc-per-node", "3"] if standalone else ["--nproc-per-node", "1"]
-    return [PY, "-m", "torch.distributed.run", *nproc, str(HERE / "snap_worker.py"), "--steps", str(STEPS), *args]
+    return [python, "-m", "torch.distributed.run", *nproc, str(HERE / "snap_worker.py"), "--steps", str(STEPS), *args]
 
 
 def completed_before(live: Live, job: str, until: datetime | None) -> int:
