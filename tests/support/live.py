@@ -6,19 +6,29 @@ Every process shares one key set under the test's VIGIL_HOME (signing on, as in 
 controller's own fold) and keeps every event; `wait_for` polls it. With `run_as` the agents start the training
 commands as that user (`vigil run --user`, the agents root, `python` an interpreter that user can run: `interpreter_for`). `close()` stops every process
 it started: agents by SIGTERM (each stops its training command), then SIGKILL of what is left.
+
+The `live` fixture (re-exported by the conftests of tests/recovery and tests/security) is one on the test's topics,
+torn down after it. A test marked `@pytest.mark.recovery_env({...})` gives the controller those extra environment
+variables; one marked `@pytest.mark.recovery_run_as("nobody")` has its agents start the training processes as that
+user (`vigil run --user`) in a folder that user may enter, and is skipped, saying why, where the machine does not
+allow it.
 """
 
 from __future__ import annotations
 
 import os
 import pwd
+import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.support.waiting import wait_until
 from vigil.app.demo.run import kill_tree
@@ -206,3 +216,25 @@ def worker(*args: str, python: str = PY) -> list[str]:
 
 def fake_train(*args: str) -> list[str]:
     return [PY, str(HERE / "fake_train.py"), *args]
+
+
+@pytest.fixture
+def live(topics: VigilSettings, broker_bootstrap: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Live]:
+    marker = request.node.get_closest_marker("recovery_env")
+    user_marker = request.node.get_closest_marker("recovery_run_as")
+    run_as = str(user_marker.args[0]) if user_marker else ""
+    tmp, python = tmp_path, PY
+    if run_as:
+        python, why = interpreter_for(run_as)
+        if why:
+            pytest.skip(f"training processes as {run_as}: {why}")
+        tmp = Path(tempfile.mkdtemp(prefix="vigil-runas-"))  # pytest's tmp_path is root's only: the job could not
+        tmp.chmod(0o755)  # enter its own spool; its agent's keys under it stay 0600
+    setup = Live(settings=topics, bootstrap=broker_bootstrap, tmp=tmp,
+                 recovery_env=dict(marker.args[0]) if marker else {}, run_as=run_as, python=python)
+    try:
+        yield setup
+    finally:
+        setup.close()
+        if tmp != tmp_path:
+            shutil.rmtree(tmp, ignore_errors=True)
