@@ -297,10 +297,16 @@ class DecodeProcess:
         self._closed = False
 
     @property
+    def process(self) -> subprocess.Popen[bytes] | None:
+        """The running child, to watch or signal (None before it starts, after it is gone and after `close`)."""
+        child = self._child
+        return child.proc if child is not None and not child.gone else None
+
+    @property
     def pid(self) -> int | None:
         """The child's process id (None before it starts, after it is gone and after `close`)."""
-        child = self._child
-        return int(child.proc.pid) if child is not None and not child.gone else None
+        process = self.process
+        return int(process.pid) if process is not None else None
 
     def start(self) -> None:
         with self._cond:
