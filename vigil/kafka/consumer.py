@@ -7,7 +7,8 @@ thread, one batch in flight (backpressure), and their offsets committed only onc
 were cut. A `Staging` writer stages the next batch meanwhile; an owner's chain may list steps of its own (the
 analyzer's offload and intent ledger). `BatchingConsumer` feeds the chain and owns what needs the group:
 
-Exactly once. The writer records the batch's ranges (an intent) before writing and inserts under a token derived
+Exactly once. The batch's ranges (an intent) are recorded before it is written (by the chain's intent step, the
+analyzer's, or by a writer that records them itself: `Chain.intents`), and the writer inserts under a token derived
 from them. A consumer assigned a partition whose latest intent is not committed re-cuts that very batch and hands
 it over with `first_attempt` set, or marks the batches over those offsets `recheck` (`vigil.kafka.recut`).
 

@@ -1,6 +1,8 @@
 """Intent: a batch's intent (its full ranges) is recorded in the ledger before its first write; read on assignment.
 
-A handler on the write's thread in front of the store (`vigil.kafka.steps.step.Handler`): a batch gets its intent
+A handler on the write's thread in front of the store (`vigil.kafka.steps.step.Handler`, the shape of the steps that
+run there: called with the batch and its id, they hand it on by calling the next and return what it stored, which
+`Write` passes to the commit on the consumer's thread): a batch gets its intent
 recorded once per `BatchId` (a retry of the same batch records nothing more; a re-cut batch, `first_attempt` set,
 has its intent already), then is handed to the next handler. A failed record raises like a failed write (the
 consumer retries it, the batch not yet written). On assignment the consumer reads the latest intent of each
@@ -46,9 +48,3 @@ class RecordIntent:
     def intents(self, partitions: Sequence[Partition]) -> dict[Partition, Intent]:
         """The latest intent recorded for each of `partitions` (absent: none)."""
         return self.ledger.latest(partitions)
-
-    def join(self) -> None:
-        return None
-
-    def close(self) -> None:
-        return None
