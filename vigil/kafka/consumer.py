@@ -105,7 +105,6 @@ class BatchingConsumer:
                                 from_beginning=self.from_beginning)  # re-cuts and held records (`vigil.kafka.regroup`)
         self._retry = Retry(stats=self.stats, backoff_s=self.retry_backoff_s, max_backoff_s=self.max_backoff_s)
         self._retry_paused: list[TopicPartition] = []
-        self._rebalances = 0  # revocations seen: records consumed before one are stale
         self._membership = Membership()  # a close while joining waits for the join (`vigil.kafka.membership`)
         self._consumer.subscribe([self.settings.topic(t) for t in self.topics],
                                  on_assign=self._membership.assigned(self._on_assign),
@@ -139,7 +138,7 @@ class BatchingConsumer:
             self._regroup.assigned(partitions)
 
     def _on_revoke(self, _consumer: Consumer, _partitions: list[TopicPartition]) -> None:
-        self._rebalances += 1
+        self.stats.rebalances += 1
         if self._retry.retrying:  # an earlier batch is unwritten: committing the current one would skip it
             self._retry.revoked = True
             log.warning("partitions revoked while a batch write is retried: it and %d record(s) after it are "
@@ -180,9 +179,9 @@ class BatchingConsumer:
     def _poll(self, timeout: float, stop: threading.Event | None) -> None:
         per_record = max(1, self.stats.events // max(1, self.stats.records)) if self.stats.batches else 1
         room = max(1, min(500, (self.max_batch_events - len(self._batch)) // per_record))  # records carry many events
-        rebalances = self._rebalances
+        rebalances = self.stats.rebalances
         for msg in self._consumer.consume(num_messages=room, timeout=timeout):
-            if self._rebalances != rebalances:  # revoked while handing over: the rest is re-read from the commits
+            if self.stats.rebalances != rebalances:  # revoked while handing over: the rest is re-read from the commits
                 break
             err = msg.error()
             if err is not None:
