@@ -118,7 +118,7 @@ def job_clocks(client: QueryClient, *, job: str | None = None, active_since: dat
     per_job: dict[str, list[Source]] = defaultdict(list)
     for j, host, source, first, last, ingested in rows:
         per_job[str(j)].append((str(host), str(source), as_utc(first), as_utc(last), as_utc(ingested)))
-    clocks = [_clock(j, srcs, frontier, idle_s, max_lag_s, gone_lag_s, behind=behind)
+    clocks = [clock_of(j, srcs, frontier, idle_s, max_lag_s, gone_lag_s, behind=behind)
               for j, srcs in sorted(per_job.items())]
     if gone_min_s is None or gone_min_s >= gone_lag_s or frontier is None:
         return clocks
@@ -132,7 +132,7 @@ def job_clocks(client: QueryClient, *, job: str | None = None, active_since: dat
     learnt: dict[str, dict[tuple[str, str], float]] = defaultdict(dict)
     for (j, h, s), lag in gone_lags(client, waited, silent, members, floor_s=gone_min_s, cap_s=gone_lag_s).items():
         learnt[j][(h, s)] = lag
-    return [_clock(j, srcs, frontier, idle_s, max_lag_s, gone_lag_s, learnt[j], behind) if j in learnt else c
+    return [clock_of(j, srcs, frontier, idle_s, max_lag_s, gone_lag_s, learnt[j], behind) if j in learnt else c
             for (j, srcs), c in zip(sorted(per_job.items()), clocks, strict=True)]
 
 
@@ -152,7 +152,7 @@ def _silent(clock: JobClock, frontier: datetime, idle_s: float) -> list[tuple[st
             if s in DENSE and c.alive and c.ingested <= idle_before]
 
 
-def _clock(job: str, srcs: list[Source], frontier: datetime | None, idle_s: float, max_lag_s: float | None,
+def clock_of(job: str, srcs: list[Source], frontier: datetime | None, idle_s: float, max_lag_s: float | None,
            gone_lag_s: float = 0.0, gone: Mapping[tuple[str, str], float] | None = None,
            behind: frozenset[str] = frozenset()) -> JobClock:
     """`gone`: (host, source) -> its own gone-lag, where learnt (else `gone_lag_s`); `behind`: sources whose topic

@@ -124,7 +124,7 @@ def child(variant: str, agents: int, hours: float, keep_h: float, recovery_s: fl
     state.compact()
     return {"variant": variant, "events": n, "fold_s": fold_s, "cpu_s": cpu_s, "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "cases": len(state.cases), "commands": len(state.commands), "acks": len(state.acks),
-            "incidents": len(state.incidents), "seen": len(state._seen),
+            "incidents": len(state.incidents), "seen": state.remembered,
             "members": sum(len(j.members) for j in state.jobs.values()),
             "open": sum(1 for c in state.cases.values() if c.open)}
 

@@ -101,18 +101,18 @@ def main() -> None:
         c.command(f"CREATE TABLE {table}_old AS {table} ENGINE = ReplacingMergeTree PARTITION BY toDate(ts) "
                   f"ORDER BY {key}")
     queries: dict[str, tuple[str, Callable[[datetime], dict[str, Any]]]] = {
-        "traffic_stall NIC rates (130 s)": (traffic._NIC_SQL, lambda at: dict(
+        "traffic_stall NIC rates (130 s)": (traffic.NIC_SQL, lambda at: dict(
             zero=1e3, active=1e6, recent=ch_time(at - timedelta(seconds=10)), quiet=[],
             lo=ch_time(at - timedelta(seconds=130)))),
-        "job quiet series (300 s)": (quiet._SERIES_SQL, lambda at: dict(lo=ch_time(at - timedelta(seconds=300)))),
-        "nic_flap (180 s; granules of its main read)": (flap._SQL, lambda at: dict(frac=0.1, busy=1e6,
+        "job quiet series (300 s)": (quiet.SERIES_SQL, lambda at: dict(lo=ch_time(at - timedelta(seconds=300)))),
+        "nic_flap (180 s; granules of its main read)": (flap.SQL, lambda at: dict(frac=0.1, busy=1e6,
                                                                    lo=ch_time(at - timedelta(seconds=180)))),
-        "host beats (600 s)": (heartbeat._SQL, lambda at: dict(
+        "host beats (600 s)": (heartbeat.SQL, lambda at: dict(
             lo=ch_time(at - timedelta(seconds=heartbeat.LOOKBACK_S)), miss=3.0,
             run_lo=ch_time(at - timedelta(seconds=60)))),
-        "hang: hosts alive (60 s)": (hang._ALIVE_SQL, lambda at: dict(lo=ch_time(at - timedelta(seconds=60)))),
-        "dashboard host page: one host's NICs, last hour": (host_page._NIC_SQL, page),
-        "dashboard host page: its heartbeats, last hour": (host_page._HEARTBEATS_SQL, page),
+        "hang: hosts alive (60 s)": (hang.ALIVE_SQL, lambda at: dict(lo=ch_time(at - timedelta(seconds=60)))),
+        "dashboard host page: one host's NICs, last hour": (host_page.NIC_SQL, page),
+        "dashboard host page: its heartbeats, last hour": (host_page.HEARTBEATS_SQL, page),
     }
     rows = []
     done = 0

@@ -215,7 +215,7 @@ def poison_row(bootstrap: str, tmp: Path, events: int) -> str:
     cases = corpus()
     producer = EventProducer(settings=run.settings, bootstrap=bootstrap)
     for case in cases:
-        producer._producer.produce(run.settings.topic("steps"), value=case.value)
+        producer.produce_raw(run.settings.topic("steps"), case.value)
     producer.flush(60)
     run.records += len(cases)
     good = valid_events(events, "rel-poison")

@@ -175,7 +175,7 @@ def main() -> None:
             if e.status == "firing":
                 fired.setdefault(f"{e.alert}:{e.subject}", time.time())
 
-    def timed_turn(client: Any, frontier: datetime | None = None, publish: Any = None) -> list[Any]:
+    def timed_turn(client: Any, frontier: datetime | None = None, publish: Any = None, topics: Any = None) -> list[Any]:
         t, judged = time.perf_counter(), service.cursor.instants_judged
 
         def early(alerts: list[Any]) -> None:  # a catch-up turn's first rounds: published at once
@@ -183,7 +183,7 @@ def main() -> None:
             seen(alerts)
 
         try:
-            out = list(real_turn(client, frontier, publish=early if publish is not None else None))
+            out = list(real_turn(client, frontier, publish=early if publish is not None else None, topics=topics))
             seen(out)
             return out
         finally:

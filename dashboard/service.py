@@ -38,6 +38,11 @@ class DashboardService:
     def url(self) -> str:
         return self._server.url
 
+    @property
+    def port(self) -> int:
+        """The port it listens on once started (the one chosen where the settings ask for any: 0)."""
+        return self._server.port
+
     def start(self) -> None:
         """Listen; a busy port is reported by `health()` instead of taking the whole stack down."""
         try:

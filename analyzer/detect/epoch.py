@@ -35,7 +35,7 @@ from vigil.clickhouse.query import QueryClient
 RECENT_STEPS = 50
 """The newest complete step is sought this far below the newest step of the run's complete buckets."""
 
-_SPANS_SQL = """
+SPANS_SQL = """
 SELECT bucket, min(min_step) AS min_step, max(max_step) AS max_step, min(first_ts) AS first_ts,
        max(last_ts) AS last_ts
 FROM job_step_spans
@@ -175,7 +175,7 @@ class EpochTracker:
         return epoch
 
     def _spans(self, client: QueryClient, after: datetime, upto: datetime) -> list[SpanRow]:
-        res = client.query(_SPANS_SQL, parameters={"job": self.job, "after": ch_time(after), "upto": ch_time(upto)})
+        res = client.query(SPANS_SQL, parameters={"job": self.job, "after": ch_time(after), "upto": ch_time(upto)})
         return [SpanRow(bucket=as_utc(r[0]), min_step=int(r[1]), max_step=int(r[2]), first_ts=as_utc(r[3]),
                         last_ts=as_utc(r[4])) for r in res.result_rows]
 

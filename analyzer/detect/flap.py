@@ -44,7 +44,7 @@ _BUCKET = f"intDiv(toUnixTimestamp64Milli(ts), {BUCKET_MS})"
 # quieter there: a pause's edge) is not judged; an up one is. Only NICs with a down sample ship
 # their samples. NICs are counted by a 64-bit hash of (host, device): ~3x faster than the pair of
 # LowCardinality strings.
-_SQL = f"""
+SQL = f"""
 WITH (SELECT (groupArray(bucket), groupArray(threshold), groupArray(kth_bps)) FROM (
         SELECT {_BUCKET} AS bucket, quantile(0.5)(tx_bps + rx_bps) AS median_bps,
                arraySort(groupArray(tx_bps + rx_bps)) AS sorted, uniqExact(cityHash64(host, device)) AS nics,
@@ -71,7 +71,7 @@ class FlapDetector:
 
     def detect(self, ctx: EvalContext) -> list[Finding]:
         s = ctx.settings.flap
-        rows = ctx.rows(_SQL, frac=s.down_frac, busy=ctx.settings.traffic.min_baseline_bps, lo=ctx.ago(s.window_s))
+        rows = ctx.rows(SQL, frac=s.down_frac, busy=ctx.settings.traffic.min_baseline_bps, lo=ctx.ago(s.window_s))
         firing = {subj.split(":", 1)[1] for subj in ctx.firing if subj.startswith(f"{ALERT}:")}
         return judge(rows, s, firing)
 

@@ -79,7 +79,7 @@ WHERE job_id = {{job:String}} AND first_ts <= {AT} AND first_ts >= {{since:DateT
                        AND first_ts >= {{since:DateTime64(3, 'UTC')}})
 """
 
-_ALIVE_SQL = f"""
+ALIVE_SQL = f"""
 SELECT host, argMax(procs_running, ts) AS procs, max(ingested_at) AS seen FROM heartbeats
 WHERE job_id = {{job:String}} AND {RAW_WINDOW}
 GROUP BY host HAVING procs > 0
@@ -132,7 +132,7 @@ class HangDetector:
                 if judged.findings:
                     return judged.findings
                 fr_kind = judged.kind
-        beats = ctx.rows(_ALIVE_SQL, lo=ctx.ago(min(s.stall_s, 60.0)))
+        beats = ctx.rows(ALIVE_SQL, lo=ctx.ago(min(s.stall_s, 60.0)))
         found = judge_stall(fr_kind, roster, [str(r["host"]) for r in beats], last_step_ts, ctx.at, s)
         seen = max((as_utc(r["seen"]) for r in beats), default=None)
         if found and seen is not None and not ctx.stored_before("steps", seen):

@@ -34,7 +34,7 @@ from vigil.analyzer.settings import HeartbeatSettings
 
 LOOKBACK_S = 600.0
 
-_SQL = f"""
+SQL = f"""
 SELECT p.host AS host, p.first_seen AS first_ts, p.base_iv AS base_interval,
        h.last_ts AS last_ts, h.iv AS interval_s, h.recent AS recent, h.n_run AS n_run, h.running AS running
 FROM (SELECT host, min(first_ts) AS first_seen, max(interval_s) AS base_iv
@@ -54,7 +54,7 @@ def host_beats(ctx: EvalContext) -> list[dict[str, Any]]:
     its training processes running as of its newest heartbeat within `traffic.stall_s` (`n_run` 0: none that recent).
     Asked once per instant (the heartbeat and traffic detectors share it)."""
     if "host_beats" not in ctx.memo:
-        ctx.memo["host_beats"] = ctx.rows(_SQL, lo=ctx.ago(LOOKBACK_S), miss=ctx.settings.heartbeat.miss_intervals,
+        ctx.memo["host_beats"] = ctx.rows(SQL, lo=ctx.ago(LOOKBACK_S), miss=ctx.settings.heartbeat.miss_intervals,
                                           run_lo=ctx.ago(ctx.settings.traffic.stall_s))
     return ctx.memo["host_beats"]  # type: ignore[no-any-return]
 

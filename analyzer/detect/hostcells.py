@@ -64,7 +64,7 @@ class Window:
     end: list[Any] = field(default_factory=list)
 
 
-def _window(cells: Cells, w: int, peers: Mapping[str, str], s: StragglerSettings) -> Window:
+def judge_window(cells: Cells, w: int, peers: Mapping[str, str], s: StragglerSettings) -> Window:
     """Judge one window's cells against their stage groups (`peers`: host -> its group), a group at a time in numpy
     (the same float64 operations as a cell at a time: tests/analyzer/test_hostcells.py)."""
     codes: dict[tuple[str, str], int] = {}
@@ -132,14 +132,14 @@ def windows(ctx: EvalContext, key: object, cells_sql: str, params: Mapping[str, 
     out: dict[int, tuple[Cells, Window]] = {}
     for w in range(lo, hi + 1):
         was = done.get(w)
-        out[w] = was if was is not None and was[0] is cells[w] else (cells[w], _window(cells[w], w, peers, s))
+        out[w] = was if was is not None and was[0] is cells[w] else (cells[w], judge_window(cells[w], w, peers, s))
     ctx.state["straggler.hosts"] = (judge_key, dict(peers), out)
     return {w: v for w, (_c, v) in out.items()}
 
 
 def still_judged(judged: Mapping[int, tuple[Cells, Window]], before: Mapping[str, str],
                  peers: Mapping[str, str]) -> dict[int, tuple[Cells, Window]]:
-    """The windows whose judgement under `before` (host -> group) stands under `peers`: `_window` reads the groups of
+    """The windows whose judgement under `before` (host -> group) stands under `peers`: `judge_window` reads the groups of
     the window's own hosts only, so a window none of whose hosts changed group is judged as it was. At 10,000 GPUs a
     lost host leaving the groups had all ~36 windows judged again (~1.6 s); now the ones that still hold it."""
     changed = {h for h in before.keys() | peers.keys() if before.get(h) != peers.get(h)}

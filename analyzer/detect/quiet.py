@@ -23,7 +23,7 @@ from vigil.analyzer.settings import TrafficSettings
 
 BUCKET_MS = 2000
 
-_SERIES_SQL = f"""
+SERIES_SQL = f"""
 SELECT intDiv(toUnixTimestamp64Milli(ts), {BUCKET_MS}) AS bucket, quantile(0.5)(tx_bps + rx_bps) AS median_bps,
        count() AS samples
 FROM nic_counters
@@ -50,7 +50,7 @@ def bucket_start(b: int) -> datetime:
 
 
 def job_quiet(ctx: EvalContext, s: TrafficSettings) -> JobQuiet:
-    rows = ctx.rows(_SERIES_SQL, lo=ctx.ago(s.quiet_ref_s))
+    rows = ctx.rows(SERIES_SQL, lo=ctx.ago(s.quiet_ref_s))
     return classify(rows, s, ctx.at)
 
 

@@ -40,7 +40,7 @@ from vigil.analyzer.detect.quiet import BUCKET_MS, JobQuiet, job_quiet
 from vigil.analyzer.settings import TrafficSettings
 
 _NOT_QUIET = f"NOT has({{quiet:Array(UInt64)}}, intDiv(toUnixTimestamp64Milli(ts), {BUCKET_MS}))"
-_NIC_SQL = f"""
+NIC_SQL = f"""
 SELECT host, device,
        max(ts) AS last_ts,
        maxIf(ts, tx_bps + rx_bps > {{zero:Float64}}) AS last_nonzero,
@@ -70,7 +70,7 @@ class TrafficDetector:
     def detect(self, ctx: EvalContext) -> list[Finding]:
         s = ctx.settings.traffic
         q = job_quiet(ctx, s)
-        rows = ctx.rows(_NIC_SQL, zero=s.zero_bps, active=s.quiet_frac * q.busy_bps, recent=ctx.ago(s.recent_s),
+        rows = ctx.rows(NIC_SQL, zero=s.zero_bps, active=s.quiet_frac * q.busy_bps, recent=ctx.ago(s.recent_s),
                         lo=ctx.ago_in_run(s.recent_s + s.baseline_s), quiet=sorted(q.quiet))
         running = running_procs(ctx)
         firing = {subj.split(":", 1)[1] for subj in ctx.firing if subj.startswith("traffic_stall:")}

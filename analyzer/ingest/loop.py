@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from vigil.analyzer.ingest.chain import ingest_chain
+from vigil.analyzer.ingest.intents import IntentLedger
 from vigil.analyzer.ingest.offload import DecodeProcess, InlineDecode
 from vigil.analyzer.ingest.writer import ClickHouseDeadLetters, ClickHouseWriter
 from vigil.analyzer.settings import AnalyzerSettings
@@ -76,8 +77,7 @@ class IngestLoop:
 
     def __post_init__(self) -> None:
         ring = verifier(self.settings.home)  # the read side runs the same gate on decisions: forged ones stored flagged
-        self.writer = ClickHouseWriter(client=self.client, group=self.analyzer.group_id,
-                                       window_s=self.analyzer.dedup_window_s, verify=lambda e: gate(e, ring))
+        self.writer = ClickHouseWriter(client=self.client, window_s=self.analyzer.dedup_window_s, verify=lambda e: gate(e, ring))
         self.sink = sink = ClickHouseDeadLetters(client=self.client, inner=KafkaDeadLetters(self.producer))
         self.decoder = DecodeProcess() if decode_process(self.analyzer.decode_process) else None
         if self.decoder is not None:
@@ -87,7 +87,9 @@ class IngestLoop:
             topics=list(INGEST_TOPICS), writer=self.writer, dead_letters=sink,
             max_batch_events=self.analyzer.batch_events, max_batch_s=self.analyzer.batch_s,
             pipeline=self.analyzer.write_thread,
-            chain=ingest_chain(self.decoder or InlineDecode()),  # (else decoded on the consumer's thread)
+            chain=ingest_chain(self.decoder or InlineDecode(),  # (else decoded on the consumer's thread)
+                               IntentLedger(self.client, self.analyzer.group_id, guard=self.writer.locked),
+                               seconds=self.writer.seconds),
         )
         self.probe = LagProbe(settings=self.settings, bootstrap=self.bootstrap, group_id=self.analyzer.group_id,
                               topics=INGEST_TOPICS, every_s=self.probe_every_s)

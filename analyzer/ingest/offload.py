@@ -200,7 +200,7 @@ def _packed(by_kind: dict[str, list[Any]]) -> dict[str, bytes]:
     return {k: _pack(v) for k, v in by_kind.items()}
 
 
-def _serve(requests: Connection, replies: Connection, keep: int = KEEP) -> None:
+def serve(requests: Connection, replies: Connection, keep: int = KEEP) -> None:
     """The child: ("decode", seq, values) -> ("decoded", seq, Offloaded | error text); ("events", seq) ->
     ("events", seq, packed events | None); until None or a pipe closes. Keeps the last `keep` batches' records (and
     the clock they were read at), to decode them again as events when asked."""
@@ -297,10 +297,16 @@ class DecodeProcess:
         self._closed = False
 
     @property
+    def process(self) -> subprocess.Popen[bytes] | None:
+        """The running child, to watch or signal (None before it starts, after it is gone and after `close`)."""
+        child = self._child
+        return child.proc if child is not None and not child.gone else None
+
+    @property
     def pid(self) -> int | None:
         """The child's process id (None before it starts, after it is gone and after `close`)."""
-        child = self._child
-        return int(child.proc.pid) if child is not None and not child.gone else None
+        process = self.process
+        return int(process.pid) if process is not None else None
 
     def start(self) -> None:
         with self._cond:
@@ -459,4 +465,4 @@ if __name__ == "__main__":  # the child (`DecodeProcess`), given its two pipes' 
     from vigil.runtime import tune_gc
 
     tune_gc()  # it allocates a phase map or two per event, like the ingest it serves
-    _named._serve(Connection(int(sys.argv[1]), writable=False), Connection(int(sys.argv[2]), readable=False))
+    _named.serve(Connection(int(sys.argv[1]), writable=False), Connection(int(sys.argv[2]), readable=False))

@@ -96,7 +96,7 @@ def _insert(buckets: deque[tuple[int, list[int]]], sec: int, hashes: list[int]) 
 
 
 @dataclass
-class _Job:
+class JobIds:
     newest: float = float("-inf")
     since: float = float("-inf")  # events at or before this may have been stored before this process started
     buckets: deque[tuple[int, list[int]]] = field(default_factory=deque)  # (event second, id hashes), oldest first
@@ -105,7 +105,7 @@ class _Job:
 @dataclass(kw_only=True)
 class RecentIds:
     window_s: float = 60.0
-    _jobs: dict[tuple[str, str], _Job] = field(default_factory=dict)
+    _jobs: dict[tuple[str, str], JobIds] = field(default_factory=dict)
     _ids: set[int] = field(default_factory=set)
 
     def __len__(self) -> int:
@@ -114,7 +114,7 @@ class RecentIds:
     def started_after(self, stored_newest: dict[tuple[str, str], datetime]) -> None:
         """What was stored before this process: per (job, host), the newest event time (from `host_clock`)."""
         for key, ts in stored_newest.items():
-            j = self._jobs.setdefault(key, _Job())
+            j = self._jobs.setdefault(key, JobIds())
             j.since = max(j.since, ts.timestamp())
             j.newest = max(j.newest, j.since)
 
@@ -165,7 +165,7 @@ class RecentIds:
         """Remember a stored event (call after the write succeeded)."""
         j = self._jobs.get((job, host))
         if j is None:
-            j = self._jobs[(job, host)] = _Job()
+            j = self._jobs[(job, host)] = JobIds()
         t = ts.timestamp()
         if t < j.newest - self.window_s:
             return
@@ -198,7 +198,7 @@ class RecentIds:
         for key, t in top.items():
             j = jobs.get(key)
             if j is None:
-                j = jobs[key] = _Job()
+                j = jobs[key] = JobIds()
             j.newest = max(j.newest, t)
             limits[key] = j.newest - window  # older ones would never be covered, nor kept by `evict`
         kept: list[int] = []

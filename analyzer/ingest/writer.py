@@ -7,8 +7,9 @@ Two kinds of repeats reach the writer, and each is removed where it is cheap:
   token derived from the batch's Kafka offsets (`blocks`, migration 0140): ClickHouse drops
   a repeat in the raw table and in every rollup, and a retry after a partial write fills
   only the views it missed. For that, a repeat must be cut into the same rows: the batch's
-  intent is recorded first (`intents`), a retry reuses the rows prepared for the first
-  attempt, and a re-cut after a crash is judged against rows ingested *before* that intent.
+  intent is recorded first (the chain's intent step, `steps.intent`), a retry reuses the rows
+  prepared for the first attempt, and a re-cut after a crash is judged against rows ingested
+  *before* that intent.
 * **Events sent again** by a producer (an agent replaying its spool) arrive in new batches.
   In-batch repeats are dropped; for the high-volume kinds the recent-id window (`recent`)
   answers in memory; the rest (late re-sends, low-volume kinds, re-checked or re-cut
@@ -47,7 +48,6 @@ from typing import Any, TypeVar
 
 from vigil.analyzer.ingest.blocks import BlockInserter, Columns, Encoded, columns, concat, height
 from vigil.analyzer.ingest.columns import BUILDERS
-from vigil.analyzer.ingest.intents import IntentLedger
 from vigil.analyzer.ingest.lookup import StoredIds
 from vigil.analyzer.ingest.offload import Offloaded
 from vigil.analyzer.ingest.processors import LOOKUP, RECENT, VERIFIED, Row, TableRow, process
@@ -56,7 +56,7 @@ from vigil.analyzer.ingest.staging import Staged, first_of_each, stage
 from vigil.clickhouse.failures import is_data_error, is_transient, splits
 from vigil.contract.hotkinds import Ingestable
 from vigil.errors import Unreachable, one_line
-from vigil.kafka.consumer import BatchId, Intent, Partition, Unstorable
+from vigil.kafka.consumer import BatchId, Unstorable
 from vigil.kafka.deadletter import DeadLetter, DeadLetterSink, clean_utf8
 
 T = TypeVar("T")
@@ -75,7 +75,6 @@ class ClickHouseWriter:
     """A `BatchWriter` for vigil.kafka.BatchingConsumer (and for direct feeding in benchmarks and tests)."""
 
     client: Any
-    group: str = "vigil-analyzer"
     window_s: float = 60.0
     check_existing: bool = True  # False: no look-ups at all (benchmarks and fixtures that write unique events)
     verify: Callable[[Any], bool] | None = None  # the gate on decisions (`processors.DECISIONS`); None: trusted
@@ -92,17 +91,17 @@ class ClickHouseWriter:
         self.recent = RecentIds(window_s=self.window_s)
         self._stored = StoredIds(self.client)
         self._blocks = BlockInserter(self.client)
-        self._ledger = IntentLedger(self.client, self.group)
         self._started = False
         self._tokened: set[str] = set()  # tables that deduplicate inserts by token (migration 0140)
         self._token_logs: dict[str, datetime] = {}  # table rebuilt (0198) -> when its token log started empty
-        self._recorded = ""
         self._prepared: tuple[str, _Prepared] | None = None
         self._staged: Staged | None = None  # the next batch, staged ahead by the consumer's thread
 
-    def intents(self, partitions: Sequence[Partition]) -> dict[Partition, Intent]:
+    def locked(self, fn: Callable[[], T]) -> T:
+        """`fn` (a call on this writer's client, e.g. the intent ledger's) while no batch is written, a transient
+        failure raised as `Unreachable`."""
         with self._lock:
-            return self._guard(lambda: self._ledger.latest(partitions))
+            return self._guard(fn)
 
     def write(self, events: Sequence[Ingestable], batch: BatchId | None = None) -> list[Unstorable]:
         with self._lock:
@@ -138,10 +137,6 @@ class ClickHouseWriter:
                     "SELECT table_name, max(at) FROM token_log_starts GROUP BY table_name").result_rows}
             self._started = True
         token = batch.token if batch is not None else None
-        t0 = time.perf_counter()
-        if batch is not None and self._recorded != batch.token and batch.first_attempt is None:
-            self._ledger.record(batch)
-            self._recorded = batch.token
         t1 = time.perf_counter()
         if token is not None and self._prepared is not None and self._prepared[0] == token:
             prepared = self._prepared[1]  # a retry: exactly the rows of the first attempt
@@ -156,7 +151,6 @@ class ClickHouseWriter:
             if token is not None:
                 self._prepared = (token, prepared)
         t2 = time.perf_counter()
-        self.seconds["intent"] += t1 - t0
         self.seconds["prepare"] += t2 - t1
         try:
             self._insert(prepared, token)

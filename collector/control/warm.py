@@ -117,7 +117,7 @@ class IdleProcess:
         raise NotImplementedError
 
     @staticmethod
-    def _spawn(argv: list[str], env: Mapping[str, str], stderr: int, **kw: Any) -> subprocess.Popen[bytes]:
+    def spawn(argv: list[str], env: Mapping[str, str], stderr: int, **kw: Any) -> subprocess.Popen[bytes]:
         """`argv` started in a session of its own, its order channel (stdin) one end of a socket pair: unlike a
         pipe, a socket cannot be opened again through `/proc/<pid>/fd/0`, so nobody but the agent writes its order."""
         mine, theirs = socket.socketpair()
@@ -204,7 +204,7 @@ class WarmPool(IdleProcess):
             argv = [self.python, "-u", str(HERE / "warmlaunch.py"), str(self.nproc), str(HERE / "warmchild.py"),
                     *self.imports]
             try:
-                self._proc = self._spawn(argv, self.env, subprocess.PIPE,
+                self._proc = self.spawn(argv, self.env, subprocess.PIPE,
                                          **(self.run_as.popen() if self.run_as is not None else {}))
             except OSError as exc:
                 log.warning("warm start: cannot start %s (%s); the next start is cold", argv[0], exc)

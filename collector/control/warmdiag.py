@@ -45,7 +45,7 @@ class WarmDiagnostics(IdleProcess):
             if self._closed or (self._proc is not None and self._proc.poll() is None):
                 return
             try:
-                self._proc = self._spawn(self.argv, self.env, subprocess.STDOUT, cwd=SAFE_CWD)
+                self._proc = self.spawn(self.argv, self.env, subprocess.STDOUT, cwd=SAFE_CWD)
             except OSError as exc:
                 log.warning("warm diagnostics: cannot start %s (%s); the next round starts cold", self.argv[0], exc)
                 self._proc = None

@@ -32,7 +32,7 @@ _HOST = "job_id = {job:String} AND host = {host:String}"
 # the newest heartbeat's minute and the one before (where host_clock says it is), not the host's whole history: the
 # table sorts by the minute first
 _NEWEST = f"(SELECT max(last_ts) FROM {HOST_CLOCK} WHERE {_HOST} AND source = 'heartbeat') - toIntervalSecond(60)"
-_IDENTITY_SQL = f"""
+IDENTITY_SQL = f"""
 SELECT argMax(ip, ts) AS ip, argMax(pod, ts) AS pod, argMax(node, ts) AS node,
        argMax(agent_version, ts) AS agent_version, argMax(gpus, ts) AS gpus,
        toUnixTimestamp64Milli(max(ts)) AS last_ms, argMax(interval_s, ts) AS interval_s,
@@ -40,7 +40,7 @@ SELECT argMax(ip, ts) AS ip, argMax(pod, ts) AS pod, argMax(node, ts) AS node,
 FROM {HEARTBEATS} WHERE {_HOST} AND ts >= {_NEWEST} AND {HEARTBEATS.buckets(_NEWEST)}
 """
 
-_HEARTBEATS_SQL = f"""
+HEARTBEATS_SQL = f"""
 SELECT {_BUCKET} AS t_ms, count() AS beats, max(interval_s) AS interval_s,
        min(procs_running) AS procs_running, max(gpus_throttled) AS gpus_throttled,
        max(gpu_ecc_uncorrected) AS ecc, sum(dropped_events) AS dropped
@@ -48,7 +48,7 @@ FROM {HEARTBEATS} WHERE {_HOST} AND {ts_in_window()} AND {HEARTBEATS.buckets(T0,
 """
 
 # an Ethernet interface has port 0 (named by its device alone); RDMA ports count from 1
-_NIC_SQL = f"""
+NIC_SQL = f"""
 SELECT if(port = 0, toString(device), concat(device, ' port ', toString(port))) AS nic, {_BUCKET} AS t_ms,
        avg(tx_bps + rx_bps) AS bps, min(tx_bps + rx_bps) AS low_bps,
        avg(tx_bps) AS tx_mean_bps, avg(rx_bps) AS rx_mean_bps
@@ -128,15 +128,15 @@ def _series_by(rows: list[Row], key: str, fields: tuple[str, ...]) -> list[Serie
 
 def host_view(store: Store, win: Window, host: str, *, max_points: int, log_limit: int = 50) -> HostView:
     p = win.params(host=host, bucket=win.bucket_s(max_points), limit=log_limit)
-    ident = store.one("the host's identity", _IDENTITY_SQL, p)
+    ident = store.one("the host's identity", IDENTITY_SQL, p)
     if ident is not None and not int(ident["n"]):
         ident = None
-    hb = store.rows("heartbeats", _HEARTBEATS_SQL, p)
+    hb = store.rows("heartbeats", HEARTBEATS_SQL, p)
     return HostView(
         host=host, identity=ident, bucket_s=int(p["bucket"]),
         heartbeats=Series(name="heartbeats", t_ms=[int(r["t_ms"]) for r in hb], values={
             f: [r[f] for r in hb] for f in ("beats", "interval_s", "procs_running", "gpus_throttled", "ecc")}),
-        nics=_series_by(store.rows("NIC throughput per port", _NIC_SQL, p), "nic",
+        nics=_series_by(store.rows("NIC throughput per port", NIC_SQL, p), "nic",
                         ("bps", "low_bps", "tx_mean_bps", "rx_mean_bps")),
         gpus=_series_by(store.rows("GPU state", _GPU_SQL, p), "gpu", ("util_pct", "temp_c", "sm_clock_mhz", "power_w")),
         throttle=_series_by(store.rows("GPU throttle reasons", _THROTTLE_SQL, p), "reason", ("samples", "gpus")),

@@ -17,7 +17,7 @@ from typing import Any
 from vigil.contract import DiagnoseParams, Diagnostic, Event
 from vigil.recovery.controller.plan import alive
 from vigil.recovery.controller.state import Case
-from vigil.recovery.controller.steps import Ctx, _begin, _end, umbrella
+from vigil.recovery.controller.steps import Ctx, begin, end, umbrella
 from vigil.recovery.diagnostics.grouping import HostResult, judge, round1_groups, round2_groups, suspects
 
 DELIVERY_SLACK_S = 15.0  # command delivery and the child's start, on top of the round's time limit
@@ -32,11 +32,11 @@ def diagnose(ctx: Ctx, case: Case) -> bool:
         candidates = sorted(h for h, m in job.members.items()
                             if h not in cordoned and (h in job.world or m.state == "waiting"))
         live = [h for h in candidates if alive(job.members[h], ctx.now, ctx.settings.member_stale_s)]
-        _begin(ctx, case, "diagnose", {"hosts": live, "gone": sorted(set(candidates) - set(live))})
+        begin(ctx, case, "diagnose", {"hosts": live, "gone": sorted(set(candidates) - set(live))})
         return False
     hosts = list(step.started_details.get("hosts", []))
     if len(hosts) == 0:
-        return _end(ctx, case, "diagnose", "skipped", reason="no host to diagnose")
+        return end(ctx, case, "diagnose", "skipped", reason="no host to diagnose")
     r1 = _round(ctx, case, 1, lambda: round1_groups(hosts))
     if r1 is None:
         return False
@@ -62,7 +62,7 @@ def diagnose(ctx: Ctx, case: Case) -> bool:
                                for v in verdicts.values()}
     summary.update({h: {"verdict": "faulty", "reason": "its agent is gone"} for h in gone})
     bad = sorted(h for h, v in summary.items() if v["verdict"] != "healthy")
-    return _end(ctx, case, "diagnose", "succeeded", details={"verdicts": summary},
+    return end(ctx, case, "diagnose", "succeeded", details={"verdicts": summary},
                 reason=f"{len(bad)} of {len(summary)} hosts not healthy: {', '.join(bad)}" if bad
                 else f"all {len(summary)} hosts healthy")
 

@@ -50,7 +50,7 @@ def outcome(state: ClusterState, case: Case, result: str, now: datetime, reason:
         hosts = [str(h) for h in rst.details.get("hosts", [])]
     if rst is not None and rst.started_at is not None:
         gen = int(rst.started_details.get("generation", 0)) or None
-    load, ckpt_step, source = _restore(job, rst.started_at if rst else None, resumed_at)
+    load, ckpt_step, source = restore_of(job, rst.started_at if rst else None, resumed_at)
     if ckpt_step is None and isinstance(first_step, int) and first_step > 0:
         ckpt_step = first_step - 1
     last_steps = [int(v) for d in ((pause.started_details, pause.details) if pause else ())
@@ -71,7 +71,7 @@ def outcome(state: ClusterState, case: Case, result: str, now: datetime, reason:
         reason=reason[:2048])
 
 
-def _restore(
+def restore_of(
     job: Job, since: datetime | None, until: datetime | None
 ) -> tuple[float | None, int | None, Literal["", "memory", "peer", "persisted"]]:
     """(seconds of the slowest rank's load, the step restored, where from) of a restart, from `restored` events.

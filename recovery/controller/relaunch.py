@@ -66,7 +66,7 @@ def _go_on(ctx: st.Ctx, case: Case, gone: str) -> bool:
         lo, hi, _ = node_range(job.members.values())
         exclude = sorted(_excluded(ctx, case))
         tag = f"vigil-{st.short_id(case.case_id)}"
-        st._begin(ctx, case, "relaunch", {"allocation": gone, "exclude": exclude, "nodes_min": lo, "nodes_max": hi,
+        st.begin(ctx, case, "relaunch", {"allocation": gone, "exclude": exclude, "nodes_min": lo, "nodes_max": hi,
                                           "tag": tag, "backend": backend.name})
         try:
             change = backend.relaunch(case.job_id, exclude=exclude, nodes_min=lo, nodes_max=hi, tag=tag)
@@ -92,10 +92,10 @@ def _done(ctx: st.Ctx, case: Case, new: str, argv: list[str]) -> bool:
     step = st.umbrella(case, "relaunch")
     gone = step.started_details.get("allocation") if step else ""
     why = f"allocation {gone} gone: relaunched as job {new}"
-    st._end(ctx, case, "relaunch", "succeeded", reason=why, details={"new_job_id": new, "argv": argv[:64]})
-    return st._end(ctx, case, "restart", "skipped", reason=why, details={"relaunched": new})
+    st.end(ctx, case, "relaunch", "succeeded", reason=why, details={"new_job_id": new, "argv": argv[:64]})
+    return st.end(ctx, case, "restart", "skipped", reason=why, details={"relaunched": new})
 
 
 def _failed(ctx: st.Ctx, case: Case, why: str) -> bool:
-    st._end(ctx, case, "relaunch", "failed", reason=why)
-    return st._end(ctx, case, "restart", "failed", reason=why)
+    st.end(ctx, case, "relaunch", "failed", reason=why)
+    return st.end(ctx, case, "restart", "failed", reason=why)

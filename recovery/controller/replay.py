@@ -62,10 +62,10 @@ def replay(ctx: st.Ctx, case: Case) -> bool:
     job = ctx.state.job(case.job_id)
     rst, step = st.umbrella(case, "restart"), st.umbrella(case, "replay")
     if rst is None or rst.status != "succeeded":
-        return st._end(ctx, case, "replay", "skipped", reason="the rollback's restart did not succeed")
+        return st.end(ctx, case, "replay", "skipped", reason="the rollback's restart did not succeed")
     if step is None or step.started_at is None:
         target = int(rb["step"]) + ctx.settings.policy.sdc_replay_intervals * int(rb.get("interval") or 1)
-        st._begin(ctx, case, "replay", {"generation": rst.details.get("generation", job.generation),
+        st.begin(ctx, case, "replay", {"generation": rst.details.get("generation", job.generation),
                                         "target_step": target, "first_step": rst.details.get("first_step"),
                                         **{k: rb.get(k) for k in ("suspect", "rank", "step", "good_step",
                                                                   "restore_max_step")}})
@@ -121,7 +121,7 @@ def _judge(ctx: st.Ctx, case: Case, seen: list[Incident], *, reached: bool, step
     verdict = verdict.model_copy(update={"ts": ctx.now, "actor": st.ACTOR})
     replayed = dict(verdict.details["replay"])
     ctx.publish([verdict])
-    return st._end(ctx, case, "replay", "succeeded", reason=verdict.reason,
+    return st.end(ctx, case, "replay", "succeeded", reason=verdict.reason,
                    details={**replayed, "merged": [i.incident_id for i in seen], "skip": verdict.details.get("skip")})
 
 

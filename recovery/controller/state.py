@@ -159,6 +159,11 @@ class ClusterState:
     _seen: dict[str, None] = field(default_factory=dict)  # the newest event ids, in fold order
     _folded: int = 0  # events folded since the last compaction
 
+    @property
+    def remembered(self) -> int:
+        """How many event ids the fold remembers to drop their duplicates (at most `SEEN`)."""
+        return len(self._seen)
+
     def job(self, job_id: str) -> Job:
         job = self.jobs.get(job_id)
         if job is None:

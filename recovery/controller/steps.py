@@ -76,13 +76,13 @@ def umbrella(case: Case, name: str) -> Step | None:
     return case.step(name, case.job_id)
 
 
-def _begin(ctx: Ctx, case: Case, name: str, details: dict[str, Any], extra: list[Event] | None = None,
+def begin(ctx: Ctx, case: Case, name: str, details: dict[str, Any], extra: list[Event] | None = None,
            generation: int | None = None) -> None:
     ctx.publish([ctx.act(case, name, case.job_id, "started", details=details, generation=generation),
                  *(extra or [])])
 
 
-def _end(ctx: Ctx, case: Case, name: str, status: str, reason: str = "", details: dict[str, Any] | None = None,
+def end(ctx: Ctx, case: Case, name: str, status: str, reason: str = "", details: dict[str, Any] | None = None,
          generation: int | None = None) -> bool:
     step = umbrella(case, name)
     ctx.publish([ctx.act(case, name, case.job_id, status, reason=reason, details=details, generation=generation,
@@ -108,12 +108,12 @@ def dump(ctx: Ctx, case: Case) -> bool:
                  and alive(m, ctx.now, ctx.settings.member_stale_s)]
         cmds = [ctx.command(case, h, "dump", f"{case.case_id}/dump/{h}", generation=job.generation,
                             reason="record the training processes before stopping them") for h in hosts]
-        _begin(ctx, case, "dump", {"hosts": hosts}, list(cmds))
+        begin(ctx, case, "dump", {"hosts": hosts}, list(cmds))
         return False
     hosts = list(step.started_details.get("hosts", []))
     acked = [h for h in hosts if _acked(ctx, f"{case.case_id}/dump/{h}", h)]
     if len(acked) == len(hosts) or ctx.since(step.started_at) >= ctx.settings.dump_timeout_s:
-        return _end(ctx, case, "dump", "succeeded", details={"dumped": acked,
+        return end(ctx, case, "dump", "succeeded", details={"dumped": acked,
                                                               "unanswered": sorted(set(hosts) - set(acked))})
     return False
 
@@ -135,7 +135,7 @@ def pause(ctx: Ctx, case: Case) -> bool:
         cmds = [ctx.command(case, h, "stop", f"{case.case_id}/pause/{h}", generation=job.generation,
                             reason=f"pause: {case.details.get('summary', '')}"[:2048],
                             timeout_s=ctx.settings.pause_timeout_s) for h in hosts]
-        _begin(ctx, case, "pause", {"hosts": hosts, "generation": job.generation, "last_steps": last},
+        begin(ctx, case, "pause", {"hosts": hosts, "generation": job.generation, "last_steps": last},
                list(cmds), generation=job.generation)
         return False
     hosts = list(step.started_details.get("hosts", []))
@@ -149,7 +149,7 @@ def pause(ctx: Ctx, case: Case) -> bool:
     if len(settled) == len(hosts) or ctx.since(step.started_at) >= ctx.settings.pause_timeout_s:
         last = {h: m.last_step for h, m in job.members.items() if m.last_step is not None
                 and m.generation == job.generation}  # the stopped ranks' last steps have arrived by now
-        return _end(ctx, case, "pause", "succeeded", generation=job.generation,
+        return end(ctx, case, "pause", "succeeded", generation=job.generation,
                     details={"stopped": settled, "unresponsive": sorted(set(hosts) - set(settled)),
                              "last_steps": last})
     return False
@@ -208,7 +208,7 @@ def cordon(ctx: Ctx, case: Case) -> bool:
         if outside:
             _page_outside(ctx, case, outside)
         gpus = {h: g for h, g in quarantines(ctx, case).items() if h in ours and h not in already}
-        _begin(ctx, case, "cordon", {"targets": targets, "allowed": allowed, "limit": why, "outside_job": outside,
+        begin(ctx, case, "cordon", {"targets": targets, "allowed": allowed, "limit": why, "outside_job": outside,
                                      "already": sorted(already & set(condemned(ctx, case))), "quarantine": gpus})
         step = umbrella(case, "cordon")
         assert step is not None
@@ -229,14 +229,14 @@ def cordon(ctx: Ctx, case: Case) -> bool:
         except BackendError as exc:
             failed.append(f"{host}: {exc}")
     if failed:
-        return _end(ctx, case, "cordon", "failed", reason="; ".join(failed),
+        return end(ctx, case, "cordon", "failed", reason="; ".join(failed),
                     details={"cordoned": done, "quarantined": gpus_out})
     if len(targets) > allowed:
-        return _end(ctx, case, "cordon", "failed", details={"cordoned": done, "refused": targets[allowed:],
+        return end(ctx, case, "cordon", "failed", details={"cordoned": done, "refused": targets[allowed:],
                                                             "breaker": True},
                     reason=f"circuit breaker: {len(targets)} hosts to cordon, {allowed} allowed "
                            f"({step.started_details.get('limit', '')}); stopping and paging")
-    return _end(ctx, case, "cordon", "succeeded", details={"cordoned": done, "quarantined": gpus_out},
+    return end(ctx, case, "cordon", "succeeded", details={"cordoned": done, "quarantined": gpus_out},
                 reason="nothing to cordon" if not targets and not gpus_out else "")
 
 
@@ -310,7 +310,7 @@ def restart(ctx: Ctx, case: Case, name: str = "restart") -> bool:
             if step is None or step.planned_at is None:
                 ctx.publish([ctx.act(case, name, case.job_id, "planned", reason=f"waiting for hosts: {plan}")])
             elif name == "restart" and ctx.since(step.planned_at) >= ctx.settings.restart_wait_s:
-                return _end(ctx, case, name, "failed", reason=f"not enough healthy hosts: {plan}")
+                return end(ctx, case, name, "failed", reason=f"not enough healthy hosts: {plan}")
             return False
         gen = job.generation + 1
         cmds: list[Event] = []
@@ -322,7 +322,7 @@ def restart(ctx: Ctx, case: Case, name: str = "restart") -> bool:
                           restore_max_step=bound)
             cmds.append(ctx.command(case, host, "start", start_id(job.job_id, gen, host), generation=gen,
                                     world=world, reason=f"{name} on {len(plan.hosts)} hosts"))
-        _begin(ctx, case, name, {"generation": gen, "hosts": plan.hosts, "master_addr": plan.master_addr,
+        begin(ctx, case, name, {"generation": gen, "hosts": plan.hosts, "master_addr": plan.master_addr,
                                  "master_port": plan.master_port, "excluded": sorted(exclude),
                                  "quarantined_gpus": {h: g for h, g in gpus_out.items() if h in plan.hosts},
                                  **({} if bound is None else {"restore_max_step": bound})},
@@ -341,7 +341,7 @@ def restart(ctx: Ctx, case: Case, name: str = "restart") -> bool:
     if len(up) + len(done) == len(hosts):
         first = min(up, key=lambda m: m.first_step or 0) if up else None
         at = [m.first_step_at for m in up if m.first_step_at]
-        return _end(ctx, case, name, "succeeded", generation=gen, details={
+        return end(ctx, case, name, "succeeded", generation=gen, details={
             "hosts": hosts, "first_step": first.first_step if first else None,
             "first_step_at": (min(at) if at else ctx.now).isoformat(),
             "ended": sorted(m.host for m in (*up, *done) if m.state == "exited")})
@@ -350,12 +350,12 @@ def restart(ctx: Ctx, case: Case, name: str = "restart") -> bool:
     refused = [h for h in hosts if (a := ctx.state.ack(start_id(job.job_id, gen, h), h)) is not None
                and a.status in ("failed", "skipped")]
     if gone or refused:
-        return _end(ctx, case, name, "failed", generation=gen,
+        return end(ctx, case, name, "failed", generation=gen,
                     reason=f"generation {gen} did not come up: " + ", ".join(
                         [f"{h} exited" for h in gone] + [f"{h} refused" for h in refused]))
     if ctx.since(step.started_at) >= ctx.settings.restart_timeout_s:
         waiting = [h for h in hosts if h not in came]
-        return _end(ctx, case, name, "failed", generation=gen,
+        return end(ctx, case, name, "failed", generation=gen,
                     reason=f"no first step from {', '.join(waiting)} within {ctx.settings.restart_timeout_s:g} s")
     return False
 
@@ -385,7 +385,7 @@ def start_id(job_id: str, generation: int, host: str) -> str:
 def halt(ctx: Ctx, case: Case) -> bool:
     reason = str(case.details.get("halt_reason", "")) or "stopped: needs a human"
     page(ctx, case, reason)
-    return _end(ctx, case, "halt", "succeeded", reason=reason)
+    return end(ctx, case, "halt", "succeeded", reason=reason)
 
 
 def page(ctx: Ctx, case: Case, reason: str) -> None:

@@ -22,7 +22,7 @@ from vigil.analyzer.settings import AnalyzerSettings
 from vigil.app.components import migrate_all
 from vigil.clickhouse.client import connect
 from vigil.contract.hotkinds import Ingestable
-from vigil.kafka.consumer import BatchId, Intent, Partition, Unstorable
+from vigil.kafka.consumer import BatchId, Unstorable
 from vigil.kafka.producer import EventProducer
 from vigil.settings import VigilSettings
 
@@ -77,9 +77,6 @@ class DieAfterWrite:
             print(f"killed after write {self.calls} of {len(events)} events", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
         return stored
-
-    def intents(self, partitions: Sequence[Partition]) -> dict[Partition, Intent]:
-        return self.inner.intents(partitions)
 
 
 def die_mid_write(n: int, table: str) -> None:

@@ -13,7 +13,7 @@ from tests.support.gone_lag import sql_time, steps_insert
 from tests.support.longjob import selected
 from vigil.analyzer import delivery
 from vigil.analyzer.alerts.book import AlertBook
-from vigil.analyzer.clock import _clock, job_clocks
+from vigil.analyzer.clock import clock_of, job_clocks
 from vigil.analyzer.delivery import MARGIN_S, gone_lags, learnt_lag
 from vigil.analyzer.detect.base import ch_time
 from vigil.analyzer.engine import LiveCursor, replay
@@ -42,11 +42,11 @@ def test_a_source_with_its_own_gone_lag_is_let_go_when_the_job_leads_it_by_that(
     fresh = [(f"h{i}", "heartbeat", T0, T0 + timedelta(seconds=60), now) for i in range(3)]
     silent = [("h8", "heartbeat", T0, T0 + timedelta(seconds=55), now - timedelta(seconds=20)),
               ("h9", "heartbeat", T0, T0 + timedelta(seconds=55), now - timedelta(seconds=20))]
-    c = _clock("j", fresh + silent, now, idle_s=5, max_lag_s=120, gone_lag_s=10, gone={("h8", "heartbeat"): 4.0})
+    c = clock_of("j", fresh + silent, now, idle_s=5, max_lag_s=120, gone_lag_s=10, gone={("h8", "heartbeat"): 4.0})
     assert not c.sources[("h8", "heartbeat")].alive  # led by 5 s, its own lag 4 s: gone
     assert c.sources[("h9", "heartbeat")].alive  # led by 5 s, the cap 10 s: waited for
     assert c.watermark == T0 + timedelta(seconds=55)
-    c = _clock("j", fresh + silent[:1], now, idle_s=5, max_lag_s=120, gone_lag_s=10, gone={("h8", "heartbeat"): 4.0})
+    c = clock_of("j", fresh + silent[:1], now, idle_s=5, max_lag_s=120, gone_lag_s=10, gone={("h8", "heartbeat"): 4.0})
     assert c.watermark == T0 + timedelta(seconds=60)
 
 

@@ -114,7 +114,7 @@ def _cells(rng: random.Random, hosts: int, n: int) -> tuple[dict[int, hostcells.
 
 def _windows(rng: random.Random, hosts: int, n: int, s: StragglerSettings) -> dict[int, hostcells.Window]:
     cells, peers = _cells(rng, hosts, n)
-    return {w: hostcells._window(c, w, peers, s) for w, c in cells.items()}
+    return {w: hostcells.judge_window(c, w, peers, s) for w, c in cells.items()}
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -123,13 +123,13 @@ def test_window_judges_as_the_cell_at_a_time_rule(seed: int) -> None:
     s = StragglerSettings(z=rng.choice([2.0, 4.0]), min_excess_ms=rng.choice([0.0, 1.0, 5.0]))
     cells, peers = _cells(rng, rng.choice([8, 40]), 12)
     for w, c in cells.items():
-        got = hostcells._window(c, w, peers, s)
+        got = hostcells.judge_window(c, w, peers, s)
         flagged, judged = _window_oracle(c, w, peers, s)
         assert sorted(got.flagged, key=str) == sorted(flagged, key=str)
         assert {k: (float(got.ratio[j]), float(got.mean[j]), float(got.med[j]), got.end[j])
                 for j, k in enumerate(got.keys)} == judged
         assert list(got.keys) == sorted(judged)
-    assert any(hostcells._window(c, w, peers, s).flagged for w, c in cells.items())
+    assert any(hostcells.judge_window(c, w, peers, s).flagged for w, c in cells.items())
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -181,15 +181,15 @@ def test_a_peer_change_judges_again_only_the_windows_that_hold_the_host(seed: in
         keep = [i for i, h in enumerate(c.host) if h != gone]
         cells[w] = hostcells.Cells([c.phase[i] for i in keep], [c.host[i] for i in keep], c.mean[keep],
                                    [c.end[i] for i in keep])
-    judged = {w: (c, hostcells._window(c, w, peers, s)) for w, c in cells.items()}
+    judged = {w: (c, hostcells.judge_window(c, w, peers, s)) for w, c in cells.items()}
     assert hostcells.still_judged(judged, peers, dict(peers)) == judged  # nothing changed: every window stands
     left = {h: g for h, g in peers.items() if h != gone}
     kept = hostcells.still_judged(judged, peers, left)
     assert sorted(kept) == list(range(8, 16))
     for w, (c, was) in kept.items():  # exactly what judging it again under the new groups gives
-        assert _same(was, hostcells._window(c, w, left, s))
-    assert any(not _same(judged[w][1], hostcells._window(cells[w], w, left, s)) for w in range(8))  # others differ
+        assert _same(was, hostcells.judge_window(c, w, left, s))
+    assert any(not _same(judged[w][1], hostcells.judge_window(cells[w], w, left, s)) for w in range(8))  # others differ
     assert hostcells.still_judged(judged, peers, {**peers, moved: "x"}) == {}  # a host in every window changed group
     joined = {**peers, "h039": "0"}  # the host without a stage gets one: every window that holds it is judged again
     assert hostcells.still_judged(judged, peers, joined) == {}
-    assert any(not _same(judged[w][1], hostcells._window(cells[w], w, joined, s)) for w in cells)
+    assert any(not _same(judged[w][1], hostcells.judge_window(cells[w], w, joined, s)) for w in cells)

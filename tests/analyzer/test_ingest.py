@@ -77,7 +77,7 @@ CORPUS: list[tuple[bytes | None, str]] = [
 def test_malformed_corpus_goes_to_dead_letters_and_good_events_flow(topics: VigilSettings, ingest: IngestLoop) -> None:
     producer = EventProducer(settings=topics, bootstrap=str(topics.kafka_bootstrap))
     for value, _ in CORPUS:
-        producer._producer.produce(topics.topic("steps"), value=value)
+        producer.produce_raw(topics.topic("steps"), value)
     good = steps("good", 2, 5)
     producer.send(good)
     producer.flush()
@@ -160,7 +160,7 @@ def test_a_huge_poison_record_is_dead_lettered_bounded_and_ingest_goes_on(topics
     doc = {**bad.model_dump(mode="json"), "phases": phases, "step_ms": -1.0}  # refused by the contract
     value = json.dumps({"kind": "step", "schema_version": 1, "events": [doc]}, ensure_ascii=False).encode()
     assert 700_000 < len(value) < 1_000_000 < len(json.dumps(doc))
-    producer._producer.produce(topics.topic("steps"), value=value)
+    producer.produce_raw(topics.topic("steps"), value)
     later = steps("after-huge", 1, 3)
     producer.send(later)
     producer.flush()

@@ -188,7 +188,7 @@ def test_a_host_leaving_the_peer_groups_rejudges_the_kept_cells_without_reading_
     client = connect(clickhouse_dsn, database=database)
     cells = _cells_read(monkeypatch)
     judged: list[frozenset[str]] = []
-    real_window = hostcells._window
+    real_window = hostcells.judge_window
 
     def window(c: hostcells.Cells, at: int, peers: Any, s: Any) -> hostcells.Window:
         judged.append(frozenset(peers))

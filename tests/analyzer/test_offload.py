@@ -305,9 +305,10 @@ def test_the_child_answers_as_the_inline_decode_and_a_killed_child_is_restarted(
 
 
 def kill(proc: DecodeProcess) -> None:
-    assert proc._child is not None
-    proc._child.proc.kill()
-    proc._child.proc.wait(10)
+    child = proc.process
+    assert child is not None
+    child.kill()
+    child.wait(10)
 
 
 @pytest.mark.pure
@@ -316,11 +317,11 @@ def test_a_hung_child_is_killed_after_its_timeout_and_replaced() -> None:
     proc = DecodeProcess(timeout_s=2, restart_backoff_s=0)
     try:
         assert proc.submit(values).result() is not None
-        assert proc._child is not None
-        os.kill(proc._child.proc.pid, signal.SIGSTOP)  # alive, answering nothing
-        hung = proc._child
+        hung = proc.process
+        assert hung is not None
+        os.kill(hung.pid, signal.SIGSTOP)  # alive, answering nothing
         assert proc.submit(values).result() is None, "given up after the timeout"
-        assert hung.gone and hung.proc.poll() is not None, "the hung child was killed"
+        assert proc.process is not hung and hung.poll() is not None, "the hung child was killed and let go"
         assert proc.submit(values).result() is not None and proc.restarts == 1
     finally:
         proc.close()

@@ -207,7 +207,7 @@ def test_watermark_waits_for_a_bursty_source_and_lets_a_lost_one_go() -> None:
     """A source silent in wall time still holds the watermark while the job is less than `gone_lag_s` of event time
     ahead of it (its next burst is on its way: no window is judged on part of its samples); once the job has moved
     that far past it, it is gone (its silence final). A job whose every source is silent has stopped."""
-    from vigil.analyzer.clock import _clock
+    from vigil.analyzer.clock import clock_of
 
     t0 = datetime(2026, 11, 2, tzinfo=UTC)
     now = t0 + timedelta(seconds=100)
@@ -217,14 +217,14 @@ def test_watermark_waits_for_a_bursty_source_and_lets_a_lost_one_go() -> None:
         silent = ("h9", "nic", t0, t0 + timedelta(seconds=60 - lag_s), now - timedelta(seconds=20))
         return [*fresh, silent]
 
-    bursty = _clock("j", srcs(6), now, idle_s=5, max_lag_s=120, gone_lag_s=10)
+    bursty = clock_of("j", srcs(6), now, idle_s=5, max_lag_s=120, gone_lag_s=10)
     assert bursty.sources[("h9", "nic")].alive and bursty.watermark == t0 + timedelta(seconds=54)
-    lost = _clock("j", srcs(12), now, idle_s=5, max_lag_s=120, gone_lag_s=10)
+    lost = clock_of("j", srcs(12), now, idle_s=5, max_lag_s=120, gone_lag_s=10)
     assert not lost.sources[("h9", "nic")].alive and lost.watermark == t0 + timedelta(seconds=60)
     assert not lost.stopped
-    before = _clock("j", srcs(6), now, idle_s=5, max_lag_s=120, gone_lag_s=0)  # the rule off: let go at once
+    before = clock_of("j", srcs(6), now, idle_s=5, max_lag_s=120, gone_lag_s=0)  # the rule off: let go at once
     assert before.watermark == t0 + timedelta(seconds=60)
-    stopped = _clock("j", srcs(6), now + timedelta(seconds=60), idle_s=5, max_lag_s=120, gone_lag_s=10)
+    stopped = clock_of("j", srcs(6), now + timedelta(seconds=60), idle_s=5, max_lag_s=120, gone_lag_s=10)
     assert stopped.stopped and not any(c.alive for c in stopped.sources.values())
 
 

@@ -18,6 +18,7 @@ from vigil.analyzer import delivery, schema
 from vigil.analyzer.advisor import query as advisor_query
 from vigil.analyzer.detect import flap, hang, heartbeat, quiet, traffic
 from vigil.analyzer.detect.base import ch_time
+from vigil.analyzer.ingest.intents import IntentLedger
 from vigil.analyzer.ingest.writer import ClickHouseWriter
 from vigil.app.components import migrate_all
 from vigil.clickhouse.client import connect
@@ -39,13 +40,13 @@ def _fresh(dsn: str) -> Any:
 def _reads(at: datetime) -> dict[str, tuple[str, dict[str, Any]]]:
     """Every read of the two tables a detector turn (and the advisor) makes, with its parameters at `at`."""
     return {
-        "traffic": (traffic._NIC_SQL, dict(zero=1e3, active=1e6, recent=ch_time(at - timedelta(seconds=10)),
+        "traffic": (traffic.NIC_SQL, dict(zero=1e3, active=1e6, recent=ch_time(at - timedelta(seconds=10)),
                                            lo=ch_time(at - timedelta(seconds=130)), quiet=[])),
-        "quiet": (quiet._SERIES_SQL, dict(lo=ch_time(at - timedelta(seconds=300)))),
-        "flap": (flap._SQL, dict(frac=0.1, busy=1e6, lo=ch_time(at - timedelta(seconds=180)))),
-        "heartbeat": (heartbeat._SQL, dict(lo=ch_time(at - timedelta(seconds=heartbeat.LOOKBACK_S)), miss=3.0,
+        "quiet": (quiet.SERIES_SQL, dict(lo=ch_time(at - timedelta(seconds=300)))),
+        "flap": (flap.SQL, dict(frac=0.1, busy=1e6, lo=ch_time(at - timedelta(seconds=180)))),
+        "heartbeat": (heartbeat.SQL, dict(lo=ch_time(at - timedelta(seconds=heartbeat.LOOKBACK_S)), miss=3.0,
                                            run_lo=ch_time(at - timedelta(seconds=60)))),
-        "hang": (hang._ALIVE_SQL, dict(lo=ch_time(at - timedelta(seconds=60)))),
+        "hang": (hang.ALIVE_SQL, dict(lo=ch_time(at - timedelta(seconds=60)))),
     }
 
 
@@ -132,8 +133,10 @@ def test_the_rebuild_keeps_every_row_and_a_batch_re_cut_across_it_is_stored_once
     assert _keys(client)["nic_counters"].startswith("job_id, host")
     events = _events(30)
     batch = BatchId(ranges=(OffsetRange(topic="t", partition=0, first=0, last=59),))
-    ClickHouseWriter(client=client).write(events, batch)  # records its intent, then writes: never committed
-    intent_at = ClickHouseWriter(client=client).intents([("t", 0)])[("t", 0)].at
+    ledger = IntentLedger(client, "vigil-analyzer")
+    ledger.record(batch)  # its intent recorded (the chain's intent step), then written: never committed
+    ClickHouseWriter(client=client).write(events, batch)
+    intent_at = ledger.latest([("t", 0)])[("t", 0)].at
     before = _counts(client)
     assert before[:4] == (30, 30, 30, 30)
 

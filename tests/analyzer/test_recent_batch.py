@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from vigil.analyzer.ingest.recent import Marks, RecentIds, _Job
+from vigil.analyzer.ingest.recent import JobIds, Marks, RecentIds
 
 pytestmark = [pytest.mark.pure]
 T0 = datetime(2026, 11, 1, 12, tzinfo=UTC)
@@ -34,7 +34,7 @@ def stream(rng: random.Random, n: int, start: float, t0: datetime = T0) -> list[
 def add_each(w: RecentIds, batch: list[Ev]) -> None:
     """`add` per event, as add_all keeps them: inside the window of each host's newest of the batch."""
     for e in batch:
-        j = w._jobs.setdefault((e.job_id, e.host), _Job())
+        j = w._jobs.setdefault((e.job_id, e.host), JobIds())
         j.newest = max(j.newest, e.ts.timestamp())
     for e in batch:
         w.add(e.job_id, e.host, e.ts, e.event_id)

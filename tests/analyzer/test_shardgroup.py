@@ -12,7 +12,7 @@ from vigil.analyzer.hosting import progress
 from vigil.analyzer.shard import Ownership
 from vigil.analyzer.shardgroup import ShardGroup
 from vigil.analyzer.shardreport import read_shards
-from vigil.app.cli.stack import _shard_line
+from vigil.app.cli.stack import shard_line
 from vigil.settings import VigilSettings
 
 pytestmark = pytest.mark.kafka
@@ -48,7 +48,7 @@ def test_members_split_the_partitions_and_a_leavers_move_to_the_other(topics: Vi
     for i, shard in enumerate(shards):
         assert frozenset(shard["partitions"]) == owners[i].owned
         assert shard["jobs"] == [f"job-{i}"] and shard["behind_s"] == 2.5 * i and shard["backlog"] == i
-    assert "shard-1: partitions" in _shard_line(shards[1]) and "jobs job-1" in _shard_line(shards[1])
+    assert "shard-1: partitions" in shard_line(shards[1]) and "jobs job-1" in shard_line(shards[1])
     groups[0].close()
     assert owners[0].owned == frozenset()
 

@@ -91,13 +91,13 @@ def test_the_epoch_fold_reads_the_day_and_the_granules_of_its_buckets_only(click
     lo = DAY0 + timedelta(days=1, hours=4)
     hi = lo + timedelta(minutes=5)
     params = {"job": "j", "after": ch_time(lo), "upto": ch_time(hi)}
-    plan = "\n".join(str(r[0]) for r in client.query(f"EXPLAIN indexes = 1 {epoch._SPANS_SQL}",
+    plan = "\n".join(str(r[0]) for r in client.query(f"EXPLAIN indexes = 1 {epoch.SPANS_SQL}",
                                                      parameters=params).result_rows)
     assert "job_step_runs" in plan, plan
     parts, of = _read(plan, "Min-Max", "Parts")
     assert parts < of, plan  # the other day's part is not read
     granules, of = _read(plan, "bucket_minmax", "Granules")
     assert of >= 3 and granules == 1, plan  # nor the granules of the day's other hours
-    got = client.query(epoch._SPANS_SQL, parameters=params).result_rows
+    got = client.query(epoch.SPANS_SQL, parameters=params).result_rows
     assert len(got) == 30 and all(lo < r[0].replace(tzinfo=UTC) <= hi for r in got)
     assert [r[1:] for r in got] == [r[2:6] for r in _rows(client, RAW) if lo < r[1].replace(tzinfo=UTC) <= hi]

@@ -99,9 +99,9 @@ def test_one_partition_behind_holds_its_topic_back_and_only_its_topic() -> None:
     probe = LagProbe(settings=VigilSettings(), bootstrap="unused:9092", group_id="g", topics=["steps", "heartbeats"])
     names = {"steps": "steps", "heartbeats": "heartbeats"}
     ends = {("steps", 0): 10, ("steps", 1): 50, ("heartbeats", 0): 5}
-    probe._advance_topics(100.0, ends, {("steps", 0): 10, ("steps", 1): 20, ("heartbeats", 0): 5}, names)
+    probe.advance_topics(100.0, ends, {("steps", 0): 10, ("steps", 1): 20, ("heartbeats", 0): 5}, names)
     assert probe.topic_frontiers == {"heartbeats": 100.0}  # partition 1 of steps has 30 records to go
-    probe._advance_topics(101.0, {**ends, ("steps", 1): 60}, {("steps", 0): 10, ("steps", 1): 55, ("heartbeats", 0): 5},
+    probe.advance_topics(101.0, {**ends, ("steps", 1): 60}, {("steps", 0): 10, ("steps", 1): 55, ("heartbeats", 0): 5},
                           names)
     assert probe.topic_frontiers == {"heartbeats": 101.0, "steps": 100.0}  # past the ends of the first sample only
     now = datetime.fromtimestamp(101.0, UTC)

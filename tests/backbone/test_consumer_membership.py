@@ -95,7 +95,7 @@ def test_a_failure_a_rebalance_catches_leaves_the_consumer_committing(topics: Vi
     records(topics, "r", n=1)  # one batch: nothing is handed over while it is in flight
     group = f"g-revoked-{uuid.uuid4().hex[:6]}"
     holder: list[BatchingConsumer] = []
-    writer = FailsOnce(ready=lambda: holder[0]._rebalances > 0)  # fails inside the revocation's wait for it
+    writer = FailsOnce(ready=lambda: holder[0].stats.rebalances > 0)  # fails inside the revocation's wait for it
     ingest = batching(topics, writer, group)
     holder.append(ingest)
     wait_until(lambda: ingest.poll() is None and writer.started.is_set(), 60, "the first batch in flight")

@@ -1,5 +1,5 @@
 """A batch with records decoded elsewhere (`Offload`): its events, in record order, are those of the batch the
-consumer decodes itself, whichever records were claimed, declined or decoded here (pure: `_Batch`)."""
+consumer decodes itself, whichever records were claimed, declined or decoded here (pure: `Batch`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from vigil.kafka.consumer import _Batch
+from vigil.kafka.batch import Batch
 
 pytestmark = [pytest.mark.pure]
 
@@ -33,7 +33,7 @@ def test_a_batch_merges_its_records_in_the_order_they_were_read(seed: int) -> No
     records = [[Ev(f"r{i}-e{j}") for j in range(rng.randrange(0, 4))] for i in range(rng.randrange(1, 30))]
     claimed = [rng.random() < 0.6 for _ in records]
     declined = [c and rng.random() < 0.3 for c in claimed]
-    batch = _Batch()
+    batch = Batch()
     for i, (evs, c) in enumerate(zip(records, claimed, strict=True)):
         if c:
             batch.deferred.append((len(batch.records), "t", 0, i, None))

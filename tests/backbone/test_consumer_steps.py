@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from confluent_kafka import TopicPartition
 
+from tests.support.recording import Recorder
 from tests.support.waiting import wait_until
 from vigil.contract import StepTiming, encode_batch
 from vigil.errors import Unreachable
@@ -32,35 +33,12 @@ from vigil.kafka.steps.accumulate import Accumulate
 from vigil.kafka.steps.chain import build
 from vigil.kafka.steps.commit import Commit
 from vigil.kafka.steps.decode import Decode
+from vigil.kafka.steps.stage import Stage
 from vigil.kafka.steps.step import Decoded, Stored
 from vigil.kafka.steps.store import Store
 from vigil.kafka.steps.write import Write
 
 pytestmark = [pytest.mark.pure]
-
-
-class Recorder:
-    """A next step that records what it is handed (and, for a batch step, each request for room)."""
-
-    def __init__(self) -> None:
-        self.got: list[Any] = []
-        self.calls: list[str] = []
-
-    def submit(self, message: Any) -> None:
-        self.calls.append("submit")
-        self.got.append(message)
-
-    def make_room(self, upcoming: Batch) -> None:
-        self.calls.append(f"room:{len(upcoming)}")
-
-    def poll(self) -> None:
-        self.calls.append("poll")
-
-    def join(self) -> None:
-        self.calls.append("join")
-
-    def close(self) -> None:
-        self.calls.append("close")
 
 
 def steps(n: int, first: int = 0) -> bytes:
@@ -72,16 +50,6 @@ def raw(offset: int, value: bytes | None, partition: int = 0) -> Raw:
     return ("t", partition, offset, 1000 + offset, value)
 
 
-class Claims:
-    """An offload that claims every record (about 7 events each)."""
-
-    def claim(self, value: bytes | None) -> int | None:
-        return 7
-
-    def submit(self, values: list[bytes | None]) -> Any:
-        raise AssertionError("decode never hands records over")
-
-
 def test_decode_passes_a_records_events_and_dead_letters_its_rejects_naming_it() -> None:
     nxt, stats = Recorder(), ConsumerStats()
     decode = Decode(next=nxt, stats=stats)
@@ -91,9 +59,6 @@ def test_decode_passes_a_records_events_and_dead_letters_its_rejects_naming_it()
     assert good.raw[2] == 3 and [e.step for e in good.events] == [0, 1, 2, 3] and not good.letters
     assert bad.events == [] and [(x.offset, x.reason.split(":")[0]) for x in bad.letters] == [(4, "not JSON")]
     assert stats.records == 2
-    record = raw(5, steps(2))
-    Decode(next=nxt, stats=stats, offload=Claims()).submit(record)
-    assert nxt.got[-1] == Decoded(record, None, [], 7), "claimed: left to the offload, with its estimate"
 
 
 def decoded(offset: int, n: int, partition: int = 0) -> Decoded:
@@ -160,15 +125,19 @@ class Stages:
     def stage(self, events: Sequence[Any]) -> None:
         self.staged.append(len(events))
 
+    def write(self, events: Sequence[Any], batch: BatchId) -> list[Unstorable]:
+        raise AssertionError("the store's handler is the test's own")
+
 
 def test_write_keeps_one_batch_in_flight_stages_the_next_and_commits_the_one_before_first() -> None:
     nxt, store, staging = Recorder(), SlowStore(), Stages()
-    write = Write(next=nxt, store=store, identify=lambda b: b.identity({}), retry=lambda *a: None,
-                  staging=staging)
+    write = Write(next=nxt, store=store, identify=lambda b: b.identity({}), retry=lambda *a: None)
+    stage = Stage(next=write, store=Store(writer=staging, dead_letters=Letters(), stats=ConsumerStats()))
     try:
+        assert not write.busy
         write.submit(batch_of(0, 1))
         write.poll()
-        assert store.seen and not nxt.got, "in flight: nothing passed on before it is written"
+        assert store.seen and not nxt.got and write.busy, "in flight: nothing passed on before it is written"
         store.go.set()
 
         def passed_on() -> bool:
@@ -178,14 +147,17 @@ def test_write_keeps_one_batch_in_flight_stages_the_next_and_commits_the_one_bef
         wait_until(passed_on, 30, "the written batch passed on")
         assert nxt.got[0].bid.ranges == (OffsetRange(topic="t", partition=0, first=0, last=1, first_ts=1000),)
         store.go.clear()
-        write.submit(batch_of(2))
+        stage.make_room(batch_of(2))
+        assert staging.staged == [], "nothing in flight: nothing to stage beside it"
+        stage.submit(batch_of(2))
         upcoming = batch_of(3)
         upcoming.events.append(object())  # type: ignore[arg-type]
         threading.Timer(0.05, store.go.set).start()
-        write.make_room(upcoming)
+        stage.make_room(upcoming)
         assert staging.staged == [1], "staged while the batch before was written"
         assert [s.stored for s in nxt.got] == [2, 1], "the batch before committed before the next is handed over"
-        write.submit(upcoming)
+        assert not write.busy
+        stage.submit(upcoming)
         write.join()
         assert [s.bid.ranges[0].first for s in nxt.got] == [0, 2, 3]
     finally:

@@ -1,6 +1,9 @@
 """The tests are a package tree with explicit imports: every folder of tests/ holding Python is a package, a helper
 is imported by its package path (`from tests.support.waiting import wait_for`), never by bare name through a
-`sys.path` entry, and no test module imports another test module (what tests share lives in tests/support/)."""
+`sys.path` entry, no test module imports another test module, and nothing imports a conftest (a fixture two folders
+share lives in a tests/support/ module, each folder's conftest imports it: pytest reads fixtures from conftests only,
+so a conftest importing another would register that one's fixtures twice, and a test reading a conftest's
+constant couples it to one folder's setup). What tests share lives in tests/support/."""
 
 from __future__ import annotations
 
@@ -57,6 +60,9 @@ def violations(source: str, local: set[str]) -> list[str]:
                 found.append(f"line {node.lineno}: bare import of the test helper {module!r}")
             if parts[-1].startswith("test_"):
                 found.append(f"line {node.lineno}: imports the test module {module!r}")
+            if parts[-1] == "conftest" or (isinstance(node, ast.ImportFrom) and node.module == module
+                                           and any(a.name == "conftest" for a in node.names)):
+                found.append(f"line {node.lineno}: imports a conftest {module!r} (share it from tests/support/)")
     return found
 
 
@@ -73,9 +79,13 @@ def test_the_rules_catch_what_they_forbid() -> None:
     assert len(violations("from .waiting import wait_for", local)) == 1
     assert len(violations("import sys\nsys.path = ['x']\nsys.path += ['y']\ndel sys.path[0]", local)) == 3
     assert violations("import os, sys\nenv = os.pathsep.join(p for p in sys.path if p)", local) == []
+    assert len(violations("from tests.recovery.conftest import live", local)) == 1
+    assert len(violations("import tests.notify.conftest", local)) == 1
+    assert len(violations("from tests.notify import conftest", local)) == 1
+    assert violations("from tests.support.live import live", local) == []
 
 
-def test_no_test_code_imports_by_bare_name_or_a_test_module_or_touches_sys_path() -> None:
+def test_no_test_code_imports_by_bare_name_a_test_module_or_a_conftest_or_touches_sys_path() -> None:
     local = {p.stem for p in python_files()}
     bad = [f"{p.relative_to(TESTS.parent)} {v}" for p in python_files() for v in violations(p.read_text(), local)]
     assert bad == [], "\n".join(bad)

@@ -46,10 +46,10 @@ def test_a_killed_decode_process_loses_and_repeats_nothing(topics: VigilSettings
             producer.flush()
             sent += len(evs) + 40
             wait_until(lambda n=sent: loop.stats.events >= n, 90, f"round {round_} ingested")
-            child = loop.decoder._child
+            child = loop.decoder.process
             assert child is not None
-            child.proc.kill()  # the next batch finds it dead: restarted
-            child.proc.wait(10)
+            child.kill()  # the next batch finds it dead: restarted
+            child.wait(10)
         wait_until(lambda: loop.decoder is not None and loop.decoder.restarts >= 2, 60, "the child restarted")
         assert count(client, "step_timings") == 3 * 6 * 2 * 10
         assert count(client, "nic_counters") == 3 * 6 * 10

@@ -52,7 +52,7 @@ def test_busy_port_is_reported_not_raised(sim_client: Any) -> None:
     first = DashboardService(client=sim_client, settings=DashboardSettings(port=0))
     first.start()
     try:
-        second = DashboardService(client=sim_client, settings=DashboardSettings(port=first._server.port))
+        second = DashboardService(client=sim_client, settings=DashboardSettings(port=first.port))
         second.start()
         health = second.health()
         assert not health["ok"] and "cannot listen" in health["error"] and "urls" not in health

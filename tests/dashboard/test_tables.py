@@ -89,7 +89,7 @@ def test_the_host_page_reads_the_minutes_of_its_window_of_a_long_job(clickhouse_
     # the last hour and the first one (a window in the past reads its own minutes, not those up to the job's end)
     for end in (t1, t1 - (HOURS - 1) * 3_600_000):
         params = {"job": "long", "host": "h3", "t0": end - 3_600_000, "t1": end, "bucket": 60}
-        for sql, most in ((host._HEARTBEATS_SQL, 1 / HOURS), (host._NIC_SQL, 1 / HOURS), (host._IDENTITY_SQL, 0.1)):
+        for sql, most in ((host.HEARTBEATS_SQL, 1 / HOURS), (host.NIC_SQL, 1 / HOURS), (host.IDENTITY_SQL, 0.1)):
             reads = selected(client, sql, params)
             assert reads
             for got, total in reads:  # unbounded: every granule (a hour's third, with margin for granule edges)

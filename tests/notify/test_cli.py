@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.notify.conftest import SECRET
+from tests.support.notifier import SECRET
 from tests.support.receiver import Receiver, signed_by
 from vigil.app.cli.main import main
 from vigil.settings import VigilSettings

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.notify.conftest import SECRET
+from tests.support.notifier import SECRET
 from tests.support.receiver import Receiver, signed_by
 from tests.support.waiting import wait_until
 from vigil.service import StackContext

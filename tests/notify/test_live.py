@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.notify.conftest import SECRET
 from tests.notify.events import alert, incident, straggler, xid
+from tests.support.notifier import SECRET
 from tests.support.receiver import Receiver, signed_by
 from tests.support.waiting import wait_until
 from vigil.dashboard.app import RENDERERS

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.notify.conftest import SECRET
 from tests.notify.events import alert, straggler, xid
+from tests.support.notifier import SECRET
 from tests.support.receiver import Receiver, signed_by
 from tests.support.signed import sealed
 from tests.support.waiting import wait_until

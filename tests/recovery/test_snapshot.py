@@ -205,7 +205,7 @@ def test_snapshot_never_raises_into_training_and_counts_failures(tmp_path: Path)
 def test_the_outcome_names_the_weakest_source_any_rank_restored_from() -> None:
     from datetime import UTC, datetime, timedelta
 
-    from vigil.recovery.controller.goodput import _restore
+    from vigil.recovery.controller.goodput import restore_of
     from vigil.recovery.controller.state import Job
 
     t0 = datetime.now(UTC)
@@ -216,7 +216,7 @@ def test_the_outcome_names_the_weakest_source_any_rank_restored_from() -> None:
 
     job = Job(job_id="j")
     job.restored = [restored("h0", 14, "memory", 300), restored("h1", 14, "memory", 500)]
-    assert _restore(job, t0, None) == (0.5, 14, "memory")
+    assert restore_of(job, t0, None) == (0.5, 14, "memory")
     job.restored.append(restored("h2", 14, "persisted", 100))
-    assert _restore(job, t0, None) == (0.5, 14, "persisted")
-    assert _restore(job, t0 + timedelta(seconds=5), None) == (None, None, "")  # before this restart
+    assert restore_of(job, t0, None) == (0.5, 14, "persisted")
+    assert restore_of(job, t0 + timedelta(seconds=5), None) == (None, None, "")  # before this restart

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from tests.notify.conftest import ctx, notifier, publish, receiver  # noqa: F401 - the notifier's fixtures
 from tests.notify.events import incident, straggler
 from tests.support.receiver import Receiver
 from tests.support.waiting import wait_until
@@ -35,7 +34,7 @@ def forge(stack: StackContext, topic: str, events: list[Event]) -> None:
 
 
 def test_forged_silence_mutes_nothing_and_forged_incident_pages_nobody(
-        notifier: Any, publish: Any, receiver: Receiver, ctx: StackContext) -> None:  # noqa: F811
+        notifier: Any, publish: Any, receiver: Receiver, ctx: StackContext) -> None:
     svc = notifier()
     wait_until(svc.ready.is_set, 60, "the notifier to start")
     now = datetime.now(UTC)
@@ -69,7 +68,7 @@ def test_forged_silence_mutes_nothing_and_forged_incident_pages_nobody(
 
 
 def test_alerts_restore_folded_are_not_refused_when_the_group_reads_them_again(
-        notifier: Any, publish: Any, ctx: StackContext) -> None:  # noqa: F811
+        notifier: Any, publish: Any, ctx: StackContext) -> None:
     """After an outage the log holds a genuine alert dated hours before a newer one: restore folds both (rebuilding),
     then the group reads them again from its offsets: that is not a replay, so nothing is refused and no security
     alert is raised (review of 2026-12-07: the restore's clock made the older one look expired)."""

@@ -134,7 +134,7 @@ def test_waiting_warm_processes_are_closed_to_the_job_until_their_order(home: Pa
     env = {k: v for k, v in os.environ.items() if not k.startswith("VIGIL_")}
     pool = WarmPool(python=SYSTEM_PYTHON, nproc=1, env=env, imports=[], run_as=nobody)
     pool.prepare()  # the diagnostics child as the job's uid too (it runs as the agent's: the same-uid case)
-    diag = WarmDiagnostics._spawn([*AS_ANYONE, "vigil.recovery.diagnostics", "--serve"], env, subprocess.STDOUT,
+    diag = WarmDiagnostics.spawn([*AS_ANYONE, "vigil.recovery.diagnostics", "--serve"], env, subprocess.STDOUT,
                                   **nobody.popen())
     try:
         assert pool.pid is not None

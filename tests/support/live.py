@@ -6,19 +6,30 @@ Every process shares one key set under the test's VIGIL_HOME (signing on, as in 
 controller's own fold) and keeps every event; `wait_for` polls it. With `run_as` the agents start the training
 commands as that user (`vigil run --user`, the agents root, `python` an interpreter that user can run: `interpreter_for`). `close()` stops every process
 it started: agents by SIGTERM (each stops its training command), then SIGKILL of what is left.
+
+The `live` fixture (re-exported by the conftests of tests/recovery and tests/security) is one on the test's topics,
+torn down after it. A test marked `@pytest.mark.recovery_env({...})` gives the controller those extra environment
+variables; one marked `@pytest.mark.recovery_run_as("nobody")` has its agents start the training processes as that
+user (`vigil run --user`) in a folder that user may enter, and is skipped, saying why, where the machine does not
+allow it.
 """
 
 from __future__ import annotations
 
 import os
 import pwd
+import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+import tempfile
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.support.waiting import wait_until
 from vigil.app.demo.run import kill_tree
@@ -250,3 +261,67 @@ def worker(*args: str, python: str = PY) -> list[str]:
 
 def fake_train(*args: str, python: str = PY) -> list[str]:
     return [python, str(HERE / "fake_train.py"), *args]
+
+
+RUN_AS = "nobody"
+"""The training processes' user of the live tests that ask for the machine's default (tests/recovery)."""
+
+
+@pytest.fixture(scope="session")
+def live_default_user() -> tuple[str, str]:
+    """The training user (and its interpreter) of a live test without a `recovery_run_as` marker: the agents' own
+    here; tests/recovery/conftest.py overrides it with `nobody_where_allowed`."""
+    return "", PY
+
+
+def nobody_where_allowed() -> tuple[str, str]:
+    """(`RUN_AS`, its interpreter) where the machine allows it; else ("", this interpreter), said once (a warning)."""
+    python, why = interpreter_for(RUN_AS)
+    if why:
+        warnings.warn(f"live recovery tests: the training processes run as the agents' own user, not as {RUN_AS} "
+                      f"(vigil run --user): {why}", stacklevel=1)
+        return "", PY
+    return RUN_AS, python
+
+
+def _run_as(request: pytest.FixtureRequest) -> tuple[str, str]:
+    """The test's training user and its interpreter ("" and this one: the agents' own user)."""
+    marker = request.node.get_closest_marker("recovery_run_as")
+    if marker is None:
+        default: tuple[str, str] = request.getfixturevalue("live_default_user")
+        return default
+    user = str(marker.args[0])
+    if not user:
+        assert marker.kwargs.get("reason"), "recovery_run_as(\"\") states why the test keeps the agents' user"
+        return "", PY
+    python, why = interpreter_for(user)
+    if why:
+        pytest.skip(f"training processes as {user}: {why}")
+    return user, python
+
+
+@pytest.fixture
+def live(topics: VigilSettings, broker_bootstrap: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Live]:
+    """A live recovery setup on the test's topics, torn down after it. `@pytest.mark.recovery_env({...})` gives the
+    controller those extra environment variables; the training user is `_run_as`'s: a `recovery_run_as(user)`
+    marker's (skipped, saying why, where the machine cannot; `recovery_run_as("", reason=...)` keeps the agents'
+    user for the reason it states), else `live_default_user`'s."""
+    marker = request.node.get_closest_marker("recovery_env")
+    run_as, python = _run_as(request)
+    tmp, settings = tmp_path, topics
+    if run_as:
+        tmp = Path(tempfile.mkdtemp(prefix="vigil-runas-"))  # pytest's tmp_path is root's only: the job could not
+        tmp.chmod(0o755)  # enter its own spool; its agent's keys under it stay 0600
+        settings = topics.model_copy(update={"home": tmp / "home"})  # the test reads with the processes' key set
+    setup = Live(settings=settings, bootstrap=broker_bootstrap, tmp=tmp,
+                 recovery_env=dict(marker.args[0]) if marker else {}, run_as=run_as, python=python)
+    try:
+        yield setup
+        if run_as:  # the step records the job wrote are that user's: it did train as run_as
+            assert setup.trained_as() == {run_as}, f"training processes not (only) {run_as}'s: {setup.trained_as()}"
+    finally:
+        setup.close()
+        if tmp != tmp_path:
+            for log in tmp.glob("*.log"):  # the processes' logs stay with pytest's kept folders
+                shutil.copy(log, tmp_path)
+            shutil.rmtree(tmp, ignore_errors=True)

@@ -4,11 +4,11 @@ One consumer group over several topics. The processing is a chain of arroyo-styl
 listed in `vigil.kafka.steps.chain`; each module says what it guarantees): records are decoded (rejects dead-lettered
 with their reason and record), batched by size and age (bounded memory), written with their `BatchId` on a writer
 thread, one batch in flight (backpressure), and their offsets committed only once written, in the order batches
-were cut. An `Offload` (the analyzer's decode process) decodes the records it claims while the batch before is
-written; a `Staging` writer stages the next batch meanwhile. `BatchingConsumer` feeds the chain and owns what needs
-the group:
+were cut. A `Staging` writer stages the next batch meanwhile; an owner's chain may list steps of its own (the
+analyzer's offload and intent ledger). `BatchingConsumer` feeds the chain and owns what needs the group:
 
-Exactly once. The writer records the batch's ranges (an intent) before writing and inserts under a token derived
+Exactly once. The batch's ranges (an intent) are recorded before it is written (by the chain's intent step, the
+analyzer's, or by a writer that records them itself: `Chain.intents`), and the writer inserts under a token derived
 from them. A consumer assigned a partition whose latest intent is not committed re-cuts that very batch and hands
 it over with `first_attempt` set, or marks the batches over those offsets `recheck` (`vigil.kafka.recut`).
 
@@ -60,7 +60,6 @@ from vigil.settings import VigilSettings
 
 log = logging.getLogger(__name__)
 
-_Batch = Batch  # (the name the offload's pure test knows)
 __all__ = ["BatchId", "BatchWriter", "BatchingConsumer", "ConsumerFailed", "ConsumerStats", "Deferred", "Intent",
            "IntentSource", "Offload", "OffloadLost", "OffloadWriter", "OffsetRange", "Partition", "Pending",
            "Staging", "Unstorable", "is_transient"]
@@ -81,7 +80,6 @@ class BatchingConsumer:
     max_backoff_s: float = 30.0
     replay_timeout_s: float = 60.0
     pipeline: bool = True  # write a batch on a thread of its own while the next one is read and decoded
-    offload: Offload | None = None  # decodes the records it claims elsewhere (the writer must be an OffloadWriter)
     chain: ChainFactory = default  # the steps, given the consumer's ports (`vigil.kafka.steps.chain`)
     stats: ConsumerStats = field(default_factory=ConsumerStats)
 
@@ -99,7 +97,7 @@ class BatchingConsumer:
         self._consumer = Consumer(conf)
         self._chain = self.chain(Ports(
             stats=self.stats, writer=self.writer, dead_letters=self.dead_letters, max_events=self.max_batch_events,
-            max_s=self.max_batch_s, offload=self.offload, pipeline=self.pipeline,
+            max_s=self.max_batch_s, pipeline=self.pipeline,
             commit=lambda offsets: self._consumer.commit(offsets=offsets, asynchronous=False),
             retry=lambda batch, bid, exc: self._flush_with_retry(self._stop, batch, bid, failed=exc)))
         self._stop: threading.Event | None = None  # the one of the poll or run in progress (None: a revocation)
@@ -107,7 +105,6 @@ class BatchingConsumer:
                                 from_beginning=self.from_beginning)  # re-cuts and held records (`vigil.kafka.regroup`)
         self._retry = Retry(stats=self.stats, backoff_s=self.retry_backoff_s, max_backoff_s=self.max_backoff_s)
         self._retry_paused: list[TopicPartition] = []
-        self._rebalances = 0  # revocations seen: records consumed before one are stale
         self._membership = Membership()  # a close while joining waits for the join (`vigil.kafka.membership`)
         self._consumer.subscribe([self.settings.topic(t) for t in self.topics],
                                  on_assign=self._membership.assigned(self._on_assign),
@@ -130,7 +127,7 @@ class BatchingConsumer:
     def _cut(self, replay: Recut | None) -> tuple[Batch, BatchId]:
         """The batch being accumulated and its identity (a re-cut's: its intent's); a new batch starts."""
         batch = self._chain.accumulate.take()
-        self._chain.write.prefetch(batch)
+        self._chain.ready(batch)
         if replay is not None:
             return batch, BatchId(ranges=replay.intent.ranges, first_attempt=replay.intent.at)
         return batch, batch.identity(self._chain.commit.recheck)
@@ -138,10 +135,10 @@ class BatchingConsumer:
     # ------------------------------------------------------------------ group membership
     def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if not self._membership.closing:  # (assigned while closing: nothing is read for it)
-            self._regroup.assigned(self.writer, partitions)
+            self._regroup.assigned(partitions)
 
     def _on_revoke(self, _consumer: Consumer, _partitions: list[TopicPartition]) -> None:
-        self._rebalances += 1
+        self.stats.rebalances += 1
         if self._retry.retrying:  # an earlier batch is unwritten: committing the current one would skip it
             self._retry.revoked = True
             log.warning("partitions revoked while a batch write is retried: it and %d record(s) after it are "
@@ -152,7 +149,7 @@ class BatchingConsumer:
             if not self._chain.commit.stopped:  # after a failure nothing is written or committed here
                 self._chain.write.join()
                 if len(self._batch) and not self._retry.retrying:
-                    self._chain.commit.submit(self._chain.store(*self._cut(None)))
+                    self._chain.commit.submit(self._chain.handle(*self._cut(None)))
         except Exception as exc:  # the next owner re-reads what we could not commit (its intent says how)
             log.warning("flush on rebalance failed, batch will be re-read: %s", one_line(exc))
             if self.stats.state == "failed":  # (`_flush_with_retry` said so) the consumer goes on: it is not stopped
@@ -182,9 +179,9 @@ class BatchingConsumer:
     def _poll(self, timeout: float, stop: threading.Event | None) -> None:
         per_record = max(1, self.stats.events // max(1, self.stats.records)) if self.stats.batches else 1
         room = max(1, min(500, (self.max_batch_events - len(self._batch)) // per_record))  # records carry many events
-        rebalances = self._rebalances
+        rebalances = self.stats.rebalances
         for msg in self._consumer.consume(num_messages=room, timeout=timeout):
-            if self._rebalances != rebalances:  # revoked while handing over: the rest is re-read from the commits
+            if self.stats.rebalances != rebalances:  # revoked while handing over: the rest is re-read from the commits
                 break
             err = msg.error()
             if err is not None:
@@ -212,7 +209,7 @@ class BatchingConsumer:
     def _flush_with_retry(self, stop: threading.Event | None, batch: Batch, bid: BatchId,
                           failed: Exception | None = None) -> None:
         """Store and commit `batch`, retrying transient failures (`vigil.kafka.retry`)."""
-        if not self._retry.attempt(lambda: self._chain.commit.submit(self._chain.store(batch, bid)), len(batch),
+        if not self._retry.attempt(lambda: self._chain.commit.submit(self._chain.handle(batch, bid)), len(batch),
                                    self, stop, failed):
             self._chain.commit.stopped = True  # stopped with it unwritten: no later batch may be committed
             return

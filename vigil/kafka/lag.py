@@ -82,7 +82,7 @@ class LagProbe:
         for (topic, part), high in highs.items():
             out[topic] = out.get(topic, 0) + max(0, high - done.get((topic, part), 0))
         self._advance_frontier(asked, highs, done)
-        self._advance_topics(asked, highs, done, {self.settings.topic(t): t for t in self.topics})
+        self.advance_topics(asked, highs, done, {self.settings.topic(t): t for t in self.topics})
         return out, sum(done.values())
 
     def _advance_frontier(self, asked: float, highs: dict[tuple[str, int], int],
@@ -91,7 +91,7 @@ class LagProbe:
         while self._marks and all(done.get(tp, 0) >= high for tp, high in self._marks[0][1].items()):
             self.frontier = max(self.frontier or 0.0, self._marks.popleft()[0])
 
-    def _advance_topics(self, asked: float, highs: dict[tuple[str, int], int], done: dict[tuple[str, int], int],
+    def advance_topics(self, asked: float, highs: dict[tuple[str, int], int], done: dict[tuple[str, int], int],
                         names: dict[str, str]) -> None:
         """Each topic's frontier: its partitions' ends at a sample, all committed past (one slow partition holds its
         topic back, not the others)."""

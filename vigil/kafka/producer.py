@@ -100,11 +100,11 @@ class EventProducer:
         mid = len(chunk) // 2
         return self._send_fitting(topic, key, chunk[:mid]) + self._send_fitting(topic, key, chunk[mid:])
 
-    def produce_raw(self, topic: str, value: bytes, key: bytes | None = None) -> None:
-        """Produce an already-encoded record (dead letters, replays, tests)."""
+    def produce_raw(self, topic: str, value: bytes | None, key: bytes | None = None) -> None:
+        """Produce an already-encoded record (dead letters, replays, tests; None: a record with no value)."""
         self._produce(topic, key, value, [])
 
-    def _produce(self, topic: str, key: bytes | None, value: bytes, events: Sequence[Event]) -> None:
+    def _produce(self, topic: str, key: bytes | None, value: bytes | None, events: Sequence[Event]) -> None:
         def done(err: KafkaError | None, _msg: Any) -> None:
             with self._lock:
                 if err is None:

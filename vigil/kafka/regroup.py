@@ -17,7 +17,6 @@ from confluent_kafka import Consumer, TopicPartition
 from vigil.errors import one_line
 from vigil.kafka.batch import Raw
 from vigil.kafka.batchid import Partition
-from vigil.kafka.ports import BatchWriter, IntentSource
 from vigil.kafka.recut import Recut, plan
 from vigil.kafka.stats import ConsumerStats
 from vigil.kafka.steps.chain import Chain
@@ -45,14 +44,15 @@ class Regroup:
         self._replay = replay
         self.chain.accumulate.holding = replay is not None
 
-    def assigned(self, writer: BatchWriter, partitions: list[TopicPartition]) -> None:
-        """Plan what the partitions' earlier owner left: a re-cut, or offsets to re-check."""
+    def assigned(self, partitions: list[TopicPartition]) -> None:
+        """Plan what the partitions' earlier owner left (the chain's `intents`): a re-cut, or offsets to re-check."""
         tps = [(str(tp.topic), int(tp.partition)) for tp in partitions]
-        if not tps or not isinstance(writer, IntentSource):
+        source = self.chain.intents()
+        if not tps or source is None:
             return
         recheck = self.chain.commit.recheck  # partition -> last offset an earlier owner may have stored
         try:
-            intents = writer.intents(tps)
+            intents = source.intents(tps)
             committed = {(str(tp.topic), int(tp.partition)): int(tp.offset)
                          for tp in self.consumer.committed(partitions, timeout=10)} if intents else {}
         except Exception as exc:  # cannot tell what an earlier owner left: re-check what it may have

@@ -1,7 +1,7 @@
 """A consumer's counters and state, as its service reports them (`vigil status`, metrics).
 
 Every step of the chain adds to the same `ConsumerStats`: records read, events stored, events dead-lettered,
-batches committed; `state` is running | retrying | failed | stopped with the last error in one line.
+batches committed, rebalances seen; `state` is running | retrying | failed | stopped with the last error in one line.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ class ConsumerStats:
     replayed_batches: int = 0
     rechecked_batches: int = 0
     write_errors: int = 0
+    rebalances: int = 0  # revocations seen (records consumed before one are stale)
     decode_s: float = 0.0  # seconds spent decoding records (the consumer thread)
     commit_s: float = 0.0  # seconds spent committing offsets
     state: str = "running"  # running | retrying | failed | stopped

@@ -144,7 +144,7 @@ class KeyStore:
             return out
         for path in files:
             role_name, _, kid = path.name.removesuffix(".pub").partition(".")
-            if role_name not in Role._value2member_map_ or not KEY_ID.match(kid):
+            if role_name not in {r.value for r in Role} or not KEY_ID.match(kid):
                 continue
             try:
                 if not _trusted_file(path):

@@ -116,7 +116,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             detail = ", ".join(f"{k}={v}" for k, v in part.items() if k not in ("ok", "metrics_url", "shards"))
             print(f"  {'ok ' if part.get('ok') else 'BAD'} {name:<11} {detail}")
             for shard in part.get("shards", []):
-                print(f"      shard {_shard_line(shard)}")
+                print(f"      shard {shard_line(shard)}")
         for name, part in report.get("parts", {}).items():
             if part.get("metrics_url"):
                 print(f"  metrics {name:<11} {part['metrics_url']}")
@@ -133,7 +133,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0 if report["ok"] else 1
 
 
-def _shard_line(s: dict[str, Any]) -> str:
+def shard_line(s: dict[str, Any]) -> str:
     """One detect shard as `vigil status` prints it (analyzer/shardreport.py's fields)."""
     turn = "no turn yet" if s["last_turn_s_ago"] is None else f"last turn {s['last_turn_s_ago']} s ago"
     more = f" (+{s['jobs_total'] - len(s['jobs'])})" if s["jobs_total"] > len(s["jobs"]) else ""

@@ -2,7 +2,9 @@
 
 The chain (`vigil.kafka.steps.chain.build`, the one place it is listed):
 
-    polled record -> Decode -> Accumulate (size/time bound) -> Write (the writer, one batch in flight) -> Commit
+    polled record -> Decode -> Accumulate (size/time bound) -> Stage -> Write (one batch in flight) -> Commit
+
+A component may list steps of its own in its chain (the analyzer's `vigil.analyzer.ingest.steps`).
 
 `vigil.kafka.consumer.BatchingConsumer` is the source that feeds it (the group, rebalances, re-cuts, retries).
 """

@@ -1,4 +1,5 @@
-"""Decode: each polled record becomes its events, or is claimed by an offload that decodes it elsewhere.
+"""Decode: each polled record becomes its events (a step in front of it may claim a record for an offload that
+decodes it elsewhere: the analyzer's `vigil.analyzer.ingest.steps.claim`).
 
 Decoding is `vigil.contract.fastwire.decode_fast` (the same decisions as the per-event pydantic path). An event the
 contract rejects never reaches the writer: it becomes a dead letter naming its record, with its reason (bounded:
@@ -14,7 +15,6 @@ from vigil.contract.fastwire import decode_fast
 from vigil.contract.hotkinds import Ingestable
 from vigil.kafka.batch import Raw
 from vigil.kafka.deadletter import DeadLetter, per_record
-from vigil.kafka.ports import Offload
 from vigil.kafka.stats import ConsumerStats
 from vigil.kafka.steps.step import Decoded, Step
 
@@ -34,15 +34,10 @@ def decode_record(value: bytes | None, topic: str, partition: int, offset: int, 
 class Decode:
     next: Step[Decoded]
     stats: ConsumerStats
-    offload: Offload | None = None  # claims some records: they are decoded at the write (`vigil.kafka.steps.store`)
 
     def submit(self, message: Raw) -> None:
         topic, partition, offset, _ts, value = message
         self.stats.records += 1
-        claimed = self.offload.claim(value) if self.offload is not None else None
-        if claimed is not None:
-            self.next.submit(Decoded(message, None, [], claimed))
-            return
         letters: list[DeadLetter] = []
         self.next.submit(Decoded(message, decode_record(value, topic, partition, offset, letters, self.stats),
                                  letters))

@@ -35,6 +35,20 @@ class Roomy(Step[Batch], Protocol):
     def make_room(self, upcoming: Batch) -> None: ...
 
 
+class Pipelined(Roomy, Protocol):
+    """A batch step with a batch of its own in flight (`busy`) while the next one is read (`Write`)."""
+
+    @property
+    def busy(self) -> bool: ...
+
+
+class Handler(Protocol):
+    """The write's work on its thread: a batch stored durably under its id (`Store`, or a step in front of it that
+    does its part first and hands the batch on by calling the next handler)."""
+
+    def __call__(self, batch: Batch, bid: BatchId) -> Stored: ...
+
+
 class Decoded(NamedTuple):
     """A record as `Decode` passes it on: its events decoded here, or claimed by the offload (`events` None)."""
 
