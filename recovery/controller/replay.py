@@ -65,7 +65,7 @@ def replay(ctx: st.Ctx, case: Case) -> bool:
         return st._end(ctx, case, "replay", "skipped", reason="the rollback's restart did not succeed")
     if step is None or step.started_at is None:
         target = int(rb["step"]) + ctx.settings.policy.sdc_replay_intervals * int(rb.get("interval") or 1)
-        st._begin(ctx, case, "replay", {"generation": rst.details.get("generation", job.generation),
+        st._begin(ctx, case, "replay", {"generation": rst.started_details.get("generation", job.generation),
                                         "target_step": target, "first_step": rst.details.get("first_step"),
                                         **{k: rb.get(k) for k in ("suspect", "rank", "step", "good_step",
                                                                   "restore_max_step")}})
