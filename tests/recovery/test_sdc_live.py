@@ -27,14 +27,14 @@ from tests.support.live import HERE, PY, Live
 from tests.support.recovery_waits import cordoned
 from tests.support.services import analyzer_service
 from tests.support.waiting import wait_until
-from vigil.contract import Checkpoint, Member, RecoveryAction
+from vigil.contract import Checkpoint, Incident, Member, RecoveryAction
 from vigil.recovery.controller.state import Case, ClusterState
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(600)]
 HOSTS, SUSPECT = ("h0", "h1", "h2"), "h1"
 FLIP, EVERY = 12, 5
 BAD, GOOD = 15, 10  # the first digest step after the flip, the one before it
-RECOVERY = {"VIGIL_RECOVERY_POLICY_CORDON_SLOW": "false", "VIGIL_RECOVERY_POLICY_SDC_SETTLE_S": "20"}
+RECOVERY = {"VIGIL_RECOVERY_POLICY_CORDON_SLOW": "false", "VIGIL_RECOVERY_POLICY_SDC_SETTLE_S": "30"}
 
 
 def sdc_case(s: ClusterState, job: str) -> Case | None:
@@ -92,7 +92,8 @@ def verdict_of(live: Live, case: Case) -> RecoveryAction:
 
 def check_rollback(live: Live, job: str, case: Case) -> dict[str, Any]:
     """What every variant shares: the replica named, the rollback bounded, the replay's steps counted exactly."""
-    inc = live.state.incidents[case.case_id]  # the analyzer's incident opened the case
+    inc = next(e for e in live.events if isinstance(e, Incident) and e.incident_id == case.case_id)
+    # (the analyzer's first word opened the case; a replay that differs again re-publishes it from the new run)
     assert inc.category == "silent_data_corruption" and [c.host for c in inc.culprits] == [SUSPECT], inc
     suspect_rank = inc.culprits[0].rank
     ranks = {e.node_rank for e in live.events if isinstance(e, Member) and e.job_id == job and e.host == SUSPECT
@@ -125,6 +126,9 @@ def test_a_bit_flipped_once_is_named_rolled_back_replayed_and_judged_transient(l
     case = got["case"]
     replay = check_rollback(live, job, case)
     assert (replay["verdict"], replay["action"]) == ("transient", "count"), replay
+    runs = {e.evidence.get("run") for e in live.events if isinstance(e, Incident) and e.incident_id == case.case_id
+            and e.status == "open"}
+    assert len(runs) == 1  # the replay's run never named the replica again
     assert replay["suspect"] == {"host": SUSPECT, "reproduced": False}
     assert got["follow"] is None and cordoned(live) == set()
     assert not live.actions(action="cordon", status="succeeded")
@@ -139,6 +143,9 @@ def test_a_bit_flipped_every_time_on_one_host_is_persistent_and_that_host_is_cor
     case, follow = got["case"], got["follow"]
     replay = check_rollback(live, job, case)
     assert (replay["verdict"], replay["action"]) == ("persistent", "cordon"), replay
+    [first, *again] = [e for e in live.events if isinstance(e, Incident) and e.incident_id == case.case_id]
+    replayed = [e for e in again if e.evidence.get("run") != first.evidence["run"]]
+    assert replayed and replayed[0].culprits[0].host == SUSPECT and replayed[0].evidence["step"] == BAD  # its evidence
     assert replay["suspect"] == {"host": SUSPECT, "reproduced": True}
     assert follow is not None and follow.outcome is not None and follow.outcome.result == "resumed", follow
     assert cordoned(live) == {SUSPECT} and follow.outcome.cordoned == [SUSPECT]
