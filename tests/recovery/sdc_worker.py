@@ -73,7 +73,7 @@ def main() -> int:
                 gen = torch.Generator().manual_seed(step * 1000 + rank)
                 x, y = torch.randn(8, 16, generator=gen), torch.randn(8, 4, generator=gen)
                 opt.zero_grad()
-                torch.nn.functional.mse_loss(model(x), y).backward()
+                torch.nn.functional.mse_loss(model(x), y).backward()  # type: ignore[no-untyped-call]
                 flat = torch.cat([q.grad.reshape(-1) for q in model.parameters() if q.grad is not None])
                 stop = 1.0 if rank == 0 and Path(args.stop).exists() else 0.0
                 flat = torch.cat([flat, torch.tensor([stop * world])])

@@ -14,11 +14,15 @@ the optimizer step of `FLIP` the rank on `SUSPECT` flips one bit of one weight. 
 * once only (`--flip-once`): the replay does not reproduce it, the verdict is `transient`, nothing is cordoned;
   every time (a faulty GPU): the replay differs again on `SUSPECT`, the verdict is `persistent`, the follow-up case
   cordons it and the job resumes on the two others from the same bound;
-* the job, told to end, finishes: its agents exit 0 and the controller records it finished.
+* the job, told to end, finishes: its agents exit 0 and the controller records it finished; the goodput ledger
+  (`vigil goodput`, on the analyzer's store) charges the rollback, its restart and every step it threw away (the
+  replay's recomputed ones among them), to `sdc`, not to a fault's `steps_redone`.
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
 from typing import Any
 
 import pytest
@@ -47,7 +51,7 @@ def run(live: Live, job: str, *, once: bool) -> dict[str, Any]:
     """The job with its flip, awaited to the end of the SDC case (and, persistent, of its follow-up), then told to end
     and awaited until it finished. Returns what the test asserts on."""
     tmp = live.tmp
-    analyzer, _dsn = analyzer_service(live.env, tmp)
+    analyzer, dsn = analyzer_service(live.env, tmp)
     stop = tmp / "stop"
     command = [PY, "-m", "torch.distributed.run", "--nproc-per-node", "1", str(HERE / "sdc_worker.py"),
                "--ckpt", str(tmp / "ckpt"), "--stop", str(stop), "--step-ms", "150", "--digest-every", str(EVERY),
@@ -69,7 +73,11 @@ def run(live: Live, job: str, *, once: bool) -> dict[str, Any]:
         world = list(live.state.job(job).world)
         wait_until(lambda: all(live.agents[h].poll() is not None for h in world), 120, "the last world's agents to exit")
         assert {h: live.agents[h].returncode for h in world} == dict.fromkeys(world, 0)
-        return {"case": case, "follow": live.state.cases.get(follow)}
+        assert analyzer.stop() == 0  # what it ingested is stored: the ledger reads it
+        done = subprocess.run([PY, "-m", "vigil", "goodput", "--job", job, "--json"], capture_output=True, text=True,
+                              env={**live.env, "VIGIL_CLICKHOUSE_DSN": dsn}, timeout=300)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+        return {"case": case, "follow": live.state.cases.get(follow), "ledger": json.loads(done.stdout)["all"]}
     finally:
         analyzer.stop()
 
@@ -114,6 +122,9 @@ def check_rollback(live: Live, job: str, case: Case) -> dict[str, Any]:
     replay = dict(verdict_of(live, case).details["replay"])
     assert (replay["first_bad_step"], replay["snapshot_step"], replay["rank"]) == (BAD, snapshot, suspect_rank)
     assert replay["steps_recomputed"] == BAD - snapshot  # the steps from the restored one up to the first bad step
+    out = case.outcome
+    assert (out.checkpoint_step, out.first_step) == (snapshot, snapshot + 1), out
+    assert out.steps_lost is not None and out.steps_lost >= replay["steps_recomputed"]  # every step it threw away
     print(f"\nSDC on {SUSPECT} rank {suspect_rank}: first differed at step {BAD} (agreed at {GOOD}); rolled back to "
           f"step {snapshot}, {replay['steps_recomputed']} steps recomputed, verdict {replay['verdict']}")
     return replay
@@ -129,6 +140,11 @@ def test_a_bit_flipped_once_is_named_rolled_back_replayed_and_judged_transient(l
     runs = {e.evidence.get("run") for e in live.events if isinstance(e, Incident) and e.incident_id == case.case_id
             and e.status == "open"}
     assert len(runs) == 1  # the replay's run never named the replica again
+    ledger = got["ledger"]
+    assert ledger["balanced"] and ledger["seconds"]["steps_redone"] == 0, ledger  # no fault but the SDC: its cost is
+    out = case.outcome
+    assert out is not None and out.restart_s is not None
+    assert ledger["seconds"]["sdc"] >= out.restart_s > 0  # the SDC's, the steps it threw away included
     assert replay["suspect"] == {"host": SUSPECT, "reproduced": False}
     assert got["follow"] is None and cordoned(live) == set()
     assert not live.actions(action="cordon", status="succeeded")
@@ -150,5 +166,7 @@ def test_a_bit_flipped_every_time_on_one_host_is_persistent_and_that_host_is_cor
     assert follow is not None and follow.outcome is not None and follow.outcome.result == "resumed", follow
     assert cordoned(live) == {SUSPECT} and follow.outcome.cordoned == [SUSPECT]
     assert sorted(follow.outcome.hosts) == ["h0", "h2"] and sorted(live.state.job(job).world) == ["h0", "h2"]
-    again = restored_by(live, job, follow)
-    assert {h for h, _s in again} == {"h0", "h2"} and max(s for _h, s in again) <= GOOD, again  # the follow-up restores within the same bound
+    resumed = restored_by(live, job, follow)
+    assert {h for h, _s in resumed} == {"h0", "h2"} and max(s for _h, s in resumed) <= GOOD, resumed
+    ledger = got["ledger"]  # the follow-up (its cordon and restart) is the SDC's cost too
+    assert ledger["balanced"] and ledger["seconds"]["steps_redone"] == 0 and ledger["seconds"]["sdc"] > 0, ledger  # the follow-up restores within the same bound

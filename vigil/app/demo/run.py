@@ -13,6 +13,9 @@ notifier), then side by side:
    state died with `demo-host-0`), so each restores its rank's snapshot of the step before from the
    copy its host held as the buddy of the host that ran that rank (the demo prints each step as it
    happens);
+   at step `FLIP_AT` one rank of `demo-host-2` flips one bit of one weight, once (silent data corruption): the
+   analyzer's replica digests name it at the next digest step, the controller rolls the job back to the checkpoint
+   of the last step its replicas agreed at, replays, and judges the fault transient (it does not repeat);
    later, at step `HANG_AT`, the slowed rank hangs once (a stuck GPU): the ranks' Flight Recorder
    traces (the step timer's hang watchdog) name it the culprit of a `collective_hang` incident,
    and the controller dumps, diagnoses and restarts the job from its checkpoint;
@@ -56,6 +59,10 @@ XID_AT, CKPT_EVERY = 30, 10
 # what fails (and the Xid host itself), never a host that merely looked slow.
 # The three agents start at once but not in the same second: the job waits for all three to form.
 RECOVERY_DEFAULTS = {"VIGIL_RECOVERY_POLICY_CORDON_SLOW": "false", "VIGIL_RECOVERY_FORM_WAIT_S": "60"}
+# after the restart on two hosts, one rank of demo-host-2 flips one bit of one weight once after step FLIP_AT (silent
+# data corruption): the analyzer names its replica at the next digest (every DIGEST_EVERY steps), the controller rolls
+# the job back to the checkpoint of the last agreed step and replays; the flip does not repeat: verdict transient
+FLIP, FLIP_AT, DIGEST_EVERY = "demo-host-2:0", 85, 10
 # after the restart on two hosts, the slowed rank hangs once at HANG_AT; its peers time out PG_TIMEOUT_S later
 # (the hang watchdog's dumps, HANG_FLOOR_S after the last step, have named it by then)
 HANG_AT, PG_TIMEOUT_S = 155, 180
@@ -97,9 +104,9 @@ class Demo:
         """One agent per host under recovery control: the controller starts the job once they wait."""
         job_dir = self.settings.home / "demo" / "job"  # what the job writes: markers, checkpoints (its uid's)
         job_dir.mkdir(parents=True, exist_ok=True)
-        once, hang_once = job_dir / "xid.once", job_dir / "hang.once"
-        once.unlink(missing_ok=True)
-        hang_once.unlink(missing_ok=True)
+        once, hang_once, flip_once = job_dir / "xid.once", job_dir / "hang.once", job_dir / "flip.once"
+        for marker in (once, hang_once, flip_once):
+            marker.unlink(missing_ok=True)
         uid = pwd.getpwnam(self.job_user).pw_uid if self.job_user else None
         if uid is not None:
             os.chown(job_dir, uid, -1)
@@ -124,6 +131,8 @@ class Demo:
                     "--xid-at", str(XID_AT), "--xid-dies", "--xid-once", str(once),
                     "--ckpt-dir", str(job_dir / "checkpoints"), "--ckpt-every", str(CKPT_EVERY),
                     "--hang-rank", SLOW, "--hang-at", str(HANG_AT), "--hang-once", str(hang_once),
+                    "--digest-every", str(DIGEST_EVERY), "--flip-rank", FLIP, "--flip-at", str(FLIP_AT),
+                    "--flip-once", str(flip_once),
                     "--pg-timeout-s", str(PG_TIMEOUT_S)]
             self._spawn(argv, f"{host}.log", env)
 
@@ -268,6 +277,10 @@ What to look at (give it a minute or two to develop):
             a traffic stop on {stop}, MFU drift on {TORCH_JOB} (its slowed rank drags every step);
             MFU drift on {SIM_JOB} follows after a few minutes (its decay ramps over 100 steps).
   Network   the stall of {stop} and the drop of {nic}.
+  SDC       at step {FLIP_AT} one rank of {HOSTS[2]} flips one bit of one weight, once: at the next digest step
+            the analyzer names that replica (a silent_data_corruption incident, the majority of its replicas against
+            it); the controller rolls the job back to the checkpoint of the last step they agreed at, replays, and
+            records the verdict: transient (the flip does not repeat), counted against {HOSTS[2]}.
   Incident  at step {HANG_AT} (a few minutes in) the slowed rank ({HOSTS[1]}'s local rank 1, global rank 1 on two
             hosts) hangs once: the Alerts page shows one collective_hang incident naming it (from the
             Flight Recorder traces every rank dumps), the other ranks its victims (linked, not paged);

@@ -13,7 +13,7 @@ as a rank whose GPU fell off the bus does), and later one rank hangs (a stuck GP
 joins the next all-reduce; with `--hang-once` only the first time) until the process
 group's timeout ends the job or the recovery controller restarts it. Every rank reports a replica digest every
 `--digest-every` steps; with `--flip-rank` one rank flips one bit of one weight after step `--flip-at` (silent data
-corruption: the analyzer's replica_mismatch names it by majority; not part of `make demo`'s script yet). With `--ckpt-dir` it
+corruption: the analyzer's replica_mismatch names it by majority, the controller rolls back and replays). With `--ckpt-dir` it
 saves a two-phase checkpoint every `--ckpt-every` steps (`vigil.recovery.checkpoint`) and an
 in-memory snapshot every step (where the agent says: VIGIL_SNAPSHOT_DIR), and, when started
 again, resumes from the freshest state every rank can obtain (a snapshot, else the checkpoint). The data is a synthetic dataset
