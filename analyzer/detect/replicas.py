@@ -135,6 +135,6 @@ class ReplicaDetector:
         if kept is None or kept[0] != ctx.epoch.index:
             kept = (ctx.epoch.index, {})
             ctx.state["replica_first"] = kept
-        run = ctx.epoch.start.isoformat()  # which run the finding is of: a replay's finding is news (incidents.book)
-        return [dataclasses.replace(f, evidence={**f.evidence, "run": run}) for f in
+        judged_in = ctx.epoch.start.isoformat()  # which run: a replay's finding is news (incidents.book)
+        return [dataclasses.replace(f, evidence={**f.evidence, "run": judged_in}) for f in
                 vote(rows, reach, s.min_replicas, kept[1])]

@@ -13,12 +13,13 @@ notifier), then side by side:
    state died with `demo-host-0`), so each restores its rank's snapshot of the step before from the
    copy its host held as the buddy of the host that ran that rank (the demo prints each step as it
    happens);
-   at step `FLIP_AT` one rank of `demo-host-2` flips one bit of one weight, once (silent data corruption): the
-   analyzer's replica digests name it at the next digest step, the controller rolls the job back to the checkpoint
-   of the last step its replicas agreed at, replays, and judges the fault transient (it does not repeat);
    later, at step `HANG_AT`, the slowed rank hangs once (a stuck GPU): the ranks' Flight Recorder
    traces (the step timer's hang watchdog) name it the culprit of a `collective_hang` incident,
    and the controller dumps, diagnoses and restarts the job from its checkpoint;
+   then, at step `FLIP_AT`, one rank of `demo-host-2` flips one bit of one weight, once (silent data corruption):
+   the analyzer's replica digests name it at the next digest step, the controller rolls the job back to the
+   checkpoint of the last step its replicas agreed at (the job keeps `CKPT_KEEP` of them), replays, and judges
+   the fault transient (it does not repeat);
 2. a simulated 256-host job with a straggler, a NIC stall and MFU decay injected.
 It prints where to look and runs until Ctrl-C (or --duration), then stops every child:
 SIGINT first (each agent forwards it to torchrun and SIGKILLs the tree `KILL_GRACE_S` later),
@@ -59,13 +60,14 @@ XID_AT, CKPT_EVERY = 30, 10
 # what fails (and the Xid host itself), never a host that merely looked slow.
 # The three agents start at once but not in the same second: the job waits for all three to form.
 RECOVERY_DEFAULTS = {"VIGIL_RECOVERY_POLICY_CORDON_SLOW": "false", "VIGIL_RECOVERY_FORM_WAIT_S": "60"}
-# after the restart on two hosts, one rank of demo-host-2 flips one bit of one weight once after step FLIP_AT (silent
-# data corruption): the analyzer names its replica at the next digest (every DIGEST_EVERY steps), the controller rolls
-# the job back to the checkpoint of the last agreed step and replays; the flip does not repeat: verdict transient
-FLIP, FLIP_AT, DIGEST_EVERY = "demo-host-2:0", 85, 10
 # after the restart on two hosts, the slowed rank hangs once at HANG_AT; its peers time out PG_TIMEOUT_S later
 # (the hang watchdog's dumps, HANG_FLOOR_S after the last step, have named it by then)
 HANG_AT, PG_TIMEOUT_S = 155, 180
+# once the hang's recovery restarted the job (its steps cannot come before), one rank of demo-host-2 flips one bit of
+# one weight once after step FLIP_AT (silent data corruption): the analyzer names its replica at the next digest
+# (every DIGEST_EVERY steps), the controller rolls the job back to the checkpoint of the last agreed step (the job
+# keeps CKPT_KEEP: detection takes tens of steps on the demo's busy CPUs) and replays; no flip again: transient
+FLIP, FLIP_AT, DIGEST_EVERY, CKPT_KEEP = "demo-host-2:0", HANG_AT + 50, 10, 12
 # The step timer's hang watchdog dumps after max(5 x the longest step, this floor) without a step: on the demo's
 # 2 busy CPUs a rank can stall for 10 s (a checkpoint, the simulator), which must not read as a hang.
 HANG_FLOOR_S = 40
@@ -129,7 +131,7 @@ class Demo:
                     "--", sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(PROCS),
                     str(TRAIN), "--slow-rank", SLOW, "--slow-from", "60", "--xid-rank", XID,
                     "--xid-at", str(XID_AT), "--xid-dies", "--xid-once", str(once),
-                    "--ckpt-dir", str(job_dir / "checkpoints"), "--ckpt-every", str(CKPT_EVERY),
+                    "--ckpt-dir", str(job_dir / "checkpoints"), "--ckpt-every", str(CKPT_EVERY), "--ckpt-keep", str(CKPT_KEEP),
                     "--hang-rank", SLOW, "--hang-at", str(HANG_AT), "--hang-once", str(hang_once),
                     "--digest-every", str(DIGEST_EVERY), "--flip-rank", FLIP, "--flip-at", str(FLIP_AT),
                     "--flip-once", str(flip_once),
@@ -277,15 +279,15 @@ What to look at (give it a minute or two to develop):
             a traffic stop on {stop}, MFU drift on {TORCH_JOB} (its slowed rank drags every step);
             MFU drift on {SIM_JOB} follows after a few minutes (its decay ramps over 100 steps).
   Network   the stall of {stop} and the drop of {nic}.
-  SDC       at step {FLIP_AT} one rank of {HOSTS[2]} flips one bit of one weight, once: at the next digest step
-            the analyzer names that replica (a silent_data_corruption incident, the majority of its replicas against
-            it); the controller rolls the job back to the checkpoint of the last step they agreed at, replays, and
-            records the verdict: transient (the flip does not repeat), counted against {HOSTS[2]}.
   Incident  at step {HANG_AT} (a few minutes in) the slowed rank ({HOSTS[1]}'s local rank 1, global rank 1 on two
             hosts) hangs once: the Alerts page shows one collective_hang incident naming it (from the
             Flight Recorder traces every rank dumps), the other ranks its victims (linked, not paged);
             the 3D view marks the culprit and dims the victims; `vigil incidents --job {TORCH_JOB}`
             prints it. The controller dumps, diagnoses and restarts the job.
+  SDC       then, at step {FLIP_AT}, a rank of {HOSTS[2]} flips one bit of one weight, once: at the next digest step
+            the analyzer names that replica (a silent_data_corruption incident, the majority of its replicas against
+            it); the controller rolls the job back to the checkpoint of the last step they agreed at, replays, and
+            records the verdict: transient (the flip does not repeat), counted against {HOSTS[2]}.
 {notify_line(notify or {})}
 From another terminal: `vigil status`, `vigil alerts`, `vigil incidents`, `vigil recovery history`,
 `vigil tail --kind alert`, `vigil trace --job {TORCH_JOB} -o trace.json` (open it in ui.perfetto.dev).
