@@ -46,7 +46,8 @@ def test_data_wait_resize_and_sdc_each_take_their_time_from_the_right_category()
                                                                                         sdc_ms=200.0)]
              + [StepTime(1500.0, data_ms=100.0)] * 4)
     scale = {**OUTCOME, "category": "scale", "detect_s": 0.0, "diagnose_s": 0.0}
-    replay = {"category": "silent_data_corruption", "restart_s": 6.0, "checkpoint_load_s": 1.0, "steps_lost": 2}
+    replay = {"category": "silent_data_corruption", "detect_s": 9.0, "decide_s": 3.0, "restart_s": 6.0,
+              "checkpoint_load_s": 1.0, "steps_lost": 2}  # (it trained on while detected: those steps are the lost)
     led = ledger(wall_s=500.0, ideal_ms=1000.0, step_ms=steps, outcomes=[OUTCOME, scale, replay])
     s = led.seconds
     assert s["data_loader"] == pytest.approx(10 * 0.4 + 5 * 0.3)

@@ -17,7 +17,8 @@ Categories (seconds, `Category`), each from the record that owns it:
 - sdc: silent-data-corruption checks and replays: check phases (`SDC_PHASES`) above their typical time, and the
   whole cost of a case of a category in `SDC_CATEGORIES` (the controller's rollback and replay, and the cordon and
   restart of a persistent verdict): its phases and its steps redone, which hold the replay's recomputed steps (from
-  the restored step to the first bad one) and the rest the rollback threw away. 0 until such events exist;
+  the restored step to the first bad one) and the rest the rollback threw away, the steps trained while the fault
+  was detected and decided among them (so not its detect and decide time again). 0 until such events exist;
 - idle: the rest of the wall clock (launch, waits nothing above explains).
 The categories sum to the wall clock; where the records claim more than the wall clock (they overlap),
 `over_s` says by how much and idle is 0: `balanced()` is the check (within 0.5 %).
@@ -145,6 +146,8 @@ def _charge(s: dict[str, float], o: Mapping[str, object], ideal_ms: float) -> No
     redone = _num(o, "steps_lost") * ideal_ms / 1000
     cat = str(o.get("category") or "")
     whole = "elastic_resize" if cat in RESIZE_CATEGORIES else "sdc" if cat in SDC_CATEGORIES else None
+    if whole == "sdc":  # the job trained on while the fault was found and decided: those steps are among the redone
+        parts["detect"] = parts["decide"] = 0.0
     if whole is not None:
         s[whole] += sum(parts.values()) + redone
         return
