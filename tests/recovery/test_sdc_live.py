@@ -14,9 +14,10 @@ the optimizer step of `FLIP` the rank on `SUSPECT` flips one bit of one weight. 
 * once only (`--flip-once`): the replay does not reproduce it, the verdict is `transient`, nothing is cordoned;
   every time (a faulty GPU): the replay differs again on `SUSPECT`, the verdict is `persistent`, the follow-up case
   cordons it and the job resumes on the two others from the same bound;
-* the job, told to end, finishes: its agents exit 0 and the controller records it finished; the goodput ledger
-  (`vigil goodput`, on the analyzer's store) charges the rollback, its restart and every step it threw away (the
-  replay's recomputed ones among them), to `sdc`, not to a fault's `steps_redone`.
+* the job trains on past the steps the rollback threw away and, told to end, finishes: its agents exit 0 and the
+  controller records it finished; the goodput ledger (`vigil goodput`, on the analyzer's store) balances and
+  charges the rollback, its restart and every step it threw away (the replay's recomputed ones among them) to
+  `sdc`, not to a fault's `steps_redone`.
 """
 
 from __future__ import annotations
@@ -68,6 +69,11 @@ def run(live: Live, job: str, *, once: bool) -> dict[str, Any]:
         if not once:
             live.wait_for(lambda s: (c := s.cases.get(follow)) is not None and c.outcome is not None, 240,
                           "the persistent verdict's cordon and restart")
+        # the job trains on past the steps the last rollback threw away (so each is redone, as the ledger counts)
+        last = max((c.outcome.last_step or 0) for c in live.state.cases.values() if c.job_id == job and c.outcome)
+        live.wait_for(lambda s: all((m.last_step or 0) > last for h in s.job(job).world
+                                    if (m := s.job(job).members.get(h)) is not None), 120,
+                      f"the job to train past step {last} again")
         stop.touch()
         live.wait_for(lambda s: s.job(job).finished is not None, 240, "the controller to record the job finished")
         world = list(live.state.job(job).world)
@@ -96,6 +102,11 @@ def verdict_of(live: Live, case: Case) -> RecoveryAction:
     [record] = [a for a in live.actions(action="diagnose", incident_id=case.case_id, status="succeeded")]
     assert record.actor == "controller" and record.target == SUSPECT and record.signature
     return record
+
+
+def first_run(live: Live, case: Case) -> object:
+    """The run the analyzer first named the replica in (the evidence of the incident that opened `case`)."""
+    return next(e.evidence.get("run") for e in live.events if isinstance(e, Incident) and e.incident_id == case.case_id)
 
 
 def check_rollback(live: Live, job: str, case: Case) -> dict[str, Any]:
@@ -159,9 +170,12 @@ def test_a_bit_flipped_every_time_on_one_host_is_persistent_and_that_host_is_cor
     case, follow = got["case"], got["follow"]
     replay = check_rollback(live, job, case)
     assert (replay["verdict"], replay["action"]) == ("persistent", "cordon"), replay
-    [first, *again] = [e for e in live.events if isinstance(e, Incident) and e.incident_id == case.case_id]
-    replayed = [e for e in again if e.evidence.get("run") != first.evidence["run"]]
-    assert replayed and replayed[0].culprits[0].host == SUSPECT and replayed[0].evidence["step"] == BAD  # its evidence
+    step, restart = case.step("replay", job), case.step("restart", job)
+    assert step is not None and restart is not None and restart.started_at is not None
+    merged = set(step.details["merged"])  # the replay's evidence: a new incident, or the case's own re-published
+    replayed = [e for e in live.events if isinstance(e, Incident) and e.incident_id in merged
+                and e.first_sign >= restart.started_at and e.evidence.get("run") != first_run(live, case)]
+    assert replayed and {e.culprits[0].host for e in replayed} == {SUSPECT} and replayed[0].evidence["step"] == BAD
     assert replay["suspect"] == {"host": SUSPECT, "reproduced": True}
     assert follow is not None and follow.outcome is not None and follow.outcome.result == "resumed", follow
     assert cordoned(live) == {SUSPECT} and follow.outcome.cordoned == [SUSPECT]
