@@ -23,6 +23,10 @@ or one step's records name two hosts or two digests) is left out of every vote, 
 ranks, and a verdict on them costs what the controller bounds (a rollback of the job itself; a cordon only within the
 breaker: recovery/controller/replay.py).
 
+Each finding carries the run it was judged in (`run`: the epoch's start): after the controller rolls the job back,
+the replayed run's finding on the same replica is a fact about the replay, and the incident that holds it is
+re-published with it (incidents/book.py), which is how the replay's verdict learns the fault came back.
+
 False alarms: the comparison is exact, so replicas that are bitwise equal (a flat all-reduce, DDP with one bucket
 order) give none: budget 0. Replicas that are not bitwise equal by construction (ZeRO/FSDP shards within the DP
 group, non-deterministic reductions that differ per rank) must not report digests as replicas; every torch of a job
@@ -31,6 +35,7 @@ must be the same (vigil.timer.digest).
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -130,4 +135,6 @@ class ReplicaDetector:
         if kept is None or kept[0] != ctx.epoch.index:
             kept = (ctx.epoch.index, {})
             ctx.state["replica_first"] = kept
-        return vote(rows, reach, s.min_replicas, kept[1])
+        judged_in = ctx.epoch.start.isoformat()  # which run: a replay's finding is news (incidents.book)
+        return [dataclasses.replace(f, evidence={**f.evidence, "run": judged_in}) for f in
+                vote(rows, reach, s.min_replicas, kept[1])]

@@ -5,7 +5,7 @@ rank; a host-wide party, rank None, is shared with every rank of its host: the l
 exit and its rank's exit are one failure) and their first signs lie within `window_s`: the incident keeps its id (assigned
 when it opened: `job/category/culprit-host/rN/first-sign`), and is re-published (`open`)
 only when what is known changed (culprits, victims, category, cause, confidence, linked
-alerts). An open incident no draft continues is `resolved`, but only at an instant where
+alerts, or the run its finding was judged in: evidence `run`, a replay after a rollback). An open incident no draft continues is `resolved`, but only at an instant where
 every detector behind its alerts ran (a failed detector is no evidence of recovery).
 Event ids derive from (incident_id, status, ts), so a re-publication after a crash is the
 same event; the book is rebuilt from the incidents topic at start (`restore`).
@@ -114,6 +114,7 @@ class IncidentBook:
 
 def _changed(old: Incident, new: Incident) -> bool:
     keys = ("category", "cause", "confidence", "severity", "culprits", "victims", "alerts")
-    return any(getattr(old, k) != getattr(new, k) for k in keys)
+    # a finding of another run of the job (a replica digest judged in the replay after a rollback) is news too
+    return any(getattr(old, k) != getattr(new, k) for k in keys) or old.evidence.get("run") != new.evidence.get("run")
 
 

@@ -36,7 +36,7 @@ def drafts(findings: Sequence[Finding]) -> list[Draft]:
         if category is None or f.host == "*" or rank is None or f.evidence.get("every_rank"):
             continue
         keep = ("signal", "step", "good_step", "last_step", "rank", "host", "votes", "replicas", "digest", "majority", "pp", "tp",
-                "robust_z", "ranks")
+                "robust_z", "ranks", "run")
         out.append(Draft(
             category=category, cause="unknown", culprits=[Party(host=f.host, rank=int(rank), at=f.since)], victims=[],
             strong=True, first_sign=f.since, last_sign=f.since, summary=f.summary, culprit_findings=[f],

@@ -17,7 +17,9 @@ suspect steps. The `replay` step then waits for the replica detector's word on t
   transient (nothing), undecided (the replay did not reach its steps and nothing came). The analyzer continues
   an open incident rather than opening one when a draft of the same culprit starts within its window: the
   original incident resolves once the new run's window no longer holds its finding, so the replay's finding is a
-  new incident (or the case's own, re-opened with a fresh first sign; both count). Not yet checked live.
+  new incident, or the case's own re-published with the replayed run's first sign (a finding says which run it was
+  judged in: the analyzer re-publishes an incident whose finding comes from another run); both count. Checked live
+  by tests/recovery/test_sdc_live.py (a real gloo job, the analyzer and the controller as services).
 
 The step ends with the verdict and its incidents listed as `merged` (they are its evidence, never a recovery of
 their own), and `sdc.outcome`'s `diagnose` record on the suspect host is published beside it (signed like every
@@ -65,7 +67,7 @@ def replay(ctx: st.Ctx, case: Case) -> bool:
         return st.end(ctx, case, "replay", "skipped", reason="the rollback's restart did not succeed")
     if step is None or step.started_at is None:
         target = int(rb["step"]) + ctx.settings.policy.sdc_replay_intervals * int(rb.get("interval") or 1)
-        st.begin(ctx, case, "replay", {"generation": rst.details.get("generation", job.generation),
+        st.begin(ctx, case, "replay", {"generation": rst.started_details.get("generation", job.generation),
                                         "target_step": target, "first_step": rst.details.get("first_step"),
                                         **{k: rb.get(k) for k in ("suspect", "rank", "step", "good_step",
                                                                   "restore_max_step")}})

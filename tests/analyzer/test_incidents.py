@@ -222,3 +222,27 @@ def test_a_host_wide_culprit_and_its_rank_are_one_incident_not_two() -> None:
                                    {}, {})
     assert second == first and [e.incident_id for e in grown] == [first]
     assert [i.incident_id for i in book.open("j")] == [first]
+
+
+def test_a_replica_named_again_by_another_run_re_publishes_its_incident_with_that_runs_first_sign() -> None:
+    """After a rollback the replayed run's digest finding on the same replica continues the open incident; nothing
+    else about it changed, but it is the replay's evidence (recovery/controller/replay.py): re-published once per run."""
+    from vigil.analyzer.incidents.numeric import drafts
+
+    def finding(run: str, since: float) -> Finding:
+        return Finding(alert="replica_mismatch", subject="h1/rank1", host="h1", severity="error", since=at(since),
+                       summary="rank 1 on h1: parameter digest differs", evidence={
+                           "signal": "digest", "rank": 1, "host": "h1", "step": 15, "good_step": 10, "run": run})
+
+    book = IncidentBook(window_s=120)
+
+    def judged(f: Finding, t: float) -> tuple[list[str], list[Any]]:
+        return book.update("j", at(t), drafts([f]), [["fp"]], ["error"], ["replica_mismatch"], {}, {})
+
+    ids, first = judged(finding("run-1", 0), 1)
+    assert len(first) == 1 and first[0].evidence["run"] == "run-1"
+    assert judged(finding("run-1", 5), 6) == (ids, [])  # the same run: nothing new
+    again, replayed = judged(finding("run-2", 30), 31)
+    assert again == ids and [(e.incident_id, e.first_sign, e.evidence["run"]) for e in replayed] == [
+        (ids[0], at(30), "run-2")]
+    assert judged(finding("run-2", 35), 36) == (ids, [])

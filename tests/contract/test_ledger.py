@@ -46,7 +46,8 @@ def test_data_wait_resize_and_sdc_each_take_their_time_from_the_right_category()
                                                                                         sdc_ms=200.0)]
              + [StepTime(1500.0, data_ms=100.0)] * 4)
     scale = {**OUTCOME, "category": "scale", "detect_s": 0.0, "diagnose_s": 0.0}
-    replay = {"category": "sdc", "restart_s": 6.0, "checkpoint_load_s": 1.0, "steps_lost": 2}
+    replay = {"category": "silent_data_corruption", "detect_s": 9.0, "decide_s": 3.0, "restart_s": 6.0,
+              "checkpoint_load_s": 1.0, "steps_lost": 2}  # (it trained on while detected: those steps are the lost)
     led = ledger(wall_s=500.0, ideal_ms=1000.0, step_ms=steps, outcomes=[OUTCOME, scale, replay])
     s = led.seconds
     assert s["data_loader"] == pytest.approx(10 * 0.4 + 5 * 0.3)
@@ -68,7 +69,7 @@ def test_random_records_always_sum_to_the_wall_clock() -> None:
         steps = [StepTime(rnd.uniform(900, 3000), rnd.choice([1.0, rnd.random()]), rnd.uniform(0, 800),
                           rnd.choice([0.0, rnd.uniform(0, 500)]), rnd.choice([0.0, rnd.uniform(0, 300)]))
                  for _ in range(rnd.randint(1, 60))]
-        outs = [{"category": rnd.choice(["", "scale", "sdc", "host_fault"]), "detect_s": rnd.uniform(0, 5),
+        outs = [{"category": rnd.choice(["", "scale", "silent_data_corruption", "host_fault"]), "detect_s": rnd.uniform(0, 5),
                  "restart_s": rnd.uniform(0, 20), "checkpoint_load_s": rnd.uniform(0, 3),
                  "steps_lost": rnd.randint(0, 4)} for _ in range(rnd.randint(0, 3))]
         led = ledger(wall_s=rnd.uniform(50, 400), ideal_ms=1000.0, step_ms=steps, outcomes=outs,

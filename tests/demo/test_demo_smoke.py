@@ -5,7 +5,8 @@ recovery controller cordons the host whose rank died of an Xid and the job train
 two, a webhook named by VIGIL_NOTIFY_WEBHOOK_URL receives the demo's alerts signed, and Ctrl-C
 leaves no process behind. The Xid is one `host_fault` incident naming its rank; after the restart the
 slowed rank hangs once: one `collective_hang` incident names it (from the ranks' Flight Recorder
-traces); both on the alerts page."""
+traces); both on the alerts page. After its recovery one rank flips one bit of one weight once: one
+`silent_data_corruption` incident names its replica, and the controller's rollback and replay judge it transient."""
 
 from __future__ import annotations
 
@@ -25,10 +26,12 @@ import pytest
 
 from tests.support.dashhttp import figure_of, find, render_page, texts
 from tests.support.receiver import Receiver, signed_by
+from vigil.app.demo.run import DIGEST_EVERY, FLIP_AT
 
-pytestmark = [pytest.mark.kafka, pytest.mark.clickhouse, pytest.mark.slow, pytest.mark.timeout(720)]
+pytestmark = [pytest.mark.kafka, pytest.mark.clickhouse, pytest.mark.slow, pytest.mark.timeout(900)]
 TORCH_HOSTS = {"demo-host-0", "demo-host-1", "demo-host-2"}
 XID_HOST = "demo-host-0"
+BAD = (FLIP_AT // DIGEST_EVERY + 1) * DIGEST_EVERY  # the first digest step after the flip
 
 
 def _sql(control_url: str, sql: str, home: Path) -> list[list[object]]:
@@ -58,7 +61,7 @@ def test_demo_runs_shows_torch_steps_and_stops_clean(tmp_path: Path) -> None:
                VIGIL_NOTIFY_WEBHOOK_URL=oncall.url, VIGIL_NOTIFY_WEBHOOK_SECRET="demo-secret",
                VIGIL_NOTIFY_GROUP_WAIT_S="5")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "vigil", "demo", "--sim-hosts", "32", "--duration", "600"],
+        [sys.executable, "-m", "vigil", "demo", "--sim-hosts", "32", "--duration", "840"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     out: list[str] = []
@@ -199,6 +202,20 @@ def test_demo_runs_shows_torch_steps_and_stops_clean(tmp_path: Path) -> None:
         alerts_page = " ".join(texts(render_page(dashboard, "/alerts", "?job=demo-torch&range=all")))
         assert "collective_hang" in alerts_page and "demo-host-1" in alerts_page
         assert "host_fault" in alerts_page and XID_HOST in alerts_page
+        # after the hang's recovery, one bit of one weight flipped once by demo-host-2's local rank 0 after step FLIP_AT
+        # (2 hosts, 4 replicas): one silent_data_corruption incident names that replica at the next digest step; the
+        # controller rolls the job back to at most the last agreed step, replays, and its signed verdict says
+        # transient (the flip does not repeat)
+        sdc = _awaited(control, "SELECT culprit_host, toInt64(JSONExtractInt(evidence, 'step')) FROM incidents_current "
+                                "WHERE job_id = 'demo-torch' AND category = 'silent_data_corruption'", tmp_path, 300)
+        assert [row[0] for row in sdc] == ["demo-host-2"] and int(str(sdc[0][1])) == BAD, sdc
+        verdict = _awaited(control, "SELECT target, JSONExtractString(details, 'replay', 'verdict'), toInt64(JSONExtractInt("
+                                    "details, 'replay', 'snapshot_step')), toInt64(JSONExtractInt(details, 'replay', "
+                                    "'steps_recomputed')) FROM recovery_actions WHERE job_id = 'demo-torch' AND action = "
+                                    "'diagnose' AND status = 'succeeded' AND JSONHas(details, 'replay')", tmp_path, 300)
+        assert [row[:2] for row in verdict] == [["demo-host-2", "transient"]], verdict
+        assert int(str(verdict[0][2])) <= BAD - DIGEST_EVERY and int(str(verdict[0][3])) == BAD - int(str(verdict[0][2])), verdict
+        assert "-> plan: pause -> restart -> replay" in "".join(out) and "replay verdict transient" in "".join(out)
     finally:
         oncall.down()
         proc.send_signal(signal.SIGINT)

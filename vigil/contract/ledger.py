@@ -15,7 +15,10 @@ Categories (seconds, `Category`), each from the record that owns it:
 - elastic_resize: the whole cost (every phase and the steps redone) of a planned resize: a recovery case of a
   category in `RESIZE_CATEGORIES` (the controller's scale-up); a shrink a fault forced is that fault's recovery;
 - sdc: silent-data-corruption checks and replays: check phases (`SDC_PHASES`) above their typical time, and the
-  whole cost of a case of a category in `SDC_CATEGORIES` (a replay). 0 until such events exist;
+  whole cost of a case of a category in `SDC_CATEGORIES` (the controller's rollback and replay, and the cordon and
+  restart of a persistent verdict): its phases and its steps redone, which hold the replay's recomputed steps (from
+  the restored step to the first bad one) and the rest the rollback threw away, the steps trained while the fault
+  was detected and decided among them (so not its detect and decide time again). 0 until such events exist;
 - idle: the rest of the wall clock (launch, waits nothing above explains).
 The categories sum to the wall clock; where the records claim more than the wall clock (they overlap),
 `over_s` says by how much and idle is 0: `balanced()` is the check (within 0.5 %).
@@ -53,7 +56,7 @@ WINDOWS: dict[str, float | None] = {"5m": 300.0, "1h": 3600.0, "1d": 86400.0, "a
 DATA_PHASES: tuple[str, ...] = ("data", "data_wait", "dataloader", "input")  # the data loader's phases
 SDC_PHASES: tuple[str, ...] = ("sdc_check", "replica_digest", "digest")  # SDC checks timed as phases
 RESIZE_CATEGORIES: frozenset[str] = frozenset({"scale"})  # recovery cases that are planned resizes
-SDC_CATEGORIES: frozenset[str] = frozenset({"sdc", "replay"})  # recovery cases that are SDC replays
+SDC_CATEGORIES: frozenset[str] = frozenset({"silent_data_corruption"})  # recovery cases that are SDC rollbacks
 
 
 @dataclass(frozen=True)
@@ -143,6 +146,8 @@ def _charge(s: dict[str, float], o: Mapping[str, object], ideal_ms: float) -> No
     redone = _num(o, "steps_lost") * ideal_ms / 1000
     cat = str(o.get("category") or "")
     whole = "elastic_resize" if cat in RESIZE_CATEGORIES else "sdc" if cat in SDC_CATEGORIES else None
+    if whole == "sdc":  # the job trained on while the fault was found and decided: those steps are among the redone
+        parts["detect"] = parts["decide"] = 0.0
     if whole is not None:
         s[whole] += sum(parts.values()) + redone
         return

@@ -16,6 +16,10 @@ notifier), then side by side:
    later, at step `HANG_AT`, the slowed rank hangs once (a stuck GPU): the ranks' Flight Recorder
    traces (the step timer's hang watchdog) name it the culprit of a `collective_hang` incident,
    and the controller dumps, diagnoses and restarts the job from its checkpoint;
+   then, at step `FLIP_AT`, one rank of `demo-host-2` flips one bit of one weight, once (silent data corruption):
+   the analyzer's replica digests name it at the next digest step, the controller rolls the job back to the
+   checkpoint of the last step its replicas agreed at (the job keeps `CKPT_KEEP` of them), replays, and judges
+   the fault transient (it does not repeat);
 2. a simulated 256-host job with a straggler, a NIC stall and MFU decay injected.
 It prints where to look and runs until Ctrl-C (or --duration), then stops every child:
 SIGINT first (each agent forwards it to torchrun and SIGKILLs the tree `KILL_GRACE_S` later),
@@ -59,6 +63,11 @@ RECOVERY_DEFAULTS = {"VIGIL_RECOVERY_POLICY_CORDON_SLOW": "false", "VIGIL_RECOVE
 # after the restart on two hosts, the slowed rank hangs once at HANG_AT; its peers time out PG_TIMEOUT_S later
 # (the hang watchdog's dumps, HANG_FLOOR_S after the last step, have named it by then)
 HANG_AT, PG_TIMEOUT_S = 155, 180
+# once the hang's recovery restarted the job (its steps cannot come before), one rank of demo-host-2 flips one bit of
+# one weight once after step FLIP_AT (silent data corruption): the analyzer names its replica at the next digest
+# (every DIGEST_EVERY steps), the controller rolls the job back to the checkpoint of the last agreed step (the job
+# keeps CKPT_KEEP: detection takes tens of steps on the demo's busy CPUs) and replays; no flip again: transient
+FLIP, FLIP_AT, DIGEST_EVERY, CKPT_KEEP = "demo-host-2:0", HANG_AT + 50, 10, 12
 # The step timer's hang watchdog dumps after max(5 x the longest step, this floor) without a step: on the demo's
 # 2 busy CPUs a rank can stall for 10 s (a checkpoint, the simulator), which must not read as a hang.
 HANG_FLOOR_S = 40
@@ -97,9 +106,9 @@ class Demo:
         """One agent per host under recovery control: the controller starts the job once they wait."""
         job_dir = self.settings.home / "demo" / "job"  # what the job writes: markers, checkpoints (its uid's)
         job_dir.mkdir(parents=True, exist_ok=True)
-        once, hang_once = job_dir / "xid.once", job_dir / "hang.once"
-        once.unlink(missing_ok=True)
-        hang_once.unlink(missing_ok=True)
+        once, hang_once, flip_once = job_dir / "xid.once", job_dir / "hang.once", job_dir / "flip.once"
+        for marker in (once, hang_once, flip_once):
+            marker.unlink(missing_ok=True)
         uid = pwd.getpwnam(self.job_user).pw_uid if self.job_user else None
         if uid is not None:
             os.chown(job_dir, uid, -1)
@@ -122,8 +131,10 @@ class Demo:
                     "--", sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(PROCS),
                     str(TRAIN), "--slow-rank", SLOW, "--slow-from", "60", "--xid-rank", XID,
                     "--xid-at", str(XID_AT), "--xid-dies", "--xid-once", str(once),
-                    "--ckpt-dir", str(job_dir / "checkpoints"), "--ckpt-every", str(CKPT_EVERY),
+                    "--ckpt-dir", str(job_dir / "checkpoints"), "--ckpt-every", str(CKPT_EVERY), "--ckpt-keep", str(CKPT_KEEP),
                     "--hang-rank", SLOW, "--hang-at", str(HANG_AT), "--hang-once", str(hang_once),
+                    "--digest-every", str(DIGEST_EVERY), "--flip-rank", FLIP, "--flip-at", str(FLIP_AT),
+                    "--flip-once", str(flip_once),
                     "--pg-timeout-s", str(PG_TIMEOUT_S)]
             self._spawn(argv, f"{host}.log", env)
 
@@ -273,6 +284,10 @@ What to look at (give it a minute or two to develop):
             Flight Recorder traces every rank dumps), the other ranks its victims (linked, not paged);
             the 3D view marks the culprit and dims the victims; `vigil incidents --job {TORCH_JOB}`
             prints it. The controller dumps, diagnoses and restarts the job.
+  SDC       then, at step {FLIP_AT}, a rank of {HOSTS[2]} flips one bit of one weight, once: at the next digest step
+            the analyzer names that replica (a silent_data_corruption incident, the majority of its replicas against
+            it); the controller rolls the job back to the checkpoint of the last step they agreed at, replays, and
+            records the verdict: transient (the flip does not repeat), counted against {HOSTS[2]}.
 {notify_line(notify or {})}
 From another terminal: `vigil status`, `vigil alerts`, `vigil incidents`, `vigil recovery history`,
 `vigil tail --kind alert`, `vigil trace --job {TORCH_JOB} -o trace.json` (open it in ui.perfetto.dev).

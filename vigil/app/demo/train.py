@@ -13,7 +13,7 @@ as a rank whose GPU fell off the bus does), and later one rank hangs (a stuck GP
 joins the next all-reduce; with `--hang-once` only the first time) until the process
 group's timeout ends the job or the recovery controller restarts it. Every rank reports a replica digest every
 `--digest-every` steps; with `--flip-rank` one rank flips one bit of one weight after step `--flip-at` (silent data
-corruption: the analyzer's replica_mismatch names it by majority; not part of `make demo`'s script yet). With `--ckpt-dir` it
+corruption: the analyzer's replica_mismatch names it by majority, the controller rolls back and replays). With `--ckpt-dir` it
 saves a two-phase checkpoint every `--ckpt-every` steps (`vigil.recovery.checkpoint`) and an
 in-memory snapshot every step (where the agent says: VIGIL_SNAPSHOT_DIR), and, when started
 again, resumes from the freshest state every rank can obtain (a snapshot, else the checkpoint). The data is a synthetic dataset
@@ -93,6 +93,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--pg-timeout-s", type=float, default=1800.0, help="process group (collective) timeout")
     p.add_argument("--ckpt-dir", default=None, help="checkpoint here (shared by every rank); resume from it")
     p.add_argument("--ckpt-every", type=int, default=20, help="steps between checkpoints")
+    p.add_argument("--ckpt-keep", type=int, default=3, help="newest checkpoints kept (a rollback needs an older one)")
     return p.parse_args(argv)
 
 
@@ -190,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     sampler = ElasticSampler(args.samples, args.batch, shard_size=args.shard_size, seed=0, mode=args.data_mode)
     # a snapshot every step, whatever the budget says: the demo shows a fault costing one step (8 MiB per rank is
     # ~1 % of its step alone, but ~15 processes share the demo's 2 CPUs and could stretch the chosen interval)
-    ckpt = Checkpointer(CheckpointConfig(directory=args.ckpt_dir, dp_group="world", snapshot_budget=None)) if (
+    ckpt = Checkpointer(CheckpointConfig(directory=args.ckpt_dir, keep=args.ckpt_keep, dp_group="world",
+                                         snapshot_budget=None)) if (
         args.ckpt_dir) else None
     state = {"train": TrainState(model, opt), "data": sampler}
     resumed = ckpt.load_latest(state) if ckpt is not None else None  # every rank, at the same point
