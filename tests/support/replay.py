@@ -36,14 +36,16 @@ def live(topics: VigilSettings, dsn: str, database: str, **overrides: float) -> 
 
 def judged_to_the_end(service: AnalyzerService, ends: dict[str, datetime], timeout: float = 180) -> None:
     """Wait until every job is judged up to its last instant (it stopped) and nothing waits."""
+    wait_until(lambda: judged_to(service, ends), timeout, f"the live analyzer judging every job to its end ({ends})",
+               every=0.5)
+
+
+def judged_to(service: AnalyzerService, ends: dict[str, datetime]) -> bool:
+    """Every job judged up to its last instant, and nothing waiting: the catch-up is over."""
     step = service.settings.eval_step_s
-    last = {job: grid_ceil(end, step) for job, end in ends.items()}
-
-    def done() -> bool:
-        pos = service.cursor.positions
-        return all(pos.get(j, end - timedelta(days=1)) >= end for j, end in last.items()) and not service.cursor.backlog
-
-    wait_until(done, timeout, f"the live analyzer judging every job to its end ({last})", every=0.5)
+    pos = service.cursor.positions
+    return all(pos.get(j, end - timedelta(days=1)) >= grid_ceil(end, step) for j, end in ends.items()) \
+        and not service.cursor.backlog
 
 
 def as_live() -> list[IncidentStage]:
