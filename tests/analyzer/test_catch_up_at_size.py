@@ -136,7 +136,11 @@ def strike(case: str, service: AnalyzerService, stream: Stream, topics: VigilSet
     assert not judged_to(service, stream.ends), "caught up during the fault: it struck after the catch-up"
 
 
-@pytest.mark.parametrize("case", ["restart", "broker_outage", "rebalance"])
+@pytest.mark.parametrize("case", [
+    pytest.param("restart", marks=pytest.mark.scale),  # broker_outage restarts the analyzer too
+    "broker_outage",  # the one `make test` runs: minutes each, and the suite's budget is 50 on 2 cores
+    pytest.param("rebalance", marks=pytest.mark.scale),
+])
 def test_a_catch_up_at_size_with_a_fault_mid_way_publishes_what_replay_does(
         case: str, stream: Stream, on_own_broker: VigilSettings, broker: EmbeddedBroker, clickhouse_dsn: str,
         database: str) -> None:
