@@ -194,7 +194,7 @@ def test_a_host_leaving_the_peer_groups_rejudges_the_kept_cells_without_reading_
         judged.append(frozenset(peers))
         return real_window(c, at, peers, s)
 
-    monkeypatch.setattr(hostcells, "_window", window)
+    monkeypatch.setattr(hostcells, "judge_window", window)
     instants = _due(60, 160)
     walk = Walk()
     kept_walk = _walk(client, "leave", instants, walk)
@@ -202,7 +202,7 @@ def test_a_host_leaving_the_peer_groups_rejudges_the_kept_cells_without_reading_
     assert len(read) == len(set(read))  # no window read twice
     assert len({p for p in judged if "h0030" in p}) == 1 and any("h0030" not in p for p in judged)  # it left them
     assert len(judged) > len(read)  # ... and the kept windows were judged again without it
-    monkeypatch.setattr(hostcells, "_window", real_window)
+    monkeypatch.setattr(hostcells, "judge_window", real_window)
     assert _walk(client, "leave", instants, None) == kept_walk
     fired = {fp for instant in kept_walk for fp, status, _ev in instant if status == "firing"}
     assert "leave/straggler/h0005/forward" in fired
