@@ -56,12 +56,13 @@ typecheck: install
 	$(VENV)/bin/mypy
 
 # Two tiers, each in its own pytest process: the quick tests, then the slow real-job ones (marker `slow`) in a
-# fresh interpreter, so nothing a thousand quick tests leave in one process reaches the real jobs. PYTEST_ARGS
-# given: one run with them instead. The `scale` runs (minutes each) only when asked: PYTEST_ARGS="-m scale".
+# fresh interpreter, so nothing a thousand quick tests leave in one process reaches the real jobs. Both tiers run;
+# either failing fails the target. PYTEST_ARGS given: one run with them instead. The `scale` runs (minutes each)
+# only when asked: PYTEST_ARGS="-m scale".
 test: install browser slurm prometheus lint typecheck
 ifeq ($(strip $(PYTEST_ARGS)),)
-	$(PY) -m pytest -m "not slow and not scale"
-	$(PY) -m pytest -m "slow and not scale"
+	status=0; $(PY) -m pytest -m "not slow and not scale" || status=$$?; \
+	  $(PY) -m pytest -m "slow and not scale" || status=$$?; exit $$status
 else
 	$(PY) -m pytest $(PYTEST_ARGS)
 endif
