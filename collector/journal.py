@@ -20,13 +20,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-import select
 import subprocess
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from vigil.collector.kmsg import MAX_RECORD, KmsgRecord
+from vigil.collector.kmsg import MAX_RECORD, KmsgRecord, readable
 
 log = logging.getLogger(__name__)
 MAX_LINE = 64 << 10  # a kernel record's JSON line: its message (<= ~1 KiB in the ring) and a few dozen fields
@@ -122,9 +121,9 @@ class JournalReader:
     def wait(self, timeout_s: float) -> None:
         """Until journalctl wrote something (or the timeout)."""
         if self._proc is not None and self._proc.stdout is not None and self._proc.poll() is None:
-            select.select([self._proc.stdout], [], [], timeout_s)
+            readable(self._proc.stdout.fileno(), timeout_s)  # poll: any descriptor number, unlike select
         else:
-            select.select([], [], [], timeout_s)
+            time.sleep(timeout_s)
 
     def read(self, limit: int = 1000) -> list[KmsgRecord]:
         """The new records available now (at most about `limit`), in order; a journalctl that ended is started

@@ -18,6 +18,7 @@ import os
 import re
 import select
 import stat
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -95,11 +96,12 @@ class KmsgReader:
             self._fd = -1
 
     def wait(self, timeout_s: float) -> None:
-        """Until the device has a record (a file or FIFO: just the timeout)."""
+        """Until the device has a record (a file or FIFO: just the timeout). poll(2), never select(2): in an agent
+        with many files open the descriptor may be numbered 1024 or more, out of select's range."""
         if self._device:
-            select.select([self._fd], [], [], timeout_s)
+            readable(self._fd, timeout_s)
         else:
-            select.select([], [], [], timeout_s)
+            time.sleep(timeout_s)
 
     def read(self, limit: int = 1000) -> list[KmsgRecord]:
         """The new records available now (at most about `limit`), in order, gaps counted."""
@@ -161,3 +163,10 @@ class KmsgReader:
                     self._pending.append(line[:MAX_RECORD])
         out, self._pending = self._pending, []
         return out
+
+
+def readable(fd: int, timeout_s: float) -> None:
+    """Wait until `fd` is readable (or hung up) or `timeout_s` passed; any descriptor number (poll, not select)."""
+    waiter = select.poll()
+    waiter.register(fd, select.POLLIN)
+    waiter.poll(max(0.0, timeout_s) * 1000)

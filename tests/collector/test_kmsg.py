@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import resource
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +25,7 @@ from tests.support.kmsg_lines import (
 )
 from vigil.collector.gpumap import GpuMap, pci_key
 from vigil.collector.kernelrules import classify_kernel
-from vigil.collector.kmsg import MAX_RECORD, KmsgReader, parse_record
+from vigil.collector.kmsg import MAX_RECORD, KmsgReader, parse_record, readable
 from vigil.contract.xid import XidAction
 
 pytestmark = pytest.mark.pure
@@ -149,3 +152,45 @@ def test_a_state_directory_that_refuses_the_position_does_not_stop_the_reader(tm
     kernel.poll()
     kernel.poll()
     assert kernel.facts == 1 and any(getattr(e, "xid", None) == 79 for e in emitted)
+
+
+@pytest.fixture
+def high_descriptors() -> Iterator[None]:
+    """The next descriptors this process opens are numbered past 1024, as in an agent (or a long test session) with
+    many files open: select(2) cannot wait on them (`ValueError: filedescriptor out of range`)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = 1200
+    if hard != resource.RLIM_INFINITY and hard < need:
+        pytest.skip(f"RLIMIT_NOFILE hard limit {hard} < {need}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, need), hard))
+    fillers: list[int] = []
+    try:
+        while not fillers or fillers[-1] < 1030:
+            fillers.append(os.open(os.devnull, os.O_RDONLY))
+        for fd in fillers[-4:]:  # free a few above 1024: the next open lands there
+            os.close(fd)
+        del fillers[-4:]
+        yield
+    finally:
+        for fd in fillers:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_waiting_on_a_descriptor_past_1024_works(high_descriptors: None) -> None:
+    r, w = os.pipe()
+    try:
+        assert r >= 1024
+        readable(r, 0.01)  # nothing to read: it returns at the timeout, never raises
+        os.write(w, b"x")
+        readable(r, 60)  # a byte to read: at once
+        assert os.read(r, 1) == b"x"
+        device = KmsgReader(path=Path("/dev/null"))  # a character device, as /dev/kmsg is
+        device.open()
+        try:
+            device.wait(0.01)
+        finally:
+            device.close()
+    finally:
+        os.close(r)
+        os.close(w)
