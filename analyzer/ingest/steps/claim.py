@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from vigil.kafka.batch import Raw
 from vigil.kafka.ports import Offload
 from vigil.kafka.stats import ConsumerStats
-from vigil.kafka.steps.step import Decoded, Step
+from vigil.kafka.steps.step import Decoded, Stateless, Step
 
 
 @dataclass(kw_only=True)
-class Claim:
+class Claim(Stateless):
     offload: Offload
     stats: ConsumerStats
     next: Step[Decoded]  # a claimed record: its events come from the offload (`vigil.kafka.steps.store.resolve`)
@@ -30,12 +30,3 @@ class Claim:
             return
         self.stats.records += 1
         self.next.submit(Decoded(message, None, [], claimed))
-
-    def poll(self) -> None:
-        return None
-
-    def join(self) -> None:
-        return None
-
-    def close(self) -> None:
-        return None

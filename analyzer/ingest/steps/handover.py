@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 from vigil.kafka.batch import Batch
 from vigil.kafka.ports import Offload
-from vigil.kafka.steps.step import Roomy
+from vigil.kafka.steps.step import Roomy, Stateless
 
 
 @dataclass(kw_only=True)
-class HandOver:
+class HandOver(Stateless):
     offload: Offload
     next: Roomy
 
@@ -34,12 +34,3 @@ class HandOver:
     def submit(self, message: Batch) -> None:
         self.hand(message)
         self.next.submit(message)
-
-    def poll(self) -> None:
-        return None
-
-    def join(self) -> None:
-        return None
-
-    def close(self) -> None:
-        return None

@@ -17,11 +17,11 @@ from confluent_kafka import TopicPartition
 
 from vigil.kafka.batchid import Partition
 from vigil.kafka.stats import ConsumerStats
-from vigil.kafka.steps.step import Stored
+from vigil.kafka.steps.step import Stateless, Stored
 
 
 @dataclass(kw_only=True)
-class Commit:
+class Commit(Stateless):
     commit: Callable[[list[TopicPartition]], object]  # synchronous; raises when the broker did not take it
     stats: ConsumerStats
     recheck: dict[Partition, int] = field(default_factory=dict)
@@ -46,12 +46,3 @@ class Commit:
         self.stats.rechecked_batches += bid.recheck
         self.stats.last_commit_ts = time.time()
         self.stats.state = "running"
-
-    def poll(self) -> None:
-        return None
-
-    def join(self) -> None:
-        return None
-
-    def close(self) -> None:
-        return None

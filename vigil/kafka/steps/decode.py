@@ -16,7 +16,7 @@ from vigil.contract.hotkinds import Ingestable
 from vigil.kafka.batch import Raw
 from vigil.kafka.deadletter import DeadLetter, per_record
 from vigil.kafka.stats import ConsumerStats
-from vigil.kafka.steps.step import Decoded, Step
+from vigil.kafka.steps.step import Decoded, Stateless, Step
 
 
 def decode_record(value: bytes | None, topic: str, partition: int, offset: int, letters: list[DeadLetter],
@@ -31,7 +31,7 @@ def decode_record(value: bytes | None, topic: str, partition: int, offset: int, 
 
 
 @dataclass(kw_only=True)
-class Decode:
+class Decode(Stateless):
     next: Step[Decoded]
     stats: ConsumerStats
 
@@ -41,12 +41,3 @@ class Decode:
         letters: list[DeadLetter] = []
         self.next.submit(Decoded(message, decode_record(value, topic, partition, offset, letters, self.stats),
                                  letters))
-
-    def poll(self) -> None:
-        return None
-
-    def join(self) -> None:
-        return None
-
-    def close(self) -> None:
-        return None

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 
 from vigil.kafka.batch import Batch
 from vigil.kafka.ports import Staging
-from vigil.kafka.steps.step import Pipelined
+from vigil.kafka.steps.step import Pipelined, Stateless
 from vigil.kafka.steps.store import Store
 
 
 @dataclass(kw_only=True)
-class Stage:
+class Stage(Stateless):
     next: Pipelined
     store: Store  # its writer stages (`Staging`), or nothing is staged
 
@@ -29,12 +29,3 @@ class Stage:
 
     def submit(self, message: Batch) -> None:
         self.next.submit(message)
-
-    def poll(self) -> None:
-        return None
-
-    def join(self) -> None:
-        return None
-
-    def close(self) -> None:
-        return None

@@ -29,6 +29,19 @@ class Step(Protocol[T_contra]):
     def close(self) -> None: ...
 
 
+class Stateless:
+    """A step that holds nothing between its submits: no due work to poll, nothing to join, nothing to close."""
+
+    def poll(self) -> None:
+        return None
+
+    def join(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
 class Roomy(Step[Batch], Protocol):
     """A step that is asked for room before a batch is cut and handed to it (`vigil.kafka.steps.write.Write`)."""
 
