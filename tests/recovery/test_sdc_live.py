@@ -35,7 +35,9 @@ from tests.support.waiting import wait_until
 from vigil.contract import Checkpoint, Incident, Member, RecoveryAction
 from vigil.recovery.controller.state import Case, ClusterState
 
-pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(600),
+              pytest.mark.recovery_run_as("", reason="written before the nobody default: its job runs this venv's "
+                                                      "interpreter and writes under live.tmp, not live.writable")]
 HOSTS, SUSPECT = ("h0", "h1", "h2"), "h1"
 FLIP, EVERY = 12, 5
 BAD, GOOD = 15, 10  # the first digest step after the flip, the one before it
