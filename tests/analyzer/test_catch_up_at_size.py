@@ -138,7 +138,7 @@ def strike(case: str, service: AnalyzerService, stream: Stream, topics: VigilSet
 
 @pytest.mark.parametrize("case", [
     pytest.param("restart", marks=pytest.mark.scale),  # broker_outage restarts the analyzer too
-    "broker_outage",  # the one `make test` runs: minutes each, and the suite's budget is 50 on 2 cores
+    pytest.param("broker_outage", marks=pytest.mark.scale),  # minutes each: the suite's budget is 50 on 2 cores
     pytest.param("rebalance", marks=pytest.mark.scale),
 ])
 def test_a_catch_up_at_size_with_a_fault_mid_way_publishes_what_replay_does(
