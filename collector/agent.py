@@ -117,6 +117,12 @@ class Agent:
             self.outbox.append(events)
             self.emitted += len(events)
 
+    def read_kernel_log_to_now(self) -> bool:
+        """Before a failed command's exit is reported: wait (at most `kernel_settle_s`) for the kernel log thread to
+        finish a read begun now, so the fault the driver logged before the rank saw its error is in the error
+        memory. False when there is no kernel log being followed, or it did not catch up in time."""
+        return self.kernel is not None and self.kernel.caught_up(self.settings.kernel_settle_s)
+
     def new_stream(self, **kw: Any) -> LogStream:
         """A LogStream with this agent's identity, rules, flood limits and error memory, ticked by the agent."""
         s = self.settings
@@ -222,6 +228,8 @@ class Agent:
     def stop(self, drain_timeout_s: float | None = None) -> bool:
         """Stop both threads, emit a last heartbeat, deliver what is pending; True when all went."""
         self._stop.set()
+        if self.kernel is not None:
+            self.kernel.interrupt()  # out of its wait between reads of a file
         for t in self._threads:
             t.join(timeout=30)
         try:

@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -118,10 +119,12 @@ class JournalReader:
         if proc.stdout is not None:
             proc.stdout.close()
 
-    def wait(self, timeout_s: float) -> None:
-        """Until journalctl wrote something (or the timeout)."""
+    def wait(self, timeout_s: float, wake: threading.Event | None = None) -> None:
+        """Until journalctl wrote something (or the timeout; with no journalctl running, or `wake` set)."""
         if self._proc is not None and self._proc.stdout is not None and self._proc.poll() is None:
             readable(self._proc.stdout.fileno(), timeout_s)  # poll: any descriptor number, unlike select
+        elif wake is not None:
+            wake.wait(timeout_s)
         else:
             time.sleep(timeout_s)
 

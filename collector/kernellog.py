@@ -16,6 +16,10 @@ SXid whose catalog action takes the host out is noted in the agent's error memor
 after it reports it as its fault (`Member.fault`), which a training process's printed line no longer does. Records lost before they were read (a sequence gap,
 a wrapped ring) are counted and reported as a `kernel_log_lost` warning. Floods pass the per-(category, GPU)
 limiter as log lines do. This thread never feeds heartbeats: a stuck read stalls only it.
+
+A rank that dies of a hardware fault sees its error after the driver logged it, but its agent may notice the exit
+before this thread read that record: `caught_up` lets the agent wait (bounded) for a read begun after the exit, so
+the exit is reported with the kernel's fault rather than as software.
 """
 
 from __future__ import annotations
@@ -82,9 +86,33 @@ class KernelLog:
     _reported_lost: int = field(default=0, init=False)
     _oom_pids: deque[int] = field(default_factory=lambda: deque(maxlen=64), init=False, repr=False)
     _limiter: FloodLimiter[LogLine] = field(init=False, repr=False)
+    _reads: threading.Condition = field(default_factory=threading.Condition, init=False, repr=False)
+    _began: int = field(default=0, init=False)  # reads begun by the thread, and the last one handled
+    _handled: int = field(default=0, init=False)
+    _following: bool = field(default=False, init=False)
+    _wake: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._limiter = FloodLimiter(burst=self.flood_burst, window_s=self.flood_window_s)
+
+    @property
+    def following(self) -> bool:
+        """The thread is reading the kernel log (it opened it and has not stopped)."""
+        return self._following
+
+    def interrupt(self) -> None:
+        """End the thread's wait between reads now (a stop set, or a read wanted)."""
+        self._wake.set()
+
+    def caught_up(self, timeout_s: float) -> bool:
+        """Wait until a read this thread began after the call was handled (its facts emitted, a host fault in the
+        error memory); at most `timeout_s`. False at once when the kernel log is not being followed, or at the
+        timeout (a stuck read): the caller goes on with what is known, never blocked for longer."""
+        with self._reads:
+            target = self._began + 1
+            self.interrupt()  # a reader waiting out its interval on a file reads now
+            return self._reads.wait_for(lambda: self._handled >= target or not self._following, timeout_s) \
+                and self._handled >= target
 
     def open(self) -> bool:
         if self.source != "journald":
@@ -135,10 +163,22 @@ class KernelLog:
             stop.wait(RETRY_OPEN_S)
         reader = self.reader
         try:
+            with self._reads:
+                self._following = reader is not None
             while reader is not None and not stop.is_set():
+                with self._reads:
+                    self._began += 1
+                    began = self._began
                 self.poll()
-                reader.wait(self.poll_s)
+                with self._reads:
+                    self._handled = began
+                    self._reads.notify_all()
+                reader.wait(self.poll_s, self._wake)
+                self._wake.clear()
         finally:
+            with self._reads:
+                self._following = False
+                self._reads.notify_all()
             if reader is not None:
                 reader.close()
             self.emit([self._repeat(e, n) for e, n in self._limiter.drain()])

@@ -18,6 +18,7 @@ import os
 import re
 import select
 import stat
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,11 +96,13 @@ class KmsgReader:
             os.close(self._fd)
             self._fd = -1
 
-    def wait(self, timeout_s: float) -> None:
-        """Until the device has a record (a file or FIFO: just the timeout). poll(2), never select(2): in an agent
-        with many files open the descriptor may be numbered 1024 or more, out of select's range."""
+    def wait(self, timeout_s: float, wake: threading.Event | None = None) -> None:
+        """Until the device has a record (a file or FIFO: the timeout, or `wake` set). poll(2), never select(2): in an
+        agent with many files open the descriptor may be numbered 1024 or more, out of select's range."""
         if self._device:
             readable(self._fd, timeout_s)
+        elif wake is not None:
+            wake.wait(timeout_s)
         else:
             time.sleep(timeout_s)
 

@@ -56,6 +56,9 @@ class CollectorSettings(VigilBaseSettings):
     kernel_log: Literal["auto", "kmsg", "journald"] = Field(
         default="auto", description="where the kernel log is read: kmsg (kmsg_path), journald (`journalctl -k -o "
         "json --follow`, its cursor saved), auto: kmsg_path where it is readable, else journald")
+    kernel_settle_s: float = Field(default=2.0, ge=0, le=30, description="before a failed command's exit is "
+                                   "reported, how long the agent waits at most for its kernel log to be read past "
+                                   "the exit (the driver's Xid comes before the error the rank sees)")
     dcgm: bool = Field(default=True, description="read DCGM's health watches where DCGM (its Python bindings and "
                        "host engine) is installed; skipped where it is not")
     dcgm_address: str = Field(default="127.0.0.1", max_length=256, description="DCGM's host engine (nv-hostengine)")

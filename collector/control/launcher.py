@@ -110,6 +110,8 @@ class Launcher:
             self.agent.emit(classifier.stream.close())
             out.close()
             self.unclassified += classifier.dropped
+        if returncode != 0 and not (self._terminate or self.interrupted):  # a failure nobody ordered: the driver
+            self.agent.read_kernel_log_to_now()  # logged its fault before the rank saw the error; read past it
         return self._report(returncode)
 
     def _attributed(self) -> list[str]:

@@ -321,18 +321,21 @@ class Supervisor:
         self._exit.set()
 
     def _report_failure(self, launcher: Launcher, status: int) -> None:
-        """A failure nobody ordered is reported before the reaping and the settling (the controller's cue)."""
+        """A failure nobody ordered is reported before the reaping and the settling (the controller's cue); one that
+        ended before its start was acknowledged keeps its fault for the report after the failed start's ack."""
         with self._lock:
             ordered = bool(self._stop_cmds) or self._cordoned is not None or launcher.interrupted
             code = launcher.proc.returncode if launcher.proc is not None else None
-            if ordered or status == 0 or code is None or self._start_cmd is not None:
+            if ordered or status == 0 or code is None:
                 return
             self._exit_code, self._signal, _ = exit_status(code)
-            # its ranks' output is classified by now (the launcher drained it): a hardware line printed in this
-            # generation names the cause, and with this agent's attestation the controller cordons at once
+            # the agent read its kernel log past the exit and its ranks' output is classified (the launcher drained
+            # it): the host fault of this generation names the cause, attested, and the controller cordons at once
             recent = utcnow() - timedelta(seconds=FAULT_WINDOW_S)
             fault = self.agent.memory.fault_since(max(self._started_at, recent) if self._started_at else recent)
             self._fault = (cast(HardwareFault, fault[0]), fault[1]) if fault is not None else None
+            if self._start_cmd is not None:  # it never came up: the start's failed ack comes first
+                return
         self._announce("exited", reason=self._exit_reason(status))
 
     def _exit_reason(self, status: int) -> str:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.waiting import wait_until
 from vigil.collector.agent import Agent
 from vigil.collector.control.launcher import Launcher
 from vigil.collector.control.rendezvous import NodeRange
@@ -82,3 +83,47 @@ def test_the_agent_reports_its_last_step_and_exits_0_when_the_job_finishes(tmp_p
     assert members[-1].state == "left" and members[-1].reason == "the job finished"
     acks = [e for e in memory.events if isinstance(e, RecoveryAction) and e.command_id == "j/g1/finish/h0"]
     assert [a.status for a in acks] == ["succeeded"]
+
+
+XID_THEN_EXIT = """
+import sys, time
+with open(sys.argv[1], "a") as fh:  # the driver's record, stamped now on the boot clock
+    fh.write(f"3,1,{time.monotonic_ns() // 1000},-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the "
+             "bus.\\n")
+print("CUDA error: unspecified launch failure", file=sys.stderr, flush=True)
+sys.exit(1)
+"""
+
+
+def test_a_rank_that_dies_right_after_its_xid_is_reported_with_the_kernel_fault(tmp_path: Path) -> None:
+    """The driver logs an Xid and the rank dies at once, while the kernel log thread waits out its interval (30 s
+    here): the agent reads its kernel log past the exit before reporting it, so the exit names the hardware fault
+    (the controller cordons) instead of reading as a software failure (it would restart on the bad GPU)."""
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_text("")
+    settings = CollectorSettings(host="h0", job_id="j", heartbeat_interval=3600, nic_interval=3600,
+                                 poll_interval=0.05, sysfs_root=tmp_path / "none", procfs_root=tmp_path / "none",
+                                 kmsg_path=kmsg, kernel_log="kmsg", dcgm=False)
+    memory = MemorySink()
+    agent = Agent(settings=settings, paths=resolve_paths(settings, tmp_path), sink=memory, spool_roots=[])
+    assert agent.kernel is not None
+    agent.kernel.poll_s = 30.0
+    world = World(generation=1, hosts=["h0"], node_rank=0, master_addr="127.0.0.1", master_port=29500)
+    feed = Feed(memory, world)
+
+    def launcher_for(cmd: list[str], env: dict[str, str]) -> Launcher:
+        return Launcher(argv=cmd, env=env, agent=agent, output_dir=tmp_path / "out", echo=False, attribute=False)
+
+    supervisor = Supervisor(agent=agent, argv=[sys.executable, "-c", XID_THEN_EXIT, str(kmsg)], env={},
+                            nodes=NodeRange(min=1, max=1), make_launcher=launcher_for, feed=lambda: feed,
+                            registry=None, address="127.0.0.1", keepalive_s=3600)  # type: ignore[arg-type]
+    agent.start()
+    try:
+        wait_until(lambda: agent.kernel is not None and agent.kernel.following, timeout=10,
+                   what="the agent follows its kernel log")
+        supervisor.run()
+    finally:
+        agent.stop(drain_timeout_s=5)
+    exited = next(e for e in memory.events if isinstance(e, Member) and e.state == "exited")
+    assert exited.exit_code == 1 and exited.fault == "xid", exited
+    assert "Xid" in exited.reason and exited.fault_action is not None

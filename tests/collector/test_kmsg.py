@@ -23,6 +23,7 @@ from tests.support.kmsg_lines import (
     XID,
     FakeKmsg,
 )
+from tests.support.waiting import wait_until
 from vigil.collector.gpumap import GpuMap, pci_key
 from vigil.collector.kernelrules import classify_kernel
 from vigil.collector.kmsg import MAX_RECORD, KmsgReader, parse_record, readable
@@ -194,3 +195,44 @@ def test_waiting_on_a_descriptor_past_1024_works(high_descriptors: None) -> None
     finally:
         os.close(r)
         os.close(w)
+
+
+def test_caught_up_reads_past_a_record_logged_before_the_call(tmp_path: Path) -> None:
+    """A rank's exit is noticed while the kernel log thread waits out its interval: `caught_up` has it read now, so
+    the Xid the driver logged before the exit is in the error memory when the exit is reported (with a 30 s interval
+    and no wake this waits 30 s and answers False)."""
+    import threading
+    import time
+    from datetime import UTC, datetime, timedelta
+
+    from vigil.collector.gpumap import GpuMap
+    from vigil.collector.kernellog import KernelLog
+    from vigil.collector.offsets import OffsetStore
+    from vigil.collector.summary import ErrorMemory
+
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_text("")
+    memory = ErrorMemory()
+    kernel = KernelLog(path=kmsg, job_id="j", host="h", store=OffsetStore(path=tmp_path / "o.json"),
+                       emit=lambda _: None, gpus=GpuMap(sysfs_root=tmp_path), rank_of_pid=lambda _: (None, None),
+                       memory=memory, poll_s=30.0)
+    assert not kernel.caught_up(0.0)  # not followed yet: nothing to wait for
+    stop = threading.Event()
+    thread = threading.Thread(target=kernel.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: kernel.following, timeout=10, what="the kernel log thread opened its log")
+        assert kernel.caught_up(5.0)  # the first read
+        since = datetime.now(UTC) - timedelta(seconds=60)
+        with kmsg.open("a") as fh:  # stamped now on the boot clock, as the kernel stamps it
+            fh.write(f"3,1,{time.monotonic_ns() // 1000},-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen "
+                     "off the bus.\n")
+        assert memory.fault_since(since) is None  # the thread waits out its 30 s
+        assert kernel.caught_up(5.0)
+        fault = memory.fault_since(since)
+        assert fault is not None and fault[0] == "xid"
+    finally:
+        stop.set()
+        kernel.interrupt()
+        thread.join(timeout=5.0)
+    assert not thread.is_alive() and not kernel.caught_up(5.0)  # no longer followed: answers at once

@@ -34,19 +34,11 @@ from vigil.app.demo.fakekmsg import xid_to_env_log
 from vigil.recovery.checkpoint import CheckpointConfig, Checkpointer, TrainState
 from vigil.timer import StepTimer, TimerConfig
 
-DRIVER_FIRST_S = 2.0
-"""How long the rank's CUDA error surfaces after the driver's Xid record: the agent reads its kernel log every 0.5 s
-and reports an exit with the faults it read before it. An exit reported first is a software exit (the open race
-the closing note names); this keeps the tests about what they test."""
-
 
 def kernel_xid(code: int, text: str) -> bool:
     """Stand in for the NVIDIA driver: an Xid record in this host's fake kernel log (`FAKE_KMSG`, which its agent
     follows as /dev/kmsg); False when there is none. A printed Xid is only the process's claim (issue 49)."""
-    logged = xid_to_env_log("FAKE_KMSG", code, text)
-    if logged:
-        time.sleep(DRIVER_FIRST_S)  # the fault, as the hardware reports it, before the error the rank sees
-    return logged
+    return xid_to_env_log("FAKE_KMSG", code, text)  # the rank's error follows at once: its agent reads past it
 
 
 def parse() -> argparse.Namespace:
