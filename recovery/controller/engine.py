@@ -62,7 +62,15 @@ from vigil.recovery.controller.plan import (
     steps_for,
 )
 from vigil.recovery.controller.state import Case, ClusterState, Job, new_run
-from vigil.recovery.controller.triggers import STRENGTH, Culprit, Trigger, since, strongest, triggers
+from vigil.recovery.controller.triggers import (
+    SDC_CLASS,
+    STRENGTH,
+    Culprit,
+    Trigger,
+    since,
+    strongest,
+    triggers,
+)
 from vigil.recovery.settings import RecoverySettings
 
 log = logging.getLogger(__name__)
@@ -224,6 +232,7 @@ class Engine:
         sdc_case = rollback is None and t.category == replay.SDC and policy.sdc_rollback
         if sdc_case and (rollback := replay.rollback_of(self.state.incidents.get(t.trigger_id))) is not None:
             plan = [*(["approve"] if mode == "manual" else []), "pause", "restart", "replay"]  # the rollback
+            cls = SDC_CLASS  # its own class, not the `other_as` its cause (unknown) would give it
             if self._rollbacks(job.job_id, ctx.now) >= policy.sdc_rollbacks:
                 plan = ["pause", "halt"]  # rolled back too often: a human decides
         dry = mode == "dry-run" and cls not in ("start", "resume")

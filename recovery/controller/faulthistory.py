@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 def fault_history(state: ClusterState, cordoned: dict[str, CordonInfo], now: datetime, *, window_s: float,
                   repeat_faults: int, limit: int = 20) -> dict[str, Any]:
-    """Per host: its hardware/hang recoveries (newest first), the count in fleet memory's window, its cordon."""
+    """Per host: its hardware/hang/sdc recoveries (newest first), the count in fleet memory's window, its cordon."""
     hosts: dict[str, list[dict[str, Any]]] = {}
     for case in state.cases.values():
         if case.cls not in HARD or case.opened_at is None or case.skipped:
@@ -52,7 +52,7 @@ def format_faults(doc: dict[str, Any]) -> list[str]:
     for host, h in doc.items():
         limit = f" of {h['repeat_limit']}" if h["repeat_limit"] else ""
         cordon = f"; cordoned ({str(h['cordon']['reason'])[:60]})" if h["cordon"] else ""
-        lines.append(f"  {host}: {h['total']} hardware/hang recoveries, {h['in_window']}{limit} in fleet memory's "
+        lines.append(f"  {host}: {h['total']} hardware/hang/sdc recoveries, {h['in_window']}{limit} in fleet memory's "
                      f"window{cordon}")
         for f in h["faults"]:
             at = f["at"].strftime("%Y-%m-%d %H:%M:%S") if isinstance(f["at"], datetime) else str(f["at"])

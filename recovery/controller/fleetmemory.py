@@ -18,11 +18,13 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from vigil.recovery.controller.triggers import SDC_CLASS
+
 if TYPE_CHECKING:
     from vigil.recovery.controller.state import Case, ClusterState
     from vigil.recovery.settings import PolicySettings
 
-HARD = ("hardware", "hang")
+HARD = ("hardware", "hang", SDC_CLASS)
 
 
 def suspects(case: Case) -> set[str]:

@@ -40,7 +40,8 @@ from vigil.recovery.controller.state import ClusterState
 from vigil.recovery.settings import PolicyClass, PolicySettings
 from vigil.signing.freshness import expired
 
-STRENGTH: dict[str, int] = {"software": 0, "hang": 1, "hardware": 2}
+SDC_CLASS = "sdc"  # a case's class when an SDC incident rolls the job back (never a trigger's: `classify`)
+STRENGTH: dict[str, int] = {"software": 0, "hang": 1, SDC_CLASS: 1, "hardware": 2}
 
 
 @dataclass(frozen=True, kw_only=True)

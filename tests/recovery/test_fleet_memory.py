@@ -69,7 +69,7 @@ def test_recovery_status_shows_each_hosts_fault_history(tmp_path: Path) -> None:
     assert fault_history(h.engine.state, {}, h.now + timedelta(days=2), window_s=86_400,
                          repeat_faults=3)["h1"]["in_window"] == 0
     text = "\n".join(format_faults(doc))
-    assert "h1: 3 hardware/hang recoveries, 3 of 3 in fleet memory's window; cordoned (repeat offender" in text
+    assert "h1: 3 hardware/hang/sdc recoveries, 3 of 3 in fleet memory's window; cordoned (repeat offender" in text
     assert text.count(", cordoned  ") == 1
 
 

@@ -63,7 +63,7 @@ def test_the_rollback_restores_at_or_before_the_last_agreed_step_and_a_clean_rep
         tmp_path: Path) -> None:
     h, iid = rolled_back(tmp_path)
     case = h.engine.state.cases[iid]
-    assert case.plan == ["pause", "restart", "replay"]
+    assert case.plan == ["pause", "restart", "replay"] and case.cls == "sdc"  # its own class, not `other_as`
     starts = restarts_of(h, iid)
     assert starts and {c.world.restore_max_step for c in starts if c.world} == {GOOD}
     assert h.engine.state.job(JOB).members["h1"].first_step == GOOD + 1  # the checkpoint of step 30 was passed over
