@@ -92,14 +92,15 @@ class Agent:
         module = self.gpus.module
         self.xids = XidDedupe(clock=self.clock)  # one Xid the kernel log and NVML both report ships once
         self.nvml_events = NvmlEvents(nvml=module, job_id=s.job_id, host=s.host, emit=self.xids.wrap(self.emit),
-                                      memory=self.memory) if module is not None else None
+                                      memory=self.memory, store=self.store) if module is not None else None
         health = self.dcgm_health or (load_dcgm(s.dcgm_address) if s.dcgm else None)
         self.dcgm = DcgmWatch(health=health, job_id=s.job_id, host=s.host, emit=self.emit, interval_s=s.dcgm_interval_s,
                               memory=self.memory) if health is not None else None
         self.ib = IbHealth(job_id=s.job_id, host=s.host, polling_s=s.ib_polling_s, report_s=s.ib_report_s)
+        self.ib.restore(state.get("ib"))  # the port counters a previous agent saw: growth since is growth
         self.kernel = KernelLog(
             path=s.kmsg_path, job_id=s.job_id, host=s.host, store=self.store, emit=self.xids.wrap(self.emit),
-            gpus=GpuMap(sysfs_root=s.sysfs_root, probe=self.gpus), rank_of_pid=self.rank_of_pid,
+            gpus=GpuMap(sysfs_root=s.sysfs_root, procfs_root=s.procfs_root, probe=self.gpus), rank_of_pid=self.rank_of_pid,
             boot_id=read_boot_id(s.procfs_root), poll_s=s.poll_interval, flood_burst=s.flood_burst,
             flood_window_s=s.flood_window_s, clock=self.clock, memory=self.memory, source=s.kernel_log,
             journalctl=s.journalctl) if s.kmsg_path is not None else None
@@ -158,6 +159,8 @@ class Agent:
             for r in self.nic.update(samples, self.clock())
         ])
         self.emit(self.ib.update(read_ports(s.sysfs_root), self.clock()))  # port state and error counters
+        if self.ib.dirty:
+            self.store.save(ib=self.ib.snapshot())
 
     def scan_files(self) -> None:
         traces = self.fr.scan()

@@ -7,15 +7,19 @@ Read beside the byte counters (`collector/nic.py`), per `<sysfs>/class/infiniban
 * `ib_link_flap` (error): `link_downed` grew and the port is up again: the link went down and came back;
 * `ib_port_down` (critical, cordon): a port seen ACTIVE went DOWN with its physical link not training;
   `ib_port_polling` (critical, cordon): a port seen ACTIVE whose physical link stayed in Polling for
-  `polling_s`. A port never seen ACTIVE by this agent (an unused port) is no fault; each is reported once
-  until it is ACTIVE again;
+  `polling_s`. A port in Polling since the agent's start for `polling_s` (a cable that never came up) is
+  `ib_port_polling` too, but error, watch: sysfs cannot tell it from an enabled port left without a cable, so
+  it is told, not acted on. A port never seen ACTIVE and not Polling (Disabled, an unused port) is no fault;
+  each is reported once until it is ACTIVE again;
 * `ib_symbol_errors`, `ib_link_recovery`, `ib_rcv_errors` (warning, watch): the counter grew; reported at most
   once per `report_s` per port, with the growth since the last report (never lost, never one event a second);
   symbol errors reported rising `rising.condemn_after` times within a day: `ib_symbol_errors` critical, cordon
   (`collector/rising.py`: a wearing link passes a short self-test).
 
-A port's first reading is its baseline: a counter that went backwards (a driver reload) starts a new one.
-Pure apart from the sysfs read; the caller passes the clock.
+A port's first reading is its baseline, unless `restore` gave it the counters a previous agent saved
+(`snapshot`, kept by the agent in its offsets store under `ib`): growth while the agent was down is then growth.
+A counter that went backwards (a driver reload, a reboot) starts a new baseline. Pure apart from the sysfs read;
+the caller passes the clock.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ COUNTERS = ("symbol_error", "link_downed", "link_error_recovery", "port_rcv_erro
 GROWTH = {"symbol_error": "ib_symbol_errors", "link_error_recovery": "ib_link_recovery",
           "port_rcv_errors": "ib_rcv_errors"}
 Key = tuple[str, int]
+MAX_SAVED = 256  # ports whose counters `snapshot` keeps
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,6 +87,24 @@ class IbHealth:
     _down: set[Key] = field(default_factory=set, init=False)
     _active: set[Key] = field(default_factory=set, init=False)
     rising: Rising = field(default_factory=Rising)  # symbol errors that keep rising condemn the port
+    dirty: bool = field(default=False, init=False)  # counters changed since the last `snapshot`
+
+    def restore(self, saved: object) -> None:
+        """Baselines from a previous agent's `snapshot` ({"<device>/<port>": {counter: value}})."""
+        if not isinstance(saved, dict):
+            return
+        for name, counters in list(saved.items())[:MAX_SAVED]:
+            device, _, port = str(name).rpartition("/")
+            if device and port.isdigit() and isinstance(counters, dict):
+                self._last[(device, int(port))] = PortHealth(
+                    device=device, port=int(port), state="", phys="",
+                    counters={c: v for c, v in counters.items() if c in COUNTERS and isinstance(v, int)})
+
+    def snapshot(self) -> dict[str, dict[str, int]]:
+        """Each port's counters to save (growth not yet reported left out, so a restart reports it); bounded."""
+        self.dirty = False
+        return {f"{d}/{n}": {c: v - self._pending.get(((d, n), c), 0) for c, v in p.counters.items()}
+                for (d, n), p in list(self._last.items())[:MAX_SAVED]}
 
     def update(self, ports: list[PortHealth], now: float) -> list[LogLine]:
         out: list[LogLine] = []
@@ -89,6 +112,7 @@ class IbHealth:
             key = (p.device, p.port)
             prev = self._last.get(key)
             self._last[key] = p
+            self.dirty = self.dirty or prev is None or prev.counters != p.counters
             out += self._state(key, p, now)
             if prev is None:
                 continue
@@ -111,15 +135,21 @@ class IbHealth:
             self._down.discard(key)
             self._polling_since.pop(key, None)
             return []
-        if key not in self._active or key in self._down:
-            return []  # a port never seen up here (an unused port) is no fault; a down one is reported once
+        if key in self._down:
+            return []  # reported once until it is ACTIVE again
         if p.phys == "Polling":
             since = self._polling_since.setdefault(key, now)
             if now - since < self.polling_s:
                 return []
             self._down.add(key)
+            if key not in self._active:  # never up since the agent started: a cable that never came up, or none
+                return [self._fault(p, "ib_port_polling", "error", XidAction.WATCH,
+                                    f"the link never came up: its training is stuck in Polling for {now - since:.0f} "
+                                    "s (a cable or transceiver that never trained, or an enabled port left unused)")]
             return [self._fault(p, "ib_port_polling", "critical", XidAction.CORDON,
                                 f"the link went down and its training is stuck in Polling for {now - since:.0f} s")]
+        if key not in self._active:
+            return []  # a port never seen up here and not training (Disabled: an unused port) is no fault
         if p.state == "DOWN":
             self._down.add(key)
             return [self._fault(p, "ib_port_down", "critical", XidAction.CORDON, "the port went down")]
@@ -132,6 +162,7 @@ class IbHealth:
             if grown and now - self._reported_at.get((key, name), -self.report_s) >= self.report_s:
                 self._reported_at[(key, name)] = now
                 del self._pending[(key, name)]
+                self.dirty = True  # the saved value now holds this growth
                 out.append(self._fault(p, category, "warning", XidAction.WATCH,
                                        f"{name} +{grown} (now {p.counters.get(name)})"))
                 if name == "symbol_error" and self.rising.grew(key, now):

@@ -5,7 +5,8 @@ One growth of a GPU's retired pages, remapped rows or an InfiniBand port's symbo
 passes. `Rising.grew(key, now)` notes one reported growth of `key` and answers True exactly once: when the
 growths within `window_s` reach `condemn_after`; the caller then reports the part as condemned (critical,
 cordon: a strong culprit, which the controller cordons without diagnostics). Bounded: at most `max_keys`
-parts, at most `condemn_after` times each; the caller passes the clock.
+parts, at most `condemn_after` times each; the caller passes the clock. `history` and `restore` carry a part's
+growths across an agent restart (where the caller's clock is the wall clock).
 """
 
 from __future__ import annotations
@@ -38,3 +39,16 @@ class Rising:
         while len(self._seen) > self.max_keys:
             del self._seen[next(iter(self._seen))]
         return False
+
+    def history(self, key: Hashable) -> list[float]:
+        """The growths of `key` held now (at most `condemn_after - 1`: a part reaching it is condemned)."""
+        return list(self._seen.get(key, ()))
+
+    def restore(self, key: Hashable, times: list[float]) -> None:
+        """Growths of `key` noted before a restart (the latest `condemn_after - 1` are kept)."""
+        if self.condemn_after < 2 or not times or key in self._condemned:
+            return
+        held = self._seen.setdefault(key, deque(maxlen=self.condemn_after))
+        held.extend(sorted(times)[-(self.condemn_after - 1):])
+        while len(self._seen) > self.max_keys:
+            del self._seen[next(iter(self._seen))]

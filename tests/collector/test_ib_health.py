@@ -42,9 +42,47 @@ def test_a_flap_a_port_down_and_a_link_stuck_in_polling(tmp_path: Path) -> None:
 
 def test_an_unused_port_is_no_fault(tmp_path: Path) -> None:
     node = FakeNode(tmp_path)
-    node.set_ib_port("mlx5_0", state="DOWN", phys="Polling", **ZERO)
+    node.set_ib_port("mlx5_0", state="DOWN", phys="Disabled", **ZERO)
     ib = IbHealth(job_id="j", host="h", polling_s=30)
     assert faults(node, ib, 0) == [] and faults(node, ib, 100) == []
+
+
+def test_a_port_polling_since_the_agent_started_is_told_after_the_grace(tmp_path: Path) -> None:
+    """A cable that never came up: Polling from the first reading is `ib_port_polling` after `polling_s`, an error
+    to watch (sysfs cannot tell it from an enabled port left without a cable), once until the port is ACTIVE."""
+    node = FakeNode(tmp_path)
+    node.set_ib_port("mlx5_0", state="DOWN", phys="Polling", **ZERO)
+    ib = IbHealth(job_id="j", host="h", polling_s=30)
+    assert faults(node, ib, 0) == [] and faults(node, ib, 29) == []
+    assert faults(node, ib, 30) == [("ib_port_polling", "error", "mlx5_0 port 1", XidAction.WATCH)]
+    assert faults(node, ib, 100) == []  # once
+    node.set_ib_port("mlx5_0", state="ACTIVE", phys="LinkUp", **ZERO)
+    assert faults(node, ib, 110) == []
+    node.set_ib_port("mlx5_0", state="DOWN", phys="Polling", **ZERO)  # seen up, then stuck: the critical fault
+    assert faults(node, ib, 120) == [] and faults(node, ib, 150) == \
+        [("ib_port_polling", "critical", "mlx5_0 port 1", XidAction.CORDON)]
+
+
+def test_port_counters_are_compared_with_a_previous_agents_snapshot(tmp_path: Path) -> None:
+    """The agent saves `snapshot()` in its offsets store; a restarted agent `restore`s it, so growth while it was
+    down is growth, and growth held for the report interval when it stopped is reported after the restart."""
+    node = FakeNode(tmp_path)
+    node.set_ib_port("mlx5_0", state="ACTIVE", phys="LinkUp", **ZERO)
+    first = IbHealth(job_id="j", host="h", report_s=60)
+    faults(node, first, 0)
+    node.set_ib_port("mlx5_0", state="ACTIVE", phys="LinkUp", **{**ZERO, "symbol_error": 2})
+    assert [f[0] for f in faults(node, first, 1)] == ["ib_symbol_errors"]
+    node.set_ib_port("mlx5_0", state="ACTIVE", phys="LinkUp", **{**ZERO, "symbol_error": 5})
+    assert faults(node, first, 2) == [] and first.dirty  # +3 held for the interval
+    saved = first.snapshot()
+    assert saved["mlx5_0/1"] == {**ZERO, "symbol_error": 2} and not first.dirty  # the unreported +3 left out
+    node.set_ib_port("mlx5_0", state="ACTIVE", phys="LinkUp", **{**ZERO, "symbol_error": 6, "link_downed": 1})
+    second = IbHealth(job_id="j", host="h", report_s=60)
+    second.restore(saved)
+    got = {e.category: e.message for e in second.update(read_ports(node.sysfs), 0)}
+    assert set(got) == {"ib_link_flap", "ib_symbol_errors"} and "symbol_error +4 (now 6)" in got["ib_symbol_errors"]
+    fresh = IbHealth(job_id="j", host="h")
+    assert fresh.update(read_ports(node.sysfs), 0) == []  # without a snapshot the first reading is the baseline
 
 
 def test_error_counters_growing_are_reported_at_most_once_per_interval_with_all_their_growth(tmp_path: Path) -> None:
@@ -83,3 +121,30 @@ def test_symbol_errors_that_keep_rising_condemn_the_port(tmp_path: Path) -> None
     for n, at in enumerate((0, 86_401, 172_802), 5):
         node.set_ib_port("mlx5_0", state="ACTIVE", phys="LinkUp", **{**ZERO, "symbol_error": n})
         assert all(s == "warning" for _, s, _, _ in faults(node, slow, at + 1))
+
+
+def test_the_agent_keeps_port_counters_in_its_offsets_store_across_a_restart(tmp_path: Path) -> None:
+    from vigil.collector.agent import Agent
+    from vigil.collector.settings import CollectorSettings, resolve_paths
+    from vigil.collector.sink import MemorySink
+    from vigil.contract import Event, LogLine
+
+    node = FakeNode(tmp_path / "node")
+    node.set_ib_port("mlx5_0", state="ACTIVE", phys="LinkUp", **ZERO)
+    settings = CollectorSettings(host="h-ib", job_id="j", sysfs_root=node.sysfs, procfs_root=node.procfs,
+                                 kmsg_path="")
+
+    def agent() -> tuple[Agent, list[Event]]:
+        a = Agent(settings=settings, paths=resolve_paths(settings, tmp_path), sink=MemorySink(), spool_roots=[])
+        got: list[Event] = []
+        a.emit = got.extend  # type: ignore[method-assign,assignment]
+        return a, got
+
+    first, _ = agent()
+    first.sample_nics()
+    assert first.store.get("ib")["mlx5_0/1"] == ZERO
+    node.set_ib_port("mlx5_0", state="ACTIVE", phys="LinkUp", **{**ZERO, "symbol_error": 3})  # while no agent ran
+    second, got = agent()
+    second.sample_nics()
+    (grew,) = [e for e in got if isinstance(e, LogLine)]
+    assert grew.category == "ib_symbol_errors" and "symbol_error +3 (now 3)" in grew.message

@@ -1,4 +1,8 @@
-"""A test double of the `pynvml` functions the agent calls: GPUs, an event set the test fills, counters, loss."""
+"""A test double of the `pynvml` functions the agent calls: GPUs, an event set the test fills, counters, loss.
+
+A GPU's `unsupported` names the functions that raise NOT_SUPPORTED on it (remapped rows before Ampere, retired
+pages on A100/H100); `nvlinks` maps its active or inactive links to their error counters (by pynvml's counter
+constants: 0 replay, 1 recovery, 2 CRC flit, 3 CRC data); links it does not list raise NOT_SUPPORTED."""
 
 from __future__ import annotations
 
@@ -27,6 +31,10 @@ class FakeGpu:
     remapped: tuple[int, int, int, int] = (0, 0, 0, 0)  # corrected, uncorrected, pending, failed
     retired: tuple[int, int] = (0, 0)  # pages retired for multiple SBEs, for a DBE
     lost: bool = False
+    retire_pending: bool = False
+    unsupported: frozenset[str] = frozenset()
+    nvlinks: dict[int, dict[int, int]] = field(default_factory=dict)  # link -> {counter: value}
+    inactive: set[int] = field(default_factory=set)  # links listed in nvlinks but not active
 
 
 @dataclass
@@ -34,6 +42,11 @@ class FakeNvml:
     gpus: list[FakeGpu] = field(default_factory=list)
     events: queue.Queue[EventData] = field(default_factory=queue.Queue)
     registered: dict[int, int] = field(default_factory=dict)  # GPU index -> event mask
+    NVML_NVLINK_MAX_LINKS = 18
+    NVML_NVLINK_ERROR_DL_REPLAY, NVML_NVLINK_ERROR_DL_RECOVERY = 0, 1
+    NVML_NVLINK_ERROR_DL_CRC_FLIT, NVML_NVLINK_ERROR_DL_CRC_DATA = 2, 3
+    NVML_FEATURE_DISABLED, NVML_FEATURE_ENABLED = 0, 1
+    calls: dict[str, int] = field(default_factory=dict)  # function name -> times called
 
     def handle(self, index: int) -> Any:
         return ("gpu", index)
@@ -51,10 +64,14 @@ class FakeNvml:
     def nvmlDeviceGetHandleByIndex(self, i: int) -> Any:
         return self.handle(i)
 
-    def _gpu(self, h: Any) -> FakeGpu:
-        gpu = self.gpus[h[1]]
+    def _gpu(self, h: Any, fn: str = "") -> FakeGpu:
+        gpu: FakeGpu = self.gpus[h[1]]
+        if fn:
+            self.calls[fn] = self.calls.get(fn, 0) + 1
         if gpu.lost:
             raise NVMLError(15)  # NVML_ERROR_GPU_IS_LOST
+        if fn in gpu.unsupported:
+            raise NVMLError(3)  # NVML_ERROR_NOT_SUPPORTED
         return gpu
 
     def nvmlDeviceGetUUID(self, h: Any) -> str:
@@ -82,7 +99,22 @@ class FakeNvml:
         pass
 
     def nvmlDeviceGetRemappedRows(self, h: Any) -> tuple[int, int, int, int]:
-        return self._gpu(h).remapped
+        return self._gpu(h, "nvmlDeviceGetRemappedRows").remapped
 
     def nvmlDeviceGetRetiredPages(self, h: Any, cause: int) -> list[int]:
-        return list(range(self._gpu(h).retired[cause]))
+        return list(range(self._gpu(h, "nvmlDeviceGetRetiredPages").retired[cause]))
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, h: Any) -> int:
+        return int(self._gpu(h, "nvmlDeviceGetRetiredPagesPendingStatus").retire_pending)
+
+    def nvmlDeviceGetNvLinkState(self, h: Any, link: int) -> int:
+        gpu = self._gpu(h, "nvmlDeviceGetNvLinkState")
+        if link not in gpu.nvlinks:
+            raise NVMLError(3)
+        return 0 if link in gpu.inactive else 1
+
+    def nvmlDeviceGetNvLinkErrorCounter(self, h: Any, link: int, counter: int) -> int:
+        gpu = self._gpu(h, "nvmlDeviceGetNvLinkErrorCounter")
+        if link not in gpu.nvlinks or counter not in (0, 1, 2, 3):
+            raise NVMLError(3)
+        return gpu.nvlinks[link].get(counter, 0)
