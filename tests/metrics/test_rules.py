@@ -11,7 +11,8 @@ from prometheus_client import generate_latest
 
 from vigil.analyzer.metrics import AnalyzerMetrics
 from vigil.app.reference.metrics import page
-from vigil.contract import Alert, Incident, Outcome
+from vigil.contract import Alert, Incident, Member, Outcome
+from vigil.contract.ledger import RECOVERY_CATEGORIES, ledger
 from vigil.kafka.deadletter import DeadLetter
 from vigil.metrics import Metrics, MetricsSettings
 from vigil.metrics.caps import OTHER, LabelCap, top
@@ -159,6 +160,43 @@ def test_metrics_are_served_as_openmetrics_when_asked_on_a_port_read_back() -> N
 
 def test_the_metrics_page_is_current() -> None:
     assert (ROOT / "docs" / "metrics.md").read_text() == page(), "run: python -m vigil.app.reference"
+
+
+def member(job: str, steps: int, step_ms: float | None) -> Member:
+    return Member(job_id=job, host="h0", ts=T0, state="training", steps=steps, step_ms=step_ms)
+
+
+def resumed(eid: str, job: str, category: str = "host_fault") -> Outcome:
+    return Outcome.model_validate({
+        "event_id": f"outcome-{eid}", "job_id": job, "host": "ctl", "ts": T0 + timedelta(seconds=5),
+        "incident_id": eid, "result": "resumed", "category": category, "resumed_at": T0 + timedelta(seconds=4),
+        "detect_s": 2.0, "decide_s": 1.0, "pause_s": 1.5, "diagnose_s": 4.0, "restart_s": 20.0,
+        "checkpoint_load_s": 5.0, "steps_lost": 3})
+
+
+def test_what_a_recovery_cost_is_counted_once_by_the_ledgers_categories_and_jobs_are_capped() -> None:
+    m = RecoveryMetrics(settings(jobs=1), started=T0)
+    hw = {"class_of": lambda cid: "hardware"}
+    m.folded([member("j", 40, 500.0)], leading=False, **hw)  # a standby learns the pace too
+    m.folded([member("j", 2, 900.0)], leading=True, **hw)  # a new generation's first steps are not its pace
+    m.folded([resumed("c1", "j"), resumed("c1", "j")], leading=True, **hw)
+    m.folded([resumed("c1", "j")], leading=True, **hw)  # re-delivered
+
+    def lost(job: str) -> dict[str, float]:
+        found = {c: value(m, "vigil_goodput_lost_seconds_total", job=job, category=c) for c in RECOVERY_CATEGORIES}
+        return {c: v for c, v in found.items() if v is not None}
+
+    want = {"detect": 2.0, "decide": 1.0, "pause": 1.5, "diagnose": 4.0, "restart": 15.0, "restore": 5.0,
+            "steps_redone": 1.5}
+    assert lost("j") == want
+    as_ledger = ledger(wall_s=100.0, ideal_ms=500.0, step_ms=[], outcomes=[resumed("c1", "j").model_dump()])
+    assert {c: v for c, v in as_ledger.seconds.items() if v and c != "idle"} == want  # the ledger's split
+    m.folded([resumed("c2", "k", category="silent_data_corruption")], leading=True, **hw)  # no pace known for k
+    assert lost(OTHER) == {"sdc": 1.5 + 15.0 + 5.0 + 4.0}  # past the job cap; all of an SDC case to sdc
+    m.folded([resumed("c3", "j", category="start")], leading=True, class_of=lambda cid: "start")  # a job's start
+    m.folded([resumed("c4", "j").model_copy(update={"resumed_at": None, "result": "paged"})], leading=True, **hw)
+    m.folded([resumed("c5", "j")], leading=False, **hw)  # a standby's fold
+    assert lost("j") == want
 
 
 class _Hosted:

@@ -27,7 +27,12 @@ repeats). A recovery's outcome is counted once, by the controller instance that 
 it, and only an outcome dated after that process started (the log is folded from its beginning at
 every start: history counted again would read as a burst). A job's start, scale-up and resume are
 cases (their `class`), not recoveries from a fault: only faults feed the durations, phases, steps
-lost and cordons. Counters restart from zero with their process, as Prometheus expects.
+lost and cordons. What each recovery that resumed cost its job (`vigil_goodput_lost_seconds_total`) is
+split as the goodput ledger splits it (`vigil goodput`, the Goodput page: phases, steps redone, or all of it
+to a resize or an SDC replay), its steps redone priced at the job's step time as its agents last reported
+it (the ledger's ideal step time needs the step records; none reported: not counted); a job's ETTR is the
+ledger's, read from ClickHouse, not a metric. Counters restart from zero with their process, as Prometheus
+expects.
 
 Alert rules for vigil's own health (ingest behind, detector turns over the interval, no controller
 holding the lease, dead letters rising, security refusals, notifications failing) with promtool unit
