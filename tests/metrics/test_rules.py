@@ -63,7 +63,8 @@ def test_every_declared_family_follows_the_rules_and_is_served_under_its_name() 
 def test_label_caps_keep_the_first_values_of_a_counter_and_the_top_values_of_a_gauge() -> None:
     cap = LabelCap(2)
     assert [cap(v) for v in ("a", "b", "c", "a", "d", "b")] == ["a", "b", OTHER, "a", OTHER, "b"]
-    values = {("j1", "x"): 1.0, ("j2", "x"): 5.0, ("j3", "x"): 3.0, ("j3", "y"): 1.0, ("j4", "y"): 2.0}
+    values: dict[tuple[str, ...], float] = {("j1", "x"): 1.0, ("j2", "x"): 5.0, ("j3", "x"): 3.0, ("j3", "y"): 1.0,
+                                            ("j4", "y"): 2.0}
     assert top(values, 0, 2) == {("j2", "x"): 5.0, ("j3", "x"): 3.0, ("j3", "y"): 1.0, (OTHER, "x"): 1.0,
                                  (OTHER, "y"): 2.0}
 
@@ -156,6 +157,23 @@ def test_metrics_are_served_as_openmetrics_when_asked_on_a_port_read_back() -> N
     finally:
         server.stop()
     assert generate_latest(m.registry) == generate_latest(m.registry)  # sampling is side-effect free
+
+
+def test_a_repeated_xid_reads_two_through_the_endpoint_not_the_last_value() -> None:
+    m = AnalyzerMetrics(settings())
+    server = MetricsServer(m.registry, port=0)
+    url = server.start()
+    om = {"Accept": "application/openmetrics-text; version=1.0.0"}
+    try:
+        m.stored(log_lines(("h1", 79, 1)))  # one stored batch ...
+        first = httpx.get(url, headers=om, timeout=10).text
+        m.stored(log_lines(("h1", 79, 1)))  # ... and a later one: the same host, the same code
+        second = httpx.get(url, headers=om, timeout=10).text
+    finally:
+        server.stop()
+    assert "# TYPE vigil_xid_events counter" in second
+    assert 'vigil_xid_events_total{host="h1",xid="79"} 1.0' in first
+    assert 'vigil_xid_events_total{host="h1",xid="79"} 2.0' in second
 
 
 def test_the_metrics_page_is_current() -> None:
