@@ -10,12 +10,13 @@ import pytest
 from prometheus_client import generate_latest
 
 from vigil.analyzer.metrics import AnalyzerMetrics
-from vigil.app.reference.metrics import page
+from vigil.app.reference.metrics import page, readme, services
 from vigil.contract import Alert, Incident, Member, Outcome
 from vigil.contract.ledger import RECOVERY_CATEGORIES, ledger
 from vigil.kafka.deadletter import DeadLetter
 from vigil.metrics import Metrics, MetricsSettings
 from vigil.metrics.caps import OTHER, LabelCap, top
+from vigil.metrics.catalog import BEGIN, END, spliced, summary
 from vigil.metrics.naming import problems
 from vigil.metrics.server import MetricsServer
 from vigil.recovery.controller.metrics import RecoveryMetrics
@@ -178,6 +179,19 @@ def test_a_repeated_xid_reads_two_through_the_endpoint_not_the_last_value() -> N
 
 def test_the_metrics_page_is_current() -> None:
     assert (ROOT / "docs" / "metrics.md").read_text() == page(), "run: python -m vigil.app.reference"
+
+
+def test_the_readme_lists_every_family_of_every_service_and_is_current() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert readme(text) == text, "README.md's metrics list is stale: run python -m vigil.app.reference"
+    block = text[text.index(BEGIN):text.index(END)]
+    for m in services():
+        line = next(ln for ln in block.splitlines() if ln.startswith(f"- {m.service}: "))
+        assert {f"`{f.name}`" for f in m.families} == set(line.split(": ", 1)[1].split(", ")), m.service
+    stale = text.replace("`vigil_goodput_lost_seconds_total`, ", "")
+    assert stale != text and readme(stale) == text  # a family missing from the list is put back, so the check fails
+    with pytest.raises(ValueError, match="metrics:begin"):
+        spliced("no block", summary(services()))
 
 
 def member(job: str, steps: int, step_ms: float | None) -> Member:

@@ -1,4 +1,5 @@
-"""docs/metrics.md, rendered from the families each service declares (so the page cannot drift from the code)."""
+"""docs/metrics.md, and README.md's list of names, rendered from the families each service declares (so neither
+can drift from the code)."""
 
 from __future__ import annotations
 
@@ -49,3 +50,23 @@ def render(services: Sequence[Metrics]) -> str:
             lines.append(f"| `{f.name}` | {f.kind} | {labels} | {f.help.replace('|', '/')} |")
         lines.append("")
     return "\n".join(lines)
+
+
+BEGIN, END = "<!-- metrics:begin -->", "<!-- metrics:end -->"
+"""The markers around README.md's generated list."""
+
+
+def summary(services: Sequence[Metrics]) -> str:
+    """Per service one line naming its families, between the markers (README.md's list)."""
+    lines = [BEGIN]
+    for m in services:
+        lines.append(f"- {m.service}: " + ", ".join(f"`{f.name}`" for f in sorted(m.families, key=lambda f: f.name)))
+    return "\n".join([*lines, END])
+
+
+def spliced(text: str, block: str) -> str:
+    """`text` with what lies between its markers (the markers included) replaced by `block`."""
+    start, end = text.find(BEGIN), text.find(END)
+    if start < 0 or end < start:
+        raise ValueError(f"no {BEGIN} ... {END} block")
+    return text[:start] + block + text[end + len(END):]
