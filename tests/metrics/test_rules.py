@@ -10,11 +10,13 @@ import pytest
 from prometheus_client import generate_latest
 
 from vigil.analyzer.metrics import AnalyzerMetrics
-from vigil.app.reference.metrics import page
-from vigil.contract import Alert, Incident, Outcome
+from vigil.app.reference.metrics import page, readme, services
+from vigil.contract import Alert, Incident, Member, Outcome
+from vigil.contract.ledger import RECOVERY_CATEGORIES, ledger
 from vigil.kafka.deadletter import DeadLetter
 from vigil.metrics import Metrics, MetricsSettings
 from vigil.metrics.caps import OTHER, LabelCap, top
+from vigil.metrics.catalog import BEGIN, END, spliced, summary
 from vigil.metrics.naming import problems
 from vigil.metrics.server import MetricsServer
 from vigil.recovery.controller.metrics import RecoveryMetrics
@@ -62,7 +64,8 @@ def test_every_declared_family_follows_the_rules_and_is_served_under_its_name() 
 def test_label_caps_keep_the_first_values_of_a_counter_and_the_top_values_of_a_gauge() -> None:
     cap = LabelCap(2)
     assert [cap(v) for v in ("a", "b", "c", "a", "d", "b")] == ["a", "b", OTHER, "a", OTHER, "b"]
-    values = {("j1", "x"): 1.0, ("j2", "x"): 5.0, ("j3", "x"): 3.0, ("j3", "y"): 1.0, ("j4", "y"): 2.0}
+    values: dict[tuple[str, ...], float] = {("j1", "x"): 1.0, ("j2", "x"): 5.0, ("j3", "x"): 3.0, ("j3", "y"): 1.0,
+                                            ("j4", "y"): 2.0}
     assert top(values, 0, 2) == {("j2", "x"): 5.0, ("j3", "x"): 3.0, ("j3", "y"): 1.0, (OTHER, "x"): 1.0,
                                  (OTHER, "y"): 2.0}
 
@@ -157,8 +160,75 @@ def test_metrics_are_served_as_openmetrics_when_asked_on_a_port_read_back() -> N
     assert generate_latest(m.registry) == generate_latest(m.registry)  # sampling is side-effect free
 
 
+def test_a_repeated_xid_reads_two_through_the_endpoint_not_the_last_value() -> None:
+    m = AnalyzerMetrics(settings())
+    server = MetricsServer(m.registry, port=0)
+    url = server.start()
+    om = {"Accept": "application/openmetrics-text; version=1.0.0"}
+    try:
+        m.stored(log_lines(("h1", 79, 1)))  # one stored batch ...
+        first = httpx.get(url, headers=om, timeout=10).text
+        m.stored(log_lines(("h1", 79, 1)))  # ... and a later one: the same host, the same code
+        second = httpx.get(url, headers=om, timeout=10).text
+    finally:
+        server.stop()
+    assert "# TYPE vigil_xid_events counter" in second
+    assert 'vigil_xid_events_total{host="h1",xid="79"} 1.0' in first
+    assert 'vigil_xid_events_total{host="h1",xid="79"} 2.0' in second
+
+
 def test_the_metrics_page_is_current() -> None:
     assert (ROOT / "docs" / "metrics.md").read_text() == page(), "run: python -m vigil.app.reference"
+
+
+def test_the_readme_lists_every_family_of_every_service_and_is_current() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert readme(text) == text, "README.md's metrics list is stale: run python -m vigil.app.reference"
+    block = text[text.index(BEGIN):text.index(END)]
+    for m in services():
+        line = next(ln for ln in block.splitlines() if ln.startswith(f"- {m.service}: "))
+        assert {f"`{f.name}`" for f in m.families} == set(line.split(": ", 1)[1].split(", ")), m.service
+    stale = text.replace("`vigil_goodput_lost_seconds_total`, ", "")
+    assert stale != text and readme(stale) == text  # a family missing from the list is put back, so the check fails
+    with pytest.raises(ValueError, match="metrics:begin"):
+        spliced("no block", summary(services()))
+
+
+def member(job: str, steps: int, step_ms: float | None) -> Member:
+    return Member(job_id=job, host="h0", ts=T0, state="training", steps=steps, step_ms=step_ms)
+
+
+def resumed(eid: str, job: str, category: str = "host_fault") -> Outcome:
+    return Outcome.model_validate({
+        "event_id": f"outcome-{eid}", "job_id": job, "host": "ctl", "ts": T0 + timedelta(seconds=5),
+        "incident_id": eid, "result": "resumed", "category": category, "resumed_at": T0 + timedelta(seconds=4),
+        "detect_s": 2.0, "decide_s": 1.0, "pause_s": 1.5, "diagnose_s": 4.0, "restart_s": 20.0,
+        "checkpoint_load_s": 5.0, "steps_lost": 3})
+
+
+def test_what_a_recovery_cost_is_counted_once_by_the_ledgers_categories_and_jobs_are_capped() -> None:
+    m = RecoveryMetrics(settings(jobs=1), started=T0)
+    hw = {"class_of": lambda cid: "hardware"}
+    m.folded([member("j", 40, 500.0)], leading=False, **hw)  # a standby learns the pace too
+    m.folded([member("j", 2, 900.0)], leading=True, **hw)  # a new generation's first steps are not its pace
+    m.folded([resumed("c1", "j"), resumed("c1", "j")], leading=True, **hw)
+    m.folded([resumed("c1", "j")], leading=True, **hw)  # re-delivered
+
+    def lost(job: str) -> dict[str, float]:
+        found = {c: value(m, "vigil_goodput_lost_seconds_total", job=job, category=c) for c in RECOVERY_CATEGORIES}
+        return {c: v for c, v in found.items() if v is not None}
+
+    want = {"detect": 2.0, "decide": 1.0, "pause": 1.5, "diagnose": 4.0, "restart": 15.0, "restore": 5.0,
+            "steps_redone": 1.5}
+    assert lost("j") == want
+    as_ledger = ledger(wall_s=100.0, ideal_ms=500.0, step_ms=[], outcomes=[resumed("c1", "j").model_dump()])
+    assert {c: v for c, v in as_ledger.seconds.items() if v and c != "idle"} == want  # the ledger's split
+    m.folded([resumed("c2", "k", category="silent_data_corruption")], leading=True, **hw)  # no pace known for k
+    assert lost(OTHER) == {"sdc": 1.5 + 15.0 + 5.0 + 4.0}  # past the job cap; all of an SDC case to sdc
+    m.folded([resumed("c3", "j", category="start")], leading=True, class_of=lambda cid: "start")  # a job's start
+    m.folded([resumed("c4", "j").model_copy(update={"resumed_at": None, "result": "paged"})], leading=True, **hw)
+    m.folded([resumed("c5", "j")], leading=False, **hw)  # a standby's fold
+    assert lost("j") == want
 
 
 class _Hosted:

@@ -5,7 +5,9 @@ prints an Xid 79 line at step 12 and dies (once). The analyzer (`vigil analyzer`
 and the controller (`vigil recovery run`, tests/support/live.py) serve /metrics on free ports they
 print; Debian's Prometheus scrapes both every second. Asserted over PromQL: the Xid counter is 1 for
 (h1, 79), one per Xid line the agent published, and stays so after the recovery; the recovery duration
-was observed once per case that ended, and each ended case counted once by outcome.
+was observed once per case that ended, and each ended case counted once by outcome. (One Xid cannot tell a
+counter from a last-value gauge: that a second Xid of the same host and code reads 2 through the endpoint is
+tests/metrics/test_rules.py's; a second fault here would cost a second recovery.)
 """
 
 from __future__ import annotations

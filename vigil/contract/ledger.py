@@ -50,6 +50,7 @@ class Category(StrEnum):
 
 
 RECOVERY = ("detect", "decide", "pause", "diagnose", "restart", "restore")
+RECOVERY_CATEGORIES: tuple[str, ...] = (*RECOVERY, "steps_redone", "elastic_resize", "sdc")  # its keys
 CATEGORIES: tuple[str, ...] = tuple(c.value for c in Category)
 TOLERANCE = 0.005
 WINDOWS: dict[str, float | None] = {"5m": 300.0, "1h": 3600.0, "1d": 86400.0, "all": None}  # rolling, seconds
@@ -137,8 +138,10 @@ def _num(o: Mapping[str, object], key: str) -> float:
     return float(v) if isinstance(v, int | float) else 0.0
 
 
-def _charge(s: dict[str, float], o: Mapping[str, object], ideal_ms: float) -> None:
-    """One recovery outcome's time: its phases and steps redone, or all of it to a resize or an SDC replay."""
+def recovery_seconds(o: Mapping[str, object], ideal_ms: float) -> dict[str, float]:
+    """What one recovery outcome (its category, detect_s ... restart_s, checkpoint_load_s, steps_lost) costs, by
+    category: its phases and its steps redone at `ideal_ms`, or all of it to a resize or an SDC replay (keys with
+    a cost only; the recovery controller's metrics count these too)."""
     load = _num(o, "checkpoint_load_s")
     parts = {k: _num(o, f"{k}_s") for k in ("detect", "decide", "pause", "diagnose")}
     parts["restart"] = max(0.0, _num(o, "restart_s") - load)
@@ -149,11 +152,13 @@ def _charge(s: dict[str, float], o: Mapping[str, object], ideal_ms: float) -> No
     if whole == "sdc":  # the job trained on while the fault was found and decided: those steps are among the redone
         parts["detect"] = parts["decide"] = 0.0
     if whole is not None:
-        s[whole] += sum(parts.values()) + redone
-        return
-    for k, v in parts.items():
+        return {whole: sum(parts.values()) + redone}
+    return {k: v for k, v in {**parts, "steps_redone": redone}.items() if v}
+
+
+def _charge(s: dict[str, float], o: Mapping[str, object], ideal_ms: float) -> None:
+    for k, v in recovery_seconds(o, ideal_ms).items():
         s[k] += v
-    s["steps_redone"] += redone
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,4 +1,5 @@
-"""docs/metrics.md, rendered from the families each service declares (so the page cannot drift from the code)."""
+"""docs/metrics.md, and README.md's list of names, rendered from the families each service declares (so neither
+can drift from the code)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,12 @@ repeats). A recovery's outcome is counted once, by the controller instance that 
 it, and only an outcome dated after that process started (the log is folded from its beginning at
 every start: history counted again would read as a burst). A job's start, scale-up and resume are
 cases (their `class`), not recoveries from a fault: only faults feed the durations, phases, steps
-lost and cordons. Counters restart from zero with their process, as Prometheus expects.
+lost and cordons. What each recovery that resumed cost its job (`vigil_goodput_lost_seconds_total`) is
+split as the goodput ledger splits it (`vigil goodput`, the Goodput page: phases, steps redone, or all of it
+to a resize or an SDC replay), its steps redone priced at the job's step time as its agents last reported
+it (the ledger's ideal step time needs the step records; none reported: not counted); a job's ETTR is the
+ledger's, read from ClickHouse, not a metric. Counters restart from zero with their process, as Prometheus
+expects.
 
 Alert rules for vigil's own health (ingest behind, detector turns over the interval, no controller
 holding the lease, dead letters rising, security refusals, notifications failing) with promtool unit
@@ -44,3 +50,23 @@ def render(services: Sequence[Metrics]) -> str:
             lines.append(f"| `{f.name}` | {f.kind} | {labels} | {f.help.replace('|', '/')} |")
         lines.append("")
     return "\n".join(lines)
+
+
+BEGIN, END = "<!-- metrics:begin -->", "<!-- metrics:end -->"
+"""The markers around README.md's generated list."""
+
+
+def summary(services: Sequence[Metrics]) -> str:
+    """Per service one line naming its families, between the markers (README.md's list)."""
+    lines = [BEGIN]
+    for m in services:
+        lines.append(f"- {m.service}: " + ", ".join(f"`{f.name}`" for f in sorted(m.families, key=lambda f: f.name)))
+    return "\n".join([*lines, END])
+
+
+def spliced(text: str, block: str) -> str:
+    """`text` with what lies between its markers (the markers included) replaced by `block`."""
+    start, end = text.find(BEGIN), text.find(END)
+    if start < 0 or end < start:
+        raise ValueError(f"no {BEGIN} ... {END} block")
+    return text[:start] + block + text[end + len(END):]

@@ -1,4 +1,5 @@
-"""`python -m vigil.app.reference [--check]`: write (or check) the generated pages under docs/."""
+"""`python -m vigil.app.reference [--check]`: write (or check) the generated pages under docs/ and README.md's
+generated block (the metrics' names)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from vigil.app.reference import metrics, settings, tables
 
 DOCS = Path(__file__).resolve().parents[3] / "docs"
 PAGES = {"settings.md": settings.page, "tables.md": tables.page, "metrics.md": metrics.page}
+README = DOCS.parent / "README.md"
 
 
 def main(argv: list[str]) -> int:
@@ -22,8 +24,16 @@ def main(argv: list[str]) -> int:
         else:
             path.write_text(text, encoding="utf-8")
             print(f"wrote {path}")
+    text = README.read_text(encoding="utf-8")
+    if (fresh := metrics.readme(text)) != text:
+        if "--check" in argv:
+            stale.append(README.name)
+        else:
+            README.write_text(fresh, encoding="utf-8")
+            print(f"wrote {README}")
     if stale:
-        print("stale: " + ", ".join(f"docs/{n}" for n in stale) + " (run `python -m vigil.app.reference`)")
+        names = ", ".join(n if n == README.name else f"docs/{n}" for n in stale)
+        print(f"stale: {names} (run `python -m vigil.app.reference`)")
     return 1 if stale else 0
 
 
