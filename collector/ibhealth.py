@@ -8,7 +8,7 @@ Read beside the byte counters (`collector/nic.py`), per `<sysfs>/class/infiniban
 * `ib_port_down` (critical, cordon): a port seen ACTIVE went DOWN with its physical link not training;
   `ib_port_polling` (critical, cordon): a port seen ACTIVE whose physical link stayed in Polling for
   `polling_s`. A port in Polling since the agent's start for `polling_s` (a cable that never came up) is
-  `ib_port_polling` too, but error, watch: sysfs cannot tell it from an enabled port left without a cable, so
+  `ib_port_polling` too, but a warning (watch): sysfs cannot tell it from an enabled port left without a cable, so
   it is told, not acted on. A port never seen ACTIVE and not Polling (Disabled, an unused port) is no fault;
   each is reported once until it is ACTIVE again;
 * `ib_symbol_errors`, `ib_link_recovery`, `ib_rcv_errors` (warning, watch): the counter grew; reported at most
@@ -24,6 +24,7 @@ the caller passes the clock.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -87,22 +88,33 @@ class IbHealth:
     _down: set[Key] = field(default_factory=set, init=False)
     _active: set[Key] = field(default_factory=set, init=False)
     rising: Rising = field(default_factory=Rising)  # symbol errors that keep rising condemn the port
-    dirty: bool = field(default=False, init=False)  # counters changed since the last `snapshot`
+    _saved: dict[str, dict[str, int]] = field(default_factory=dict, init=False)  # what `snapshot` saved last
 
     def restore(self, saved: object) -> None:
-        """Baselines from a previous agent's `snapshot` ({"<device>/<port>": {counter: value}})."""
+        """Baselines from a previous agent's `snapshot` ({"<device>/<port>": {counter: value}}); an entry that does not
+        parse (a damaged state file) is skipped, never the end of the agent."""
         if not isinstance(saved, dict):
             return
         for name, counters in list(saved.items())[:MAX_SAVED]:
             device, _, port = str(name).rpartition("/")
-            if device and port.isdigit() and isinstance(counters, dict):
+            if device and re.fullmatch(r"[0-9]{1,4}", port) and isinstance(counters, dict):
                 self._last[(device, int(port))] = PortHealth(
                     device=device, port=int(port), state="", phys="",
                     counters={c: v for c, v in counters.items() if c in COUNTERS and isinstance(v, int)})
+        self._saved = self._values()
+
+    @property
+    def dirty(self) -> bool:
+        """What `snapshot` would save differs from what was saved last (a counter whose growth is still held for
+        its report interval saves the same value: no rewrite of the state file every sample)."""
+        return self._values() != self._saved
 
     def snapshot(self) -> dict[str, dict[str, int]]:
         """Each port's counters to save (growth not yet reported left out, so a restart reports it); bounded."""
-        self.dirty = False
+        self._saved = self._values()
+        return self._saved
+
+    def _values(self) -> dict[str, dict[str, int]]:
         return {f"{d}/{n}": {c: v - self._pending.get(((d, n), c), 0) for c, v in p.counters.items()}
                 for (d, n), p in list(self._last.items())[:MAX_SAVED]}
 
@@ -112,7 +124,6 @@ class IbHealth:
             key = (p.device, p.port)
             prev = self._last.get(key)
             self._last[key] = p
-            self.dirty = self.dirty or prev is None or prev.counters != p.counters
             out += self._state(key, p, now)
             if prev is None:
                 continue
@@ -143,7 +154,7 @@ class IbHealth:
                 return []
             self._down.add(key)
             if key not in self._active:  # never up since the agent started: a cable that never came up, or none
-                return [self._fault(p, "ib_port_polling", "error", XidAction.WATCH,
+                return [self._fault(p, "ib_port_polling", "warning", XidAction.WATCH,
                                     f"the link never came up: its training is stuck in Polling for {now - since:.0f} "
                                     "s (a cable or transceiver that never trained, or an enabled port left unused)")]
             return [self._fault(p, "ib_port_polling", "critical", XidAction.CORDON,
@@ -162,7 +173,6 @@ class IbHealth:
             if grown and now - self._reported_at.get((key, name), -self.report_s) >= self.report_s:
                 self._reported_at[(key, name)] = now
                 del self._pending[(key, name)]
-                self.dirty = True  # the saved value now holds this growth
                 out.append(self._fault(p, category, "warning", XidAction.WATCH,
                                        f"{name} +{grown} (now {p.counters.get(name)})"))
                 if name == "symbol_error" and self.rising.grew(key, now):

@@ -106,7 +106,7 @@ class KernelLog:
 
     def caught_up(self, timeout_s: float) -> bool:
         """Wait until a read this thread began after the call was handled (its facts emitted, a host fault in the
-        error memory); at most `timeout_s`. False at once when the kernel log is not being followed, or at the
+        error memory), read on until nothing was left; at most `timeout_s`. False at once when the kernel log is not being followed, or at the
         timeout (a stuck read): the caller goes on with what is known, never blocked for longer."""
         with self._reads:
             target = self._began + 1
@@ -169,7 +169,8 @@ class KernelLog:
                 with self._reads:
                     self._began += 1
                     began = self._began
-                self.poll()
+                while self.poll() and not stop.is_set():
+                    pass  # a backlog past one read's limit: read on, so a handled read means nothing was left
                 with self._reads:
                     self._handled = began
                     self._reads.notify_all()
@@ -183,8 +184,8 @@ class KernelLog:
                 reader.close()
             self.emit([self._repeat(e, n) for e, n in self._limiter.drain()])
 
-    def poll(self) -> None:
-        """Read what is new, emit its facts, then save the position."""
+    def poll(self) -> int:
+        """Read what is new (at most one read's limit), emit its facts, then save the position; the records read."""
         assert self.reader is not None
         records = self.reader.read()
         out: list[LogLine] = []
@@ -200,6 +201,7 @@ class KernelLog:
         self.emit(out)
         if records:
             self._save()
+        return len(records)
 
     def handle(self, record: KmsgRecord) -> list[LogLine]:
         if record.facility != KERNEL_FACILITY:

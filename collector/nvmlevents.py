@@ -23,6 +23,7 @@ double with the same functions).
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -70,6 +71,8 @@ class NvmlEvents:
     wait_ms: int = 1000
     poll_s: float = 10.0
     report_s: float = 60.0  # NVLink counter growth: reported at most this often per link and counter
+    crc_per_s: float = 100.0  # NVLink CRC errors per second in a report that count toward condemning (DCGM's rate)
+    link_down_s: float = 30.0  # a link seen active stays inactive this long (not a reset's retraining): cordon
     store: OffsetStore | None = None  # the last counter values by GPU UUID, kept across agent restarts
     clock: Callable[[], float] = time.time  # wall clock: growth times are saved with the counters
     _set: Any = field(default=None, init=False)
@@ -80,8 +83,12 @@ class NvmlEvents:
     _link_pending: dict[tuple[tuple[int, int], str], int] = field(default_factory=dict, init=False)
     _link_reported: dict[tuple[tuple[int, int], str], float] = field(default_factory=dict, init=False)
     _link_up: set[tuple[int, int]] = field(default_factory=set, init=False)
+    _link_down_since: dict[tuple[int, int], float] = field(default_factory=dict, init=False)
+    _link_since: dict[tuple[tuple[int, int], str], float] = field(default_factory=dict, init=False)  # rate's start
+    _saved: dict[str, Any] | None = field(default=None, init=False)  # what the store holds (a rewrite only on change)
     _no_link: set[tuple[int, int]] = field(default_factory=set, init=False)
     _lost: set[int] = field(default_factory=set, init=False)
+    _judged: list[LogLine] = field(default_factory=list, init=False, repr=False)
     rising: Rising = field(default_factory=Rising)  # retired pages / remapped rows that keep growing condemn the GPU
 
     def open(self) -> None:
@@ -149,13 +156,14 @@ class NvmlEvents:
             if i in self._lost:
                 continue
             try:
-                facts, moved = self._poll_gpu(h, i)
-            except _Lost:
+                facts, moved, lost = self._poll_gpu(h, i)
+            except _Lost:  # lost while its counters were read: nothing of this poll was judged yet
+                facts, moved, lost = [], False, True
+            out += facts  # what was judged before the GPU was lost (a condemnation is never dropped)
+            changed = changed or moved
+            if lost:
                 self._lost.add(i)
                 out.append(self._fact(i, "gpu_lost", "critical", XidAction.REBOOT_THEN_CHECK, "NVML: the GPU is lost"))
-                continue
-            out += facts
-            changed = changed or moved
         try:
             count = int(nv.nvmlDeviceGetCount())
         except Exception:
@@ -181,8 +189,10 @@ class NvmlEvents:
                 raise _Lost from exc
             return None
 
-    def _poll_gpu(self, h: Any, i: int) -> tuple[list[LogLine], bool]:
-        """One GPU's facts and whether its saved counters changed. Each counter is read on its own."""
+    def _poll_gpu(self, h: Any, i: int) -> tuple[list[LogLine], bool, bool]:
+        """One GPU's facts, whether its counters changed and whether it was lost while its links were read. Each
+        counter is read on its own; every read of the counters comes before anything is judged (a GPU lost there
+        raises `_Lost` with nothing counted)."""
         nv, now, out = self.nvml, self.clock(), []
         seen: dict[str, int] = {}
         rows = self._read(nv.nvmlDeviceGetRemappedRows, h)
@@ -223,14 +233,24 @@ class NvmlEvents:
                                       f"NVML: retired pages / remapped rows keep growing ({seen.get('pages', '?')} "
                                       f"pages, {seen.get('rows', '?')} uncorrectable rows; "
                                       f"{self.rising.condemn_after} growths within a day): condemned"))
-        facts, moved = self._poll_links(h, i, now)
-        return out + facts, changed or moved
+        facts, moved, lost = self._poll_links(h, i, now)
+        return out + facts, changed or moved, lost
 
-    def _poll_links(self, h: Any, i: int, now: float) -> tuple[list[LogLine], bool]:
+    def _poll_links(self, h: Any, i: int, now: float) -> tuple[list[LogLine], bool, bool]:
         """Each active NVLink's error counters: growth reported at most once per `report_s` per link and counter
-        (warning, watch); CRC reports rising `rising.condemn_after` times within a day, or a link seen active going
-        inactive: error, cordon (the catalog's NVLink class, Xid 74)."""
-        nv, out, changed = self.nvml, [], False
+        (warning, watch); CRC reports at `crc_per_s` or more rising `rising.condemn_after` times within a day (CRC
+        errors are corrected by replay: a trickle is watched, never condemned), or a link seen active staying
+        inactive for `link_down_s` (not a reset's retraining): error, cordon (the catalog's NVLink class, Xid 74).
+        The third value: the GPU was lost during the reads (what was judged before is kept)."""
+        try:
+            return self._links_of(h, i, now)
+        except _Lost:
+            return self._judged, True, True
+
+    def _links_of(self, h: Any, i: int, now: float) -> tuple[list[LogLine], bool, bool]:
+        nv, changed = self.nvml, False
+        out: list[LogLine] = []
+        self._judged = out  # the facts so far, should the GPU be lost at the next read
         for link in range(int(getattr(nv, "NVML_NVLINK_MAX_LINKS", MAX_LINKS))):
             key = (i, link)
             if key in self._no_link:
@@ -245,17 +265,23 @@ class NvmlEvents:
                 continue
             if int(state) != FEATURE_ENABLED:
                 if key in self._link_up:
-                    self._link_up.discard(key)
-                    out.append(self._fact(i, "nvlink", "error", XidAction.CORDON,
-                                          f"NVML: NVLink link {link} went inactive"))
+                    since = self._link_down_since.setdefault(key, now)
+                    if now - since >= self.link_down_s:
+                        self._link_up.discard(key)
+                        self._link_down_since.pop(key, None)
+                        out.append(self._fact(i, "nvlink", "error", XidAction.CORDON,
+                                              f"NVML: NVLink link {link} inactive for {now - since:.0f} s"))
                 continue  # a link never seen active here is unused
             self._link_up.add(key)
+            self._link_down_since.pop(key, None)  # back (a GPU reset retrains its links)
             values = {name: int(v) for name, const in NVLINK_COUNTERS
                       if (v := self._read(nv.nvmlDeviceGetNvLinkErrorCounter, h, link,
                                           getattr(nv, const[0], const[1]))) is not None}
             before = self._links.get(key)
             self._links[key] = {**(before or {}), **values}
             changed = changed or before != self._links[key]
+            for name in values:
+                self._link_since.setdefault((key, name), now)
             if before is None:
                 continue
             for name, value in values.items():
@@ -265,18 +291,22 @@ class NvmlEvents:
             crc = False
             for name, label in NVLINK_LABELS.items():
                 grown = self._link_pending.get((key, name), 0)
-                if grown and now - self._link_reported.get((key, name), -self.report_s) >= self.report_s:
+                last = self._link_reported.get((key, name))
+                if grown and (last is None or now - last >= self.report_s):
                     self._link_reported[(key, name)] = now
+                    rate = grown / max(now - self._link_since.get((key, name), now), self.report_s)
+                    self._link_since[(key, name)] = now
                     del self._link_pending[(key, name)]
                     changed = True  # the saved value now holds this growth
                     out.append(self._fact(i, "nvlink", "warning", XidAction.WATCH,
                                           f"NVML: NVLink link {link} {label} +{grown} (now {values[name]})"))
-                    crc = crc or name.startswith("crc")
+                    crc = crc or (name.startswith("crc") and rate >= self.crc_per_s)
             if crc and self.rising.grew(("nvlink", self._gpu_key(i), link), now):
                 out.append(self._fact(i, "nvlink", "error", XidAction.CORDON,
-                                      f"NVML: NVLink link {link} CRC errors keep rising ({self.rising.condemn_after} "
-                                      f"reports within {self.rising.window_s / 3600:.0f} h)"))
-        return out, changed
+                                      f"NVML: NVLink link {link} CRC errors keep rising at {self.crc_per_s:.0f}/s or "
+                                      f"more ({self.rising.condemn_after} reports within "
+                                      f"{self.rising.window_s / 3600:.0f} h)"))
+        return out, changed, False
 
     # ---- counters kept across agent restarts ---------------------------------------------------
     def _gpu_key(self, i: int) -> str:
@@ -292,28 +322,37 @@ class NvmlEvents:
             doc = saved.get(uuid) if uuid else None
             if not isinstance(doc, dict):
                 continue
-            counters = doc.get("counters")
-            if isinstance(counters, dict):
-                self._counters[i] = {k: v for k, v in counters.items() if isinstance(v, int)}
-            links = doc.get("links")
-            if isinstance(links, dict):
-                for link, values in links.items():
-                    if str(link).isdigit() and isinstance(values, dict):
-                        self._links[(i, int(link))] = {k: v for k, v in values.items() if isinstance(v, int)}
-            grew = doc.get("grew")
-            if isinstance(grew, dict):
-                for what, times in grew.items():
-                    held = [float(t) for t in times if isinstance(t, (int, float))] if isinstance(times, list) else []
-                    if what == "gpu":
-                        self.rising.restore(self._gpu_key(i), held)
-                    elif str(what).isdigit():
-                        self.rising.restore(("nvlink", self._gpu_key(i), int(what)), held)
+            try:
+                self._restore_gpu(i, doc)
+            except (TypeError, ValueError, OverflowError) as exc:  # a damaged state file: that GPU starts fresh
+                log.warning("GPU %d: saved NVML counters not usable (%s): a fresh baseline", i, exc)
+                self._counters.pop(i, None)
+
+    def _restore_gpu(self, i: int, doc: dict[str, Any]) -> None:
+        """One GPU's saved counters, NVLink values and growth times (only well-formed entries)."""
+        counters = doc.get("counters")
+        if isinstance(counters, dict):
+            self._counters[i] = {k: v for k, v in counters.items() if isinstance(v, int)}
+        links = doc.get("links")
+        if isinstance(links, dict):
+            for link, values in links.items():
+                if re.fullmatch(r"[0-9]{1,2}", str(link)) and isinstance(values, dict):
+                    self._links[(i, int(link))] = {k: v for k, v in values.items() if isinstance(v, int)}
+        grew = doc.get("grew")
+        if isinstance(grew, dict):
+            for what, times in grew.items():
+                held = [float(t) for t in times if isinstance(t, (int, float))] if isinstance(times, list) else []
+                if what == "gpu":
+                    self.rising.restore(self._gpu_key(i), held)
+                elif re.fullmatch(r"[0-9]{1,2}", str(what)):
+                    self.rising.restore(("nvlink", self._gpu_key(i), int(what)), held)
 
     def _save(self) -> None:
         """Each present GPU's counters by UUID (bounded: at most `MAX_SAVED` GPUs and `MAX_LINKS` links each); a
         growth not yet reported is left out of the saved value, so a restart reports it."""
         if self.store is None:
             return
+        held = self.store.get(STORE_KEY) if self._saved is None else self._saved
         doc: dict[str, Any] = {}
         for i, uuid in sorted(self._uuid.items())[:MAX_SAVED]:
             if not uuid:
@@ -326,7 +365,14 @@ class NvmlEvents:
                     if held := self.rising.history(("nvlink", self._gpu_key(i), link)):
                         grew[str(link)] = held
             doc[uuid] = {"counters": self._counters.get(i, {}), "links": links, "grew": grew}
-        self.store.save(**{STORE_KEY: doc})
+        if isinstance(held, dict):  # a GPU saved before and absent now (gone at this start) keeps its last values
+            for uuid, values in list(held.items())[:MAX_SAVED]:
+                if len(doc) >= MAX_SAVED:
+                    break
+                doc.setdefault(str(uuid), values)
+        if doc != self._saved:
+            self.store.save(**{STORE_KEY: doc})
+            self._saved = doc
 
     def _fact(self, index: int | None, category: str, severity: Severity, action: XidAction, message: str,
               xid: int | None = None) -> LogLine:

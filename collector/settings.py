@@ -46,8 +46,8 @@ class CollectorSettings(VigilBaseSettings):
     nic_interval: float = Field(default=1.0, gt=0)
     poll_interval: float = Field(default=0.5, gt=0, description="how often spool/log/FR files are checked")
     ib_polling_s: float = Field(default=30.0, gt=0, description="an InfiniBand port whose link stays in Polling "
-                                "this long is a fault (ib_port_polling: critical where the port was seen up, an "
-                                "error to watch where it never came up since the agent started)")
+                                "this long is a fault (ib_port_polling: critical where the port was seen up, a "
+                                "warning to watch where it never came up since the agent started)")
     ib_report_s: float = Field(default=60.0, gt=0, description="growth of a port's error counters is reported at "
                                "most this often (with the growth since the last report)")
     nic_exclude: str = r"^(lo|docker\d*|veth.*|virbr.*|br-.*|cni.*|flannel.*)$"

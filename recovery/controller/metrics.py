@@ -38,6 +38,7 @@ LIFECYCLE = ("start", "scale", "resume")
 """Case classes that recover no fault (the engine's own: `Engine._open`'s cls)."""
 PHASES = ("detect", "decide", "pause", "diagnose", "restart", "checkpoint_load")
 STEPS_BUCKETS = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000)
+MAX_STEP_MS = 3_600_000.0  # a step time the job reports counts at most an hour (it prices steps redone)
 REMEMBERED = 10_000
 STEADY_STEPS = 10
 """A member's step time is the job's once it covers this many steps (or none was known): the first steps of a
@@ -106,7 +107,7 @@ class RecoveryMetrics(Metrics):
     def _paced(self, m: Member) -> None:
         if m.step_ms is None or (m.steps < STEADY_STEPS and m.job_id in self._step_ms):
             return
-        self._step_ms[m.job_id] = m.step_ms
+        self._step_ms[m.job_id] = min(m.step_ms, MAX_STEP_MS)  # the job's own claim: bounded
         self._step_ms.move_to_end(m.job_id)
         if len(self._step_ms) > REMEMBERED:
             self._step_ms.popitem(last=False)

@@ -48,13 +48,13 @@ def test_an_unused_port_is_no_fault(tmp_path: Path) -> None:
 
 
 def test_a_port_polling_since_the_agent_started_is_told_after_the_grace(tmp_path: Path) -> None:
-    """A cable that never came up: Polling from the first reading is `ib_port_polling` after `polling_s`, an error
+    """A cable that never came up: Polling from the first reading is `ib_port_polling` after `polling_s`, a warning
     to watch (sysfs cannot tell it from an enabled port left without a cable), once until the port is ACTIVE."""
     node = FakeNode(tmp_path)
     node.set_ib_port("mlx5_0", state="DOWN", phys="Polling", **ZERO)
     ib = IbHealth(job_id="j", host="h", polling_s=30)
     assert faults(node, ib, 0) == [] and faults(node, ib, 29) == []
-    assert faults(node, ib, 30) == [("ib_port_polling", "error", "mlx5_0 port 1", XidAction.WATCH)]
+    assert faults(node, ib, 30) == [("ib_port_polling", "warning", "mlx5_0 port 1", XidAction.WATCH)]
     assert faults(node, ib, 100) == []  # once
     node.set_ib_port("mlx5_0", state="ACTIVE", phys="LinkUp", **ZERO)
     assert faults(node, ib, 110) == []
@@ -76,6 +76,11 @@ def test_port_counters_are_compared_with_a_previous_agents_snapshot(tmp_path: Pa
     assert faults(node, first, 2) == [] and first.dirty  # +3 held for the interval
     saved = first.snapshot()
     assert saved["mlx5_0/1"] == {**ZERO, "symbol_error": 2} and not first.dirty  # the unreported +3 left out
+    node.set_ib_port("mlx5_0", state="ACTIVE", phys="LinkUp", **{**ZERO, "symbol_error": 7})
+    assert faults(node, first, 3) == [] and not first.dirty  # more growth held: the saved value is the same, no rewrite
+    assert first.snapshot() == saved
+    node.set_ib_port("mlx5_0", state="ACTIVE", phys="LinkUp", **{**ZERO, "symbol_error": 5})
+    first.update(read_ports(node.sysfs), 4)
     node.set_ib_port("mlx5_0", state="ACTIVE", phys="LinkUp", **{**ZERO, "symbol_error": 6, "link_downed": 1})
     second = IbHealth(job_id="j", host="h", report_s=60)
     second.restore(saved)
@@ -83,6 +88,9 @@ def test_port_counters_are_compared_with_a_previous_agents_snapshot(tmp_path: Pa
     assert set(got) == {"ib_link_flap", "ib_symbol_errors"} and "symbol_error +4 (now 6)" in got["ib_symbol_errors"]
     fresh = IbHealth(job_id="j", host="h")
     assert fresh.update(read_ports(node.sysfs), 0) == []  # without a snapshot the first reading is the baseline
+    damaged = IbHealth(job_id="j", host="h")
+    damaged.restore({"mlx5_0/\u00b2": {"symbol_error": 1}, "x": 1, "/1": {}})  # a damaged state file: skipped
+    assert damaged.update(read_ports(node.sysfs), 0) == []
 
 
 def test_error_counters_growing_are_reported_at_most_once_per_interval_with_all_their_growth(tmp_path: Path) -> None:

@@ -200,7 +200,7 @@ def test_waiting_on_a_descriptor_past_1024_works(high_descriptors: None) -> None
 def test_caught_up_reads_past_a_record_logged_before_the_call(tmp_path: Path) -> None:
     """A rank's exit is noticed while the kernel log thread waits out its interval: `caught_up` has it read now, so
     the Xid the driver logged before the exit is in the error memory when the exit is reported (with a 30 s interval
-    and no wake this waits 30 s and answers False)."""
+    and no wake this waits 30 s and answers False; a read that stopped at its limit would miss the Xid after a burst)."""
     import threading
     import time
     from datetime import UTC, datetime, timedelta
@@ -224,8 +224,10 @@ def test_caught_up_reads_past_a_record_logged_before_the_call(tmp_path: Path) ->
         wait_until(lambda: kernel.following, timeout=10, what="the kernel log thread opened its log")
         assert kernel.caught_up(5.0)  # the first read
         since = datetime.now(UTC) - timedelta(seconds=60)
-        with kmsg.open("a") as fh:  # stamped now on the boot clock, as the kernel stamps it
-            fh.write(f"3,1,{time.monotonic_ns() // 1000},-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen "
+        with kmsg.open("a") as fh:  # a burst past one read's limit (1,000), then the Xid, stamped now on the boot clock
+            for seq in range(1, 1501):
+                fh.write(f"6,{seq},{time.monotonic_ns() // 1000},-;pcieport 0000:00:01.0: noise {seq}\n")
+            fh.write(f"3,1501,{time.monotonic_ns() // 1000},-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen "
                      "off the bus.\n")
         assert memory.fault_since(since) is None  # the thread waits out its 30 s
         assert kernel.caught_up(5.0)

@@ -150,19 +150,32 @@ def test_nvlink_error_counters_growth_crc_rising_and_a_link_going_inactive() -> 
     clock.now += 60
     (late,) = src.poll()
     assert late.message == "NVML: NVLink link 0 replays +2 (now 7)"
-    crc = []
-    for n in (1, 2, 3):
+    warn = ("warning", XidAction.WATCH)
+    trickle = []
+    for n in (1, 2, 3):  # a CRC trickle (corrected by replay): watched, never condemned
         nv.gpus[0].nvlinks[1] = {2: n * 10, 3: n}
         clock.now += 100
+        trickle.append([(e.severity, e.action) for e in src.poll()])
+    assert trickle == [[warn, warn]] * 3
+    crc = []
+    for n in (1, 2, 3):  # CRC flit errors at 200/s, past DCGM's 100/s, in 3 reports within a day: condemned
+        nv.gpus[0].nvlinks[1] = {2: 30 + n * 20_000, 3: 3}
+        clock.now += 100
         crc.append([(e.severity, e.action) for e in src.poll()])
-    warn = ("warning", XidAction.WATCH)
-    assert crc == [[warn, warn], [warn, warn], [warn, warn, ("error", XidAction.CORDON)]]  # CRC rising: an error
+    assert crc == [[warn], [warn], [warn, ("error", XidAction.CORDON)]]  # CRC rising fast: an error
     fault = memory.fault_since(None)
     assert fault is not None and fault[0] == "nvlink"  # a host fault a failed rank's exit reports
     nv.gpus[0].inactive = {1, 2}
+    assert src.poll() == []  # inactive for a moment (a GPU reset retrains its links): not yet
+    nv.gpus[0].inactive = {2}
+    clock.now += 20
+    assert src.poll() == []  # back
+    nv.gpus[0].inactive = {1, 2}
+    assert src.poll() == []
+    clock.now += 30
     (down,) = src.poll()
     assert (down.category, down.severity, down.action, down.message) == \
-        ("nvlink", "error", XidAction.CORDON, "NVML: NVLink link 1 went inactive")
+        ("nvlink", "error", XidAction.CORDON, "NVML: NVLink link 1 inactive for 30 s")
     assert src.poll() == []  # once
 
 
@@ -219,3 +232,44 @@ def test_without_nvml_the_driver_procfs_gives_each_gpu_its_uuid(tmp_path: object
     (sysfs / "bus").rename(root / "elsewhere")  # no driver directory in sysfs: the driver's procfs names them
     assert GpuMap(sysfs_root=sysfs, procfs_root=procfs).lookup("PCI:0000:3b:00") == \
         (1, "GPU-0a2b3c4d-0000-1111-2222-333344445555")
+
+
+def test_a_gpu_lost_while_its_links_are_read_keeps_what_its_counters_showed() -> None:
+    """The poll that condemns a GPU (its retired pages grew a third time) and then finds it lost at its NVLink reads
+    ships both: the condemnation is counted once by `Rising`, so dropping it would lose it for good."""
+    nv, clock = node(), Clock()
+    nv.gpus[0].nvlinks = {0: {}}
+    src = NvmlEvents(nvml=nv, job_id="j", host="h", emit=lambda _: None, clock=clock)
+    src.open()
+    for n in (1, 2):
+        nv.gpus[0].retired = (n, 0)
+        clock.now += 100
+        src.poll()
+    nv.gpus[0].retired = (3, 0)
+    read_links = nv.nvmlDeviceGetNvLinkState
+
+    def lost_now(h: object, link: int) -> object:
+        nv.gpus[0].lost = True  # the GPU falls off the bus between the counters and the links
+        return read_links(h, link)
+
+    nv.nvmlDeviceGetNvLinkState = lost_now  # type: ignore[method-assign]
+    clock.now += 100
+    got = [(e.category, e.severity, e.action) for e in src.poll()]
+    assert ("ecc", "critical", XidAction.CORDON) in got and ("gpu_lost", "critical", XidAction.REBOOT_THEN_CHECK) in got
+
+
+def test_a_damaged_saved_state_is_a_fresh_baseline_not_a_dead_source(tmp_path: object) -> None:
+    """Saved NVML counters that do not parse (a hand edit, a torn disk) start that GPU afresh; the source runs."""
+    import json
+    from pathlib import Path
+
+    from vigil.collector.offsets import OffsetStore
+
+    path = Path(str(tmp_path)) / "offsets.json"
+    path.write_text(json.dumps({"nvml": {"GPU-0": {"counters": {"pages": 1}, "links": {"²": {}, "0": {"crc_flit": 1}},
+                                                   "grew": {"gpu": ["x", 1e400], "²": [1.0]}}}}))
+    nv = node()
+    src = NvmlEvents(nvml=nv, job_id="j", host="h", emit=lambda _: None, store=OffsetStore(path=path))
+    src.open()
+    nv.gpus[0].retired = (2, 0)
+    assert [(e.category, e.gpu_index) for e in src.poll()] == [("ecc", 0)]  # compared with the saved 1 page
