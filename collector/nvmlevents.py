@@ -9,8 +9,9 @@ GPU's remapped rows (pending: reset the GPU; failed: cordon), retired pages (gro
 `rising.condemn_after` polls within a day: critical, cordon, the GPU condemned) and their pending flag
 (`nvmlDeviceGetRetiredPagesPendingStatus`: reset the GPU), and each active NVLink's error counters (CRC flit,
 CRC data, replay, recovery: growth `nvlink`, warning, watch, at most once per `report_s` per link and counter;
-CRC reports rising `rising.condemn_after` times within a day, or a link seen active going inactive: `nvlink`,
-error, cordon, the catalog's NVLink class). It notices a GPU that is gone (fewer GPUs than at the start, or
+CRC reports at `crc_per_s` (DCGM's 100/s) or more, `rising.condemn_after` times within a day, or a link seen
+active staying inactive for `link_down_s` (not a reset's retraining): `nvlink`, error, cordon, the catalog's
+NVLink class). It notices a GPU that is gone (fewer GPUs than at the start, or
 NVML saying GPU_IS_LOST): `gpu_lost`, critical, reboot then check. Host faults are noted in the agent's error
 memory, as kernel facts are.
 
