@@ -139,6 +139,10 @@ class EpochSettings(_Section):
 
 class LogSettings(_Section):
     min_severity: Literal["warning", "error", "critical"] = "error"
+    hardware_min_severity: Literal["warning", "error", "critical"] = Field(
+        default="warning", description="what the hardware reported (source kernel, nvml, sysfs: attested facts) "
+        "alerts from this severity: InfiniBand symbol errors growing, a corrected ECC or AER error (warnings, "
+        "rate-limited by the agent) are each their own alert, which starts no recovery")
     resolve_s: float = Field(default=600.0, gt=0, description="an error-log alert resolves after this long quiet")
 
 

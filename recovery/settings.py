@@ -24,11 +24,19 @@ Mode = Literal["auto", "dry-run", "manual"]
 
 DEFAULT_ALERT_TRIGGERS: dict[str, PolicyClass] = {
     "error_log:xid": "hardware", "error_log:ecc": "hardware", "error_log:nvlink": "hardware",
+    "error_log:gpu_lost": "hardware", "error_log:gpu_health": "hardware",
     "error_log:sxid": "hardware", "error_log:pcie_aer": "hardware", "error_log:host_memory": "hardware",
+    "error_log:mce": "hardware",
     "error_log:ib_port_down": "hardware", "error_log:ib_port_polling": "hardware",
     "error_log:ib_symbol_errors": "hardware",
     "heartbeat_loss": "hardware", "traffic_stall": "hang",
 }
+"""Every hardware fault the agent attests whose catalog action can take the GPU or host out: the kernel log's
+(xid, sxid, pcie_aer, host_memory, mce), NVML's (xid, ecc, gpu_lost: a GPU gone from NVML), DCGM's (ecc, nvlink,
+pcie_aer, gpu_health) and the InfiniBand ports' (down, stuck in Polling, symbol errors condemned). A category
+whose facts are only ever `watch` (nic_link_down, ib_link_flap, ib_link_recovery, ib_rcv_errors) or an
+application's (oom: restart_job) starts nothing here; an attested `Member.fault` starts a hardware recovery
+only when its `error_log:<fault>` is hardware."""
 
 
 class _Section(BaseModel):

@@ -19,6 +19,11 @@ reports (`source` kernel, nvml, sysfs) carry the Xid catalog's action, which the
 source, action, gpus, and `host_fault` when the action takes the GPU or host out); a hardware line a training
 process printed (`source` process: Xid, ECC, NVLink) is a claim about itself, its own alert (`<host>/<category>/
 claim`) at most a warning, never a host fault.
+
+What the hardware reported alerts from `log.hardware_min_severity` (warning), below the `log.min_severity`
+(error) of everything else: an InfiniBand port's symbol errors growing, a corrected ECC or AER error are warnings
+(the agent rate-limits them), each its own alert (`<host>/ib_symbol_errors`, `<host>/ecc`) that starts no recovery
+(the catalog's `watch`) and pages only where a route takes warnings.
 """
 
 from __future__ import annotations
@@ -45,7 +50,8 @@ SELECT host, category, max(greatest(1, {sql_rank('severity')})) AS level,
        argMax(source, ts) AS src, groupUniqArray(8)(action) AS actions, arraySort(groupUniqArray(16)(gpu_index)) AS gpus
 FROM log_lines
 WHERE job_id = {{job:String}} AND ts > {{lo:DateTime64(3, 'UTC')}} AND ts <= {AT}
-  AND severity IN {{severities:Array(String)}}
+  AND (severity IN {{severities:Array(String)}}
+       OR (source IN {{attested:Array(String)}} AND severity IN {{hardware_severities:Array(String)}}))
   AND (category IN {{always:Array(String)}} OR NOT arrayExists((a, b) -> ts >= a AND ts <= b,
        {{paused_from:Array(DateTime64(3, 'UTC'))}}, {{paused_to:Array(DateTime64(3, 'UTC'))}}))
 GROUP BY host, category, claim
@@ -90,7 +96,9 @@ class LogDetector:
     def detect(self, ctx: EvalContext) -> list[Finding]:
         s = ctx.settings.log
         sev = [k for k in SEVERITIES if rank(k) >= rank(s.min_severity)]
+        hardware_sev = [k for k in SEVERITIES if rank(k) >= rank(s.hardware_min_severity)]
         params: dict[str, Any] = {"lo": ctx.ago(s.resolve_s), "severities": sev, "always": [],
+                                  "attested": sorted(ATTESTED_SOURCES), "hardware_severities": hardware_sev,
                                   "hardware": sorted(HARDWARE_CATEGORIES),
                                   "paused_from": [], "paused_to": []}
         rows = ctx.rows(_LOG_SQL, **params) if ctx.stored("log") else []

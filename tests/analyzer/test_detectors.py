@@ -296,3 +296,28 @@ def test_the_alert_says_the_source_and_the_catalog_action(clickhouse_dsn: str, d
     assert (claim.severity, claim.evidence["source"], claim.evidence["action"], claim.evidence["host_fault"]) == (
         "warning", "process", None, False)
     assert "not a kernel fact" in claim.summary
+
+
+def test_a_hardware_warning_is_its_own_alert_by_default_a_process_warning_is_not(clickhouse_dsn: str,
+                                                                                  database: str) -> None:
+    """Symbol errors growing on an InfiniBand port (sysfs, a warning: the catalog's watch) alert by default, as
+    `<host>/ib_symbol_errors` (`log.hardware_min_severity` warning); a training process's warning line does not
+    (`log.min_severity` error); with hardware_min_severity error the port's warning is silent too (issue 49)."""
+    from vigil.contract.xid import XidAction
+
+    port = LogLine(job_id="hw", host="h0000", category="ib_symbol_errors", severity="warning", source="sysfs",
+                   action=XidAction.WATCH, ts=T0 + timedelta(seconds=5),
+                   message="mlx5_0 port 1: symbol_error +7 (now 7) (state ACTIVE, phys_state LinkUp)")
+    printed = LogLine(job_id="hw", host="h0001", rank=1, category="nccl_warn", severity="warning",
+                      ts=T0 + timedelta(seconds=5), message="NCCL WARN NET/IB : Got async event : port error")
+    load(clickhouse_dsn, database, [port, printed, *heartbeats("hw", 3, 20)])
+    client = connect(clickhouse_dsn, database=database)
+    got = evaluate(client, AnalyzerSettings(), AlertBook(), "hw", T0 + timedelta(seconds=10))
+    logs = {a.fingerprint: a for a in got if a.alert == "error_log"}
+    assert list(logs) == ["hw/error_log/h0000/ib_symbol_errors"]
+    (alert,) = logs.values()
+    assert (alert.severity, alert.evidence["source"], alert.evidence["action"], alert.evidence["host_fault"]) == (
+        "warning", "sysfs", "watch", False)
+    quiet = evaluate(client, AnalyzerSettings(log={"hardware_min_severity": "error"}), AlertBook(), "hw",
+                     T0 + timedelta(seconds=10))
+    assert [a for a in quiet if a.alert == "error_log"] == []

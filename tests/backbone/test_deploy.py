@@ -186,3 +186,37 @@ def test_vigil_keys_export_k8s_writes_the_secrets_the_manifests_name(tmp_path: P
     controller = written["vigil-signing-controller.json"]["stringData"]
     assert "BEGIN PRIVATE KEY" in controller["VIGIL_SIGNING_PRIVATE_KEY"]
     assert f"controller.{controller['VIGIL_SIGNING_KEY_ID']}.pub" in public
+
+
+AGENT_PYTHON = "/usr/local/bin/vigil-agent-python"
+
+
+def test_the_node_agent_reads_the_kernel_log_as_non_root_with_cap_syslog_or_the_journal() -> None:
+    """The DaemonSet's agent, uid 10001: Kubernetes gives a non-root container no ambient capabilities, so
+    CAP_SYSLOG (for /dev/kmsg under kernel.dmesg_restrict=1) is effective only through a file capability: the
+    agent runs the image's interpreter copy that carries cap_syslog+ep, and no other container runs it. The
+    journald fallback has journalctl in the image and the node's journal, volatile and persistent, and its
+    machine id mounted read-only where journalctl looks for them."""
+    (ds,) = [d for d in k8s_docs() if d["kind"] == "DaemonSet" and d["metadata"]["name"] == "vigil-collector"]
+    pod = ds["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 10001
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["SYSLOG"]}
+    assert c["command"] == [AGENT_PYTHON, "-m", "vigil"] and c["args"] == ["collector"]
+    assert [x["name"] for x in k8s_containers() if AGENT_PYTHON in x.get("command", [])] == ["collector"]
+    docker = (DEPLOY / "Dockerfile").read_text()
+    assert f"cp /usr/local/bin/python3.11 {AGENT_PYTHON}" in docker
+    assert f"setcap cap_syslog+ep {AGENT_PYTHON}" in docker
+    assert docker.count("setcap ") == 1  # python3.11 itself stays plain: every other pod drops ALL
+    install = next(line for line in docker.splitlines() if "apt-get install" in line).split()
+    assert "--no-install-recommends" in install and "systemd" in install  # Debian's journalctl
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    expected = {env["VIGIL_KMSG_PATH"]: ("/dev/kmsg", "CharDevice"),
+                "/var/log/journal": ("/var/log/journal", "DirectoryOrCreate"),
+                "/run/log/journal": ("/run/log/journal", "DirectoryOrCreate"),
+                "/etc/machine-id": ("/etc/machine-id", "File")}
+    for path, (host_path, kind) in expected.items():
+        assert mounts[path]["readOnly"] is True, path
+        assert volumes[mounts[path]["name"]]["hostPath"] == {"path": host_path, "type": kind}

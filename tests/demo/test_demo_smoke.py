@@ -142,6 +142,13 @@ def test_demo_runs_shows_torch_steps_and_stops_clean(tmp_path: Path) -> None:
                            "action = 'cordon' AND status = 'succeeded' AND target != 'demo-torch'", tmp_path)
             time.sleep(1)
         assert cordons == [[XID_HOST]], "".join(out)
+        # the terminal tells where the Xid came from and what the catalog says of it: the host's kernel log (the
+        # demo's fake kmsg, which the agent follows), not the rank's own output
+        kernel_xid = re.compile(rf"^Hardware  {XID_HOST}(?: GPU \d+)?: Xid 79 \[source kernel, catalog action "
+                                r"reboot_then_check\] ", re.MULTILINE)
+        while time.monotonic() < recovery_deadline and not kernel_xid.search("".join(out)):  # the terminal lags
+            time.sleep(1)
+        assert kernel_xid.search("".join(out)), "".join(out)
         resumed = ("Recovery  resumed on demo-host-1, demo-host-2 at step",  # world order: who joined first
                    "Recovery  resumed on demo-host-2, demo-host-1 at step")
         while time.monotonic() < recovery_deadline and not any(r in "".join(out) for r in resumed):  # terminal lags

@@ -15,6 +15,7 @@ import pytest
 
 from tests.support.fleet import Fleet, Harness, incident
 from vigil.contract import Command, Event, Member, Outcome, RecoveryAction
+from vigil.contract.xid import XidAction
 from vigil.signing import KeyStore, Role
 from vigil.signing.gate import Gate
 from vigil.signing.policy import Refusals
@@ -234,3 +235,27 @@ def test_an_attested_fault_the_policy_does_not_take_as_hardware_is_an_exit(tmp_p
     assert not h.actions(incident_id=f"{JOB}/fault/g1/h1")
     assert h.actions(action="plan", incident_id=f"{JOB}/exit/g1")[0].details["class"] == "software"
     assert h.fx.backend.cordoned() == {}
+
+
+def gpu_lost_exit(fleet: Fleet, host: str, now: datetime) -> Member:
+    return fleet.member(host, "exited", now, exit_code=1, fault="gpu_lost", fault_gpus=[1],
+                        fault_action=XidAction.REBOOT_THEN_CHECK,
+                        reason="gpu_lost: NVML: the GPU is gone from the device list; then the command exited with "
+                               "status 1")
+
+
+def test_an_attested_gpu_lost_exit_is_a_hardware_case_that_cordons(tmp_path: Path) -> None:
+    """A GPU gone from NVML (its agent attests `Member.fault` gpu_lost, the catalog's reboot_then_check): one
+    hardware recovery at once that cordons the host (a lost GPU is no GPU to quarantine) and restarts on the
+    others, not the slow path's software restart."""
+    fleet, h = running(tmp_path)
+    h.feed([*fleet.commit(10, h.now), agent_key(tmp_path, "h1").seal(gpu_lost_exit(fleet, "h1", h.now))])
+    h.turn()
+    plans = h.actions(action="plan", incident_id=f"{JOB}/fault/g1/h1")
+    assert [(p.details["class"], p.details["steps"]) for p in plans] == [("hardware", ["pause", "cordon", "restart"])]
+    assert plans[0].details["culprits"][0]["host"] == "h1" and plans[0].details["culprits"][0]["strong"]
+    h.run(lambda: h.training(2))
+    assert set(h.fx.backend.cordoned()) == {"h1"}
+    assert not h.actions(action="quarantine")
+    assert sorted(h.engine.state.job(JOB).world) == ["h0", "h2"]
+    assert not h.actions(incident_id=f"{JOB}/exit/g1", action="plan")  # no second, software case

@@ -6,7 +6,9 @@ host without a cordon; a kernel Xid 79 (reboot, then check) cordons its host at 
 others; a training process's printed Xid 79 (a claim: its own warning alert) and a kernel Xid 92 (watch)
 start nothing. A kernel Xid 48 (double-bit ECC: reset the GPU) that names GPU 1 quarantines that GPU of its host
 (no backend resets a GPU): the host stays in the job, its next start names the GPU to leave out, and uncordoning
-the host clears it; where quarantine is off the host is cordoned.
+the host clears it; where quarantine is off the host is cordoned. A GPU gone from NVML (`gpu_lost`) cordons its
+host; every hardware fault the agent can attest whose catalog action takes the GPU or host out (kernel log,
+NVML, DCGM, InfiniBand ports) is a hardware trigger by default.
 """
 
 from __future__ import annotations
@@ -18,8 +20,21 @@ from typing import Any
 import pytest
 
 from tests.support.fleet import Fleet, Harness
+from tests.support.kmsg_lines import (
+    AER,
+    AER_CORRECTED,
+    EDAC_CE,
+    EDAC_UE,
+    LINK_DOWN,
+    MCE,
+    OOM,
+    OOM_KILL,
+    SXID,
+    XID,
+)
+from vigil.collector.ibhealth import IbHealth, PortHealth
 from vigil.contract import Alert, Command
-from vigil.contract.xid import xid_entry
+from vigil.contract.xid import XidAction, xid_entry
 
 pytestmark = pytest.mark.pure
 JOB = "job-x"
@@ -110,4 +125,61 @@ def test_a_memory_xid_without_its_gpu_cordons_its_host(tmp_path: Path) -> None:
     h.feed([xid_alert("h1", 48, h.now)])
     h.run(lambda: bool(h.actions(action="cordon", status="succeeded")) and h.training(2))
     assert h.actions(action="quarantine") == []
+    assert sorted(h.engine.state.job(JOB).world) == ["h0", "h2"]
+
+
+def _ib_faults() -> set[tuple[str, XidAction]]:
+    """What collector/ibhealth.py raises for a port whose counters keep growing, that goes down, or stays in Polling."""
+    ib = IbHealth(job_id=JOB, host="h0", polling_s=0.0, report_s=0.0)
+    out = []
+    for n in range(5):
+        counters = dict.fromkeys(("symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors"), n)
+        out += ib.update([PortHealth(device="mlx5_0", port=1, state="ACTIVE", phys="LinkUp", counters=counters),
+                          PortHealth(device="mlx5_1", port=1, state="ACTIVE", phys="LinkUp")], float(n))
+    out += ib.update([PortHealth(device="mlx5_0", port=1, state="DOWN", phys="Disabled"),
+                      PortHealth(device="mlx5_1", port=1, state="DOWN", phys="Polling")], 9.0)
+    return {(f.category, f.action) for f in out if f.action is not None}
+
+
+def test_every_hardware_fault_the_agent_attests_that_takes_a_host_out_starts_a_hardware_recovery() -> None:
+    """Each (category, catalog action) the agent can attest: the kernel log's line classes, NVML's events and
+    counters, DCGM's health watches, the InfiniBand ports. Those whose action takes the GPU or host out are
+    `error_log:<category>` hardware triggers by default, and so is every `Member.fault` an agent reports."""
+    from vigil.collector.dcgm import CATEGORY
+    from vigil.collector.kernelrules import classify_kernel
+    from vigil.contract import HARDWARE_FAULTS
+    from vigil.contract.xid import HOST_ACTIONS, catalog
+    from vigil.recovery.settings import DEFAULT_ALERT_TRIGGERS, PolicySettings
+
+    lines = [*XID.values(), SXID, AER, AER_CORRECTED, LINK_DOWN, OOM, OOM_KILL, EDAC_CE, EDAC_UE, MCE,
+             "NVRM: Xid (PCI:0000:3b:00): 999, pid=1, name=python, a code the catalog does not hold"]
+    kernel = {(f.category, f.action) for line in lines if (f := classify_kernel(line)) is not None and f.action}
+    assert {c for c, _ in kernel} == {"xid", "sxid", "pcie_aer", "nic_link_down", "oom", "host_memory", "mce"}
+    nvml = {("xid", e.action) for e in catalog().values()} | {  # collector/nvmlevents.py
+        ("ecc", XidAction.RESET_GPU), ("ecc", XidAction.CORDON), ("ecc", XidAction.WATCH),
+        ("gpu_lost", XidAction.REBOOT_THEN_CHECK)}
+    dcgm = set(CATEGORY.values()) | {("gpu_health", XidAction.INVESTIGATE)}
+    ib = _ib_faults()
+    assert {c for c, _ in ib} == {"ib_link_flap", "ib_port_down", "ib_port_polling", "ib_symbol_errors",
+                                  "ib_link_recovery", "ib_rcv_errors"}
+    takes_out = {c for c, a in kernel | nvml | dcgm | ib if a in HOST_ACTIONS}
+    assert takes_out >= {"xid", "sxid", "pcie_aer", "host_memory", "mce", "ecc", "gpu_lost", "nvlink", "gpu_health",
+                         "ib_port_down", "ib_port_polling", "ib_symbol_errors"}
+    triggers = PolicySettings().alert_triggers
+    assert triggers == DEFAULT_ALERT_TRIGGERS
+    missing = sorted(c for c in takes_out | HARDWARE_FAULTS if triggers.get(f"error_log:{c}") != "hardware")
+    assert missing == []
+
+
+def test_a_gpu_gone_from_nvml_cordons_its_host(tmp_path: Path) -> None:
+    h = running(tmp_path)
+    at = h.now
+    h.feed([Alert(job_id=JOB, host="h1", ts=at, fingerprint=f"{JOB}/error_log/h1/gpu_lost", alert="error_log",
+                  subject="h1/gpu_lost", status="firing", severity="critical", summary="h1 gpu_lost", first_seen=at,
+                  last_seen=at, evidence={"host": "h1", "category": "gpu_lost", "xids": [], "ranks": [],
+                                          "source": "nvml", "gpus": [1], "action": "reboot_then_check",
+                                          "host_fault": True})])
+    h.run(lambda: bool(h.actions(action="cordon", status="succeeded")) and h.training(2))
+    (plan,) = plans(h)
+    assert plan.details["class"] == "hardware" and plan.details["fault_classes"] == ["gpu_lost"]
     assert sorted(h.engine.state.job(JOB).world) == ["h0", "h2"]
