@@ -93,6 +93,7 @@ def main() -> None:
     data = torch.Generator().manual_seed(100 + rank)
     if os.environ.get("REPLAY_FROM"):
         replay(model, opt, data, rank, world)
+        dist.barrier()  # nobody tears gloo down while a peer's last collective is in flight (an abort at exit)
         dist.destroy_process_group()
         return
     timer = StepTimer(TimerConfig(device="cpu", job_id=os.environ["JOB"], host=f"gnode-{rank}", rank=rank,
@@ -107,6 +108,7 @@ def main() -> None:
     timer.close()
     if os.environ.get("SNAPSHOTS"):
         torch.save(snaps, os.path.join(os.environ["SNAPSHOTS"], f"{rank}.pt"))
+    dist.barrier()
     dist.destroy_process_group()
 
 
