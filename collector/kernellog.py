@@ -106,8 +106,8 @@ class KernelLog:
 
     def caught_up(self, timeout_s: float) -> bool:
         """Wait until a read this thread began after the call was handled (its facts emitted, a host fault in the
-        error memory), read on until nothing was left; at most `timeout_s`. False at once when the kernel log is not being followed, or at the
-        timeout (a stuck read): the caller goes on with what is known, never blocked for longer."""
+        error memory), read on until nothing was left; at most `timeout_s`. False at once when the kernel log is
+        not being followed, or at the timeout (a stuck read): the caller goes on with what is known."""
         with self._reads:
             target = self._began + 1
             self.interrupt()  # a reader waiting out its interval on a file reads now

@@ -89,7 +89,6 @@ class NvmlEvents:
     _saved: dict[str, Any] | None = field(default=None, init=False)  # what the store holds (a rewrite only on change)
     _no_link: set[tuple[int, int]] = field(default_factory=set, init=False)
     _lost: set[int] = field(default_factory=set, init=False)
-    _judged: list[LogLine] = field(default_factory=list, init=False, repr=False)
     rising: Rising = field(default_factory=Rising)  # retired pages / remapped rows that keep growing condemn the GPU
 
     def open(self) -> None:
@@ -243,70 +242,66 @@ class NvmlEvents:
         errors are corrected by replay: a trickle is watched, never condemned), or a link seen active staying
         inactive for `link_down_s` (not a reset's retraining): error, cordon (the catalog's NVLink class, Xid 74).
         The third value: the GPU was lost during the reads (what was judged before is kept)."""
-        try:
-            return self._links_of(h, i, now)
-        except _Lost:
-            return self._judged, True, True
-
-    def _links_of(self, h: Any, i: int, now: float) -> tuple[list[LogLine], bool, bool]:
         nv, changed = self.nvml, False
         out: list[LogLine] = []
-        self._judged = out  # the facts so far, should the GPU be lost at the next read
-        for link in range(int(getattr(nv, "NVML_NVLINK_MAX_LINKS", MAX_LINKS))):
-            key = (i, link)
-            if key in self._no_link:
-                continue
-            try:
-                state = nv.nvmlDeviceGetNvLinkState(h, link)
-            except Exception as exc:
-                if _code(exc) == GPU_IS_LOST:
-                    raise _Lost from exc
-                if _code(exc) in (NOT_SUPPORTED, INVALID_ARGUMENT):
-                    self._no_link.add(key)  # no such link on this GPU: never asked again
-                continue
-            if int(state) != FEATURE_ENABLED:
-                if key in self._link_up:
-                    since = self._link_down_since.setdefault(key, now)
-                    if now - since >= self.link_down_s:
-                        self._link_up.discard(key)
-                        self._link_down_since.pop(key, None)
-                        out.append(self._fact(i, "nvlink", "error", XidAction.CORDON,
-                                              f"NVML: NVLink link {link} inactive for {now - since:.0f} s"))
-                continue  # a link never seen active here is unused
-            self._link_up.add(key)
-            self._link_down_since.pop(key, None)  # back (a GPU reset retrains its links)
-            values = {name: int(v) for name, const in NVLINK_COUNTERS
-                      if (v := self._read(nv.nvmlDeviceGetNvLinkErrorCounter, h, link,
-                                          getattr(nv, const[0], const[1]))) is not None}
-            before = self._links.get(key)
-            self._links[key] = {**(before or {}), **values}
-            changed = changed or before != self._links[key]
-            for name in values:
-                self._link_since.setdefault((key, name), now)
-            if before is None:
-                continue
-            for name, value in values.items():
-                b = before.get(name)
-                if b is not None and value > b:  # a smaller value (a reset) is a new baseline
-                    self._link_pending[(key, name)] = self._link_pending.get((key, name), 0) + value - b
-            crc = False
-            for name, label in NVLINK_LABELS.items():
-                grown = self._link_pending.get((key, name), 0)
-                last = self._link_reported.get((key, name))
-                if grown and (last is None or now - last >= self.report_s):
-                    self._link_reported[(key, name)] = now
-                    rate = grown / max(now - self._link_since.get((key, name), now), self.report_s)
-                    self._link_since[(key, name)] = now
-                    del self._link_pending[(key, name)]
-                    changed = True  # the saved value now holds this growth
-                    out.append(self._fact(i, "nvlink", "warning", XidAction.WATCH,
-                                          f"NVML: NVLink link {link} {label} +{grown} (now {values[name]})"))
-                    crc = crc or (name.startswith("crc") and rate >= self.crc_per_s)
-            if crc and self.rising.grew(("nvlink", self._gpu_key(i), link), now):
-                out.append(self._fact(i, "nvlink", "error", XidAction.CORDON,
-                                      f"NVML: NVLink link {link} CRC errors keep rising at {self.crc_per_s:.0f}/s or "
-                                      f"more ({self.rising.condemn_after} reports within "
-                                      f"{self.rising.window_s / 3600:.0f} h)"))
+        try:
+            for link in range(int(getattr(nv, "NVML_NVLINK_MAX_LINKS", MAX_LINKS))):
+                key = (i, link)
+                if key in self._no_link:
+                    continue
+                try:
+                    state = nv.nvmlDeviceGetNvLinkState(h, link)
+                except Exception as exc:
+                    if _code(exc) == GPU_IS_LOST:
+                        raise _Lost from exc
+                    if _code(exc) in (NOT_SUPPORTED, INVALID_ARGUMENT):
+                        self._no_link.add(key)  # no such link on this GPU: never asked again
+                    continue
+                if int(state) != FEATURE_ENABLED:
+                    if key in self._link_up:
+                        since = self._link_down_since.setdefault(key, now)
+                        if now - since >= self.link_down_s:
+                            self._link_up.discard(key)
+                            self._link_down_since.pop(key, None)
+                            out.append(self._fact(i, "nvlink", "error", XidAction.CORDON,
+                                                  f"NVML: NVLink link {link} inactive for {now - since:.0f} s"))
+                    continue  # a link never seen active here is unused
+                self._link_up.add(key)
+                self._link_down_since.pop(key, None)  # back (a GPU reset retrains its links)
+                values = {name: int(v) for name, const in NVLINK_COUNTERS
+                          if (v := self._read(nv.nvmlDeviceGetNvLinkErrorCounter, h, link,
+                                              getattr(nv, const[0], const[1]))) is not None}
+                before = self._links.get(key)
+                self._links[key] = {**(before or {}), **values}
+                changed = changed or before != self._links[key]
+                for name in values:
+                    self._link_since.setdefault((key, name), now)
+                if before is None:
+                    continue
+                for name, value in values.items():
+                    b = before.get(name)
+                    if b is not None and value > b:  # a smaller value (a reset) is a new baseline
+                        self._link_pending[(key, name)] = self._link_pending.get((key, name), 0) + value - b
+                crc = False
+                for name, label in NVLINK_LABELS.items():
+                    grown = self._link_pending.get((key, name), 0)
+                    last = self._link_reported.get((key, name))
+                    if grown and (last is None or now - last >= self.report_s):
+                        self._link_reported[(key, name)] = now
+                        rate = grown / max(now - self._link_since.get((key, name), now), self.report_s)
+                        self._link_since[(key, name)] = now
+                        del self._link_pending[(key, name)]
+                        changed = True  # the saved value now holds this growth
+                        out.append(self._fact(i, "nvlink", "warning", XidAction.WATCH,
+                                              f"NVML: NVLink link {link} {label} +{grown} (now {values[name]})"))
+                        crc = crc or (name.startswith("crc") and rate >= self.crc_per_s)
+                if crc and self.rising.grew(("nvlink", self._gpu_key(i), link), now):
+                    out.append(self._fact(i, "nvlink", "error", XidAction.CORDON,
+                                          f"NVML: NVLink link {link} CRC errors keep rising at {self.crc_per_s:.0f}/s or "
+                                          f"more ({self.rising.condemn_after} reports within "
+                                          f"{self.rising.window_s / 3600:.0f} h)"))
+        except _Lost:
+            return out, True, True  # what was judged before the GPU was lost ships
         return out, changed, False
 
     # ---- counters kept across agent restarts ---------------------------------------------------
@@ -353,24 +348,18 @@ class NvmlEvents:
         growth not yet reported is left out of the saved value, so a restart reports it."""
         if self.store is None:
             return
-        held = self.store.get(STORE_KEY) if self._saved is None else self._saved
         doc: dict[str, Any] = {}
         for i, uuid in sorted(self._uuid.items())[:MAX_SAVED]:
             if not uuid:
-                continue  # a lost GPU keeps its last values: back after a reboot, it compares with them
+                continue  # no UUID: nothing to key its values by across a restart
             links: dict[str, dict[str, int]] = {}
             grew: dict[str, list[float]] = {"gpu": self.rising.history(self._gpu_key(i))}
             for (gpu, link), values in sorted(self._links.items()):
                 if gpu == i and link < MAX_LINKS:
                     links[str(link)] = {k: v - self._link_pending.get(((gpu, link), k), 0) for k, v in values.items()}
-                    if held := self.rising.history(("nvlink", self._gpu_key(i), link)):
-                        grew[str(link)] = held
+                    if times := self.rising.history(("nvlink", self._gpu_key(i), link)):
+                        grew[str(link)] = times
             doc[uuid] = {"counters": self._counters.get(i, {}), "links": links, "grew": grew}
-        if isinstance(held, dict):  # a GPU saved before and absent now (gone at this start) keeps its last values
-            for uuid, values in list(held.items())[:MAX_SAVED]:
-                if len(doc) >= MAX_SAVED:
-                    break
-                doc.setdefault(str(uuid), values)
         if doc != self._saved:
             self.store.save(**{STORE_KEY: doc})
             self._saved = doc
